@@ -1,0 +1,42 @@
+// Hierarchy <-> the formats people already use.
+//
+//  * SciPy linkage matrix: (L-1) x 4 float64 rows [a, b, height, leaf count],
+//    leaves 0..L-1, row t creates node L+t. n-ary nodes are binarised as a
+//    chain of merges at the node's height (see Hierarchy::ToMerges). Written
+//    as a .npy file by the I/O layer.
+//  * Newick: leaves named by their leaf-cluster id, n-ary nodes kept,
+//    branch length = parent height - child height. Ends with ";".
+//  * JSON: the full tree, metadata and (if present) point assignments:
+//      {"format": "dendro.hierarchy", "version": 1,
+//       "num_leaves": L, "metadata": {...},
+//       "nodes": [{"id": v, "parent": p, "height": h, "children": [...]}, ...],
+//       "merges": [[a, b, height, count], ...],   // the linkage rows
+//       "point_leaf": [...]}                       // optional
+//    ParseJson accepts exactly what ToJson writes (and rebuilds from
+//    "nodes"; "merges" is informational).
+#ifndef DENDRO_CORE_HIERARCHY_EXPORT_H_
+#define DENDRO_CORE_HIERARCHY_EXPORT_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/hierarchy/hierarchy.h"
+
+namespace dendro {
+
+// Row-major (L-1) x 4 linkage matrix.
+std::vector<double> ToLinkage(const Hierarchy& h);
+absl::StatusOr<Hierarchy> FromLinkage(int32_t num_leaves,
+                                      const std::vector<double>& rows);
+
+std::string ToNewick(const Hierarchy& h);
+
+// `include_points`: whether to embed point_leaf (can be large).
+std::string ToJson(const Hierarchy& h, bool include_points = true);
+absl::StatusOr<Hierarchy> ParseJson(std::string_view json);
+
+}  // namespace dendro
+
+#endif  // DENDRO_CORE_HIERARCHY_EXPORT_H_

@@ -1,0 +1,87 @@
+// NumPy .npy files: the array format Dendro reads and writes.
+//
+// Supported: format versions 1.0, 2.0 and 3.0; dtypes '<f4', '<f8', '<i4',
+// '<i8' (and '|'/'=' spellings that mean the same on little-endian hosts);
+// C order only; 1-D or 2-D shapes. Everything else (Fortran order, big
+// endian, object arrays, other dtypes, truncated data) is an
+// InvalidArgument error that names the problem and the file.
+#ifndef DENDRO_CORE_IO_NPY_H_
+#define DENDRO_CORE_IO_NPY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace dendro {
+
+enum class DType { kFloat32, kFloat64, kInt32, kInt64 };
+std::string_view DTypeName(DType t);  // "float32", ...
+size_t DTypeSize(DType t);
+
+struct NpyHeader {
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;  // 1 or 2 entries
+  size_t data_offset = 0;      // bytes from file start to the first element
+  int64_t num_elements() const;
+  int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
+  int64_t cols() const { return shape.size() < 2 ? 1 : shape[1]; }
+};
+
+// Parses the header at the start of `bytes` (magic, version, dict).
+absl::StatusOr<NpyHeader> ParseNpyHeader(std::string_view bytes);
+// Serialises a header for `shape` (version 1.0, or 2.0 if it is long),
+// padded so that data starts on a 64-byte boundary.
+std::string MakeNpyHeader(DType dtype, absl::Span<const int64_t> shape);
+
+// A read-only .npy file mapped into memory. The data pointer stays valid for
+// the object's lifetime; pages are loaded on demand, so a multi-GB file costs
+// no memory until touched.
+class MappedNpy {
+ public:
+  static absl::StatusOr<std::unique_ptr<MappedNpy>> Open(const std::string& path);
+  ~MappedNpy();
+  MappedNpy(const MappedNpy&) = delete;
+  MappedNpy& operator=(const MappedNpy&) = delete;
+
+  const NpyHeader& header() const { return header_; }
+  const void* data() const { return data_; }
+  // Typed access; FailedPrecondition if the dtype differs.
+  absl::StatusOr<absl::Span<const float>> AsFloat32() const;
+
+ private:
+  MappedNpy() = default;
+  NpyHeader header_;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  const void* data_ = nullptr;
+};
+
+// Whole-file reads that convert to the requested element type. Integer
+// arrays read as float are rejected (and vice versa) unless noted.
+struct NpyArrayF32 { std::vector<int64_t> shape; std::vector<float> data; };
+struct NpyArrayF64 { std::vector<int64_t> shape; std::vector<double> data; };
+struct NpyArrayI64 { std::vector<int64_t> shape; std::vector<int64_t> data; };
+// float32 or float64 file -> float32 (float64 values are rounded).
+absl::StatusOr<NpyArrayF32> ReadNpyFloat32(const std::string& path);
+absl::StatusOr<NpyArrayF64> ReadNpyFloat64(const std::string& path);
+// int32 or int64 file -> int64.
+absl::StatusOr<NpyArrayI64> ReadNpyInt(const std::string& path);
+
+// Atomic writes (temp file + fsync + rename, see io/atomic_file.h).
+absl::Status WriteNpy(const std::string& path, absl::Span<const float> data,
+                      absl::Span<const int64_t> shape);
+absl::Status WriteNpy(const std::string& path, absl::Span<const double> data,
+                      absl::Span<const int64_t> shape);
+absl::Status WriteNpy(const std::string& path, absl::Span<const int32_t> data,
+                      absl::Span<const int64_t> shape);
+absl::Status WriteNpy(const std::string& path, absl::Span<const int64_t> data,
+                      absl::Span<const int64_t> shape);
+
+}  // namespace dendro
+
+#endif  // DENDRO_CORE_IO_NPY_H_

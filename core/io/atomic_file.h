@@ -17,13 +17,24 @@ namespace dendro {
 
 // Writes `contents` to `path` atomically.
 absl::Status WriteFileAtomic(const std::string& path, std::string_view contents);
+// Replaces *out with the whole file. A directory is InvalidArgument; open and
+// read errors map errno (NotFound, PermissionDenied, ...) and name the path.
 absl::Status ReadFileToString(const std::string& path, std::string* out);
 
 // Incremental atomic writer for large files (uploads). Append() any number of
 // times, then Commit() to publish or Abandon() (also the destructor's action)
 // to delete the temporary file. Not thread-safe.
+//
+// Small appends are coalesced in a 1 MiB buffer; large ones go straight to
+// the file. Any I/O error abandons the writer (the temporary file is removed
+// at once, freeing its space) and is returned; afterwards every call except
+// Abandon() returns FailedPrecondition. `path` is not touched before
+// Commit(). New files get mode 0666 & ~umask; an existing file at `path` is
+// replaced, not modified (its permissions are not carried over).
 class AtomicFileWriter {
  public:
+  // Creates the temporary file next to `path` (whose directory must exist).
+  // A writer already held in *out is abandoned first.
   static absl::Status Open(const std::string& path, AtomicFileWriter* out);
   AtomicFileWriter() = default;
   ~AtomicFileWriter();
@@ -31,15 +42,24 @@ class AtomicFileWriter {
   AtomicFileWriter& operator=(AtomicFileWriter&& other) noexcept;
 
   absl::Status Append(std::string_view bytes);
-  // Overwrites bytes at `offset` (which must already have been written).
+  // Overwrites bytes at `offset` (which must already have been written:
+  // offset + bytes.size() <= size(), else OutOfRange).
   absl::Status WriteAt(int64_t offset, std::string_view bytes);
   int64_t size() const { return size_; }
+  // Flushes, fsyncs, renames over `path` and fsyncs the directory. On an error
+  // before the rename the temporary file is deleted and `path` is untouched.
   absl::Status Commit();
+  // Closes and deletes the temporary file; a no-op if there is none.
   void Abandon();
 
  private:
+  absl::Status Flush();
+  absl::Status Fail(absl::Status status);  // Abandon() and return `status`.
+  absl::Status CheckOpen(const char* op) const;
+
   int fd_ = -1;
-  int64_t size_ = 0;
+  int64_t size_ = 0;     // bytes appended so far (file + buffer_)
+  std::string buffer_;   // appended bytes not yet written to fd_
   std::string path_;
   std::string tmp_path_;
 };

@@ -1,0 +1,30 @@
+// Internal to core/io: turns a failed POSIX call into an absl::Status.
+#ifndef DENDRO_CORE_IO_POSIX_ERROR_H_
+#define DENDRO_CORE_IO_POSIX_ERROR_H_
+
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace dendro {
+namespace io_internal {
+
+// This Abseil's absl::string_view is not std::string_view; StrCat and friends
+// need the conversion spelled out.
+inline absl::string_view ToAbsl(std::string_view s) { return {s.data(), s.size()}; }
+
+// "<path>: <what>: <strerror(err)>" with the status code that matches `err`
+// (ENOENT -> NotFound, EACCES/EPERM -> PermissionDenied, ENOSPC ->
+// ResourceExhausted, ...; see absl::ErrnoToStatusCode).
+inline absl::Status PosixError(std::string_view path, std::string_view what, int err) {
+  return absl::Status(absl::ErrnoToStatusCode(err),
+                      absl::StrCat(ToAbsl(path), ": ", ToAbsl(what), ": ", std::strerror(err)));
+}
+
+}  // namespace io_internal
+}  // namespace dendro
+
+#endif  // DENDRO_CORE_IO_POSIX_ERROR_H_

@@ -27,20 +27,32 @@ struct NpyHeader {
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;  // 1 or 2 entries
   size_t data_offset = 0;      // bytes from file start to the first element
+  // Product of `shape` (0 for an empty shape, which the parser never yields).
   int64_t num_elements() const;
+  // num_elements() * DTypeSize(dtype); the parser guarantees no overflow.
+  int64_t num_bytes() const;
   int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
   int64_t cols() const { return shape.size() < 2 ? 1 : shape[1]; }
 };
 
-// Parses the header at the start of `bytes` (magic, version, dict).
+// Parses the header at the start of `bytes` (magic, version, dict). `bytes`
+// may extend past the header (e.g. the whole file); the data size is not
+// checked here. Errors are InvalidArgument and do not name a file.
 absl::StatusOr<NpyHeader> ParseNpyHeader(std::string_view bytes);
 // Serialises a header for `shape` (version 1.0, or 2.0 if it is long),
-// padded so that data starts on a 64-byte boundary.
+// padded so that data starts on a 64-byte boundary. The bytes are identical
+// to what numpy (1.24) writes for the same dtype and shape, including its
+// spare spaces for growing the first axis.
 std::string MakeNpyHeader(DType dtype, absl::Span<const int64_t> shape);
 
 // A read-only .npy file mapped into memory. The data pointer stays valid for
 // the object's lifetime; pages are loaded on demand, so a multi-GB file costs
-// no memory until touched.
+// no memory until touched. Open() rejects files whose size does not match
+// the header exactly (truncated, or trailing bytes). The file must not be
+// truncated in place while mapped (replacing it by rename, as
+// WriteFileAtomic does, is safe). If the data offset is not a multiple of
+// the element size (never the case for numpy-written files) the data is
+// copied into anonymous memory so that typed access stays aligned.
 class MappedNpy {
  public:
   static absl::StatusOr<std::unique_ptr<MappedNpy>> Open(const std::string& path);
@@ -50,11 +62,13 @@ class MappedNpy {
 
   const NpyHeader& header() const { return header_; }
   const void* data() const { return data_; }
+  const std::string& path() const { return path_; }
   // Typed access; FailedPrecondition if the dtype differs.
   absl::StatusOr<absl::Span<const float>> AsFloat32() const;
 
  private:
   MappedNpy() = default;
+  std::string path_;
   NpyHeader header_;
   void* map_ = nullptr;
   size_t map_size_ = 0;
@@ -66,13 +80,16 @@ class MappedNpy {
 struct NpyArrayF32 { std::vector<int64_t> shape; std::vector<float> data; };
 struct NpyArrayF64 { std::vector<int64_t> shape; std::vector<double> data; };
 struct NpyArrayI64 { std::vector<int64_t> shape; std::vector<int64_t> data; };
-// float32 or float64 file -> float32 (float64 values are rounded).
+// float32 or float64 file -> float32 (float64 values are rounded; a finite
+// value beyond float32's range is an InvalidArgument error naming its
+// position, while NaN and infinities are passed through).
 absl::StatusOr<NpyArrayF32> ReadNpyFloat32(const std::string& path);
 absl::StatusOr<NpyArrayF64> ReadNpyFloat64(const std::string& path);
 // int32 or int64 file -> int64.
 absl::StatusOr<NpyArrayI64> ReadNpyInt(const std::string& path);
 
-// Atomic writes (temp file + fsync + rename, see io/atomic_file.h).
+// Atomic writes (temp file + fsync + rename, see io/atomic_file.h). `shape`
+// must have 1 or 2 non-negative entries whose product is data.size().
 absl::Status WriteNpy(const std::string& path, absl::Span<const float> data,
                       absl::Span<const int64_t> shape);
 absl::Status WriteNpy(const std::string& path, absl::Span<const double> data,

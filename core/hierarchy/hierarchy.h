@@ -44,7 +44,9 @@ class Hierarchy {
  public:
   // A binary tree from L-1 merges; merge t creates node num_leaves + t.
   // Every node must be used exactly once as a child, heights must be
-  // non-decreasing along each path to the root.
+  // non-decreasing along each path to the root (and finite). Merges need not
+  // be sorted by height globally; the merge order used by CutToK is always
+  // (height, id). children(L + t) is {a, b} in the order given.
   static absl::StatusOr<Hierarchy> FromMerges(int32_t num_leaves,
                                               absl::Span<const Merge> merges);
 
@@ -52,9 +54,12 @@ class Hierarchy {
   // which has parent -1; `height[v]` for every node. Nodes 0..num_leaves-1
   // are the leaves (no children); each internal node needs >= 2 children.
   // Internal nodes may come in any order: they are renumbered by
-  // (height, original id) so that the invariants above hold. The returned
-  // tree's node i for i >= num_leaves is the i-th internal node in that
-  // order; `old_to_new` (optional) receives the renumbering.
+  // (height, original id) so that the invariants above hold (among nodes of
+  // equal height a child always precedes its parent; otherwise ties go by
+  // original id). The returned tree's node i for i >= num_leaves is the i-th
+  // internal node in that order; `old_to_new` (optional) receives the
+  // renumbering (leaves map to themselves). Leaves must have height 0;
+  // children(v) are in ascending id order.
   static absl::StatusOr<Hierarchy> FromParents(
       int32_t num_leaves, absl::Span<const int32_t> parent,
       absl::Span<const double> height, std::vector<int32_t>* old_to_new = nullptr);
@@ -64,7 +69,7 @@ class Hierarchy {
   int32_t num_internal() const { return num_nodes() - num_leaves_; }
   int32_t root() const { return num_nodes() - 1; }
   bool is_leaf(int32_t node) const { return node < num_leaves_; }
-  bool is_binary() const;
+  bool is_binary() const { return binary_; }  // every internal node has 2 children
 
   int32_t parent(int32_t node) const { return parent_[node]; }  // -1 at root
   double height(int32_t node) const { return height_[node]; }
@@ -75,8 +80,12 @@ class Hierarchy {
   int32_t depth(int32_t node) const { return depth_[node]; }
 
   // Nodes on the path from `leaf`'s parent up to the root, nearest first.
+  // Any node id is accepted (the root yields an empty list); an id outside
+  // [0, num_nodes()) is InvalidArgument.
   absl::StatusOr<std::vector<int32_t>> Ancestors(int32_t leaf) const;
-  // Lowest common ancestor of two nodes.
+  // Lowest common ancestor of two nodes (a node is its own ancestor), found
+  // by walking up from the deeper node: O(depth). Returns -1 if either id is
+  // outside [0, num_nodes()).
   int32_t Lca(int32_t u, int32_t v) const;
 
   // Partition of the leaves into exactly k clusters: the state after the
@@ -85,17 +94,21 @@ class Hierarchy {
   // are numbered by their smallest leaf id (leaf 0 is in cluster 0).
   // An n-ary node merges all its children at once, so some k may be
   // unreachable: then InvalidArgument names the nearest reachable counts.
+  // Runs in O(L); k outside [1, L] is InvalidArgument.
   absl::StatusOr<std::vector<int32_t>> CutToK(int32_t k) const;
-  // Partition induced by removing every internal node with height > h.
+  // Partition induced by removing every internal node with height > h,
+  // labelled like CutToK.
   std::vector<int32_t> CutAtHeight(double h) const;
-  // The cluster label (as CutToK(k) numbers it) of one leaf.
+  // The cluster label (as CutToK(k) numbers it) of one leaf. O(L): use
+  // CutToK when labelling many leaves.
   absl::StatusOr<int32_t> ClusterAtLevel(int32_t leaf, int32_t k) const;
   // Cluster counts reachable by CutToK, ascending (1 .. L for binary trees).
   std::vector<int32_t> ReachableLevels() const;
 
   // Binary merge sequence: n-ary nodes become chains of binary merges at the
-  // same height (children in ascending id order, left-folded). For a tree
-  // built with FromMerges this returns the original merges.
+  // same height (children in children() order, left-folded: ((c0, c1), c2)
+  // ...), emitted in node id order, so merge t creates binarised node L + t.
+  // For a tree built with FromMerges this returns the original merges.
   std::vector<Merge> ToMerges() const;
 
   // Optional assignment of training points to leaves.
@@ -107,7 +120,13 @@ class Hierarchy {
 
  private:
   Hierarchy() = default;
-  absl::Status Finalize();  // derives children/leaf_count/depth, checks invariants
+  // Derives leaf_count/depth/merge ranks from parent_, height_ and the
+  // children CSR (filled by the factory), and checks the invariants.
+  absl::Status Finalize();
+  // Labels leaves by the cluster root above them; `removed(v)` says whether
+  // internal node v is cut away (must be closed towards the root).
+  template <typename Removed>
+  std::vector<int32_t> LabelLeaves(Removed removed) const;
 
   int32_t num_leaves_ = 0;
   std::vector<int32_t> parent_;
@@ -116,6 +135,11 @@ class Hierarchy {
   std::vector<int32_t> child_list_;    // child_list_[child_offset_[v]..[v+1])
   std::vector<int32_t> leaf_count_;
   std::vector<int32_t> depth_;
+  // merge_rank_[v - L]: position of internal node v in (height, id) order.
+  std::vector<int32_t> merge_rank_;
+  // levels_[r]: number of clusters after undoing the r last merges.
+  std::vector<int32_t> levels_;
+  bool binary_ = true;
   std::vector<int32_t> point_leaf_;
   std::map<std::string, std::string> metadata_;
 };

@@ -1,0 +1,255 @@
+#include "server/dataset_store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+
+namespace dendro::server {
+namespace {
+
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+
+}  // namespace
+
+std::string NewId(std::string_view prefix) {
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                          static_cast<uint64_t>(std::chrono::steady_clock::now()
+                                                                    .time_since_epoch()
+                                                                    .count()));
+  static const char* kHex = "0123456789abcdef";
+  std::string id(prefix);
+  id += '-';
+  uint64_t r = rng();
+  for (int i = 0; i < 12; ++i, r >>= 4) id += kHex[r & 15];
+  return id;
+}
+
+void SetNow(google::protobuf::Timestamp* ts) {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  const int64_t nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(now).count();
+  ts->set_seconds(nanos / 1000000000);
+  ts->set_nanos(static_cast<int32_t>(nanos % 1000000000));
+}
+
+// --- LoadedDataset ------------------------------------------------------------
+
+MatrixView LoadedDataset::matrix() const {
+  return MatrixView(static_cast<const float*>(x_->data()), info_.rows(), info_.cols());
+}
+
+absl::Span<const int64_t> LoadedDataset::labels() const {
+  if (!y_) return {};
+  return absl::Span<const int64_t>(static_cast<const int64_t*>(y_->data()), info_.rows());
+}
+
+// --- DatasetUpload ------------------------------------------------------------
+
+absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
+  if (begun_) return absl::InvalidArgumentError("upload: header sent twice");
+  if (header.rows() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("upload header: rows must be >= 1, got ", header.rows()));
+  }
+  if (header.cols() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("upload header: cols must be >= 1, got ", header.cols()));
+  }
+  if (header.rows() > kMaxElements / header.cols()) {
+    return absl::InvalidArgumentError(absl::StrCat("upload header: ", header.rows(), " x ",
+                                                   header.cols(), " is too large"));
+  }
+  begun_ = true;
+  header_ = header;
+  expected_data_bytes_ = header.rows() * header.cols() * 4;
+  id_ = NewId("ds");
+  dir_ = absl::StrCat(store_->root_, "/", id_);
+  DENDRO_RETURN_IF_ERROR(MakeDirs(dir_));
+  DENDRO_RETURN_IF_ERROR(AtomicFileWriter::Open(dir_ + "/X.npy", &x_));
+  const int64_t shape[2] = {header.rows(), header.cols()};
+  DENDRO_RETURN_IF_ERROR(x_.Append(MakeNpyHeader(DType::kFloat32, shape)));
+  if (header.has_labels()) {
+    DENDRO_RETURN_IF_ERROR(AtomicFileWriter::Open(dir_ + "/y.npy", &y_));
+    const int64_t yshape[1] = {header.rows()};
+    DENDRO_RETURN_IF_ERROR(y_.Append(MakeNpyHeader(DType::kInt64, yshape)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DatasetUpload::ValidateFloats(std::string_view bytes) {
+  const int64_t cols = header_.cols();
+  // Index of the first float that starts in `bytes` (after completing carry).
+  size_t pos = 0;
+  if (!carry_.empty()) {
+    const size_t need = 4 - carry_.size();
+    const size_t take = std::min(need, bytes.size());
+    carry_.append(bytes.data(), take);
+    pos = take;
+    if (carry_.size() < 4) return absl::OkStatus();
+    float f;
+    std::memcpy(&f, carry_.data(), 4);
+    const int64_t index = (data_bytes_ - (4 - take)) / 4;  // float index of carry
+    if (!std::isfinite(f)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "row ", index / cols, ", column ", index % cols, " is ",
+          std::isnan(f) ? "NaN" : (f > 0 ? "+inf" : "-inf"), "; all values must be finite"));
+    }
+    carry_.clear();
+  }
+  const size_t whole = (bytes.size() - pos) / 4;
+  const int64_t first_index = (data_bytes_ + static_cast<int64_t>(pos)) / 4;
+  const char* p = bytes.data() + pos;
+  // Validate in aligned float blocks; copy when the chunk is misaligned.
+  std::vector<float> buf;
+  const float* floats = reinterpret_cast<const float*>(p);
+  if (reinterpret_cast<uintptr_t>(p) % alignof(float) != 0) {
+    buf.resize(whole);
+    std::memcpy(buf.data(), p, whole * 4);
+    floats = buf.data();
+  }
+  // ValidateFinite reports positions relative to a row-major block; present
+  // the block as one long row and translate the column back.
+  absl::Status s = ValidateFinite(floats, 1, static_cast<int64_t>(whole), 0);
+  if (!s.ok()) {
+    for (size_t i = 0; i < whole; ++i) {
+      if (!std::isfinite(floats[i])) {
+        const int64_t index = first_index + static_cast<int64_t>(i);
+        return absl::InvalidArgumentError(
+            absl::StrCat("row ", index / cols, ", column ", index % cols, " is ",
+                         std::isnan(floats[i]) ? "NaN" : (floats[i] > 0 ? "+inf" : "-inf"),
+                         "; all values must be finite"));
+      }
+    }
+  }
+  carry_.assign(p + whole * 4, bytes.size() - pos - whole * 4);
+  return absl::OkStatus();
+}
+
+absl::Status DatasetUpload::AppendData(std::string_view bytes) {
+  if (!begun_) return absl::InvalidArgumentError("upload: the first message must be a header");
+  if (label_bytes_ > 0) {
+    return absl::InvalidArgumentError("upload: data chunk after labels started");
+  }
+  if (data_bytes_ + static_cast<int64_t>(bytes.size()) > expected_data_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "upload: more data than the header's ", header_.rows(), " x ", header_.cols(),
+        " float32 (", expected_data_bytes_, " bytes)"));
+  }
+  DENDRO_RETURN_IF_ERROR(ValidateFloats(bytes));
+  DENDRO_RETURN_IF_ERROR(x_.Append(bytes));
+  data_bytes_ += static_cast<int64_t>(bytes.size());
+  return absl::OkStatus();
+}
+
+absl::Status DatasetUpload::AppendLabels(std::string_view bytes) {
+  if (!begun_) return absl::InvalidArgumentError("upload: the first message must be a header");
+  if (!header_.has_labels()) {
+    return absl::InvalidArgumentError("upload: labels sent but header.has_labels is false");
+  }
+  if (data_bytes_ != expected_data_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat("upload: labels sent after only ",
+                                                   data_bytes_, " of ", expected_data_bytes_,
+                                                   " data bytes"));
+  }
+  if (label_bytes_ + static_cast<int64_t>(bytes.size()) > header_.rows() * 8) {
+    return absl::InvalidArgumentError(absl::StrCat("upload: more than ", header_.rows(),
+                                                   " int64 labels"));
+  }
+  DENDRO_RETURN_IF_ERROR(y_.Append(bytes));
+  label_bytes_ += static_cast<int64_t>(bytes.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
+  if (!begun_) return absl::InvalidArgumentError("upload: empty stream (no header)");
+  if (data_bytes_ != expected_data_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "upload: shape mismatch: header says ", header_.rows(), " x ", header_.cols(),
+        " float32 = ", expected_data_bytes_, " bytes, received ", data_bytes_));
+  }
+  if (header_.has_labels() && label_bytes_ != header_.rows() * 8) {
+    return absl::InvalidArgumentError(absl::StrCat("upload: expected ", header_.rows(),
+                                                   " int64 labels (", header_.rows() * 8,
+                                                   " bytes), received ", label_bytes_,
+                                                   " bytes"));
+  }
+  v1::Dataset d;
+  d.set_id(id_);
+  d.set_display_name(header_.display_name());
+  d.set_rows(header_.rows());
+  d.set_cols(header_.cols());
+  d.set_has_labels(header_.has_labels());
+  d.set_size_bytes(x_.size() + (header_.has_labels() ? y_.size() : 0));
+  SetNow(d.mutable_create_time());
+  DENDRO_RETURN_IF_ERROR(x_.Commit());
+  if (header_.has_labels()) DENDRO_RETURN_IF_ERROR(y_.Commit());
+  absl::Status s = store_->meta_->PutDataset(d);
+  if (!s.ok()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+    return s;
+  }
+  dir_.clear();
+  return d;
+}
+
+// --- DatasetStore -------------------------------------------------------------
+
+DatasetStore::DatasetStore(std::string data_dir, MetadataStore* meta)
+    : root_(std::move(data_dir) + "/datasets"), meta_(meta) {}
+
+absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = open_.find(id); it != open_.end()) {
+    if (auto sp = it->second.lock()) return sp;
+  }
+  DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, meta_->GetDataset(id));
+  auto ds = std::make_shared<LoadedDataset>();
+  ds->info_ = info;
+  const std::string dir = absl::StrCat(root_, "/", id);
+  DENDRO_ASSIGN_OR_RETURN(ds->x_, MappedNpy::Open(dir + "/X.npy"));
+  if (ds->x_->header().dtype != DType::kFloat32 || ds->x_->header().rows() != info.rows() ||
+      ds->x_->header().cols() != info.cols()) {
+    return absl::DataLossError(absl::StrCat("dataset ", id, ": X.npy does not match metadata"));
+  }
+  if (info.has_labels()) {
+    DENDRO_ASSIGN_OR_RETURN(ds->y_, MappedNpy::Open(dir + "/y.npy"));
+    if (ds->y_->header().dtype != DType::kInt64 || ds->y_->header().rows() != info.rows()) {
+      return absl::DataLossError(
+          absl::StrCat("dataset ", id, ": y.npy does not match metadata"));
+    }
+  }
+  open_[id] = ds;
+  return std::shared_ptr<const LoadedDataset>(ds);
+}
+
+absl::Status DatasetStore::Delete(const std::string& id) {
+  DENDRO_RETURN_IF_ERROR(meta_->DeleteDataset(id));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_.erase(id);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(absl::StrCat(root_, "/", id), ec);
+  return absl::OkStatus();
+}
+
+void DatasetStore::RemoveOrphans() {
+  std::error_code ec;
+  if (!std::filesystem::exists(root_, ec)) return;
+  const std::vector<std::string> ids = meta_->AllDatasetIds();
+  for (const auto& entry : std::filesystem::directory_iterator(root_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (std::find(ids.begin(), ids.end(), name) == ids.end()) {
+      std::filesystem::remove_all(entry.path(), ec);
+    }
+  }
+}
+
+}  // namespace dendro::server

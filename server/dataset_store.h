@@ -1,0 +1,107 @@
+// DatasetStore: uploaded matrices on disk.
+//
+// Layout: <data_dir>/datasets/<id>/X.npy (float32, rows x cols) and, when
+// labelled, y.npy (int64, rows). An upload streams straight into a temporary
+// file (the server never holds a second copy of the data in memory),
+// validating every float as it arrives; only a complete, valid upload is
+// renamed into place and then recorded in the MetadataStore. Opened datasets
+// are memory-mapped and shared between concurrent jobs.
+#ifndef DENDRO_SERVER_DATASET_STORE_H_
+#define DENDRO_SERVER_DATASET_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/io/atomic_file.h"
+#include "core/io/npy.h"
+#include "core/matrix/matrix.h"
+#include "dendro/v1/dendro.pb.h"
+#include "server/metadata_store.h"
+
+namespace dendro::server {
+
+// A dataset mapped into memory. Immutable; shared by jobs using it.
+class LoadedDataset {
+ public:
+  const v1::Dataset& info() const { return info_; }
+  MatrixView matrix() const;
+  // Empty unless info().has_labels().
+  absl::Span<const int64_t> labels() const;
+
+ private:
+  friend class DatasetStore;
+  v1::Dataset info_;
+  std::unique_ptr<MappedNpy> x_;
+  std::unique_ptr<MappedNpy> y_;
+};
+
+class DatasetStore;
+
+// One in-progress upload. Feed it in protocol order; any error leaves
+// nothing behind (the temporary files are removed on destruction).
+class DatasetUpload {
+ public:
+  absl::Status Begin(const v1::DatasetHeader& header);
+  absl::Status AppendData(std::string_view bytes);
+  absl::Status AppendLabels(std::string_view bytes);
+  // Checks the byte counts, publishes the files and the metadata row.
+  absl::StatusOr<v1::Dataset> Finish();
+
+ private:
+  friend class DatasetStore;
+  explicit DatasetUpload(DatasetStore* store) : store_(store) {}
+  absl::Status ValidateFloats(std::string_view bytes);
+
+  DatasetStore* store_;
+  v1::DatasetHeader header_;
+  bool begun_ = false;
+  std::string id_;
+  std::string dir_;
+  AtomicFileWriter x_;
+  AtomicFileWriter y_;
+  int64_t data_bytes_ = 0;   // received so far
+  int64_t label_bytes_ = 0;
+  int64_t expected_data_bytes_ = 0;
+  std::string carry_;        // < 4 bytes of a float split across chunks
+};
+
+class DatasetStore {
+ public:
+  DatasetStore(std::string data_dir, MetadataStore* meta);
+
+  std::unique_ptr<DatasetUpload> StartUpload() {
+    return std::unique_ptr<DatasetUpload>(new DatasetUpload(this));
+  }
+  absl::StatusOr<v1::Dataset> Get(const std::string& id) { return meta_->GetDataset(id); }
+  absl::StatusOr<Page<v1::Dataset>> List(int64_t after_seq, int limit) {
+    return meta_->ListDatasets(after_seq, limit);
+  }
+  absl::StatusOr<std::shared_ptr<const LoadedDataset>> Open(const std::string& id);
+  // Removes the metadata row, then the files.
+  absl::Status Delete(const std::string& id);
+  // Removes dataset directories with no metadata row (left by a crash
+  // between writing files and recording them).
+  void RemoveOrphans();
+
+ private:
+  friend class DatasetUpload;
+  std::string root_;  // <data_dir>/datasets
+  MetadataStore* meta_;
+  std::mutex mu_;
+  std::map<std::string, std::weak_ptr<const LoadedDataset>> open_;
+};
+
+// Random lowercase hex id with a prefix, e.g. NewId("ds") -> "ds-3f9c0a1b2d4e".
+std::string NewId(std::string_view prefix);
+// Milliseconds since the epoch, for Timestamp fields.
+void SetNow(google::protobuf::Timestamp* ts);
+
+}  // namespace dendro::server
+
+#endif  // DENDRO_SERVER_DATASET_STORE_H_

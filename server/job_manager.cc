@@ -1,0 +1,271 @@
+#include "server/job_manager.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/run_context.h"
+#include "core/common/status_macros.h"
+#include "server/methods/method.h"
+#include "spdlog/spdlog.h"
+
+namespace dendro::server {
+
+// Connects a running algorithm to its job entry.
+class JobManager::Context final : public RunContext {
+ public:
+  Context(JobManager* mgr, std::shared_ptr<Entry> entry)
+      : mgr_(mgr), entry_(std::move(entry)) {}
+  bool Cancelled() const override { return entry_->cancel.load(std::memory_order_relaxed); }
+  void Report(double fraction, std::string_view stage) override {
+    fraction = std::clamp(fraction, 0.0, 1.0);
+    std::lock_guard<std::mutex> lock(mgr_->mu_);
+    v1::Job& job = entry_->job;
+    const bool stage_changed = job.stage() != stage;
+    // Publish at most every 0.1% unless the stage changes: watchers need
+    // motion, not a message per inner-loop iteration.
+    if (!stage_changed && fraction < job.progress() + 0.001) return;
+    job.set_progress(std::max(job.progress(), fraction));
+    if (stage_changed) job.set_stage(std::string(stage));
+    ++entry_->version;
+    mgr_->changed_cv_.notify_all();
+  }
+
+ private:
+  JobManager* mgr_;
+  std::shared_ptr<Entry> entry_;
+};
+
+JobManager::JobManager(Options options, MetadataStore* meta, DatasetStore* datasets,
+                       ModelRegistry* models)
+    : options_(options), meta_(meta), datasets_(datasets), models_(models) {}
+
+JobManager::~JobManager() { Shutdown(absl::ZeroDuration()); }
+
+absl::Status JobManager::PublishLocked(Entry& entry) {
+  ++entry.version;
+  changed_cv_.notify_all();
+  return meta_->PutJob(entry.job);
+}
+
+absl::Status JobManager::Start() {
+  DENDRO_ASSIGN_OR_RETURN(std::vector<v1::Job> unfinished, meta_->UnfinishedJobs());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (v1::Job& job : unfinished) {
+      auto entry = std::make_shared<Entry>();
+      job.set_state(v1::JOB_STATE_QUEUED);
+      job.set_stage("queued (recovered after restart)");
+      job.set_progress(0);
+      entry->job = std::move(job);
+      DENDRO_RETURN_IF_ERROR(PublishLocked(*entry));
+      queue_.push_back(entry->job.id());
+      active_[entry->job.id()] = std::move(entry);
+    }
+    accepting_ = true;
+  }
+  if (!unfinished.empty()) spdlog::info("re-queued {} unfinished job(s)", unfinished.size());
+  for (int i = 0; i < std::max(1, options_.workers); ++i) {
+    workers_.emplace_back([this] { WorkerLoop(); });
+  }
+  queue_cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void JobManager::Shutdown(absl::Duration grace) {
+  std::unique_lock<std::mutex> lock(mu_);
+  accepting_ = false;
+  if (workers_.empty()) return;
+  const absl::Time deadline = absl::Now() + grace;
+  while (running_ > 0 && absl::Now() < deadline) {
+    changed_cv_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  stopping_ = true;
+  for (auto& [id, entry] : active_) {
+    if (entry->job.state() == v1::JOB_STATE_RUNNING) {
+      entry->interrupted = true;
+      entry->cancel = true;
+    }
+  }
+  queue_cv_.notify_all();
+  lock.unlock();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+}
+
+absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
+  DENDRO_ASSIGN_OR_RETURN(const Method* method, MethodForSpec(spec));
+  DENDRO_RETURN_IF_ERROR(ValidateModelName(spec.model_name()));
+  if (spec.dataset_id().empty()) return absl::InvalidArgumentError("job spec: dataset_id is empty");
+  DENDRO_ASSIGN_OR_RETURN(v1::Dataset dataset, datasets_->Get(spec.dataset_id()));
+  DENDRO_RETURN_IF_ERROR(method->Validate(spec, dataset));
+
+  auto entry = std::make_shared<Entry>();
+  v1::Job& job = entry->job;
+  job.set_id(NewId("job"));
+  *job.mutable_spec() = spec;
+  job.set_state(v1::JOB_STATE_QUEUED);
+  job.set_stage("queued");
+  SetNow(job.mutable_create_time());
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!accepting_) return absl::UnavailableError("server is shutting down; job not accepted");
+  if (static_cast<int>(queue_.size()) >= options_.queue_capacity) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job queue is full (", queue_.size(), " jobs waiting, capacity ",
+        options_.queue_capacity, "); retry later"));
+  }
+  DENDRO_RETURN_IF_ERROR(PublishLocked(*entry));
+  queue_.push_back(job.id());
+  active_[job.id()] = entry;
+  queue_cv_.notify_one();
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = active_.find(id); it != active_.end()) return it->second->job;
+  }
+  return meta_->GetJob(id);
+}
+
+absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = active_.find(id);
+  if (it == active_.end()) return meta_->GetJob(id);  // finished (or NotFound)
+  Entry& entry = *it->second;
+  entry.cancel = true;
+  if (entry.job.state() == v1::JOB_STATE_QUEUED) {
+    queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
+    entry.job.set_state(v1::JOB_STATE_CANCELLED);
+    entry.job.set_stage("cancelled");
+    entry.job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kCancelled));
+    entry.job.mutable_error()->set_message("cancelled before it started");
+    SetNow(entry.job.mutable_end_time());
+    DENDRO_RETURN_IF_ERROR(PublishLocked(entry));
+    v1::Job job = entry.job;
+    active_.erase(it);
+    return job;
+  }
+  return entry.job;  // running: the worker records CANCELLED when the loop stops
+}
+
+absl::StatusOr<v1::Job> JobManager::WaitForChange(const std::string& id, uint64_t* seen,
+                                                  absl::Time deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = active_.find(id);
+  if (it == active_.end()) {
+    lock.unlock();
+    DENDRO_ASSIGN_OR_RETURN(v1::Job job, meta_->GetJob(id));
+    *seen = UINT64_MAX;  // finished: no further changes
+    return job;
+  }
+  std::shared_ptr<Entry> entry = it->second;
+  while (entry->version <= *seen && absl::Now() < deadline) {
+    const absl::Duration left = std::min(deadline - absl::Now(), absl::Seconds(1));
+    changed_cv_.wait_for(lock, absl::ToChronoNanoseconds(left));
+  }
+  *seen = entry->version;
+  return entry->job;
+}
+
+bool JobManager::DatasetInUse(const std::string& dataset_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, entry] : active_) {
+    if (entry->job.spec().dataset_id() == dataset_id) return true;
+  }
+  return false;
+}
+
+void JobManager::WorkerLoop() {
+  for (;;) {
+    std::shared_ptr<Entry> entry;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      const std::string id = queue_.front();
+      queue_.pop_front();
+      entry = active_.at(id);
+      v1::Job& job = entry->job;
+      job.set_state(v1::JOB_STATE_RUNNING);
+      job.set_stage("starting");
+      job.set_progress(0);
+      job.set_attempts(job.attempts() + 1);
+      SetNow(job.mutable_start_time());
+      ++running_;
+      absl::Status s = PublishLocked(*entry);
+      if (!s.ok()) spdlog::error("job {}: cannot record start: {}", id, s.ToString());
+    }
+    Run(entry);
+  }
+}
+
+void JobManager::Run(const std::shared_ptr<Entry>& entry) {
+  const std::string id = entry->job.id();
+  const v1::JobSpec spec = entry->job.spec();
+  spdlog::info("job {}: running for model {} on dataset {}", id, spec.model_name(), spec.dataset_id());
+  Context ctx(this, entry);
+  absl::StatusOr<std::unique_ptr<FittedModel>> fitted = [&]()
+      -> absl::StatusOr<std::unique_ptr<FittedModel>> {
+    DENDRO_ASSIGN_OR_RETURN(const Method* method, MethodForSpec(spec));
+    DENDRO_ASSIGN_OR_RETURN(auto dataset, datasets_->Open(spec.dataset_id()));
+    return method->Fit(*dataset, spec, ctx);
+  }();
+
+  absl::Status outcome = fitted.status();
+  if (fitted.ok()) {
+    v1::Job done;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done = entry->job;
+    }
+    done.set_state(v1::JOB_STATE_SUCCEEDED);
+    done.set_stage("done");
+    done.set_progress(1.0);
+    SetNow(done.mutable_end_time());
+    auto model = models_->Commit(**fitted, done);
+    if (model.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      done.set_model_name(model->name());
+      done.set_model_version(model->version());
+      entry->job = std::move(done);
+      ++entry->version;
+      --running_;
+      active_.erase(id);
+      changed_cv_.notify_all();
+      spdlog::info("job {}: succeeded; model {} v{}", id, model->name(), model->version());
+      return;
+    }
+    outcome = model.status();
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::Job& job = entry->job;
+  if (outcome.code() == absl::StatusCode::kCancelled && entry->interrupted) {
+    job.set_state(v1::JOB_STATE_QUEUED);
+    job.set_stage("interrupted by shutdown; re-queued at next start");
+    spdlog::warn("job {}: interrupted by shutdown", id);
+  } else if (outcome.code() == absl::StatusCode::kCancelled && entry->cancel) {
+    job.set_state(v1::JOB_STATE_CANCELLED);
+    job.set_stage("cancelled");
+    job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kCancelled));
+    job.mutable_error()->set_message("cancelled by request");
+    SetNow(job.mutable_end_time());
+    spdlog::info("job {}: cancelled", id);
+  } else {
+    job.set_state(v1::JOB_STATE_FAILED);
+    job.set_stage("failed");
+    job.mutable_error()->set_code(static_cast<int>(outcome.code()));
+    job.mutable_error()->set_message(std::string(outcome.message()));
+    SetNow(job.mutable_end_time());
+    spdlog::warn("job {}: failed: {}", id, outcome.ToString());
+  }
+  absl::Status s = PublishLocked(*entry);
+  if (!s.ok()) spdlog::error("job {}: cannot record outcome: {}", id, s.ToString());
+  --running_;
+  active_.erase(id);
+}
+
+}  // namespace dendro::server

@@ -1,0 +1,82 @@
+// dendrod: the Dendro model server.
+#include <csignal>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "core/io/atomic_file.h"
+#include "server/server.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "HOST:PORT to serve gRPC on");
+ABSL_FLAG(std::string, data_dir, "./dendro-data",
+          "directory for the metadata database, datasets and models");
+ABSL_FLAG(int, workers, 1, "jobs run at the same time (each uses all cores)");
+ABSL_FLAG(int, queue_size, 64, "jobs that may wait; more are refused with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_message_mb, 64, "largest gRPC message accepted or sent, in MiB");
+ABSL_FLAG(int, drain_seconds, 30, "on SIGTERM, how long running jobs may finish");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain; enables TLS with --tls_key");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key");
+ABSL_FLAG(std::string, port_file, "",
+          "if set, write the bound port here once serving (for --listen HOST:0)");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+
+namespace {
+
+// Blocks SIGTERM/SIGINT in every thread and waits for them on a dedicated
+// one, so shutdown runs in ordinary code rather than a signal handler.
+void WaitForSignalThenShutdown(dendro::server::DendroServer* server, sigset_t set) {
+  int sig = 0;
+  sigwait(&set, &sig);
+  spdlog::info("received signal {}", sig);
+  server->Shutdown();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("dendrod --listen HOST:PORT --data_dir DIR");
+  absl::ParseCommandLine(argc, argv);
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  dendro::server::ServerOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.workers = absl::GetFlag(FLAGS_workers);
+  options.queue_capacity = absl::GetFlag(FLAGS_queue_size);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
+  options.drain_grace = absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  if (options.workers < 1 || options.queue_capacity < 1 || options.max_message_bytes <= 0) {
+    fprintf(stderr, "dendrod: --workers, --queue_size and --max_message_mb must be >= 1\n");
+    return 2;
+  }
+
+  dendro::server::DendroServer server(options);
+  absl::Status s = server.Start();
+  if (!s.ok()) {
+    fprintf(stderr, "dendrod: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  if (const std::string pf = absl::GetFlag(FLAGS_port_file); !pf.empty()) {
+    absl::Status w = dendro::WriteFileAtomic(pf, absl::StrCat(server.port(), "\n"));
+    if (!w.ok()) {
+      fprintf(stderr, "dendrod: %s\n", std::string(w.message()).c_str());
+      return 1;
+    }
+  }
+  std::thread signals(WaitForSignalThenShutdown, &server, set);
+  server.Wait();
+  signals.join();
+  return 0;
+}

@@ -1,0 +1,423 @@
+#include "server/metadata_store.h"
+
+#include <sqlite3.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+
+namespace dendro::server {
+namespace {
+
+// RAII prepared statement. Bind* take 1-based indices like SQLite.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  absl::Status prepared() const {
+    if (rc_ == SQLITE_OK) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("sqlite prepare: ", sqlite3_errmsg(db_)));
+  }
+  Stmt& Bind(int i, const std::string& s) {
+    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& BindBlob(int i, const std::string& s) {
+    sqlite3_bind_blob(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  // SQLITE_ROW -> true, SQLITE_DONE -> false, else error.
+  absl::StatusOr<bool> Step() {
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));
+  }
+  absl::Status Run() {
+    auto r = Step();
+    return r.ok() ? absl::OkStatus() : r.status();
+  }
+  int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
+  std::string Text(int col) {
+    const void* p = sqlite3_column_blob(stmt_, col);
+    const int n = sqlite3_column_bytes(stmt_, col);
+    return p ? std::string(static_cast<const char*>(p), n) : std::string();
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+template <typename Msg>
+absl::StatusOr<Msg> Decode(const std::string& blob, const char* what) {
+  Msg m;
+  if (!m.ParseFromString(blob)) {
+    return absl::DataLossError(absl::StrCat("corrupt ", what, " record in metadata"));
+  }
+  return m;
+}
+
+// A transaction that rolls back unless committed.
+class Txn {
+ public:
+  explicit Txn(sqlite3* db) : db_(db) {
+    ok_ = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK;
+  }
+  ~Txn() {
+    if (ok_ && !done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  absl::Status began() const {
+    return ok_ ? absl::OkStatus()
+               : absl::InternalError(absl::StrCat("sqlite begin: ", sqlite3_errmsg(db_)));
+  }
+  absl::Status Commit() {
+    done_ = true;
+    if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      return absl::InternalError(absl::StrCat("sqlite commit: ", sqlite3_errmsg(db_)));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  sqlite3* db_;
+  bool ok_ = false;
+  bool done_ = false;
+};
+
+constexpr const char* kSchema = R"sql(
+PRAGMA journal_mode = WAL;
+PRAGMA synchronous = FULL;
+PRAGMA foreign_keys = ON;
+CREATE TABLE IF NOT EXISTS datasets (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  state INTEGER NOT NULL,
+  dataset_id TEXT NOT NULL,
+  record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS models (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL,
+  version INTEGER NOT NULL,
+  dir TEXT NOT NULL,
+  record BLOB NOT NULL,
+  UNIQUE (name, version));
+CREATE TABLE IF NOT EXISTS model_names (
+  name TEXT PRIMARY KEY,
+  next_version INTEGER NOT NULL);
+)sql";
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetadataStore>> MetadataStore::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                             SQLITE_OPEN_FULLMUTEX,
+                      nullptr) != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::UnavailableError(absl::StrCat("cannot open metadata db ", path, ": ", msg));
+  }
+  sqlite3_busy_timeout(db, 5000);
+  std::unique_ptr<MetadataStore> store(new MetadataStore(db));
+  DENDRO_RETURN_IF_ERROR(store->Exec(kSchema));
+  return store;
+}
+
+MetadataStore::~MetadataStore() { sqlite3_close(db_); }
+
+absl::Status MetadataStore::Exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return absl::InternalError(absl::StrCat("sqlite: ", msg));
+  }
+  return absl::OkStatus();
+}
+
+// --- datasets ---------------------------------------------------------------
+
+absl::Status MetadataStore::PutDataset(const v1::Dataset& d) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "INSERT INTO datasets (id, record) VALUES (?, ?)");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  return st.Bind(1, d.id()).BindBlob(2, d.SerializeAsString()).Run();
+}
+
+absl::StatusOr<v1::Dataset> MetadataStore::GetDataset(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "SELECT record FROM datasets WHERE id = ?");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  st.Bind(1, id);
+  auto row = st.Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::NotFoundError(absl::StrCat("dataset '", id, "' not found"));
+  return Decode<v1::Dataset>(st.Text(0), "dataset");
+}
+
+absl::StatusOr<Page<v1::Dataset>> MetadataStore::ListDatasets(int64_t after_seq, int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "SELECT seq, record FROM datasets WHERE seq > ? ORDER BY seq LIMIT ?");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  st.Bind(1, after_seq).Bind(2, static_cast<int64_t>(limit) + 1);
+  Page<v1::Dataset> page;
+  for (;;) {
+    auto row = st.Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    if (static_cast<int>(page.items.size()) == limit) {
+      page.more = true;
+      break;
+    }
+    auto d = Decode<v1::Dataset>(st.Text(1), "dataset");
+    if (!d.ok()) return d.status();
+    page.items.push_back(*std::move(d));
+    page.last_seq = st.Int(0);
+  }
+  return page;
+}
+
+absl::Status MetadataStore::DeleteDataset(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "DELETE FROM datasets WHERE id = ?");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  DENDRO_RETURN_IF_ERROR(st.Bind(1, id).Run());
+  if (sqlite3_changes(db_) == 0) {
+    return absl::NotFoundError(absl::StrCat("dataset '", id, "' not found"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> MetadataStore::AllDatasetIds() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> ids;
+  Stmt st(db_, "SELECT id FROM datasets");
+  if (!st.prepared().ok()) return ids;
+  while (true) {
+    auto row = st.Step();
+    if (!row.ok() || !*row) break;
+    ids.push_back(st.Text(0));
+  }
+  return ids;
+}
+
+// --- jobs -------------------------------------------------------------------
+
+namespace {
+absl::Status UpsertJob(sqlite3* db, const v1::Job& job) {
+  Stmt st(db,
+          "INSERT INTO jobs (id, state, dataset_id, record) VALUES (?, ?, ?, ?) "
+          "ON CONFLICT(id) DO UPDATE SET state = excluded.state, "
+          "record = excluded.record");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  return st.Bind(1, job.id())
+      .Bind(2, static_cast<int64_t>(job.state()))
+      .Bind(3, job.spec().dataset_id())
+      .BindBlob(4, job.SerializeAsString())
+      .Run();
+}
+}  // namespace
+
+absl::Status MetadataStore::PutJob(const v1::Job& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return UpsertJob(db_, job);
+}
+
+absl::StatusOr<v1::Job> MetadataStore::GetJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "SELECT record FROM jobs WHERE id = ?");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  st.Bind(1, id);
+  auto row = st.Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+  return Decode<v1::Job>(st.Text(0), "job");
+}
+
+absl::StatusOr<Page<v1::Job>> MetadataStore::ListJobs(int64_t after_seq, int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "SELECT seq, record FROM jobs WHERE seq > ? ORDER BY seq LIMIT ?");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  st.Bind(1, after_seq).Bind(2, static_cast<int64_t>(limit) + 1);
+  Page<v1::Job> page;
+  for (;;) {
+    auto row = st.Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    if (static_cast<int>(page.items.size()) == limit) {
+      page.more = true;
+      break;
+    }
+    auto j = Decode<v1::Job>(st.Text(1), "job");
+    if (!j.ok()) return j.status();
+    page.items.push_back(*std::move(j));
+    page.last_seq = st.Int(0);
+  }
+  return page;
+}
+
+absl::StatusOr<std::vector<v1::Job>> MetadataStore::UnfinishedJobs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "SELECT record FROM jobs WHERE state IN (?, ?) ORDER BY seq");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  st.Bind(1, static_cast<int64_t>(v1::JOB_STATE_QUEUED))
+      .Bind(2, static_cast<int64_t>(v1::JOB_STATE_RUNNING));
+  std::vector<v1::Job> jobs;
+  for (;;) {
+    auto row = st.Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    auto j = Decode<v1::Job>(st.Text(0), "job");
+    if (!j.ok()) return j.status();
+    jobs.push_back(*std::move(j));
+  }
+  return jobs;
+}
+
+// --- models -----------------------------------------------------------------
+
+absl::StatusOr<int64_t> MetadataStore::CommitModel(v1::Model model, const std::string& dir,
+                                                   v1::Job job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Txn txn(db_);
+  DENDRO_RETURN_IF_ERROR(txn.began());
+  int64_t version = 1;
+  {
+    Stmt st(db_, "SELECT next_version FROM model_names WHERE name = ?");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    st.Bind(1, model.name());
+    auto row = st.Step();
+    if (!row.ok()) return row.status();
+    if (*row) version = st.Int(0);
+  }
+  {
+    Stmt st(db_,
+            "INSERT INTO model_names (name, next_version) VALUES (?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET next_version = excluded.next_version");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    DENDRO_RETURN_IF_ERROR(st.Bind(1, model.name()).Bind(2, version + 1).Run());
+  }
+  model.set_version(version);
+  {
+    Stmt st(db_, "INSERT INTO models (name, version, dir, record) VALUES (?, ?, ?, ?)");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    DENDRO_RETURN_IF_ERROR(st.Bind(1, model.name())
+                      .Bind(2, version)
+                      .Bind(3, dir)
+                      .BindBlob(4, model.SerializeAsString())
+                      .Run());
+  }
+  job.set_model_name(model.name());
+  job.set_model_version(version);
+  DENDRO_RETURN_IF_ERROR(UpsertJob(db_, job));
+  DENDRO_RETURN_IF_ERROR(txn.Commit());
+  return version;
+}
+
+absl::StatusOr<StoredModel> MetadataStore::GetModel(const std::string& name, int64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, version > 0
+                   ? "SELECT record, dir FROM models WHERE name = ? AND version = ?"
+                   : "SELECT record, dir FROM models WHERE name = ? AND ? = 0 "
+                     "ORDER BY version DESC LIMIT 1");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  st.Bind(1, name).Bind(2, version);
+  auto row = st.Step();
+  if (!row.ok()) return row.status();
+  if (!*row) {
+    return absl::NotFoundError(version > 0 ? absl::StrCat("model '", name, "' version ",
+                                                          version, " not found")
+                                           : absl::StrCat("model '", name, "' not found"));
+  }
+  auto m = Decode<v1::Model>(st.Text(0), "model");
+  if (!m.ok()) return m.status();
+  return StoredModel{*std::move(m), st.Text(1)};
+}
+
+absl::StatusOr<Page<v1::Model>> MetadataStore::ListModels(const std::string& name,
+                                                          int64_t after_seq, int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_,
+          "SELECT seq, record FROM models WHERE seq > ? AND (? = '' OR name = ?) "
+          "ORDER BY seq LIMIT ?");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  st.Bind(1, after_seq).Bind(2, name).Bind(3, name).Bind(4, static_cast<int64_t>(limit) + 1);
+  Page<v1::Model> page;
+  for (;;) {
+    auto row = st.Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    if (static_cast<int>(page.items.size()) == limit) {
+      page.more = true;
+      break;
+    }
+    auto m = Decode<v1::Model>(st.Text(1), "model");
+    if (!m.ok()) return m.status();
+    page.items.push_back(*std::move(m));
+    page.last_seq = st.Int(0);
+  }
+  return page;
+}
+
+absl::StatusOr<std::vector<StoredModel>> MetadataStore::DeleteModels(const std::string& name,
+                                                                     int64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Txn txn(db_);
+  DENDRO_RETURN_IF_ERROR(txn.began());
+  std::vector<StoredModel> removed;
+  {
+    Stmt st(db_,
+            "SELECT record, dir FROM models WHERE name = ? AND (? = 0 OR version = ?)");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    st.Bind(1, name).Bind(2, version).Bind(3, version);
+    for (;;) {
+      auto row = st.Step();
+      if (!row.ok()) return row.status();
+      if (!*row) break;
+      auto m = Decode<v1::Model>(st.Text(0), "model");
+      if (!m.ok()) return m.status();
+      removed.push_back(StoredModel{*std::move(m), st.Text(1)});
+    }
+  }
+  if (removed.empty()) {
+    return absl::NotFoundError(version > 0 ? absl::StrCat("model '", name, "' version ",
+                                                          version, " not found")
+                                           : absl::StrCat("model '", name, "' not found"));
+  }
+  Stmt st(db_, "DELETE FROM models WHERE name = ? AND (? = 0 OR version = ?)");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  DENDRO_RETURN_IF_ERROR(st.Bind(1, name).Bind(2, version).Bind(3, version).Run());
+  DENDRO_RETURN_IF_ERROR(txn.Commit());
+  return removed;
+}
+
+std::vector<std::string> MetadataStore::AllModelDirs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> dirs;
+  Stmt st(db_, "SELECT dir FROM models");
+  if (!st.prepared().ok()) return dirs;
+  while (true) {
+    auto row = st.Step();
+    if (!row.ok() || !*row) break;
+    dirs.push_back(st.Text(0));
+  }
+  return dirs;
+}
+
+}  // namespace dendro::server

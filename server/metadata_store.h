@@ -1,0 +1,82 @@
+// MetadataStore: the server's SQLite catalogue of datasets, jobs and models.
+//
+// Each record is stored as its serialized dendro.v1 message plus the few
+// columns queries need. Arrays and trees live in files beside the database
+// (see DatasetStore and ModelRegistry); a row is written only after its
+// files are durable, and deleted before its files are removed, so the
+// catalogue never points at a missing file. All methods are thread-safe.
+//
+// Pagination: every table has an INTEGER PRIMARY KEY `seq` in insertion
+// order; List* return rows with seq > after_seq and report the last seq.
+#ifndef DENDRO_SERVER_METADATA_STORE_H_
+#define DENDRO_SERVER_METADATA_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dendro/v1/dendro.pb.h"
+
+struct sqlite3;
+
+namespace dendro::server {
+
+template <typename T>
+struct Page {
+  std::vector<T> items;
+  int64_t last_seq = 0;  // seq of the last item; 0 if empty
+  bool more = false;     // rows remain after this page
+};
+
+struct StoredModel {
+  v1::Model model;
+  std::string dir;  // artifact directory, relative to the data dir
+};
+
+class MetadataStore {
+ public:
+  static absl::StatusOr<std::unique_ptr<MetadataStore>> Open(const std::string& path);
+  ~MetadataStore();
+
+  absl::Status PutDataset(const v1::Dataset& d);
+  absl::StatusOr<v1::Dataset> GetDataset(const std::string& id);
+  absl::StatusOr<Page<v1::Dataset>> ListDatasets(int64_t after_seq, int limit);
+  absl::Status DeleteDataset(const std::string& id);
+  std::vector<std::string> AllDatasetIds();
+
+  // Insert or replace by id.
+  absl::Status PutJob(const v1::Job& job);
+  absl::StatusOr<v1::Job> GetJob(const std::string& id);
+  absl::StatusOr<Page<v1::Job>> ListJobs(int64_t after_seq, int limit);
+  // Jobs in QUEUED or RUNNING state, oldest first.
+  absl::StatusOr<std::vector<v1::Job>> UnfinishedJobs();
+
+  // In one transaction: assigns the next version of model.name(), stores
+  // the model row with `dir`, and stores `job` (already marked SUCCEEDED)
+  // with the model name/version filled in. Returns the version.
+  absl::StatusOr<int64_t> CommitModel(v1::Model model, const std::string& dir,
+                                      v1::Job job);
+  // version 0 = latest.
+  absl::StatusOr<StoredModel> GetModel(const std::string& name, int64_t version);
+  absl::StatusOr<Page<v1::Model>> ListModels(const std::string& name, int64_t after_seq,
+                                             int limit);
+  // version 0 = all versions. Returns the removed rows (for file cleanup);
+  // NotFound if nothing matched.
+  absl::StatusOr<std::vector<StoredModel>> DeleteModels(const std::string& name,
+                                                        int64_t version);
+  std::vector<std::string> AllModelDirs();
+
+ private:
+  explicit MetadataStore(sqlite3* db) : db_(db) {}
+  absl::Status Exec(const char* sql);
+
+  std::mutex mu_;
+  sqlite3* db_;
+};
+
+}  // namespace dendro::server
+
+#endif  // DENDRO_SERVER_METADATA_STORE_H_

@@ -1,0 +1,69 @@
+// Method: how the server fits, saves, loads and applies one algorithm.
+//
+// Each algorithm in core/ gets one Method here that adapts it to the
+// service: it checks a JobSpec against a dataset before the job is queued,
+// runs the fit inside a job, and turns the result into a FittedModel whose
+// artifacts live in one directory. Adding a method = one file in
+// server/methods/ plus a line in method.cc.
+#ifndef DENDRO_SERVER_METHODS_METHOD_H_
+#define DENDRO_SERVER_METHODS_METHOD_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/common/run_context.h"
+#include "core/hierarchy/hierarchy.h"
+#include "core/matrix/matrix.h"
+#include "dendro/v1/dendro.pb.h"
+#include "server/dataset_store.h"
+
+namespace dendro::server {
+
+// A fitted model, fresh from a job or loaded from disk. Immutable and
+// shareable across threads.
+class FittedModel {
+ public:
+  virtual ~FittedModel() = default;
+  virtual std::string_view method() const = 0;
+  virtual const Hierarchy& tree() const = 0;
+  // Number of columns Assign expects.
+  virtual int64_t input_dim() const = 0;
+  // Human-readable facts stored with the registry entry.
+  virtual std::map<std::string, std::string> metadata() const { return {}; }
+  // Writes every artifact into the existing directory `dir` (atomically,
+  // file by file).
+  virtual absl::Status Save(const std::string& dir) const = 0;
+  // Leaf cluster of each row; rows.cols() == input_dim() is checked by the
+  // caller.
+  virtual absl::StatusOr<std::vector<int32_t>> AssignLeaves(const MatrixView& rows) const = 0;
+};
+
+class Method {
+ public:
+  virtual ~Method() = default;
+  virtual std::string_view name() const = 0;
+  // Called at submit time: InvalidArgument / FailedPrecondition if `spec`
+  // cannot run on `dataset`.
+  virtual absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset) const = 0;
+  virtual absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset& dataset,
+                                                           const v1::JobSpec& spec,
+                                                           RunContext& ctx) const = 0;
+  virtual absl::StatusOr<std::unique_ptr<FittedModel>> Load(const std::string& dir) const = 0;
+};
+
+// The method selected by spec's `method` oneof; InvalidArgument if unset.
+absl::StatusOr<const Method*> MethodForSpec(const v1::JobSpec& spec);
+// By registry name ("l2h"); NotFound if unknown.
+absl::StatusOr<const Method*> MethodByName(std::string_view name);
+
+// Shared by the hierarchy-based methods: tree.json + point_leaf.npy.
+absl::Status SaveTree(const Hierarchy& tree, const std::string& dir);
+absl::StatusOr<Hierarchy> LoadTree(const std::string& dir);
+
+}  // namespace dendro::server
+
+#endif  // DENDRO_SERVER_METHODS_METHOD_H_

@@ -1,0 +1,121 @@
+#include "server/model_registry.h"
+
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+#include "core/io/atomic_file.h"
+#include "server/dataset_store.h"
+
+namespace dendro::server {
+
+absl::Status ValidateModelName(const std::string& name) {
+  if (name.empty() || name.size() > 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model name must be 1-128 characters, got ", name.size()));
+  }
+  if (name[0] == '.') return absl::InvalidArgumentError("model name must not start with '.'");
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model name '", name, "' has character '", std::string(1, c),
+          "'; allowed are letters, digits, '.', '_' and '-'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+ModelRegistry::ModelRegistry(std::string data_dir, MetadataStore* meta)
+    : data_dir_(std::move(data_dir)), meta_(meta) {}
+
+absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Job job) {
+  const std::string name = job.spec().model_name();
+  DENDRO_RETURN_IF_ERROR(ValidateModelName(name));
+  const std::string rel = absl::StrCat("models/", name, "/", NewId("m"));
+  const std::string dir = absl::StrCat(data_dir_, "/", rel);
+  DENDRO_RETURN_IF_ERROR(MakeDirs(dir));
+  absl::Status saved = model.Save(dir);
+  if (!saved.ok()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    return saved;
+  }
+  v1::Model m;
+  m.set_name(name);
+  m.set_method(std::string(model.method()));
+  m.set_dataset_id(job.spec().dataset_id());
+  m.set_job_id(job.id());
+  m.set_num_leaves(model.tree().num_leaves());
+  m.set_input_dim(model.input_dim());
+  SetNow(m.mutable_create_time());
+  for (const auto& [k, v] : model.metadata()) (*m.mutable_metadata())[k] = v;
+  auto version = meta_->CommitModel(m, rel, std::move(job));
+  if (!version.ok()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    return version.status();
+  }
+  m.set_version(*version);
+  return m;
+}
+
+absl::StatusOr<v1::Model> ModelRegistry::Get(const std::string& name, int64_t version) {
+  DENDRO_ASSIGN_OR_RETURN(StoredModel stored, meta_->GetModel(name, version));
+  return stored.model;
+}
+
+absl::StatusOr<std::pair<std::shared_ptr<const FittedModel>, v1::Model>> ModelRegistry::Load(
+    const std::string& name, int64_t version) {
+  DENDRO_ASSIGN_OR_RETURN(StoredModel stored, meta_->GetModel(name, version));
+  const auto key = std::make_pair(name, stored.model.version());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      return std::make_pair(it->second, stored.model);
+    }
+  }
+  DENDRO_ASSIGN_OR_RETURN(const Method* method, MethodByName(stored.model.method()));
+  auto loaded = method->Load(absl::StrCat(data_dir_, "/", stored.dir));
+  if (!loaded.ok()) {
+    return absl::DataLossError(absl::StrCat("model '", name, "' version ",
+                                            stored.model.version(),
+                                            " could not be loaded: ", loaded.status().message()));
+  }
+  std::shared_ptr<const FittedModel> model = *std::move(loaded);
+  std::lock_guard<std::mutex> lock(mu_);
+  cache_[key] = model;
+  return std::make_pair(model, stored.model);
+}
+
+absl::StatusOr<int> ModelRegistry::Delete(const std::string& name, int64_t version) {
+  DENDRO_ASSIGN_OR_RETURN(std::vector<StoredModel> removed, meta_->DeleteModels(name, version));
+  for (const auto& r : removed) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cache_.erase(std::make_pair(name, r.model.version()));
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(absl::StrCat(data_dir_, "/", r.dir), ec);
+  }
+  return static_cast<int>(removed.size());
+}
+
+void ModelRegistry::RemoveOrphans() {
+  std::error_code ec;
+  const std::string root = data_dir_ + "/models";
+  if (!std::filesystem::exists(root, ec)) return;
+  std::set<std::string> live;
+  for (const auto& d : meta_->AllModelDirs()) live.insert(d);
+  for (const auto& name_dir : std::filesystem::directory_iterator(root, ec)) {
+    for (const auto& version_dir : std::filesystem::directory_iterator(name_dir.path(), ec)) {
+      const std::string rel = absl::StrCat("models/", name_dir.path().filename().string(), "/",
+                                           version_dir.path().filename().string());
+      if (!live.count(rel)) std::filesystem::remove_all(version_dir.path(), ec);
+    }
+  }
+}
+
+}  // namespace dendro::server

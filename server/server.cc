@@ -1,0 +1,113 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/codegen/service_type.h>
+
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+#include "core/io/atomic_file.h"
+#include "server/dataset_store.h"
+#include "server/job_manager.h"
+#include "server/metadata_store.h"
+#include "server/model_registry.h"
+#include "server/services.h"
+#include "spdlog/spdlog.h"
+
+namespace dendro::server {
+
+struct DendroServer::State {
+  std::unique_ptr<MetadataStore> meta;
+  std::unique_ptr<DatasetStore> datasets;
+  std::unique_ptr<ModelRegistry> models;
+  std::unique_ptr<JobManager> jobs;
+  std::vector<std::unique_ptr<grpc::Service>> services;
+  std::unique_ptr<grpc::Server> grpc_server;
+  int port = 0;
+  std::mutex mu;
+  bool shut_down = false;
+};
+
+DendroServer::DendroServer(ServerOptions options)
+    : options_(std::move(options)), state_(std::make_unique<State>()) {}
+
+DendroServer::~DendroServer() { Shutdown(); }
+
+absl::Status DendroServer::Start() {
+  State& s = *state_;
+  DENDRO_RETURN_IF_ERROR(MakeDirs(options_.data_dir));
+  DENDRO_ASSIGN_OR_RETURN(s.meta, MetadataStore::Open(options_.data_dir + "/metadata.db"));
+  s.datasets = std::make_unique<DatasetStore>(options_.data_dir, s.meta.get());
+  s.models = std::make_unique<ModelRegistry>(options_.data_dir, s.meta.get());
+  s.datasets->RemoveOrphans();
+  s.models->RemoveOrphans();
+  JobManager::Options jopts;
+  jopts.workers = options_.workers;
+  jopts.queue_capacity = options_.queue_capacity;
+  s.jobs = std::make_unique<JobManager>(jopts, s.meta.get(), s.datasets.get(), s.models.get());
+
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (options_.tls_cert_file.empty() != options_.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
+  }
+  if (!options_.tls_cert_file.empty()) {
+    grpc::SslServerCredentialsOptions ssl;
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    DENDRO_RETURN_IF_ERROR(ReadFileToString(options_.tls_key_file, &pair.private_key));
+    DENDRO_RETURN_IF_ERROR(ReadFileToString(options_.tls_cert_file, &pair.cert_chain));
+    ssl.pem_key_cert_pairs.push_back(std::move(pair));
+    creds = grpc::SslServerCredentials(ssl);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.listen, creds, &s.port);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  builder.SetMaxSendMessageSize(options_.max_message_bytes);
+  s.services = MakeServices({s.datasets.get(), s.jobs.get(), s.models.get()});
+  for (auto& svc : s.services) builder.RegisterService(svc.get());
+  s.grpc_server = builder.BuildAndStart();
+  if (!s.grpc_server || s.port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen));
+  }
+  DENDRO_RETURN_IF_ERROR(s.jobs->Start());
+  auto* health = s.grpc_server->GetHealthCheckService();
+  health->SetServingStatus("", true);
+  for (const auto& name : ServiceNames()) health->SetServingStatus(name, true);
+  spdlog::info("dendrod serving on port {} (data dir {})", s.port, options_.data_dir);
+  return absl::OkStatus();
+}
+
+int DendroServer::port() const { return state_->port; }
+
+void DendroServer::Wait() {
+  if (state_->grpc_server) state_->grpc_server->Wait();
+}
+
+void DendroServer::Shutdown() {
+  State& s = *state_;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.shut_down || !s.grpc_server) return;
+    s.shut_down = true;
+  }
+  spdlog::info("shutting down: draining RPCs and jobs");
+  auto* health = s.grpc_server->GetHealthCheckService();
+  health->SetServingStatus("", false);
+  for (const auto& name : ServiceNames()) health->SetServingStatus(name, false);
+  // Stop accepting jobs and let running ones finish (or be interrupted and
+  // left queued), then close the RPC server with a short deadline for
+  // in-flight calls (watchers end when their job does).
+  s.jobs->Shutdown(options_.drain_grace);
+  s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  spdlog::info("shutdown complete");
+}
+
+}  // namespace dendro::server

@@ -1,0 +1,50 @@
+// DendroServer: owns the stores, the job manager and the gRPC server.
+//
+// Start() opens (or creates) the data directory, recovers state, and begins
+// serving; Shutdown() drains: health turns NOT_SERVING, in-flight RPCs get
+// a deadline, running jobs a grace period (see JobManager::Shutdown).
+// Used by dendrod's main() and, in-process, by the server tests.
+#ifndef DENDRO_SERVER_SERVER_H_
+#define DENDRO_SERVER_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace dendro::server {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:50051";  // HOST:PORT; port 0 picks a free one
+  std::string data_dir = "./dendro-data";
+  int workers = 1;
+  int queue_capacity = 64;
+  int max_message_bytes = 64 << 20;
+  absl::Duration drain_grace = absl::Seconds(30);
+  // TLS: both set to PEM file paths to serve TLS; both empty for plaintext.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+};
+
+class DendroServer {
+ public:
+  explicit DendroServer(ServerOptions options);
+  ~DendroServer();
+
+  absl::Status Start();
+  // The port actually bound (useful with port 0).
+  int port() const;
+  // Blocks until Shutdown() completes.
+  void Wait();
+  void Shutdown();
+
+ private:
+  struct State;
+  ServerOptions options_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace dendro::server
+
+#endif  // DENDRO_SERVER_SERVER_H_

@@ -1,0 +1,359 @@
+#include "server/services.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstring>
+#include <string>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "dendro/v1/dendro.grpc.pb.h"
+#include "core/hierarchy/export.h"
+#include "core/io/npy.h"
+#include "spdlog/spdlog.h"
+
+namespace dendro::server {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+constexpr int kDefaultPageSize = 50;
+constexpr int kMaxPageSize = 1000;
+
+int PageSize(int32_t requested) {
+  if (requested <= 0) return kDefaultPageSize;
+  return std::min(requested, kMaxPageSize);
+}
+
+// Opaque AIP-158 token: web-safe base64 of "<kind>:<scope>:<last seq>".
+std::string MakeToken(std::string_view kind, std::string_view scope, int64_t seq) {
+  return absl::WebSafeBase64Escape(std::string(kind) + ":" + std::string(scope) + ":" + std::to_string(seq));
+}
+
+absl::StatusOr<int64_t> ParseToken(const std::string& token, std::string_view kind,
+                                   std::string_view scope) {
+  if (token.empty()) return 0;
+  std::string raw;
+  const std::string prefix = std::string(kind) + ":" + std::string(scope) + ":";
+  int64_t seq = 0;
+  if (!absl::WebSafeBase64Unescape(token, &raw) || !absl::StartsWith(raw, prefix) ||
+      !absl::SimpleAtoi(raw.substr(prefix.size()), &seq) || seq < 0) {
+    return absl::InvalidArgumentError("page_token is not valid for this request");
+  }
+  return seq;
+}
+
+template <typename T, typename Resp, typename AddFn>
+void FillPage(const Page<T>& page, std::string_view kind, std::string_view scope, Resp* resp,
+              AddFn add) {
+  for (const T& item : page.items) *add(resp) = item;
+  if (page.more) resp->set_next_page_token(MakeToken(kind, scope, page.last_seq));
+}
+
+// ---------------------------------------------------------------------------
+
+class DatasetServiceImpl final : public v1::DatasetService::Service {
+ public:
+  explicit DatasetServiceImpl(ServiceDeps deps) : deps_(deps) {}
+
+  grpc::Status UploadDataset(grpc::ServerContext* ctx,
+                             grpc::ServerReader<v1::UploadDatasetRequest>* reader,
+                             v1::Dataset* response) override {
+    auto upload = deps_.datasets->StartUpload();
+    v1::UploadDatasetRequest req;
+    bool first = true;
+    while (reader->Read(&req)) {
+      absl::Status s;
+      switch (req.part_case()) {
+        case v1::UploadDatasetRequest::kHeader:
+          s = upload->Begin(req.header());
+          break;
+        case v1::UploadDatasetRequest::kData:
+          s = first ? absl::InvalidArgumentError("upload: the first message must be a header")
+                    : upload->AppendData(req.data());
+          break;
+        case v1::UploadDatasetRequest::kLabels:
+          s = first ? absl::InvalidArgumentError("upload: the first message must be a header")
+                    : upload->AppendLabels(req.labels());
+          break;
+        case v1::UploadDatasetRequest::PART_NOT_SET:
+          s = absl::InvalidArgumentError("upload: message with no part set");
+          break;
+      }
+      first = false;
+      if (!s.ok()) return ToGrpc(s);
+      if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled");
+    }
+    auto d = upload->Finish();
+    if (!d.ok()) return ToGrpc(d.status());
+    spdlog::info("dataset {}: {} x {} uploaded{}", d->id(), d->rows(), d->cols(),
+                 d->has_labels() ? " with labels" : "");
+    *response = *std::move(d);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetDataset(grpc::ServerContext*, const v1::GetDatasetRequest* req,
+                          v1::Dataset* resp) override {
+    auto d = deps_.datasets->Get(req->id());
+    if (!d.ok()) return ToGrpc(d.status());
+    *resp = *std::move(d);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListDatasets(grpc::ServerContext*, const v1::ListDatasetsRequest* req,
+                            v1::ListDatasetsResponse* resp) override {
+    auto after = ParseToken(req->page_token(), "ds", "");
+    if (!after.ok()) return ToGrpc(after.status());
+    auto page = deps_.datasets->List(*after, PageSize(req->page_size()));
+    if (!page.ok()) return ToGrpc(page.status());
+    FillPage(*page, "ds", "", resp, [](auto* r) { return r->add_datasets(); });
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DeleteDataset(grpc::ServerContext*, const v1::DeleteDatasetRequest* req,
+                             v1::DeleteDatasetResponse*) override {
+    if (deps_.jobs->DatasetInUse(req->id())) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("dataset '", req->id(),
+                                       "' is used by a queued or running job"));
+    }
+    return ToGrpc(deps_.datasets->Delete(req->id()));
+  }
+
+ private:
+  ServiceDeps deps_;
+};
+
+// ---------------------------------------------------------------------------
+
+class JobServiceImpl final : public v1::JobService::Service {
+ public:
+  explicit JobServiceImpl(ServiceDeps deps) : deps_(deps) {}
+
+  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+                         v1::Job* resp) override {
+    auto job = deps_.jobs->Submit(req->spec());
+    if (!job.ok()) return ToGrpc(job.status());
+    *resp = *std::move(job);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
+                      v1::Job* resp) override {
+    auto job = deps_.jobs->Get(req->id());
+    if (!job.ok()) return ToGrpc(job.status());
+    *resp = *std::move(job);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
+                        v1::ListJobsResponse* resp) override {
+    auto after = ParseToken(req->page_token(), "job", "");
+    if (!after.ok()) return ToGrpc(after.status());
+    auto page = deps_.jobs->List(*after, PageSize(req->page_size()));
+    if (!page.ok()) return ToGrpc(page.status());
+    FillPage(*page, "job", "", resp, [](auto* r) { return r->add_jobs(); });
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
+                         v1::Job* resp) override {
+    auto job = deps_.jobs->Cancel(req->id());
+    if (!job.ok()) return ToGrpc(job.status());
+    *resp = *std::move(job);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
+                        grpc::ServerWriter<v1::Job>* writer) override {
+    uint64_t seen = 0;
+    uint64_t sent = 0;
+    for (;;) {
+      // Returns on a change or after a second, so a client that went away is
+      // noticed promptly.
+      auto job = deps_.jobs->WaitForChange(req->id(), &seen, absl::Now() + absl::Seconds(1));
+      if (!job.ok()) return ToGrpc(job.status());
+      if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled");
+      if (seen == sent) continue;
+      sent = seen;
+      if (!writer->Write(*job)) return grpc::Status::OK;  // client went away
+      if (IsTerminal(job->state())) return grpc::Status::OK;
+    }
+  }
+
+  grpc::Status WaitJob(grpc::ServerContext* ctx, const v1::WaitJobRequest* req,
+                       v1::Job* resp) override {
+    absl::Time deadline = absl::FromChrono(ctx->deadline());
+    if (req->has_timeout()) {
+      const absl::Duration t =
+          absl::Seconds(req->timeout().seconds()) + absl::Nanoseconds(req->timeout().nanos());
+      if (t < absl::ZeroDuration()) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "timeout must be >= 0");
+      }
+      deadline = std::min(deadline, absl::Now() + t);
+    }
+    uint64_t seen = 0;
+    for (;;) {
+      auto job = deps_.jobs->WaitForChange(req->id(), &seen,
+                                           std::min(deadline, absl::Now() + absl::Seconds(1)));
+      if (!job.ok()) return ToGrpc(job.status());
+      if (IsTerminal(job->state()) || absl::Now() >= deadline || ctx->IsCancelled()) {
+        *resp = *std::move(job);
+        return grpc::Status::OK;
+      }
+    }
+  }
+
+ private:
+  static bool IsTerminal(v1::JobState s) {
+    return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
+           s == v1::JOB_STATE_CANCELLED;
+  }
+  ServiceDeps deps_;
+};
+
+// ---------------------------------------------------------------------------
+
+class ModelServiceImpl final : public v1::ModelService::Service {
+ public:
+  explicit ModelServiceImpl(ServiceDeps deps) : deps_(deps) {}
+
+  grpc::Status GetModel(grpc::ServerContext*, const v1::GetModelRequest* req,
+                        v1::Model* resp) override {
+    auto m = deps_.models->Get(req->model().name(), req->model().version());
+    if (!m.ok()) return ToGrpc(m.status());
+    *resp = *std::move(m);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListModels(grpc::ServerContext*, const v1::ListModelsRequest* req,
+                          v1::ListModelsResponse* resp) override {
+    auto after = ParseToken(req->page_token(), "model", req->name());
+    if (!after.ok()) return ToGrpc(after.status());
+    auto page = deps_.models->List(req->name(), *after, PageSize(req->page_size()));
+    if (!page.ok()) return ToGrpc(page.status());
+    FillPage(*page, "model", req->name(), resp, [](auto* r) { return r->add_models(); });
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DeleteModel(grpc::ServerContext*, const v1::DeleteModelRequest* req,
+                           v1::DeleteModelResponse* resp) override {
+    auto n = deps_.models->Delete(req->name(), req->version());
+    if (!n.ok()) return ToGrpc(n.status());
+    resp->set_deleted(*n);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetTree(grpc::ServerContext*, const v1::GetTreeRequest* req,
+                       v1::GetTreeResponse* resp) override {
+    auto loaded = deps_.models->Load(req->model().name(), req->model().version());
+    if (!loaded.ok()) return ToGrpc(loaded.status());
+    const Hierarchy& tree = loaded->first->tree();
+    switch (req->format()) {
+      case v1::TREE_FORMAT_UNSPECIFIED:
+      case v1::TREE_FORMAT_JSON:
+        resp->set_content(ToJson(tree, req->include_points()));
+        break;
+      case v1::TREE_FORMAT_NEWICK:
+        resp->set_content(ToNewick(tree));
+        break;
+      case v1::TREE_FORMAT_LINKAGE_NPY: {
+        const std::vector<double> rows = ToLinkage(tree);
+        const int64_t shape[2] = {static_cast<int64_t>(rows.size() / 4), 4};
+        std::string bytes = MakeNpyHeader(DType::kFloat64, shape);
+        bytes.append(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(double));
+        resp->set_content(std::move(bytes));
+        break;
+      }
+      default:
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat("unknown tree format ", req->format()));
+    }
+    *resp->mutable_model() = loaded->second;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Assign(grpc::ServerContext*, const v1::AssignRequest* req,
+                      v1::AssignResponse* resp) override {
+    auto loaded = deps_.models->Load(req->model().name(), req->model().version());
+    if (!loaded.ok()) return ToGrpc(loaded.status());
+    const FittedModel& model = *loaded->first;
+    if (req->rows() < 1) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("assign: rows must be >= 1, got ", req->rows()));
+    }
+    if (req->cols() != model.input_dim()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("assign: model '", loaded->second.name(), "' v",
+                                       loaded->second.version(), " expects ",
+                                       model.input_dim(), " columns, got ", req->cols()));
+    }
+    const int64_t expected = req->rows() * req->cols() * 4;
+    if (req->rows() > (int64_t{1} << 40) / req->cols() ||
+        static_cast<int64_t>(req->data().size()) != expected) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("assign: data has ", req->data().size(),
+                                       " bytes, expected rows x cols x 4 = ", expected));
+    }
+    const Hierarchy& tree = model.tree();
+    const int32_t level = req->level();
+    if (level < 0 || level > tree.num_leaves()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("assign: level must be in [0, ", tree.num_leaves(),
+                                       "], got ", level));
+    }
+    // Protobuf's bytes are not guaranteed float-aligned; copy if needed.
+    std::vector<float> aligned;
+    const float* data = reinterpret_cast<const float*>(req->data().data());
+    if (reinterpret_cast<uintptr_t>(data) % alignof(float) != 0) {
+      aligned.resize(req->rows() * req->cols());
+      std::memcpy(aligned.data(), req->data().data(), req->data().size());
+      data = aligned.data();
+    }
+    absl::Status finite = ValidateFinite(data, req->rows(), req->cols());
+    if (!finite.ok()) return ToGrpc(finite);
+    MatrixView rows(data, req->rows(), req->cols());
+    auto leaves = model.AssignLeaves(rows);
+    if (!leaves.ok()) return ToGrpc(leaves.status());
+    std::vector<int32_t> cut;
+    if (level > 0) {
+      auto c = tree.CutToK(level);
+      if (!c.ok()) return ToGrpc(c.status());
+      cut = *std::move(c);
+    }
+    resp->mutable_leaf()->Reserve(leaves->size());
+    resp->mutable_cluster()->Reserve(leaves->size());
+    for (int32_t leaf : *leaves) {
+      resp->add_leaf(leaf);
+      resp->add_cluster(level > 0 ? cut[leaf] : leaf);
+    }
+    resp->set_level(level);
+    resp->set_model_version(loaded->second.version());
+    return grpc::Status::OK;
+  }
+
+ private:
+  ServiceDeps deps_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<grpc::Service>> MakeServices(ServiceDeps deps) {
+  std::vector<std::unique_ptr<grpc::Service>> services;
+  services.push_back(std::make_unique<DatasetServiceImpl>(deps));
+  services.push_back(std::make_unique<JobServiceImpl>(deps));
+  services.push_back(std::make_unique<ModelServiceImpl>(deps));
+  return services;
+}
+
+std::vector<std::string> ServiceNames() {
+  return {v1::DatasetService::service_full_name(), v1::JobService::service_full_name(),
+          v1::ModelService::service_full_name()};
+}
+
+}  // namespace dendro::server

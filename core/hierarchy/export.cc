@@ -1,0 +1,331 @@
+#include "core/hierarchy/export.h"
+
+#include <charconv>
+#include <cmath>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace dendro {
+
+namespace {
+
+using OrderedJson = nlohmann::ordered_json;
+
+// Shortest text that reads back as the same double.
+void AppendDouble(std::string* out, double x) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof(buf), x);
+  out->append(buf, res.ptr);
+}
+
+// Reads an integer-valued linkage entry.
+absl::StatusOr<int64_t> LinkageInt(double x, size_t row, const char* what) {
+  if (!std::isfinite(x) || x != std::floor(x) || std::fabs(x) > 2147483647.0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "linkage row %d: %s is %.17g, which is not a valid integer", row, what, x));
+  }
+  return static_cast<int64_t>(x);
+}
+
+absl::StatusOr<int64_t> JsonInt(const OrderedJson& j, const std::string& what) {
+  if (!j.is_number_integer()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hierarchy JSON: ", what, " must be an integer, got ", j.dump()));
+  }
+  if (j.is_number_unsigned()) {
+    const uint64_t u = j.get<uint64_t>();
+    if (u > static_cast<uint64_t>(INT32_MAX)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hierarchy JSON: ", what, " is out of range: ", j.dump()));
+    }
+    return static_cast<int64_t>(u);
+  }
+  const int64_t v = j.get<int64_t>();
+  if (v < INT32_MIN || v > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hierarchy JSON: ", what, " is out of range: ", j.dump()));
+  }
+  return v;
+}
+
+const OrderedJson* Field(const OrderedJson& obj, const char* key) {
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+absl::StatusOr<Hierarchy> ParseJsonImpl(const OrderedJson& doc) {
+  if (!doc.is_object()) return absl::InvalidArgumentError("hierarchy JSON must be an object");
+  const OrderedJson* format = Field(doc, "format");
+  if (format == nullptr || !format->is_string() ||
+      format->get<std::string>() != "dendro.hierarchy") {
+    return absl::InvalidArgumentError(
+        "hierarchy JSON: \"format\" must be \"dendro.hierarchy\"");
+  }
+  const OrderedJson* version = Field(doc, "version");
+  if (version == nullptr || !version->is_number_integer() || version->get<int64_t>() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hierarchy JSON: unsupported \"version\" ",
+        version == nullptr ? std::string("(missing)") : version->dump(), " (expected 1)"));
+  }
+  const OrderedJson* nl = Field(doc, "num_leaves");
+  if (nl == nullptr) return absl::InvalidArgumentError("hierarchy JSON: \"num_leaves\" missing");
+  absl::StatusOr<int64_t> num_leaves = JsonInt(*nl, "num_leaves");
+  if (!num_leaves.ok()) return num_leaves.status();
+  if (*num_leaves < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hierarchy JSON: num_leaves must be >= 1, got ", *num_leaves));
+  }
+  const OrderedJson* nodes = Field(doc, "nodes");
+  if (nodes == nullptr || !nodes->is_array()) {
+    return absl::InvalidArgumentError("hierarchy JSON: \"nodes\" must be an array");
+  }
+  const int64_t n = static_cast<int64_t>(nodes->size());
+  if (n < *num_leaves || n > 2 * *num_leaves - 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "hierarchy JSON: %d nodes for %d leaves (expected between %d and %d)", n, *num_leaves,
+        *num_leaves, 2 * *num_leaves - 1));
+  }
+  std::vector<int32_t> parent(n, -2);
+  std::vector<double> height(n, 0.0);
+  std::vector<std::vector<int32_t>> kids(n);
+  std::vector<bool> seen(n, false);
+  for (int64_t i = 0; i < n; ++i) {
+    const OrderedJson& node = (*nodes)[i];
+    const std::string where = absl::StrCat("nodes[", i, "]");
+    if (!node.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hierarchy JSON: ", where, " must be an object"));
+    }
+    const OrderedJson* id_j = Field(node, "id");
+    const OrderedJson* parent_j = Field(node, "parent");
+    const OrderedJson* height_j = Field(node, "height");
+    const OrderedJson* children_j = Field(node, "children");
+    if (id_j == nullptr || parent_j == nullptr || height_j == nullptr || children_j == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hierarchy JSON: ", where, " needs \"id\", \"parent\", \"height\" and \"children\""));
+    }
+    absl::StatusOr<int64_t> id = JsonInt(*id_j, where + ".id");
+    if (!id.ok()) return id.status();
+    if (*id < 0 || *id >= n || seen[*id]) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "hierarchy JSON: %s has id %d; ids must be 0..%d, each exactly once", where, *id,
+          n - 1));
+    }
+    seen[*id] = true;
+    absl::StatusOr<int64_t> p = JsonInt(*parent_j, where + ".parent");
+    if (!p.ok()) return p.status();
+    parent[*id] = static_cast<int32_t>(*p);
+    if (!height_j->is_number()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hierarchy JSON: ", where, ".height must be a number"));
+    }
+    height[*id] = height_j->get<double>();
+    if (!children_j->is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hierarchy JSON: ", where, ".children must be an array"));
+    }
+    for (const OrderedJson& c : *children_j) {
+      absl::StatusOr<int64_t> cid = JsonInt(c, where + ".children[]");
+      if (!cid.ok()) return cid.status();
+      kids[*id].push_back(static_cast<int32_t>(*cid));
+    }
+  }
+  // The children lists must agree with the parent links.
+  int64_t total_children = 0;
+  for (int64_t v = 0; v < n; ++v) {
+    for (int32_t c : kids[v]) {
+      if (c < 0 || c >= n || parent[c] != v) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "hierarchy JSON: node %d lists child %d, whose parent is %d", v, c,
+            (c < 0 || c >= n) ? -2 : parent[c]));
+      }
+    }
+    total_children += static_cast<int64_t>(kids[v].size());
+  }
+  if (total_children != n - 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "hierarchy JSON: the children lists hold %d entries, but %d nodes have a parent",
+        total_children, n - 1));
+  }
+  const int32_t L = static_cast<int32_t>(*num_leaves);
+  // A binary tree numbered like ToJson writes it goes through FromMerges,
+  // which keeps each node's child order; anything else is renumbered.
+  bool as_merges = n == 2 * static_cast<int64_t>(L) - 1;
+  for (int64_t v = L; as_merges && v < n; ++v) {
+    as_merges = kids[v].size() == 2 && kids[v][0] < v && kids[v][1] < v;
+  }
+  absl::StatusOr<Hierarchy> h = absl::InternalError("unset");
+  if (as_merges) {
+    std::vector<Merge> merges;
+    merges.reserve(n - L);
+    for (int64_t v = L; v < n; ++v) merges.push_back(Merge{kids[v][0], kids[v][1], height[v]});
+    h = Hierarchy::FromMerges(L, merges);
+  } else {
+    h = Hierarchy::FromParents(L, parent, height);
+  }
+  if (!h.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("hierarchy JSON: ", h.status().message()));
+  }
+  if (const OrderedJson* meta = Field(doc, "metadata"); meta != nullptr) {
+    if (!meta->is_object()) {
+      return absl::InvalidArgumentError("hierarchy JSON: \"metadata\" must be an object");
+    }
+    for (auto it = meta->begin(); it != meta->end(); ++it) {
+      if (!it.value().is_string()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("hierarchy JSON: metadata \"", it.key(), "\" must be a string"));
+      }
+      h->mutable_metadata()[it.key()] = it.value().get<std::string>();
+    }
+  }
+  if (const OrderedJson* pts = Field(doc, "point_leaf"); pts != nullptr) {
+    if (!pts->is_array()) {
+      return absl::InvalidArgumentError("hierarchy JSON: \"point_leaf\" must be an array");
+    }
+    std::vector<int32_t> point_leaf;
+    point_leaf.reserve(pts->size());
+    for (const OrderedJson& x : *pts) {
+      absl::StatusOr<int64_t> leaf = JsonInt(x, "point_leaf[]");
+      if (!leaf.ok()) return leaf.status();
+      point_leaf.push_back(static_cast<int32_t>(*leaf));
+    }
+    if (absl::Status s = h->SetPointLeaf(std::move(point_leaf)); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("hierarchy JSON: ", s.message()));
+    }
+  }
+  return h;
+}
+
+}  // namespace
+
+std::vector<double> ToLinkage(const Hierarchy& h) {
+  const std::vector<Merge> merges = h.ToMerges();
+  const int32_t L = h.num_leaves();
+  std::vector<int64_t> count(L + merges.size(), 1);
+  std::vector<double> rows;
+  rows.reserve(4 * merges.size());
+  for (size_t t = 0; t < merges.size(); ++t) {
+    const Merge& m = merges[t];
+    count[L + t] = count[m.a] + count[m.b];
+    rows.push_back(m.a);
+    rows.push_back(m.b);
+    rows.push_back(m.height);
+    rows.push_back(static_cast<double>(count[L + t]));
+  }
+  return rows;
+}
+
+absl::StatusOr<Hierarchy> FromLinkage(int32_t num_leaves, const std::vector<double>& rows) {
+  if (num_leaves < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("num_leaves must be >= 1, got %d", num_leaves));
+  }
+  const size_t num_rows = static_cast<size_t>(num_leaves) - 1;
+  if (rows.size() != 4 * num_rows) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a linkage over %d leaves has %d rows of 4 values (%d values), got %d values",
+        num_leaves, num_rows, 4 * num_rows, rows.size()));
+  }
+  std::vector<Merge> merges(num_rows);
+  for (size_t t = 0; t < num_rows; ++t) {
+    absl::StatusOr<int64_t> a = LinkageInt(rows[4 * t], t, "the first node id");
+    if (!a.ok()) return a.status();
+    absl::StatusOr<int64_t> b = LinkageInt(rows[4 * t + 1], t, "the second node id");
+    if (!b.ok()) return b.status();
+    merges[t] = Merge{static_cast<int32_t>(*a), static_cast<int32_t>(*b), rows[4 * t + 2]};
+  }
+  absl::StatusOr<Hierarchy> h = Hierarchy::FromMerges(num_leaves, merges);
+  if (!h.ok()) return absl::InvalidArgumentError(absl::StrCat("linkage: ", h.status().message()));
+  for (size_t t = 0; t < num_rows; ++t) {
+    absl::StatusOr<int64_t> c = LinkageInt(rows[4 * t + 3], t, "the leaf count");
+    if (!c.ok()) return c.status();
+    const int32_t expect = h->leaf_count(num_leaves + static_cast<int32_t>(t));
+    if (*c != expect) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "linkage row %d: leaf count is %d, but the merged node has %d leaves", t, *c, expect));
+    }
+  }
+  return h;
+}
+
+std::string ToNewick(const Hierarchy& h) {
+  std::string out;
+  // Iterative pre/post-order walk: deep (caterpillar) trees must not recurse.
+  std::vector<std::pair<int32_t, size_t>> stack;  // node, next child index
+  stack.emplace_back(h.root(), 0);
+  while (!stack.empty()) {
+    auto& [v, next] = stack.back();
+    auto kids = h.children(v);
+    if (kids.empty() || next == kids.size()) {
+      if (kids.empty()) {
+        absl::StrAppend(&out, v);
+      } else {
+        out.push_back(')');
+      }
+      const int32_t p = h.parent(v);
+      if (p >= 0) {
+        out.push_back(':');
+        AppendDouble(&out, h.height(p) - h.height(v));
+      }
+      stack.pop_back();
+      continue;
+    }
+    out.push_back(next == 0 ? '(' : ',');
+    const int32_t child = kids[next++];
+    stack.emplace_back(child, 0);
+  }
+  out.push_back(';');
+  return out;
+}
+
+std::string ToJson(const Hierarchy& h, bool include_points) {
+  OrderedJson doc;
+  doc["format"] = "dendro.hierarchy";
+  doc["version"] = 1;
+  doc["num_leaves"] = h.num_leaves();
+  OrderedJson meta = OrderedJson::object();
+  for (const auto& [k, v] : h.metadata()) meta[k] = v;
+  doc["metadata"] = std::move(meta);
+  OrderedJson nodes = OrderedJson::array();
+  for (int32_t v = 0; v < h.num_nodes(); ++v) {
+    OrderedJson node;
+    node["id"] = v;
+    node["parent"] = h.parent(v);
+    node["height"] = h.height(v);
+    OrderedJson kids = OrderedJson::array();
+    for (int32_t c : h.children(v)) kids.push_back(c);
+    node["children"] = std::move(kids);
+    nodes.push_back(std::move(node));
+  }
+  doc["nodes"] = std::move(nodes);
+  const std::vector<double> rows = ToLinkage(h);
+  OrderedJson merges = OrderedJson::array();
+  for (size_t t = 0; 4 * t < rows.size(); ++t) {
+    merges.push_back(OrderedJson::array({static_cast<int64_t>(rows[4 * t]),
+                                         static_cast<int64_t>(rows[4 * t + 1]), rows[4 * t + 2],
+                                         static_cast<int64_t>(rows[4 * t + 3])}));
+  }
+  doc["merges"] = std::move(merges);
+  if (include_points && !h.point_leaf().empty()) doc["point_leaf"] = h.point_leaf();
+  return doc.dump();
+}
+
+absl::StatusOr<Hierarchy> ParseJson(std::string_view json) {
+  OrderedJson doc;
+  try {
+    doc = OrderedJson::parse(json.begin(), json.end());
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("hierarchy JSON does not parse: ", e.what()));
+  }
+  try {
+    return ParseJsonImpl(doc);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("hierarchy JSON: ", e.what()));
+  }
+}
+
+}  // namespace dendro

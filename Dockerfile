@@ -1,0 +1,31 @@
+# syntax=docker/dockerfile:1
+# Multi-stage build of dendrod and the dendro CLI on Debian 12.
+# The build stage installs exactly deploy/packages.txt (via the same
+# deploy/install-deps.sh a developer runs); the runtime stage installs
+# deploy/runtime-packages.txt and runs as an unprivileged user.
+
+FROM debian:12 AS build
+WORKDIR /src
+COPY deploy/ deploy/
+RUN bash deploy/install-deps.sh deploy/packages.txt && rm -rf /var/lib/apt/lists/*
+COPY . .
+# Portable binaries: no -march=native in an image that may run elsewhere.
+RUN BUILD_DIR=/build DENDRO_TESTS=OFF DENDRO_NATIVE=OFF BUILD_TYPE=Release \
+      bash deploy/build.sh \
+ && install -D /build/server/dendrod /out/dendrod \
+ && install -D /build/client/dendro /out/dendro
+
+FROM debian:12 AS runtime
+COPY deploy/install-deps.sh deploy/runtime-packages.txt /tmp/deploy/
+RUN bash /tmp/deploy/install-deps.sh /tmp/deploy/runtime-packages.txt \
+ && rm -rf /var/lib/apt/lists/* /tmp/deploy \
+ && useradd --system --uid 10001 --home-dir /var/lib/dendro --create-home dendro
+COPY --from=build /out/dendrod /out/dendro /usr/local/bin/
+USER dendro
+VOLUME /var/lib/dendro
+EXPOSE 50051
+ENV DENDRO_SERVER=127.0.0.1:50051
+# The CLI's "models list" is a real RPC: healthy means serving requests.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
+  CMD ["dendro", "models", "list", "--page-size", "1"]
+ENTRYPOINT ["dendrod", "--listen", "0.0.0.0:50051", "--data_dir", "/var/lib/dendro"]

@@ -1,0 +1,615 @@
+// dendrod in-process, driven over real gRPC on loopback with the generated
+// stubs (not the client library), so status codes and messages are checked
+// exactly as any client sees them.
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/hierarchy/export.h"
+#include "core/io/npy.h"
+#include "core/l2h/l2h.h"
+#include "dendro/v1/dendro.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/server.h"
+
+namespace dendro::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Logits with a two-level structure: `groups` super-clusters of `per`
+// clusters; deterministic for a seed.
+std::vector<float> MakeLogits(int n, int groups, int per, uint32_t seed,
+                              std::vector<int64_t>* labels = nullptr) {
+  const int k = groups * per;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> noise(0.f, 1.f);
+  std::uniform_int_distribution<int> cls(0, k - 1);
+  std::vector<float> x(static_cast<size_t>(n) * k);
+  if (labels) labels->resize(n);
+  for (int i = 0; i < n; ++i) {
+    const int c = cls(rng);
+    if (labels) (*labels)[i] = c;
+    for (int j = 0; j < k; ++j) {
+      float v = noise(rng);
+      if (j / per == c / per) v += 2.5f;
+      if (j == c) v += 3.f;
+      x[static_cast<size_t>(i) * k + j] = v;
+    }
+  }
+  return x;
+}
+
+bool IsTerminal(v1::JobState s) {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
+         s == v1::JOB_STATE_CANCELLED;
+}
+
+// A method whose fit spins until cancelled (counting how it ended), so job
+// manager behaviour (cancel, full queue, shutdown) can be observed without
+// racing a fast algorithm.
+class BlockingMethod final : public Method {
+ public:
+  std::string_view name() const override { return "l2h"; }
+  absl::Status Validate(const v1::JobSpec&, const v1::Dataset&) const override {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset&, const v1::JobSpec&,
+                                                   RunContext& ctx) const override {
+    started.fetch_add(1);
+    for (int step = 0; !ctx.Cancelled(); ++step) {
+      ctx.Report(std::min(0.5, step * 1e-4), "blocking");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    saw_cancel.fetch_add(1);
+    return absl::CancelledError("stopped");
+  }
+  absl::StatusOr<std::unique_ptr<FittedModel>> Load(const std::string&) const override {
+    return absl::UnimplementedError("blocking method has no models");
+  }
+  mutable std::atomic<int> started{0};
+  mutable std::atomic<int> saw_cancel{0};
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("dendro_server_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override {
+    StopServer();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void StartServer(ServerOptions opts = {}) {
+    opts.listen = "127.0.0.1:0";
+    opts.data_dir = dir_.string();
+    if (opts.drain_grace == absl::Seconds(30)) opts.drain_grace = absl::ZeroDuration();
+    server_ = std::make_unique<DendroServer>(opts);
+    ASSERT_TRUE(server_->Start().ok());
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(256 << 20);
+    args.SetMaxSendMessageSize(256 << 20);
+    auto channel = grpc::CreateCustomChannel(absl_target(), grpc::InsecureChannelCredentials(),
+                                             args);
+    datasets_ = v1::DatasetService::NewStub(channel);
+    jobs_ = v1::JobService::NewStub(channel);
+    models_ = v1::ModelService::NewStub(channel);
+  }
+  std::string absl_target() const { return "127.0.0.1:" + std::to_string(server_->port()); }
+  void StopServer() {
+    if (server_) server_->Shutdown();
+    server_.reset();
+  }
+
+  // Streams `x` (rows x cols) in chunks of `chunk` bytes.
+  grpc::Status Upload(const std::vector<float>& x, int64_t rows, int64_t cols,
+                      v1::Dataset* out, const std::vector<int64_t>* labels = nullptr,
+                      size_t chunk = 1 << 20) {
+    grpc::ClientContext ctx;
+    auto writer = datasets_->UploadDataset(&ctx, out);
+    v1::UploadDatasetRequest req;
+    req.mutable_header()->set_rows(rows);
+    req.mutable_header()->set_cols(cols);
+    req.mutable_header()->set_has_labels(labels != nullptr);
+    writer->Write(req);
+    const char* bytes = reinterpret_cast<const char*>(x.data());
+    const size_t total = x.size() * sizeof(float);
+    for (size_t off = 0; off < total; off += chunk) {
+      req.set_data(std::string(bytes + off, std::min(chunk, total - off)));
+      if (!writer->Write(req)) break;
+    }
+    if (labels) {
+      req.set_labels(std::string(reinterpret_cast<const char*>(labels->data()),
+                                 labels->size() * sizeof(int64_t)));
+      writer->Write(req);
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  v1::Job Submit(const std::string& dataset, const std::string& model, grpc::Status* st) {
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    req.mutable_spec()->set_dataset_id(dataset);
+    req.mutable_spec()->set_model_name(model);
+    req.mutable_spec()->mutable_l2h();
+    v1::Job job;
+    *st = jobs_->SubmitJob(&ctx, req, &job);
+    return job;
+  }
+
+  v1::Job Wait(const std::string& id, int seconds = 120) {
+    grpc::ClientContext ctx;
+    v1::WaitJobRequest req;
+    req.set_id(id);
+    req.mutable_timeout()->set_seconds(seconds);
+    v1::Job job;
+    EXPECT_TRUE(jobs_->WaitJob(&ctx, req, &job).ok());
+    return job;
+  }
+
+  v1::Job WaitUntilState(const std::string& id, v1::JobState state) {
+    for (;;) {
+      grpc::ClientContext ctx;
+      v1::GetJobRequest req;
+      req.set_id(id);
+      v1::Job job;
+      EXPECT_TRUE(jobs_->GetJob(&ctx, req, &job).ok());
+      if (job.state() == state || IsTerminal(job.state())) return job;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  grpc::Status Assign(const std::string& model, const std::vector<float>& x, int64_t rows,
+                      int64_t cols, int level, v1::AssignResponse* resp) {
+    grpc::ClientContext ctx;
+    v1::AssignRequest req;
+    req.mutable_model()->set_name(model);
+    req.set_rows(rows);
+    req.set_cols(cols);
+    req.set_level(level);
+    req.set_data(std::string(reinterpret_cast<const char*>(x.data()), x.size() * 4));
+    return models_->Assign(&ctx, req, resp);
+  }
+
+  std::string FitModel(const std::string& name, int n = 1500, int groups = 3, int per = 4) {
+    const std::vector<float> x = MakeLogits(n, groups, per, 1);
+    v1::Dataset ds;
+    EXPECT_TRUE(Upload(x, n, groups * per, &ds).ok());
+    grpc::Status st;
+    v1::Job job = Submit(ds.id(), name, &st);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(Wait(job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+    return ds.id();
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<DendroServer> server_;
+  std::unique_ptr<v1::DatasetService::Stub> datasets_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::ModelService::Stub> models_;
+};
+
+TEST_F(ServerTest, UploadFitAssignEndToEnd) {
+  StartServer();
+  const int n = 3000, groups = 3, per = 4, k = groups * per;
+  std::vector<int64_t> labels;
+  const std::vector<float> x = MakeLogits(n, groups, per, 42, &labels);
+  v1::Dataset ds;
+  // Odd chunk size: chunks split floats and rows.
+  ASSERT_TRUE(Upload(x, n, k, &ds, &labels, 4099).ok());
+  EXPECT_EQ(ds.rows(), n);
+  EXPECT_EQ(ds.cols(), k);
+  EXPECT_TRUE(ds.has_labels());
+
+  grpc::Status st;
+  v1::Job job = Submit(ds.id(), "demo", &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_QUEUED);
+  job = Wait(job.id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+  EXPECT_EQ(job.model_name(), "demo");
+  EXPECT_EQ(job.model_version(), 1);
+  EXPECT_DOUBLE_EQ(job.progress(), 1.0);
+
+  // The served tree is the one the core algorithm computes on the same data.
+  NullRunContext null_ctx;
+  auto expected = RunL2h(MatrixView(x.data(), n, k), L2hOptions{}, null_ctx);
+  ASSERT_TRUE(expected.ok());
+  grpc::ClientContext tctx;
+  v1::GetTreeRequest treq;
+  treq.mutable_model()->set_name("demo");
+  treq.set_format(v1::TREE_FORMAT_JSON);
+  treq.set_include_points(true);
+  v1::GetTreeResponse tresp;
+  ASSERT_TRUE(models_->GetTree(&tctx, treq, &tresp).ok());
+  auto tree = ParseJson(tresp.content());
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  EXPECT_EQ(tree->num_leaves(), k);
+  EXPECT_EQ(tree->point_leaf(), expected->hierarchy.point_leaf());
+  const auto got_merges = tree->ToMerges();
+  const auto want_merges = expected->hierarchy.ToMerges();
+  ASSERT_EQ(got_merges.size(), want_merges.size());
+  for (size_t t = 0; t < got_merges.size(); ++t) {
+    EXPECT_EQ(got_merges[t].a, want_merges[t].a);
+    EXPECT_EQ(got_merges[t].b, want_merges[t].b);
+  }
+  EXPECT_EQ(tresp.model().version(), 1);
+
+  // Linkage as .npy: (K-1) x 4 float64.
+  grpc::ClientContext lctx;
+  treq.set_format(v1::TREE_FORMAT_LINKAGE_NPY);
+  ASSERT_TRUE(models_->GetTree(&lctx, treq, &tresp).ok());
+  auto header = ParseNpyHeader(tresp.content());
+  ASSERT_TRUE(header.ok());
+  EXPECT_EQ(header->dtype, DType::kFloat64);
+  EXPECT_EQ(header->shape, (std::vector<int64_t>{k - 1, 4}));
+
+  // Assign: leaves are the argmax, clusters the cut at level 3.
+  v1::AssignResponse aresp;
+  ASSERT_TRUE(Assign("demo", x, n, k, 3, &aresp).ok());
+  auto cut = tree->CutToK(3);
+  ASSERT_TRUE(cut.ok());
+  ASSERT_EQ(aresp.leaf_size(), n);
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(aresp.leaf(i), expected->hierarchy.point_leaf()[i]);
+    EXPECT_EQ(aresp.cluster(i), (*cut)[aresp.leaf(i)]);
+  }
+
+  // A second fit under the same name is version 2; both are listed.
+  job = Submit(ds.id(), "demo", &st);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(Wait(job.id()).model_version(), 2);
+  grpc::ClientContext mctx;
+  v1::ListModelsRequest mreq;
+  mreq.set_name("demo");
+  v1::ListModelsResponse mresp;
+  ASSERT_TRUE(models_->ListModels(&mctx, mreq, &mresp).ok());
+  ASSERT_EQ(mresp.models_size(), 2);
+  EXPECT_EQ(mresp.models(0).version(), 1);
+  EXPECT_EQ(mresp.models(1).version(), 2);
+  EXPECT_EQ(mresp.models(1).num_leaves(), k);
+}
+
+TEST_F(ServerTest, WatchStreamsMonotoneProgressToTheEnd) {
+  StartServer();
+  const int n = 40000, k = 200;
+  const std::vector<float> x = MakeLogits(n, 20, 10, 3);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, n, k, &ds).ok());
+  grpc::Status st;
+  v1::Job job = Submit(ds.id(), "watched", &st);
+  ASSERT_TRUE(st.ok());
+  grpc::ClientContext ctx;
+  v1::WatchJobRequest req;
+  req.set_id(job.id());
+  auto reader = jobs_->WatchJob(&ctx, req);
+  std::vector<v1::Job> updates;
+  v1::Job update;
+  while (reader->Read(&update)) updates.push_back(update);
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_FALSE(updates.empty());
+  for (size_t i = 1; i < updates.size(); ++i) {
+    EXPECT_GE(updates[i].progress(), updates[i - 1].progress()) << "update " << i;
+  }
+  EXPECT_EQ(updates.back().state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_DOUBLE_EQ(updates.back().progress(), 1.0);
+}
+
+TEST_F(ServerTest, UploadRejectsNonFiniteNamingRowAndColumn) {
+  StartServer();
+  const int n = 50, k = 6;
+  std::vector<float> x = MakeLogits(n, 2, 3, 5);
+  x[5 * k + 2] = std::nanf("");
+  v1::Dataset ds;
+  grpc::Status st = Upload(x, n, k, &ds);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("row 5, column 2 is NaN"));
+
+  // An infinity in a later chunk, with chunks that split floats.
+  x[5 * k + 2] = 0.f;
+  x[37 * k + 4] = -INFINITY;
+  st = Upload(x, n, k, &ds, nullptr, 7);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("row 37, column 4 is -inf"));
+
+  // Nothing was stored, and the server still serves.
+  grpc::ClientContext ctx;
+  v1::ListDatasetsResponse resp;
+  ASSERT_TRUE(datasets_->ListDatasets(&ctx, v1::ListDatasetsRequest(), &resp).ok());
+  EXPECT_EQ(resp.datasets_size(), 0);
+  std::vector<std::string> leftovers;
+  if (std::filesystem::exists(dir_ / "datasets")) {
+    for (const auto& e : std::filesystem::directory_iterator(dir_ / "datasets")) {
+      leftovers.push_back(e.path().string());
+    }
+  }
+  EXPECT_TRUE(leftovers.empty());
+  x[37 * k + 4] = 1.f;
+  EXPECT_TRUE(Upload(x, n, k, &ds).ok());
+}
+
+TEST_F(ServerTest, UploadRejectsShapeMismatchAndEmptyShapes) {
+  StartServer();
+  const std::vector<float> x = MakeLogits(10, 2, 2, 9);
+  v1::Dataset ds;
+  grpc::Status st = Upload(x, 11, 4, &ds);  // too few bytes
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("shape mismatch"));
+  st = Upload(x, 9, 4, &ds);  // too many bytes
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("more data"));
+  st = Upload({}, 0, 4, &ds);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("rows must be >= 1"));
+  std::vector<int64_t> short_labels(3, 1);
+  st = Upload(x, 10, 4, &ds, &short_labels);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("labels"));
+}
+
+TEST_F(ServerTest, BadJobsAndModelsGetClearErrors) {
+  StartServer();
+  // K = 1 logits upload fine but cannot be fitted.
+  std::vector<float> one(20, 1.f);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(one, 20, 1, &ds).ok());
+  grpc::Status st;
+  Submit(ds.id(), "k1", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("at least 2 columns"));
+
+  Submit("ds-doesnotexist", "m", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  Submit(ds.id(), "bad name!", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  {
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;  // no method
+    req.mutable_spec()->set_dataset_id(ds.id());
+    req.mutable_spec()->set_model_name("m");
+    v1::Job job;
+    st = jobs_->SubmitJob(&ctx, req, &job);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+
+  v1::AssignResponse resp;
+  st = Assign("nosuchmodel", one, 20, 1, 0, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(st.error_message(), HasSubstr("nosuchmodel"));
+
+  FitModel("good");
+  const std::vector<float> x = MakeLogits(10, 3, 4, 2);
+  st = Assign("good", x, 10, 11, 0, &resp);  // wrong column count
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("expects 12 columns"));
+  st = Assign("good", x, 10, 12, 99, &resp);  // level beyond the leaves
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  std::vector<float> bad = x;
+  bad[3 * 12 + 7] = INFINITY;
+  st = Assign("good", bad, 10, 12, 0, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("row 3, column 7"));
+  EXPECT_TRUE(Assign("good", x, 10, 12, 2, &resp).ok());
+}
+
+TEST_F(ServerTest, OversizedMessageIsRefusedAndServerKeepsServing) {
+  ServerOptions opts;
+  opts.max_message_bytes = 1 << 20;
+  StartServer(opts);
+  FitModel("small");
+  const int rows = 30000, cols = 12;  // 1.4 MB of floats
+  const std::vector<float> x = MakeLogits(rows, 3, 4, 4);
+  v1::AssignResponse resp;
+  grpc::Status st = Assign("small", x, rows, cols, 0, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // Under the limit it works.
+  st = Assign("small", std::vector<float>(x.begin(), x.begin() + 1000 * cols), 1000, cols, 0,
+              &resp);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+}
+
+TEST_F(ServerTest, ListingsPaginateWithOpaqueTokens) {
+  StartServer();
+  const std::vector<float> x = MakeLogits(5, 1, 2, 1);
+  std::set<std::string> uploaded;
+  for (int i = 0; i < 5; ++i) {
+    v1::Dataset ds;
+    ASSERT_TRUE(Upload(x, 5, 2, &ds).ok());
+    uploaded.insert(ds.id());
+  }
+  std::set<std::string> listed;
+  std::string token;
+  int pages = 0;
+  do {
+    grpc::ClientContext ctx;
+    v1::ListDatasetsRequest req;
+    req.set_page_size(2);
+    req.set_page_token(token);
+    v1::ListDatasetsResponse resp;
+    ASSERT_TRUE(datasets_->ListDatasets(&ctx, req, &resp).ok());
+    EXPECT_LE(resp.datasets_size(), 2);
+    for (const auto& d : resp.datasets()) listed.insert(d.id());
+    token = resp.next_page_token();
+    ++pages;
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(pages, 3);
+  EXPECT_EQ(listed, uploaded);
+
+  grpc::ClientContext ctx;
+  v1::ListDatasetsRequest req;
+  req.set_page_token("garbage");
+  v1::ListDatasetsResponse resp;
+  EXPECT_EQ(datasets_->ListDatasets(&ctx, req, &resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ServerTest, CancelReachesTheRunningAlgorithm) {
+  auto blocking = std::make_shared<BlockingMethod>();
+  ServerOptions opts;
+  opts.resolve_method = [blocking](const v1::JobSpec&) -> absl::StatusOr<const Method*> {
+    return blocking.get();
+  };
+  StartServer(opts);
+  const std::vector<float> x = MakeLogits(20, 2, 2, 1);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, 20, 4, &ds).ok());
+  grpc::Status st;
+  v1::Job job = Submit(ds.id(), "blocked", &st);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(WaitUntilState(job.id(), v1::JOB_STATE_RUNNING).state(), v1::JOB_STATE_RUNNING);
+
+  grpc::ClientContext ctx;
+  v1::CancelJobRequest creq;
+  creq.set_id(job.id());
+  v1::Job cancelled;
+  ASSERT_TRUE(jobs_->CancelJob(&ctx, creq, &cancelled).ok());
+  job = Wait(job.id());
+  EXPECT_EQ(job.state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(job.error().code(), static_cast<int>(grpc::StatusCode::CANCELLED));
+  EXPECT_EQ(blocking->saw_cancel.load(), 1);  // the loop itself saw it
+  // Cancelling again is idempotent.
+  grpc::ClientContext ctx2;
+  ASSERT_TRUE(jobs_->CancelJob(&ctx2, creq, &cancelled).ok());
+  EXPECT_EQ(cancelled.state(), v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(ServerTest, FullQueueAnswersResourceExhausted) {
+  auto blocking = std::make_shared<BlockingMethod>();
+  ServerOptions opts;
+  opts.workers = 1;
+  opts.queue_capacity = 2;
+  opts.resolve_method = [blocking](const v1::JobSpec&) -> absl::StatusOr<const Method*> {
+    return blocking.get();
+  };
+  StartServer(opts);
+  const std::vector<float> x = MakeLogits(20, 2, 2, 1);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, 20, 4, &ds).ok());
+  grpc::Status st;
+  v1::Job running = Submit(ds.id(), "a", &st);
+  ASSERT_TRUE(st.ok());
+  WaitUntilState(running.id(), v1::JOB_STATE_RUNNING);
+  v1::Job q1 = Submit(ds.id(), "b", &st);
+  ASSERT_TRUE(st.ok());
+  Submit(ds.id(), "c", &st);
+  ASSERT_TRUE(st.ok());
+  Submit(ds.id(), "d", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(st.error_message(), HasSubstr("queue is full"));
+
+  // The dataset is in use, so it cannot be deleted.
+  {
+    grpc::ClientContext ctx;
+    v1::DeleteDatasetRequest req;
+    req.set_id(ds.id());
+    v1::DeleteDatasetResponse resp;
+    EXPECT_EQ(datasets_->DeleteDataset(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  // Cancelling a queued job frees a slot at once.
+  grpc::ClientContext ctx;
+  v1::CancelJobRequest creq;
+  creq.set_id(q1.id());
+  v1::Job cancelled;
+  ASSERT_TRUE(jobs_->CancelJob(&ctx, creq, &cancelled).ok());
+  EXPECT_EQ(cancelled.state(), v1::JOB_STATE_CANCELLED);
+  Submit(ds.id(), "d", &st);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(blocking->started.load(), 1);
+}
+
+TEST_F(ServerTest, RestartKeepsStateAndRerunsInterruptedJobs) {
+  // First life: a finished model, plus one running and one queued job that
+  // the shutdown interrupts.
+  auto blocking = std::make_shared<BlockingMethod>();
+  ServerOptions opts;
+  opts.workers = 1;
+  std::atomic<bool> block{false};
+  opts.resolve_method = [&](const v1::JobSpec& spec) -> absl::StatusOr<const Method*> {
+    if (block) return blocking.get();
+    return MethodForSpec(spec);
+  };
+  StartServer(opts);
+  const std::string ds_id = FitModel("kept");
+  v1::AssignResponse before;
+  const std::vector<float> probe = MakeLogits(100, 3, 4, 8);
+  ASSERT_TRUE(Assign("kept", probe, 100, 12, 2, &before).ok());
+
+  block = true;
+  grpc::Status st;
+  v1::Job running = Submit(ds_id, "later", &st);
+  ASSERT_TRUE(st.ok());
+  WaitUntilState(running.id(), v1::JOB_STATE_RUNNING);
+  v1::Job queued = Submit(ds_id, "later", &st);
+  ASSERT_TRUE(st.ok());
+  StopServer();
+  EXPECT_EQ(blocking->saw_cancel.load(), 1);
+
+  // Second life, same data dir, real methods.
+  StartServer();
+  grpc::ClientContext dctx;
+  v1::GetDatasetRequest dreq;
+  dreq.set_id(ds_id);
+  v1::Dataset ds;
+  ASSERT_TRUE(datasets_->GetDataset(&dctx, dreq, &ds).ok());
+  EXPECT_EQ(ds.rows(), 1500);
+  v1::AssignResponse after;
+  ASSERT_TRUE(Assign("kept", probe, 100, 12, 2, &after).ok());
+  EXPECT_EQ(after.cluster(), before.cluster());
+  EXPECT_EQ(after.leaf(), before.leaf());
+
+  v1::Job r1 = Wait(running.id());
+  v1::Job r2 = Wait(queued.id());
+  EXPECT_EQ(r1.state(), v1::JOB_STATE_SUCCEEDED) << r1.error().message();
+  EXPECT_EQ(r2.state(), v1::JOB_STATE_SUCCEEDED) << r2.error().message();
+  EXPECT_EQ(r1.attempts(), 2);  // interrupted once, then completed
+  EXPECT_EQ(r2.attempts(), 1);
+  std::set<int64_t> versions = {r1.model_version(), r2.model_version()};
+  EXPECT_EQ(versions, (std::set<int64_t>{1, 2}));
+}
+
+TEST_F(ServerTest, DeletesRemoveRowsAndFiles) {
+  StartServer();
+  const std::string ds_id = FitModel("gone");
+  {
+    grpc::ClientContext ctx;
+    v1::DeleteModelRequest req;
+    req.set_name("gone");
+    v1::DeleteModelResponse resp;
+    ASSERT_TRUE(models_->DeleteModel(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.deleted(), 1);
+  }
+  v1::AssignResponse aresp;
+  EXPECT_EQ(Assign("gone", MakeLogits(2, 3, 4, 1), 2, 12, 0, &aresp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ / "models" / "gone"));
+  {
+    grpc::ClientContext ctx;
+    v1::DeleteDatasetRequest req;
+    req.set_id(ds_id);
+    v1::DeleteDatasetResponse resp;
+    ASSERT_TRUE(datasets_->DeleteDataset(&ctx, req, &resp).ok());
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "datasets" / ds_id));
+  grpc::ClientContext ctx;
+  v1::GetDatasetRequest req;
+  req.set_id(ds_id);
+  v1::Dataset ds;
+  EXPECT_EQ(datasets_->GetDataset(&ctx, req, &ds).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+}  // namespace
+}  // namespace dendro::server

@@ -18,6 +18,9 @@ absl::StatusOr<const Method*> MethodForSpec(const v1::JobSpec& spec) {
       return &L2hMethod();
     case v1::JobSpec::METHOD_NOT_SET:
       break;
+    default:
+      return absl::UnimplementedError(
+          absl::StrCat("method ", spec.method_case(), " is not available in this server"));
   }
   return absl::InvalidArgumentError("job spec: no method set (expected one of: l2h)");
 }

@@ -38,7 +38,9 @@ class JobManager::Context final : public RunContext {
 
 JobManager::JobManager(Options options, MetadataStore* meta, DatasetStore* datasets,
                        ModelRegistry* models)
-    : options_(options), meta_(meta), datasets_(datasets), models_(models) {}
+    : options_(std::move(options)), meta_(meta), datasets_(datasets), models_(models) {
+  if (!options_.resolve_method) options_.resolve_method = MethodForSpec;
+}
 
 JobManager::~JobManager() { Shutdown(absl::ZeroDuration()); }
 
@@ -94,7 +96,7 @@ void JobManager::Shutdown(absl::Duration grace) {
 }
 
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
-  DENDRO_ASSIGN_OR_RETURN(const Method* method, MethodForSpec(spec));
+  DENDRO_ASSIGN_OR_RETURN(const Method* method, options_.resolve_method(spec));
   DENDRO_RETURN_IF_ERROR(ValidateModelName(spec.model_name()));
   if (spec.dataset_id().empty()) return absl::InvalidArgumentError("job spec: dataset_id is empty");
   DENDRO_ASSIGN_OR_RETURN(v1::Dataset dataset, datasets_->Get(spec.dataset_id()));
@@ -209,7 +211,7 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
   Context ctx(this, entry);
   absl::StatusOr<std::unique_ptr<FittedModel>> fitted = [&]()
       -> absl::StatusOr<std::unique_ptr<FittedModel>> {
-    DENDRO_ASSIGN_OR_RETURN(const Method* method, MethodForSpec(spec));
+    DENDRO_ASSIGN_OR_RETURN(const Method* method, options_.resolve_method(spec));
     DENDRO_ASSIGN_OR_RETURN(auto dataset, datasets_->Open(spec.dataset_id()));
     return method->Fit(*dataset, spec, ctx);
   }();

@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,6 +34,7 @@
 #include "dendro/v1/dendro.pb.h"
 #include "server/dataset_store.h"
 #include "server/metadata_store.h"
+#include "server/methods/method.h"
 #include "server/model_registry.h"
 
 namespace dendro::server {
@@ -42,6 +44,9 @@ class JobManager {
   struct Options {
     int workers = 1;
     int queue_capacity = 64;
+    // Maps a spec to its Method; MethodForSpec unless a test substitutes
+    // one (e.g. a method that blocks until cancelled).
+    std::function<absl::StatusOr<const Method*>(const v1::JobSpec&)> resolve_method;
   };
 
   JobManager(Options options, MetadataStore* meta, DatasetStore* datasets,
@@ -82,7 +87,7 @@ class JobManager {
   // Persists entry->job and publishes the change. Requires mu_ held.
   absl::Status PublishLocked(Entry& entry);
 
-  const Options options_;
+  Options options_;
   MetadataStore* const meta_;
   DatasetStore* const datasets_;
   ModelRegistry* const models_;

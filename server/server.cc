@@ -48,6 +48,7 @@ absl::Status DendroServer::Start() {
   JobManager::Options jopts;
   jopts.workers = options_.workers;
   jopts.queue_capacity = options_.queue_capacity;
+  jopts.resolve_method = options_.resolve_method;
   s.jobs = std::make_unique<JobManager>(jopts, s.meta.get(), s.datasets.get(), s.models.get());
 
   std::shared_ptr<grpc::ServerCredentials> creds;

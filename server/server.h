@@ -7,11 +7,13 @@
 #ifndef DENDRO_SERVER_SERVER_H_
 #define DENDRO_SERVER_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "server/methods/method.h"
 
 namespace dendro::server {
 
@@ -25,6 +27,8 @@ struct ServerOptions {
   // TLS: both set to PEM file paths to serve TLS; both empty for plaintext.
   std::string tls_cert_file;
   std::string tls_key_file;
+  // Test hook, see JobManager::Options::resolve_method.
+  std::function<absl::StatusOr<const Method*>(const v1::JobSpec&)> resolve_method;
 };
 
 class DendroServer {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "dendro/v1/dendro.grpc.pb.h"
+#include "core/common/status_macros.h"
 #include "core/hierarchy/export.h"
 #include "core/io/npy.h"
 #include "spdlog/spdlog.h"
@@ -53,6 +54,36 @@ void FillPage(const Page<T>& page, std::string_view kind, std::string_view scope
               AddFn add) {
   for (const T& item : page.items) *add(resp) = item;
   if (page.more) resp->set_next_page_token(MakeToken(kind, scope, page.last_seq));
+}
+
+// Checks a request's rows x cols float32 payload against the model and
+// returns a view of it (copying into `aligned` only if the bytes are not
+// float-aligned).
+absl::StatusOr<MatrixView> DecodeRows(const std::string& what, const v1::Model& model,
+                                      const FittedModel& fitted, int64_t rows, int64_t cols,
+                                      const std::string& data, std::vector<float>* aligned) {
+  if (rows < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": rows must be >= 1, got ", rows));
+  }
+  if (cols != fitted.input_dim()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": model '", model.name(), "' v",
+                                                   model.version(), " expects ",
+                                                   fitted.input_dim(), " columns, got ", cols));
+  }
+  if (rows > (int64_t{1} << 40) / cols ||
+      static_cast<int64_t>(data.size()) != rows * cols * 4) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": data has ", data.size(),
+                                                   " bytes, expected rows x cols x 4 = ",
+                                                   rows * cols * 4));
+  }
+  const float* p = reinterpret_cast<const float*>(data.data());
+  if (reinterpret_cast<uintptr_t>(p) % alignof(float) != 0) {
+    aligned->resize(rows * cols);
+    std::memcpy(aligned->data(), data.data(), data.size());
+    p = aligned->data();
+  }
+  DENDRO_RETURN_IF_ERROR(ValidateFinite(p, rows, cols));
+  return MatrixView(p, rows, cols);
 }
 
 // ---------------------------------------------------------------------------
@@ -283,23 +314,6 @@ class ModelServiceImpl final : public v1::ModelService::Service {
     auto loaded = deps_.models->Load(req->model().name(), req->model().version());
     if (!loaded.ok()) return ToGrpc(loaded.status());
     const FittedModel& model = *loaded->first;
-    if (req->rows() < 1) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("assign: rows must be >= 1, got ", req->rows()));
-    }
-    if (req->cols() != model.input_dim()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("assign: model '", loaded->second.name(), "' v",
-                                       loaded->second.version(), " expects ",
-                                       model.input_dim(), " columns, got ", req->cols()));
-    }
-    const int64_t expected = req->rows() * req->cols() * 4;
-    if (req->rows() > (int64_t{1} << 40) / req->cols() ||
-        static_cast<int64_t>(req->data().size()) != expected) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("assign: data has ", req->data().size(),
-                                       " bytes, expected rows x cols x 4 = ", expected));
-    }
     const Hierarchy& tree = model.tree();
     const int32_t level = req->level();
     if (level < 0 || level > tree.num_leaves()) {
@@ -307,18 +321,11 @@ class ModelServiceImpl final : public v1::ModelService::Service {
                           absl::StrCat("assign: level must be in [0, ", tree.num_leaves(),
                                        "], got ", level));
     }
-    // Protobuf's bytes are not guaranteed float-aligned; copy if needed.
     std::vector<float> aligned;
-    const float* data = reinterpret_cast<const float*>(req->data().data());
-    if (reinterpret_cast<uintptr_t>(data) % alignof(float) != 0) {
-      aligned.resize(req->rows() * req->cols());
-      std::memcpy(aligned.data(), req->data().data(), req->data().size());
-      data = aligned.data();
-    }
-    absl::Status finite = ValidateFinite(data, req->rows(), req->cols());
-    if (!finite.ok()) return ToGrpc(finite);
-    MatrixView rows(data, req->rows(), req->cols());
-    auto leaves = model.AssignLeaves(rows);
+    auto rows = DecodeRows("assign", loaded->second, model, req->rows(), req->cols(),
+                           req->data(), &aligned);
+    if (!rows.ok()) return ToGrpc(rows.status());
+    auto leaves = model.AssignLeaves(*rows);
     if (!leaves.ok()) return ToGrpc(leaves.status());
     std::vector<int32_t> cut;
     if (level > 0) {
@@ -337,7 +344,54 @@ class ModelServiceImpl final : public v1::ModelService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status Predict(grpc::ServerContext*, const v1::PredictRequest* req,
+                       v1::PredictResponse* resp) override {
+    return ToGrpc(PredictOne(*req, resp));
+  }
+
+  grpc::Status PredictStream(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::PredictResponse, v1::PredictRequest>* stream) override {
+    v1::PredictRequest req;
+    while (stream->Read(&req)) {
+      if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+      v1::PredictResponse resp;
+      absl::Status s = PredictOne(req, &resp);
+      if (!s.ok()) return ToGrpc(s);
+      if (!stream->Write(resp)) return grpc::Status::OK;
+    }
+    return grpc::Status::OK;
+  }
+
  private:
+  absl::Status PredictOne(const v1::PredictRequest& req, v1::PredictResponse* resp) {
+    DENDRO_ASSIGN_OR_RETURN(auto loaded,
+                            deps_.models->Load(req.model().name(), req.model().version()));
+    const FittedModel& model = *loaded.first;
+    if (req.top_k() < 0 || req.top_t() < 0) {
+      return absl::InvalidArgumentError("predict: top_k and top_t must be >= 0");
+    }
+    std::vector<float> aligned;
+    DENDRO_ASSIGN_OR_RETURN(MatrixView rows, DecodeRows("predict", loaded.second, model,
+                                                        req.rows(), req.cols(), req.data(),
+                                                        &aligned));
+    PredictOptions options;
+    options.top_t = req.top_t();
+    options.top_k = req.top_k() == 0 ? 1 : req.top_k();
+    options.flat = req.flat();
+    DENDRO_ASSIGN_OR_RETURN(Prediction p, model.Predict(rows, options));
+    resp->set_rows(req.rows());
+    resp->set_top_k(p.top_k);
+    resp->set_top_t(p.top_t);
+    resp->mutable_labels()->Add(p.labels.begin(), p.labels.end());
+    resp->mutable_scores()->Add(p.scores.begin(), p.scores.end());
+    resp->mutable_superclasses()->Add(p.superclasses.begin(), p.superclasses.end());
+    resp->mutable_classes_evaluated()->Add(p.classes_evaluated.begin(),
+                                           p.classes_evaluated.end());
+    resp->set_model_version(loaded.second.version());
+    return absl::OkStatus();
+  }
+
   ServiceDeps deps_;
 };
 

@@ -32,6 +32,13 @@ absl::StatusOr<const Method*> MethodByName(std::string_view name) {
   return absl::NotFoundError(absl::StrCat("unknown method '", std::string(name), "'"));
 }
 
+absl::StatusOr<Prediction> FittedModel::Predict(const MatrixView&,
+                                                const PredictOptions&) const {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "model method '", std::string(method()),
+      "' is a clustering, not a classifier: use Assign instead of Predict"));
+}
+
 absl::Status SaveTree(const Hierarchy& tree, const std::string& dir) {
   DENDRO_RETURN_IF_ERROR(WriteFileAtomic(dir + "/tree.json", ToJson(tree, false)));
   const auto& pl = tree.point_leaf();

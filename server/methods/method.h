@@ -23,6 +23,22 @@
 
 namespace dendro::server {
 
+// Classifier output for a batch of rows (row-major blocks).
+struct Prediction {
+  int32_t top_k = 1;
+  int32_t top_t = 0;                       // 0 when flat
+  std::vector<int64_t> labels;             // rows x top_k, original labels
+  std::vector<float> scores;               // rows x top_k
+  std::vector<int32_t> superclasses;       // rows x top_t
+  std::vector<int32_t> classes_evaluated;  // rows
+};
+
+struct PredictOptions {
+  int32_t top_t = 0;  // 0: the model's default
+  int32_t top_k = 1;
+  bool flat = false;
+};
+
 // A fitted model, fresh from a job or loaded from disk. Immutable and
 // shareable across threads.
 class FittedModel {
@@ -40,6 +56,9 @@ class FittedModel {
   // Leaf cluster of each row; rows.cols() == input_dim() is checked by the
   // caller.
   virtual absl::StatusOr<std::vector<int32_t>> AssignLeaves(const MatrixView& rows) const = 0;
+  // Classifiers override this; clustering models answer FailedPrecondition.
+  virtual absl::StatusOr<Prediction> Predict(const MatrixView& rows,
+                                             const PredictOptions& options) const;
 };
 
 class Method {

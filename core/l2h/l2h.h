@@ -62,6 +62,11 @@ struct L2hStep {
   // Groups as ordered cluster lists, exactly as the reference's tuples.
   std::vector<int32_t> lowest;      // G*
   std::vector<int32_t> most_related;  // G-dagger
+  double lowest_score = 0.0;  // s(G*), eq. 1
+  // mean over c in G-dagger of rp(c) (eq. 2), or of the reverse-direction
+  // mass when G* has no points
+  double relatedness = 0.0;
+  double merged_score = 0.0;  // s(G* + G-dagger), the merged group's score
 };
 
 struct L2hResult {

@@ -1,0 +1,578 @@
+// L2H in O(N K) time and O(N) extra memory.
+//
+// The reference (paper appendix A) recomputes a masked softmax over the
+// points of the lowest-scoring group at every step. Here each point keeps a
+// small state that is brought up to date only when its own group is the
+// lowest-scoring one, which is the only time the algorithm looks at it:
+//
+//   best   h^m(x; G): the argmax over the columns outside x's group
+//   shift  a logit value >= every column outside the group
+//   rest   sum over columns outside the group, other than best, of
+//          exp(x_c - shift)
+//   ref    `rest` when it was last computed directly
+//
+// so g^m(x; G) = e / (e + rest) with e = exp(x_best - shift). When the group
+// grows, the newly masked columns are subtracted from `rest`; `best` is
+// rescanned only when it has been masked. A subtraction that cancels (rest
+// falls below 1e-3 of ref, bounding the relative error by ~1e-12) or a best
+// far below the shift triggers a direct recomputation with shift = x_best.
+// All points of one cluster share their group history, so the columns that
+// are new to a point are read off the group's cluster list (see Coverage).
+//
+// Every sum that feeds a comparison (cluster means, group scores, rp per
+// cluster and the per-group mean of rp) is summed in the order numpy uses,
+// so values that are exactly equal in the reference are exactly equal here
+// as long as they come from identical arithmetic (see kernels.h). Results do
+// not depend on the number of threads.
+#include "core/l2h/l2h.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <queue>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/common/status_macros.h"
+#include "core/l2h/kernels.h"
+
+namespace dendro {
+namespace {
+
+using l2h_internal::Exp;
+using l2h_internal::MaskedArgmax;
+using l2h_internal::MaskedExpSum;
+using l2h_internal::NumpyMean;
+using l2h_internal::NumpySum;
+
+constexpr double kCancelRatio = 1e-3;    // recompute `rest` below this fraction of ref
+constexpr double kMaxShiftDrift = 64.0;  // recompute when x_best < shift - this
+constexpr int64_t kWorkPerBlock = int64_t{1} << 19;  // logit values per cancel check
+constexpr double kFirstPassShare = 0.5;  // progress fraction of the first pass
+constexpr float kMasked = -std::numeric_limits<float>::infinity();
+
+struct Group {
+  std::vector<int32_t> clusters;  // ordered as the reference's tuple
+  double score = 0.0;
+  int64_t num_points = 0;
+};
+
+class L2hRunner {
+ public:
+  L2hRunner(const MatrixView& logits, const L2hOptions& options, int num_threads,
+            RunContext& ctx)
+      : data_(logits.data()),
+        n_(logits.rows()),
+        k_(static_cast<int32_t>(logits.cols())),
+        aggregation_(options.aggregation),
+        num_threads_(num_threads),
+        ctx_(ctx) {}
+
+  absl::StatusOr<L2hResult> Run();
+
+ private:
+  const float* Row(int64_t i) const { return data_ + i * static_cast<int64_t>(k_); }
+  int RegionThreads(int64_t items) const { return items >= 256 ? num_threads_ : 1; }
+
+  absl::Status FirstPass();
+  void BuildClusters();
+  double GroupScore(const std::vector<int32_t>& clusters);
+  // Fills rp_ (and rp_targets_) for a lowest-scoring group with points.
+  absl::Status Reassign(const Group& lowest);
+  // Dendro's rule for a lowest-scoring group without points.
+  absl::Status ReverseRelatedness(const Group& lowest);
+  void CollectPoints(const Group& g);
+  void ReportMerging(int32_t step);
+
+  const float* data_;
+  const int64_t n_;
+  const int32_t k_;
+  const L2hAggregation aggregation_;
+  const int num_threads_;
+  RunContext& ctx_;
+
+  // Per point.
+  std::vector<int32_t> assign_;
+  std::vector<int32_t> best_;
+  std::vector<int32_t> second_;  // runner-up from the first pass; -1 once used
+  std::vector<float> shift_;
+  std::vector<float> ref_;
+  std::vector<double> rest_;
+
+  // Per cluster.
+  std::vector<int64_t> offset_;  // points of c: points_[offset_[c] .. offset_[c+1])
+  std::vector<int32_t> points_;  // ascending within a cluster
+  std::vector<double> sum_g_;
+  std::vector<double> mean_g_;
+  std::vector<int32_t> group_of_;
+  std::vector<int32_t> pos_;  // index of c in its group's cluster list
+  // Coverage: the columns already removed from the state of c's points form
+  // a contiguous run of c's group list (groups grow by concatenation):
+  // [pos_ - cov_before_, pos_ - cov_before_ + cov_len_).
+  std::vector<int32_t> cov_before_;
+  std::vector<int32_t> cov_len_;
+
+  // Groups by node id (leaves 0..K-1, merge t creates K+t) and list order.
+  std::vector<Group> groups_;
+  std::vector<int32_t> order_;
+
+  // Step scratch.
+  std::vector<float> penalty_;          // 0 or -inf per column: the mask
+  std::vector<int32_t> step_points_;    // points of the lowest group, ascending
+  std::vector<int32_t> step_target_;    // h^m per step point
+  std::vector<double> step_value_;      // g^m per step point
+  std::vector<double> sorted_value_;    // step values grouped by target
+  std::vector<int64_t> target_count_;
+  std::vector<double> rp_;
+  std::vector<int32_t> rp_targets_;     // clusters with rp_ possibly non-zero
+  std::vector<double> thread_buf_;      // num_threads_ * K doubles
+  bool any_point_touched_ = false;
+  double last_fraction_ = 0.0;
+};
+
+absl::Status L2hRunner::FirstPass() {
+  assign_.resize(n_);
+  best_.resize(n_);
+  second_.resize(n_);
+  shift_.resize(n_);
+  ref_.resize(n_);
+  rest_.resize(n_);
+  thread_buf_.assign(static_cast<size_t>(num_threads_) * k_, 0.0);
+  const int64_t rows_per_block = std::max<int64_t>(1, kWorkPerBlock / k_);
+  for (int64_t begin = 0; begin < n_; begin += rows_per_block) {
+    if (ctx_.Cancelled()) return absl::CancelledError("L2H cancelled");
+    const int64_t end = std::min(n_, begin + rows_per_block);
+    int64_t bad_row = std::numeric_limits<int64_t>::max();
+#pragma omp parallel num_threads(RegionThreads((end - begin) * k_ / 64))
+    {
+      double* buf = thread_buf_.data() + static_cast<size_t>(omp_get_thread_num()) * k_;
+#pragma omp for schedule(static)
+      for (int64_t i = begin; i < end; ++i) {
+        const float* x = Row(i);
+        if (!ValidateFinite(x, 1, k_, i).ok()) {
+#pragma omp critical(dendro_l2h_bad_row)
+          bad_row = std::min(bad_row, i);
+          continue;
+        }
+        const int32_t b = MaskedArgmax(x, k_, nullptr, -1);
+        assign_[i] = b;
+        best_[i] = b;
+        second_[i] = MaskedArgmax(x, k_, nullptr, b);
+        shift_[i] = x[b];
+        const double rest = MaskedExpSum(x, k_, x[b], nullptr, b, buf);
+        rest_[i] = rest;
+        ref_[i] = static_cast<float>(rest);
+      }
+    }
+    if (bad_row != std::numeric_limits<int64_t>::max()) {
+      return ValidateFinite(Row(bad_row), 1, k_, bad_row);
+    }
+    const double f = kFirstPassShare * static_cast<double>(end) / static_cast<double>(n_);
+    last_fraction_ = std::max(last_fraction_, f);
+    ctx_.Report(last_fraction_, "softmax");
+  }
+  return absl::OkStatus();
+}
+
+void L2hRunner::BuildClusters() {
+  offset_.assign(k_ + 1, 0);
+  for (int64_t i = 0; i < n_; ++i) ++offset_[assign_[i] + 1];
+  for (int32_t c = 0; c < k_; ++c) offset_[c + 1] += offset_[c];
+  points_.resize(n_);
+  {
+    std::vector<int64_t> fill(offset_.begin(), offset_.end() - 1);
+    for (int64_t i = 0; i < n_; ++i) points_[fill[assign_[i]]++] = static_cast<int32_t>(i);
+  }
+  // Per-cluster sum and mean of g(x) = 1 / (1 + rest) over the cluster's
+  // points in index order, as np.sum / np.mean of pred_probs[assignments == c].
+  sum_g_.assign(k_, 0.0);
+  mean_g_.assign(k_, 0.0);
+  std::vector<double> g(n_);
+#pragma omp parallel for num_threads(RegionThreads(n_)) schedule(static)
+  for (int64_t j = 0; j < n_; ++j) g[j] = 1.0 / (1.0 + rest_[points_[j]]);
+#pragma omp parallel for num_threads(RegionThreads(n_ / 64)) schedule(dynamic, 16)
+  for (int32_t c = 0; c < k_; ++c) {
+    const int64_t size = offset_[c + 1] - offset_[c];
+    if (size == 0) continue;  // Dendro's rule: the mean over no points is 0
+    sum_g_[c] = NumpySum(g.data() + offset_[c], size);
+    mean_g_[c] = sum_g_[c] / static_cast<double>(size);
+  }
+}
+
+double L2hRunner::GroupScore(const std::vector<int32_t>& clusters) {
+  // The reference's score line, per aggregation:
+  //   sum([np.mean(pred_probs[assignments == c]) for c in group])   sum_of_means
+  //   sum([np.sum(pred_probs[assignments == c]) for c in group])    sum_of_sums
+  //   np.mean([np.mean(pred_probs[assignments == c]) for c in group])  mean_of_means
+  // Python's sum() adds left to right starting from 0.
+  switch (aggregation_) {
+    case L2hAggregation::kSumOfMeans: {
+      double s = 0.0;
+      for (int32_t c : clusters) s += mean_g_[c];
+      return s;
+    }
+    case L2hAggregation::kSumOfSums: {
+      double s = 0.0;
+      for (int32_t c : clusters) s += sum_g_[c];
+      return s;
+    }
+    case L2hAggregation::kMeanOfMeans: {
+      std::vector<double> v(clusters.size());
+      for (size_t j = 0; j < clusters.size(); ++j) v[j] = mean_g_[clusters[j]];
+      return NumpyMean(v.data(), static_cast<int64_t>(v.size()));
+    }
+  }
+  return 0.0;
+}
+
+// The points of g in ascending index order (np.where(np.isin(...))).
+void L2hRunner::CollectPoints(const Group& g) {
+  step_points_.clear();
+  if (g.clusters.size() == 1) {
+    const int32_t c = g.clusters[0];
+    step_points_.assign(points_.begin() + offset_[c], points_.begin() + offset_[c + 1]);
+    return;
+  }
+  step_points_.reserve(g.num_points);
+  // k-way merge of the clusters' ascending lists; a heap entry is
+  // (point, its position in points_).
+  using Head = std::pair<int32_t, int64_t>;
+  std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heap;
+  for (int32_t c : g.clusters) {
+    if (offset_[c + 1] > offset_[c]) heap.emplace(points_[offset_[c]], offset_[c]);
+  }
+  while (!heap.empty()) {
+    const auto [p, at] = heap.top();
+    heap.pop();
+    step_points_.push_back(p);
+    if (at + 1 < offset_[assign_[p] + 1]) heap.emplace(points_[at + 1], at + 1);
+  }
+}
+
+absl::Status L2hRunner::Reassign(const Group& lowest) {
+  const std::vector<int32_t>& t = lowest.clusters;
+  const int32_t t_size = static_cast<int32_t>(t.size());
+  for (int32_t c : t) penalty_[c] = kMasked;
+  CollectPoints(lowest);
+  const int64_t m = static_cast<int64_t>(step_points_.size());
+  step_target_.resize(m);
+  step_value_.resize(m);
+  any_point_touched_ = true;
+
+  const int64_t points_per_block = std::max<int64_t>(256, kWorkPerBlock / k_);
+  const float* penalty = penalty_.data();
+  for (int64_t begin = 0; begin < m; begin += points_per_block) {
+    if (ctx_.Cancelled()) {
+      for (int32_t c : t) penalty_[c] = 0.0f;
+      return absl::CancelledError("L2H cancelled");
+    }
+    const int64_t end = std::min(m, begin + points_per_block);
+#pragma omp parallel num_threads(RegionThreads(end - begin))
+    {
+      double* buf = thread_buf_.data() + static_cast<size_t>(omp_get_thread_num()) * k_;
+#pragma omp for schedule(static)
+      for (int64_t j = begin; j < end; ++j) {
+        const int32_t i = step_points_[j];
+        const float* x = Row(i);
+        const int32_t c = assign_[i];
+        // Columns of the lowest group not yet removed from this point's
+        // state: the list outside the covered run.
+        const int32_t run_begin = pos_[c] - cov_before_[c];
+        const int32_t run_end = run_begin + cov_len_[c];
+        int32_t b = best_[i];
+        const double shift = shift_[i];
+        double rest = rest_[i];
+        for (int32_t q = 0; q < t_size; ++q) {
+          if (q == run_begin) {
+            q = run_end - 1;
+            continue;
+          }
+          const int32_t a = t[q];
+          if (a != b) rest -= Exp(static_cast<double>(x[a]) - shift);
+        }
+        if (penalty[b] != 0.0f) {
+          const int32_t s = second_[i];
+          b = (s >= 0 && penalty[s] == 0.0f) ? s : MaskedArgmax(x, k_, penalty, -1);
+          second_[i] = -1;
+          rest -= Exp(static_cast<double>(x[b]) - shift);
+        }
+        double new_shift = shift;
+        if (rest < kCancelRatio * static_cast<double>(ref_[i]) ||
+            shift - static_cast<double>(x[b]) > kMaxShiftDrift) {
+          new_shift = x[b];
+          rest = MaskedExpSum(x, k_, new_shift, penalty, b, buf);
+          ref_[i] = static_cast<float>(rest);
+          shift_[i] = x[b];
+        }
+        best_[i] = b;
+        rest_[i] = rest;
+        const double e = Exp(static_cast<double>(x[b]) - new_shift);
+        step_target_[j] = b;
+        step_value_[j] = e / (e + rest);
+      }
+    }
+  }
+  for (int32_t c : t) {
+    penalty_[c] = 0.0f;
+    cov_before_[c] = pos_[c];
+    cov_len_[c] = t_size;
+  }
+
+  // rp(c) = np.sum(re_pred_probs[reassignments == c]): group the values by
+  // target with a stable counting sort, then sum each run in index order.
+  rp_targets_.clear();
+  for (int64_t j = 0; j < m; ++j) {
+    if (target_count_[step_target_[j]]++ == 0) rp_targets_.push_back(step_target_[j]);
+  }
+  int64_t start = 0;
+  for (int32_t c : rp_targets_) {
+    const int64_t count = target_count_[c];
+    target_count_[c] = start;
+    start += count;
+  }
+  sorted_value_.resize(m);
+  for (int64_t j = 0; j < m; ++j) sorted_value_[target_count_[step_target_[j]]++] = step_value_[j];
+  start = 0;
+  for (int32_t c : rp_targets_) {
+    const int64_t stop = target_count_[c];
+    rp_[c] = NumpySum(sorted_value_.data() + start, stop - start);
+    start = stop;
+    target_count_[c] = 0;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status L2hRunner::ReverseRelatedness(const Group& lowest) {
+  // Only reachable before any point state changed: an empty group scores 0
+  // and every group with points scores > 0, so all empty groups come first.
+  if (any_point_touched_) {
+    return absl::InternalError("L2H: empty lowest-scoring group after the first merge of points");
+  }
+  const std::vector<int32_t>& t = lowest.clusters;
+  // rp(c) = sum over x in D^c of the softmax mass x puts on the group:
+  // (sum over e in the group of exp(x_e - max x)) / (sum of exp(x - max x)).
+  step_value_.resize(n_);
+  const int64_t block = std::max<int64_t>(1024, kWorkPerBlock / static_cast<int64_t>(t.size()));
+  for (int64_t begin = 0; begin < n_; begin += block) {
+    if (ctx_.Cancelled()) return absl::CancelledError("L2H cancelled");
+    const int64_t end = std::min(n_, begin + block);
+#pragma omp parallel for num_threads(RegionThreads(end - begin)) schedule(static)
+    for (int64_t j = begin; j < end; ++j) {
+      const int32_t i = points_[j];
+      const float* x = Row(i);
+      double mass = 0.0;
+      for (int32_t e : t) mass += Exp(static_cast<double>(x[e]) - shift_[i]);
+      step_value_[j] = mass / (1.0 + rest_[i]);
+    }
+  }
+  rp_targets_.clear();
+  for (int32_t c = 0; c < k_; ++c) {
+    const int64_t size = offset_[c + 1] - offset_[c];
+    if (size == 0) continue;
+    rp_[c] = NumpySum(step_value_.data() + offset_[c], size);
+    rp_targets_.push_back(c);
+  }
+  return absl::OkStatus();
+}
+
+void L2hRunner::ReportMerging(int32_t step) {
+  const double f = kFirstPassShare + (1.0 - kFirstPassShare) * static_cast<double>(step + 1) /
+                                         static_cast<double>(k_ - 1);
+  last_fraction_ = std::max(last_fraction_, std::min(1.0, f));
+  ctx_.Report(last_fraction_, "merging");
+}
+
+absl::StatusOr<L2hResult> L2hRunner::Run() {
+  DENDRO_RETURN_IF_ERROR(FirstPass());
+  BuildClusters();
+
+  groups_.reserve(2 * static_cast<size_t>(k_) - 1);
+  group_of_.resize(k_);
+  pos_.assign(k_, 0);
+  cov_before_.assign(k_, 0);  // a point's own cluster is never in `rest`
+  cov_len_.assign(k_, 1);
+  order_.resize(k_);
+  for (int32_t c = 0; c < k_; ++c) {
+    Group g;
+    g.clusters = {c};
+    g.num_points = offset_[c + 1] - offset_[c];
+    g.score = GroupScore(g.clusters);
+    groups_.push_back(std::move(g));
+    group_of_[c] = c;
+    order_[c] = c;
+  }
+  penalty_.assign(k_, 0.0f);
+  rp_.assign(k_, 0.0);
+  target_count_.assign(k_, 0);
+
+  std::vector<L2hStep> steps;
+  std::vector<Merge> merges;
+  steps.reserve(k_ - 1);
+  merges.reserve(k_ - 1);
+  std::vector<uint32_t> group_hit(2 * static_cast<size_t>(k_) - 1, 0);
+  std::vector<double> scratch;
+  for (int32_t step = 0; step + 1 < k_; ++step) {
+    if (ctx_.Cancelled()) return absl::CancelledError("L2H cancelled");
+    // min(score_per_gr, key=score_per_gr.get): the first minimum in list order.
+    size_t lowest_at = 0;
+    for (size_t j = 1; j < order_.size(); ++j) {
+      if (groups_[order_[j]].score < groups_[order_[lowest_at]].score) lowest_at = j;
+    }
+    const int32_t lowest_id = order_[lowest_at];
+    if (groups_[lowest_id].num_points > 0) {
+      DENDRO_RETURN_IF_ERROR(Reassign(groups_[lowest_id]));
+    } else {
+      DENDRO_RETURN_IF_ERROR(ReverseRelatedness(groups_[lowest_id]));
+    }
+    // max(re_pp_per_group, key=...) over the other groups in list order,
+    // each the np.mean of its clusters' rp. Groups without any target score
+    // exactly 0 (np.mean of zeros) and need no arithmetic.
+    const uint32_t stamp = static_cast<uint32_t>(step) + 1;
+    for (int32_t c : rp_targets_) group_hit[group_of_[c]] = stamp;
+    size_t related_at = order_.size();
+    double related_value = 0.0;
+    for (size_t j = 0; j < order_.size(); ++j) {
+      if (j == lowest_at) continue;
+      const Group& g = groups_[order_[j]];
+      double value = 0.0;
+      if (group_hit[order_[j]] == stamp) {
+        scratch.resize(g.clusters.size());
+        for (size_t q = 0; q < g.clusters.size(); ++q) scratch[q] = rp_[g.clusters[q]];
+        value = NumpyMean(scratch.data(), static_cast<int64_t>(scratch.size()));
+      }
+      if (related_at == order_.size() || value > related_value) {
+        related_at = j;
+        related_value = value;
+      }
+    }
+    for (int32_t c : rp_targets_) rp_[c] = 0.0;
+    const int32_t related_id = order_[related_at];
+
+    // groups = [gr for gr in groups if gr not in [lsg, mtg]] + [lsg + mtg]
+    const int32_t merged_id = k_ + step;
+    Group merged;
+    const Group& lo = groups_[lowest_id];
+    const Group& re = groups_[related_id];
+    merged.clusters = lo.clusters;
+    merged.clusters.insert(merged.clusters.end(), re.clusters.begin(), re.clusters.end());
+    merged.num_points = lo.num_points + re.num_points;
+    merged.score = GroupScore(merged.clusters);
+    const int32_t lo_size = static_cast<int32_t>(lo.clusters.size());
+    for (int32_t c : re.clusters) pos_[c] += lo_size;
+    for (int32_t c : merged.clusters) group_of_[c] = merged_id;
+
+    L2hStep s;
+    s.lowest = lo.clusters;
+    s.most_related = re.clusters;
+    s.lowest_score = lo.score;
+    s.relatedness = related_value;
+    s.merged_score = merged.score;
+    steps.push_back(std::move(s));
+    merges.push_back(Merge{lowest_id, related_id, static_cast<double>(step + 1)});
+
+    groups_[lowest_id].clusters.clear();
+    groups_[lowest_id].clusters.shrink_to_fit();
+    groups_[related_id].clusters.clear();
+    groups_[related_id].clusters.shrink_to_fit();
+    groups_.push_back(std::move(merged));
+    const size_t first = std::min(lowest_at, related_at);
+    const size_t second = std::max(lowest_at, related_at);
+    order_.erase(order_.begin() + second);
+    order_.erase(order_.begin() + first);
+    order_.push_back(merged_id);
+    ReportMerging(step);
+  }
+
+  DENDRO_ASSIGN_OR_RETURN(Hierarchy h, Hierarchy::FromMerges(k_, merges));
+  DENDRO_RETURN_IF_ERROR(h.SetPointLeaf(std::move(assign_)));
+  h.mutable_metadata()["method"] = "l2h";
+  h.mutable_metadata()["aggregation"] = std::string(L2hAggregationName(aggregation_));
+  std::vector<int64_t> sizes(k_);
+  int32_t empty = 0;
+  for (int32_t c = 0; c < k_; ++c) {
+    sizes[c] = offset_[c + 1] - offset_[c];
+    if (sizes[c] == 0) ++empty;
+  }
+  return L2hResult{std::move(h), std::move(steps), std::move(sizes), empty};
+}
+
+}  // namespace
+
+std::string_view L2hAggregationName(L2hAggregation a) {
+  switch (a) {
+    case L2hAggregation::kSumOfSums:
+      return "sum_of_sums";
+    case L2hAggregation::kMeanOfMeans:
+      return "mean_of_means";
+    case L2hAggregation::kSumOfMeans:
+      return "sum_of_means";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<L2hAggregation> ParseL2hAggregation(std::string_view name) {
+  for (L2hAggregation a : {L2hAggregation::kSumOfMeans, L2hAggregation::kMeanOfMeans,
+                           L2hAggregation::kSumOfSums}) {
+    if (name == L2hAggregationName(a)) return a;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown L2H aggregation '", std::string(name),
+                   "'; expected one of sum_of_means, mean_of_means, sum_of_sums"));
+}
+
+absl::StatusOr<L2hResult> RunL2h(const MatrixView& logits, const L2hOptions& options,
+                                 RunContext& ctx) {
+  if (logits.rows() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logits must have at least 1 row (point), got ", logits.rows()));
+  }
+  if (logits.cols() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "logits must have at least 2 columns (clusters), got ", logits.cols()));
+  }
+  if (logits.rows() > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("logits have ", logits.rows(),
+                                                   " rows; at most 2147483647 are supported"));
+  }
+  if (logits.cols() > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat("logits have ", logits.cols(),
+                                                   " columns; at most 2^30 are supported"));
+  }
+  if (options.num_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_threads must be >= 0 (0: all cores), got ", options.num_threads));
+  }
+  switch (options.aggregation) {
+    case L2hAggregation::kSumOfSums:
+    case L2hAggregation::kMeanOfMeans:
+    case L2hAggregation::kSumOfMeans:
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown L2H aggregation value ", static_cast<int>(options.aggregation)));
+  }
+  const int num_threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+  L2hRunner runner(logits, options, std::max(1, num_threads), ctx);
+  return runner.Run();
+}
+
+std::vector<int32_t> ArgmaxRows(const MatrixView& logits) {
+  const int64_t n = logits.rows();
+  const int32_t k = static_cast<int32_t>(logits.cols());
+  std::vector<int32_t> out(n, 0);
+  if (k == 0) return out;
+  const float* data = logits.data();
+#pragma omp parallel for schedule(static) if (n * k >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t b = MaskedArgmax(data + i * k, k, nullptr, -1);
+    out[i] = b < 0 ? 0 : b;
+  }
+  return out;
+}
+
+}  // namespace dendro

@@ -1,0 +1,142 @@
+// The numeric kernels behind RunL2h: numpy's summation order (against
+// numpy's own results, tests/golden/l2h/numpy_sums.json), the vectorised exp
+// (against std::exp) and the masked argmax / exp-sum (against brute force).
+#include "core/l2h/kernels.h"
+
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace dendro {
+namespace l2h_internal {
+namespace {
+
+// The arrays of gen_l2h_goldens.py's numpy_sums(): exact in both languages.
+std::vector<double> SumsArray(int64_t n) {
+  std::vector<double> a(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t h = (static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull) >> 11;
+    a[i] = std::ldexp(static_cast<double>(h), -53) * std::ldexp(1.0, static_cast<int>(i % 37) - 18);
+  }
+  return a;
+}
+
+TEST(L2hKernels, NumpySumMatchesNumpyBitForBit) {
+  std::ifstream in(std::string(DENDRO_SOURCE_DIR) + "/tests/golden/l2h/numpy_sums.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json j = nlohmann::json::parse(in);
+  int differs_from_sequential = 0;
+  for (const auto& e : j["arrays"]) {
+    const int64_t n = e["n"];
+    const std::vector<double> a = SumsArray(n);
+    const double want_sum = std::strtod(e["sum"].get<std::string>().c_str(), nullptr);
+    const double want_mean = std::strtod(e["mean"].get<std::string>().c_str(), nullptr);
+    const double seq = std::strtod(e["sequential"].get<std::string>().c_str(), nullptr);
+    double my_seq = 0.0;
+    for (double v : a) my_seq += v;
+    ASSERT_EQ(my_seq, seq) << "array generator differs from the script's, n=" << n;
+    EXPECT_EQ(NumpySum(a.data(), n), want_sum) << "n=" << n;
+    EXPECT_EQ(NumpyMean(a.data(), n), want_mean) << "n=" << n;
+    if (want_sum != seq) ++differs_from_sequential;
+  }
+  EXPECT_GE(differs_from_sequential, 10);
+}
+
+TEST(L2hKernels, PairwiseSumSmallCasesAreSequentialOrBlocked) {
+  // n < 8: plain left-to-right from 0.
+  const double a[] = {1e16, 1.0, -1e16, 1.0, 3.0};
+  EXPECT_EQ(PairwiseSum(a, 5), ((((0.0 + 1e16) + 1.0) + -1e16) + 1.0) + 3.0);
+  // n = 9: eight accumulators then the remainder.
+  const double b[] = {1e16, 1.0, 1.0, 1.0, -1e16, 1.0, 1.0, 1.0, 1.0};
+  const double want = (((1e16 + 1.0) + (1.0 + 1.0)) + ((-1e16 + 1.0) + (1.0 + 1.0))) + 1.0;
+  EXPECT_EQ(PairwiseSum(b, 9), want);
+  EXPECT_EQ(NumpySum(b, 0), 0.0);
+}
+
+TEST(L2hKernels, ExpIsAccurate) {
+  double worst = 0.0;
+  for (double x = -708.0; x <= 709.0; x += 0.0137) {
+    const double want = std::exp(x);
+    const double got = Exp(x);
+    worst = std::max(worst, std::abs(got - want) / want);
+  }
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(-40.0, 0.0);
+  for (int i = 0; i < 200000; ++i) {
+    const double x = u(rng);
+    worst = std::max(worst, std::abs(Exp(x) - std::exp(x)) / std::exp(x));
+  }
+  EXPECT_LT(worst, 1e-15);
+  EXPECT_EQ(Exp(0.0), 1.0);
+  EXPECT_EQ(Exp(-708.5), 0.0);
+  EXPECT_EQ(Exp(-1e300), 0.0);
+  EXPECT_EQ(Exp(-std::numeric_limits<double>::infinity()), 0.0);
+}
+
+TEST(L2hKernels, VectorisedExpEqualsScalarExp) {
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(-750.0, 5.0);
+  for (int n : {1, 3, 8, 17, 64, 1001}) {
+    std::vector<double> v(n);
+    for (double& x : v) x = u(rng);
+    std::vector<double> w = v;
+    ExpInPlace(w.data(), n);
+    for (int i = 0; i < n; ++i) ASSERT_EQ(w[i], Exp(v[i])) << "n=" << n << " i=" << i;
+  }
+}
+
+TEST(L2hKernels, MaskedArgmaxMatchesBruteForce) {
+  std::mt19937_64 rng(11);
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 70);
+    std::vector<float> x(n);
+    std::vector<float> pen(n, 0.0f);
+    // few distinct values so that ties are common
+    for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 5)) - 2.0f;
+    for (float& p : pen) p = (rng() % 3 == 0) ? kMasked : 0.0f;
+    const int also = (rng() % 2) ? static_cast<int>(rng() % n) : -1;
+    const float* with_mask = pen.data();
+    for (const float* penalty : {static_cast<const float*>(nullptr), with_mask}) {
+      int want = -1;
+      for (int c = 0; c < n; ++c) {
+        if (c == also || (penalty != nullptr && penalty[c] != 0.0f)) continue;
+        if (want < 0 || x[c] > x[want]) want = c;
+      }
+      ASSERT_EQ(MaskedArgmax(x.data(), n, penalty, also), want) << "trial " << trial;
+    }
+  }
+}
+
+TEST(L2hKernels, MaskedExpSumMatchesBruteForce) {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> g(0.0f, 3.0f);
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  for (int trial = 0; trial < 500; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 300);
+    std::vector<float> x(n);
+    std::vector<float> pen(n, 0.0f);
+    for (float& v : x) v = g(rng);
+    for (float& p : pen) p = (rng() % 4 == 0) ? kMasked : 0.0f;
+    const int also = static_cast<int>(rng() % n);
+    const double shift = 1.5;
+    std::vector<double> buf(n);
+    double want = 0.0;
+    for (int c = 0; c < n; ++c) {
+      if (c != also && pen[c] == 0.0f) want += std::exp(static_cast<double>(x[c]) - shift);
+    }
+    const double got = MaskedExpSum(x.data(), n, shift, pen.data(), also, buf.data());
+    ASSERT_NEAR(got, want, 1e-14 * want + 1e-300) << "trial " << trial;
+  }
+}
+
+}  // namespace
+}  // namespace l2h_internal
+}  // namespace dendro

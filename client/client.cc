@@ -1,0 +1,570 @@
+#include "client/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+#include "core/io/atomic_file.h"
+#include "core/io/npy.h"
+#include "dendro/v1/dendro.grpc.pb.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "dendro_client sends host floats as little-endian bytes; big-endian hosts are unsupported"
+#endif
+
+namespace dendro::client {
+namespace {
+
+// Room left in every message for everything but the payload bytes.
+constexpr int64_t kMessageOverhead = 64 << 10;
+// Assign's response costs at most ~12 bytes per row (two varint int32s).
+constexpr int64_t kAssignResponseBytesPerRow = 12;
+constexpr int kWatchReconnects = 3;
+
+std::string StatusCodeName(grpc::StatusCode code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+// grpc::Status -> absl::Status with the same code. The server's message is
+// kept as is; transport failures get the target and the call's name added.
+absl::Status FromGrpc(const grpc::Status& s, std::string_view call, const ClientOptions& opts) {
+  if (s.ok()) return absl::OkStatus();
+  const auto code = static_cast<absl::StatusCode>(s.error_code());
+  std::string msg = s.error_message();
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+      msg = absl::StrCat("cannot reach dendrod at ", opts.target, " (", std::string(call),
+                         "): ", msg.empty() ? "unavailable" : msg);
+      break;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      msg = absl::StrCat(std::string(call), ": no answer from ", opts.target,
+                         " within the deadline (", msg.empty() ? "deadline exceeded" : msg, ")");
+      break;
+    default:
+      if (msg.empty()) msg = absl::StrCat(std::string(call), " failed: ", StatusCodeName(s.error_code()));
+      break;
+  }
+  return absl::Status(code, msg);
+}
+
+// Rows [begin, end) of an upload as contiguous float32, row-major.
+using RowSource = std::function<absl::StatusOr<const float*>(int64_t begin, int64_t end)>;
+
+absl::Status WithPrefix(std::string_view prefix, const absl::Status& s) {
+  if (s.ok() || prefix.empty()) return s;
+  return absl::Status(s.code(), absl::StrCat(std::string(prefix), ": ", std::string(s.message())));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::ModelRef> ParseModelRef(std::string_view text) {
+  v1::ModelRef ref;
+  const size_t colon = text.rfind(':');
+  std::string_view name = text.substr(0, colon);
+  if (colon != std::string_view::npos) {
+    const std::string version(text.substr(colon + 1));
+    int64_t v = 0;
+    if (version == "latest") {
+      v = 0;
+    } else if (!absl::SimpleAtoi(version, &v) || v < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", std::string(text), "': version must be a number >= 1 or 'latest', got '",
+          version, "'"));
+    }
+    ref.set_version(v);
+  }
+  if (name.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", std::string(text), "': expected NAME or NAME:VERSION"));
+  }
+  ref.set_name(std::string(name));
+  return ref;
+}
+
+std::string FormatModelRef(const v1::ModelRef& ref) {
+  if (ref.version() == 0) return ref.name();
+  return absl::StrCat(ref.name(), ":", ref.version());
+}
+
+bool IsTerminal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+// -----------------------------------------------------------------------------
+
+struct Client::Impl {
+  ClientOptions options;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::DatasetService::Stub> datasets;
+  std::unique_ptr<v1::JobService::Stub> jobs;
+  std::unique_ptr<v1::ModelService::Stub> models;
+
+  void SetDeadline(grpc::ClientContext* ctx, std::chrono::milliseconds extra = {}) const {
+    ctx->set_deadline(std::chrono::system_clock::now() + options.deadline + extra);
+  }
+
+  // Runs one unary call with the default deadline.
+  template <typename Fn>
+  absl::Status Unary(std::string_view name, Fn&& fn) const {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    return FromGrpc(fn(&ctx), name, options);
+  }
+
+  absl::StatusOr<v1::Dataset> Upload(const v1::DatasetHeader& header, const RowSource& rows,
+                                     std::string_view source_name,
+                                     absl::Span<const int64_t> labels,
+                                     const UploadProgress& progress);
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+const ClientOptions& Client::options() const { return impl_->options; }
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  if (options.target.empty()) return absl::InvalidArgumentError("no server address given");
+  if (options.deadline.count() <= 0) {
+    return absl::InvalidArgumentError("the call deadline must be positive");
+  }
+  if (options.max_message_bytes < (1 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_bytes must be at least 1 MiB, got ", options.max_message_bytes));
+  }
+  if (options.upload_chunk_bytes < 8 ||
+      static_cast<int64_t>(options.upload_chunk_bytes) >
+          options.max_message_bytes - kMessageOverhead) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "upload_chunk_bytes must be in [8, max_message_bytes - 64 KiB], got ",
+        options.upload_chunk_bytes));
+  }
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (options.tls) {
+    grpc::SslCredentialsOptions ssl;
+    if (!options.tls_ca_file.empty()) {
+      DENDRO_RETURN_IF_ERROR(
+          WithPrefix("TLS CA file", ReadFileToString(options.tls_ca_file, &ssl.pem_root_certs)));
+    }
+    creds = grpc::SslCredentials(ssl);
+  } else {
+    creds = grpc::InsecureChannelCredentials();
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->channel = grpc::CreateCustomChannel(options.target, creds, args);
+  impl->datasets = v1::DatasetService::NewStub(impl->channel);
+  impl->jobs = v1::JobService::NewStub(impl->channel);
+  impl->models = v1::ModelService::NewStub(impl->channel);
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+// --- Datasets -----------------------------------------------------------------
+
+absl::StatusOr<v1::Dataset> Client::Impl::Upload(const v1::DatasetHeader& header,
+                                                 const RowSource& rows,
+                                                 std::string_view source_name,
+                                                 absl::Span<const int64_t> labels,
+                                                 const UploadProgress& progress) {
+  const int64_t cols = header.cols();
+  const int64_t row_bytes = cols * 4;
+  const int64_t data_bytes = header.rows() * row_bytes;
+  const int64_t total = data_bytes + static_cast<int64_t>(labels.size()) * 8;
+  const int64_t chunk = static_cast<int64_t>(options.upload_chunk_bytes);
+  const int64_t rows_per_block = std::max<int64_t>(1, chunk / row_bytes);
+
+  grpc::ClientContext ctx;  // no deadline: an upload takes as long as it takes
+  v1::Dataset response;
+  std::unique_ptr<grpc::ClientWriter<v1::UploadDatasetRequest>> writer =
+      datasets->UploadDataset(&ctx, &response);
+  // A local error after the stream opened: cancel it so that the server
+  // discards the partial upload.
+  auto abort_with = [&](absl::Status s) {
+    ctx.TryCancel();
+    writer->Finish().ok();  // the server's view does not matter any more
+    return s;
+  };
+
+  v1::UploadDatasetRequest req;
+  *req.mutable_header() = header;
+  bool stream_ok = writer->Write(req);
+  int64_t sent = 0;
+  if (progress) progress(0, total);
+  for (int64_t begin = 0; stream_ok && begin < header.rows(); begin += rows_per_block) {
+    const int64_t end = std::min(header.rows(), begin + rows_per_block);
+    absl::StatusOr<const float*> block = rows(begin, end);
+    if (!block.ok()) return abort_with(block.status());
+    absl::Status finite = ValidateFinite(*block, end - begin, cols, begin);
+    if (!finite.ok()) return abort_with(WithPrefix(source_name, finite));
+    const char* bytes = reinterpret_cast<const char*>(*block);
+    const int64_t n = (end - begin) * row_bytes;
+    for (int64_t off = 0; off < n; off += chunk) {
+      req.mutable_data()->assign(bytes + off, std::min(chunk, n - off));
+      if (!writer->Write(req)) {
+        stream_ok = false;
+        break;
+      }
+      sent += req.data().size();
+      if (progress) progress(sent, total);
+    }
+  }
+  const char* label_bytes = reinterpret_cast<const char*>(labels.data());
+  const int64_t n_label_bytes = static_cast<int64_t>(labels.size()) * 8;
+  for (int64_t off = 0; stream_ok && off < n_label_bytes; off += chunk) {
+    req.mutable_labels()->assign(label_bytes + off, std::min(chunk, n_label_bytes - off));
+    if (!writer->Write(req)) {
+      stream_ok = false;
+      break;
+    }
+    sent += req.labels().size();
+    if (progress) progress(sent, total);
+  }
+  if (stream_ok) writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  if (!status.ok()) return FromGrpc(status, "UploadDataset", options);
+  if (!stream_ok) {
+    return absl::UnknownError("UploadDataset: the stream broke but the server reported success");
+  }
+  return response;
+}
+
+absl::StatusOr<v1::Dataset> Client::UploadNpy(const std::string& path,
+                                              const std::optional<std::string>& labels_path,
+                                              std::string_view display_name,
+                                              const UploadProgress& progress) {
+  DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(path));
+  const NpyHeader& h = npy->header();
+  if (h.dtype != DType::kFloat32 && h.dtype != DType::kFloat64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": expected a float32 or float64 array, got ", std::string(DTypeName(h.dtype))));
+  }
+  if (h.shape.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": expected a 2-D array (rows x columns), got a 1-D array of ", h.rows(),
+        " values"));
+  }
+  if (h.rows() < 1 || h.cols() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the array is empty (", h.rows(), " x ", h.cols(), ")"));
+  }
+  std::vector<int64_t> labels;
+  if (labels_path.has_value()) {
+    DENDRO_ASSIGN_OR_RETURN(NpyArrayI64 y, ReadNpyInt(*labels_path));
+    const bool column = y.shape.size() == 2 && y.shape[1] == 1;
+    if (y.shape.size() != 1 && !column) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          *labels_path, ": labels must be a 1-D array, got shape (", y.shape[0], ", ",
+          y.shape[1], ")"));
+    }
+    if (static_cast<int64_t>(y.data.size()) != h.rows()) {
+      return absl::InvalidArgumentError(absl::StrCat(*labels_path, ": has ", y.data.size(),
+                                                     " labels but ", path, " has ", h.rows(),
+                                                     " rows"));
+    }
+    labels = std::move(y.data);
+  }
+
+  v1::DatasetHeader header;
+  header.set_display_name(std::string(display_name));
+  header.set_rows(h.rows());
+  header.set_cols(h.cols());
+  header.set_has_labels(labels_path.has_value());
+
+  const int64_t cols = h.cols();
+  RowSource source;
+  std::vector<float> converted;  // one block of float64 input as float32
+  if (h.dtype == DType::kFloat32) {
+    const float* base = static_cast<const float*>(npy->data());
+    source = [base, cols](int64_t begin, int64_t) -> absl::StatusOr<const float*> {
+      return base + begin * cols;
+    };
+  } else {
+    const double* base = static_cast<const double*>(npy->data());
+    source = [&converted, base, cols, &path](int64_t begin,
+                                             int64_t end) -> absl::StatusOr<const float*> {
+      const int64_t n = (end - begin) * cols;
+      converted.resize(n);
+      const double* in = base + begin * cols;
+      for (int64_t i = 0; i < n; ++i) {
+        const double v = in[i];
+        const float f = static_cast<float>(v);
+        if (std::isfinite(v) && !std::isfinite(f)) {
+          const int64_t index = begin * cols + i;
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ": value ", v, " at row ", index / cols, ", column ", index % cols,
+              " is outside the float32 range"));
+        }
+        converted[i] = f;
+      }
+      return converted.data();
+    };
+  }
+  return impl_->Upload(header, source, path, labels, progress);
+}
+
+absl::StatusOr<v1::Dataset> Client::UploadMatrix(const MatrixView& matrix,
+                                                 absl::Span<const int64_t> labels,
+                                                 std::string_view display_name,
+                                                 const UploadProgress& progress) {
+  if (matrix.rows() < 1 || matrix.cols() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("upload: the matrix is empty (",
+                                                   matrix.rows(), " x ", matrix.cols(), ")"));
+  }
+  if (!labels.empty() && static_cast<int64_t>(labels.size()) != matrix.rows()) {
+    return absl::InvalidArgumentError(absl::StrCat("upload: ", labels.size(),
+                                                   " labels for a matrix of ", matrix.rows(),
+                                                   " rows"));
+  }
+  v1::DatasetHeader header;
+  header.set_display_name(std::string(display_name));
+  header.set_rows(matrix.rows());
+  header.set_cols(matrix.cols());
+  header.set_has_labels(!labels.empty());
+  const float* base = matrix.data();
+  const int64_t cols = matrix.cols();
+  RowSource source = [base, cols](int64_t begin, int64_t) -> absl::StatusOr<const float*> {
+    return base + begin * cols;
+  };
+  return impl_->Upload(header, source, "upload", labels, progress);
+}
+
+absl::StatusOr<v1::Dataset> Client::GetDataset(const std::string& id) {
+  v1::GetDatasetRequest req;
+  req.set_id(id);
+  v1::Dataset resp;
+  DENDRO_RETURN_IF_ERROR(impl_->Unary(
+      "GetDataset", [&](grpc::ClientContext* c) { return impl_->datasets->GetDataset(c, req, &resp); }));
+  return resp;
+}
+
+absl::StatusOr<v1::ListDatasetsResponse> Client::ListDatasets(int32_t page_size,
+                                                              const std::string& page_token) {
+  v1::ListDatasetsRequest req;
+  req.set_page_size(page_size);
+  req.set_page_token(page_token);
+  v1::ListDatasetsResponse resp;
+  DENDRO_RETURN_IF_ERROR(impl_->Unary("ListDatasets", [&](grpc::ClientContext* c) {
+    return impl_->datasets->ListDatasets(c, req, &resp);
+  }));
+  return resp;
+}
+
+absl::Status Client::DeleteDataset(const std::string& id) {
+  v1::DeleteDatasetRequest req;
+  req.set_id(id);
+  v1::DeleteDatasetResponse resp;
+  return impl_->Unary("DeleteDataset", [&](grpc::ClientContext* c) {
+    return impl_->datasets->DeleteDataset(c, req, &resp);
+  });
+}
+
+// --- Jobs ---------------------------------------------------------------------
+
+absl::StatusOr<v1::Job> Client::SubmitJob(const v1::JobSpec& spec) {
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  v1::Job resp;
+  DENDRO_RETURN_IF_ERROR(impl_->Unary(
+      "SubmitJob", [&](grpc::ClientContext* c) { return impl_->jobs->SubmitJob(c, req, &resp); }));
+  return resp;
+}
+
+absl::StatusOr<v1::Job> Client::GetJob(const std::string& id) {
+  v1::GetJobRequest req;
+  req.set_id(id);
+  v1::Job resp;
+  DENDRO_RETURN_IF_ERROR(impl_->Unary(
+      "GetJob", [&](grpc::ClientContext* c) { return impl_->jobs->GetJob(c, req, &resp); }));
+  return resp;
+}
+
+absl::StatusOr<v1::ListJobsResponse> Client::ListJobs(int32_t page_size,
+                                                      const std::string& page_token) {
+  v1::ListJobsRequest req;
+  req.set_page_size(page_size);
+  req.set_page_token(page_token);
+  v1::ListJobsResponse resp;
+  DENDRO_RETURN_IF_ERROR(impl_->Unary(
+      "ListJobs", [&](grpc::ClientContext* c) { return impl_->jobs->ListJobs(c, req, &resp); }));
+  return resp;
+}
+
+absl::StatusOr<v1::Job> Client::CancelJob(const std::string& id) {
+  v1::CancelJobRequest req;
+  req.set_id(id);
+  v1::Job resp;
+  DENDRO_RETURN_IF_ERROR(impl_->Unary(
+      "CancelJob", [&](grpc::ClientContext* c) { return impl_->jobs->CancelJob(c, req, &resp); }));
+  return resp;
+}
+
+absl::StatusOr<v1::Job> Client::WatchJob(const std::string& id,
+                                         const std::function<void(const v1::Job&)>& on_update) {
+  v1::WatchJobRequest req;
+  req.set_id(id);
+  bool heard_from_server = false;
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext ctx;  // no deadline: jobs run as long as they run
+    std::unique_ptr<grpc::ClientReader<v1::Job>> reader = impl_->jobs->WatchJob(&ctx, req);
+    v1::Job job;
+    std::optional<v1::Job> last;
+    while (reader->Read(&job)) {
+      heard_from_server = true;
+      if (on_update) on_update(job);
+      last = job;
+      if (IsTerminal(job.state())) break;
+    }
+    if (last.has_value() && IsTerminal(last->state())) {
+      ctx.TryCancel();  // in case the server has not closed the stream yet
+      reader->Finish().ok();
+      return *std::move(last);
+    }
+    const grpc::Status status = reader->Finish();
+    // A stream that broke after it worked (server restart, proxy timeout) is
+    // re-opened; a server that never answered is reported at once.
+    const bool retryable =
+        status.ok() || (heard_from_server && status.error_code() == grpc::StatusCode::UNAVAILABLE);
+    if (!retryable || attempt >= kWatchReconnects) {
+      if (!status.ok()) return FromGrpc(status, "WatchJob", impl_->options);
+      return absl::UnavailableError(absl::StrCat("WatchJob: the stream for job '", id,
+                                                 "' ended before the job finished"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250 << attempt));
+  }
+}
+
+absl::StatusOr<v1::Job> Client::WaitJob(const std::string& id, std::chrono::milliseconds timeout) {
+  if (timeout.count() < 0) return absl::InvalidArgumentError("WaitJob: timeout must be >= 0");
+  v1::WaitJobRequest req;
+  req.set_id(id);
+  req.mutable_timeout()->set_seconds(timeout.count() / 1000);
+  req.mutable_timeout()->set_nanos(static_cast<int32_t>(timeout.count() % 1000) * 1'000'000);
+  v1::Job resp;
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, timeout);
+  DENDRO_RETURN_IF_ERROR(
+      FromGrpc(impl_->jobs->WaitJob(&ctx, req, &resp), "WaitJob", impl_->options));
+  return resp;
+}
+
+// --- Models -------------------------------------------------------------------
+
+absl::StatusOr<v1::Model> Client::GetModel(const v1::ModelRef& ref) {
+  v1::GetModelRequest req;
+  *req.mutable_model() = ref;
+  v1::Model resp;
+  DENDRO_RETURN_IF_ERROR(impl_->Unary(
+      "GetModel", [&](grpc::ClientContext* c) { return impl_->models->GetModel(c, req, &resp); }));
+  return resp;
+}
+
+absl::StatusOr<v1::ListModelsResponse> Client::ListModels(const std::string& name,
+                                                          int32_t page_size,
+                                                          const std::string& page_token) {
+  v1::ListModelsRequest req;
+  req.set_name(name);
+  req.set_page_size(page_size);
+  req.set_page_token(page_token);
+  v1::ListModelsResponse resp;
+  DENDRO_RETURN_IF_ERROR(impl_->Unary("ListModels", [&](grpc::ClientContext* c) {
+    return impl_->models->ListModels(c, req, &resp);
+  }));
+  return resp;
+}
+
+absl::StatusOr<int32_t> Client::DeleteModel(const std::string& name, int64_t version) {
+  v1::DeleteModelRequest req;
+  req.set_name(name);
+  req.set_version(version);
+  v1::DeleteModelResponse resp;
+  DENDRO_RETURN_IF_ERROR(impl_->Unary("DeleteModel", [&](grpc::ClientContext* c) {
+    return impl_->models->DeleteModel(c, req, &resp);
+  }));
+  return resp.deleted();
+}
+
+absl::StatusOr<std::string> Client::GetTree(const v1::ModelRef& ref, v1::TreeFormat format,
+                                            bool include_points, v1::Model* model) {
+  v1::GetTreeRequest req;
+  *req.mutable_model() = ref;
+  req.set_format(format);
+  req.set_include_points(include_points);
+  v1::GetTreeResponse resp;
+  DENDRO_RETURN_IF_ERROR(impl_->Unary(
+      "GetTree", [&](grpc::ClientContext* c) { return impl_->models->GetTree(c, req, &resp); }));
+  if (model != nullptr) *model = resp.model();
+  return std::move(*resp.mutable_content());
+}
+
+absl::StatusOr<AssignResult> Client::Assign(const v1::ModelRef& ref, const MatrixView& rows,
+                                            int32_t level) {
+  const int64_t n = rows.rows();
+  const int64_t cols = rows.cols();
+  if (n < 1 || cols < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("assign: the input is empty (", n, " x ", cols, ")"));
+  }
+  if (level < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("assign: level must be >= 0, got ", level));
+  }
+  const int64_t budget = impl_->options.max_message_bytes - kMessageOverhead;
+  const int64_t per_row = std::max(cols * 4, kAssignResponseBytesPerRow);
+  if (per_row > budget) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "assign: one row of ", cols, " float32 values does not fit in a message of ",
+        impl_->options.max_message_bytes, " bytes"));
+  }
+  int64_t batch = std::max<int64_t>(1, budget / per_row);
+
+  AssignResult result;
+  result.leaf.reserve(n);
+  result.cluster.reserve(n);
+  v1::AssignRequest req;
+  *req.mutable_model() = ref;
+  req.set_cols(cols);
+  req.set_level(level);
+  const float* data = rows.data();
+  for (int64_t begin = 0; begin < n;) {
+    const int64_t count = std::min(batch, n - begin);
+    const float* block = data + begin * cols;
+    DENDRO_RETURN_IF_ERROR(
+        WithPrefix("assign input", ValidateFinite(block, count, cols, begin)));
+    req.set_rows(count);
+    req.mutable_data()->assign(reinterpret_cast<const char*>(block), count * cols * 4);
+    v1::AssignResponse resp;
+    grpc::ClientContext ctx;
+    impl_->SetDeadline(&ctx);
+    const grpc::Status status = impl_->models->Assign(&ctx, req, &resp);
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && count > 1) {
+      batch = count / 2;  // the server accepts smaller messages than we do
+      continue;
+    }
+    DENDRO_RETURN_IF_ERROR(FromGrpc(status, "Assign", impl_->options));
+    if (resp.leaf_size() != count || resp.cluster_size() != count) {
+      return absl::InternalError(absl::StrCat("Assign: sent ", count, " rows but got ",
+                                              resp.leaf_size(), " leaf and ",
+                                              resp.cluster_size(), " cluster ids back"));
+    }
+    if (begin == 0) {
+      result.model_version = resp.model_version();
+      req.mutable_model()->set_version(resp.model_version());
+    }
+    result.leaf.insert(result.leaf.end(), resp.leaf().begin(), resp.leaf().end());
+    result.cluster.insert(result.cluster.end(), resp.cluster().begin(), resp.cluster().end());
+    begin += count;
+  }
+  return result;
+}
+
+}  // namespace dendro::client

@@ -1,0 +1,151 @@
+// dendro::client::Client: a C++ client for the dendro.v1 services.
+//
+// One Client holds one gRPC channel to one dendrod. It is thread-safe: any
+// number of threads may issue calls at once. Every method returns an
+// absl::Status with the server's canonical code and message (NOT_FOUND,
+// INVALID_ARGUMENT, ...); when the server cannot be reached the status is
+// UNAVAILABLE and the message names the target. Local input (files, shapes,
+// non-finite values) is checked before anything is sent.
+//
+// Deadlines: unary calls get ClientOptions::deadline each. Streaming calls
+// that may legitimately run long (UploadNpy/UploadMatrix, WatchJob) have no
+// deadline; WaitJob's deadline is its timeout plus ClientOptions::deadline.
+//
+// This header deliberately does not include gRPC; only the generated
+// protobuf messages.
+#ifndef DENDRO_CLIENT_CLIENT_H_
+#define DENDRO_CLIENT_CLIENT_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/matrix/matrix.h"
+#include "dendro/v1/dendro.pb.h"
+
+namespace dendro::client {
+
+struct ClientOptions {
+  // "HOST:PORT" or any gRPC target URI ("unix:/path", "dns:///host:port").
+  std::string target;
+  // Deadline of each unary call.
+  std::chrono::milliseconds deadline{60'000};
+  // Largest message sent or received. Assign batches are sized to fit.
+  int max_message_bytes = 64 << 20;
+  // Size of the data/labels chunks of an upload (>= 4096 is sensible).
+  size_t upload_chunk_bytes = 1 << 20;
+  // TLS: if `tls`, the server certificate is checked against tls_ca_file
+  // (PEM), or against the system roots when tls_ca_file is empty.
+  bool tls = false;
+  std::string tls_ca_file;
+};
+
+// Called during an upload after each chunk: bytes sent so far and the total
+// (data + labels bytes). Called from the calling thread.
+using UploadProgress = std::function<void(int64_t bytes_sent, int64_t total_bytes)>;
+
+struct AssignResult {
+  std::vector<int32_t> leaf;     // leaf-cluster id per input row
+  std::vector<int32_t> cluster;  // cluster at the requested level (= leaf if 0)
+  int64_t model_version = 0;     // the version every batch was assigned with
+};
+
+// Parses "NAME" (latest version) or "NAME:VERSION" (VERSION >= 1).
+absl::StatusOr<v1::ModelRef> ParseModelRef(std::string_view text);
+// "NAME:VERSION", or "NAME" for version 0 (latest).
+std::string FormatModelRef(const v1::ModelRef& ref);
+
+// True for SUCCEEDED, FAILED and CANCELLED.
+bool IsTerminal(v1::JobState state);
+
+class Client {
+ public:
+  // Creates the channel. Does not wait for the server: an unreachable
+  // server shows up as UNAVAILABLE on the first call. Fails only on bad
+  // options (empty target, unreadable tls_ca_file, ...).
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const ClientOptions& options() const;
+
+  // --- Datasets -------------------------------------------------------------
+
+  // Uploads a 2-D float32 .npy file (float64 is converted to float32 chunk by
+  // chunk; a finite value outside float32's range is an error). The file is
+  // memory-mapped and streamed chunk by chunk, never copied whole. Optional
+  // labels: a 1-D int32/int64 .npy with one entry per row. Every value is
+  // checked to be finite before its chunk is sent (the error names the row
+  // and column); header problems (missing file, wrong dtype or shape,
+  // truncation) are reported before the server is contacted.
+  absl::StatusOr<v1::Dataset> UploadNpy(const std::string& path,
+                                        const std::optional<std::string>& labels_path,
+                                        std::string_view display_name,
+                                        const UploadProgress& progress = nullptr);
+  // Uploads an in-memory matrix; `labels` is empty or has one entry per row.
+  absl::StatusOr<v1::Dataset> UploadMatrix(const MatrixView& matrix,
+                                           absl::Span<const int64_t> labels,
+                                           std::string_view display_name,
+                                           const UploadProgress& progress = nullptr);
+  absl::StatusOr<v1::Dataset> GetDataset(const std::string& id);
+  absl::StatusOr<v1::ListDatasetsResponse> ListDatasets(int32_t page_size = 0,
+                                                        const std::string& page_token = "");
+  absl::Status DeleteDataset(const std::string& id);
+
+  // --- Jobs -----------------------------------------------------------------
+
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> GetJob(const std::string& id);
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(int32_t page_size = 0,
+                                                const std::string& page_token = "");
+  absl::StatusOr<v1::Job> CancelJob(const std::string& id);
+  // Follows the job until it reaches a terminal state, calling `on_update`
+  // (if set) for every update the server streams, and returns the final job.
+  // A FAILED or CANCELLED job is still an OK result: inspect its state. If
+  // the stream breaks before the end it is re-opened (a few times).
+  absl::StatusOr<v1::Job> WatchJob(const std::string& id,
+                                   const std::function<void(const v1::Job&)>& on_update);
+  // Returns when the job is terminal or `timeout` has passed (the job may
+  // then still be running).
+  absl::StatusOr<v1::Job> WaitJob(const std::string& id, std::chrono::milliseconds timeout);
+
+  // --- Models ---------------------------------------------------------------
+
+  absl::StatusOr<v1::Model> GetModel(const v1::ModelRef& ref);
+  // `name` empty: every model.
+  absl::StatusOr<v1::ListModelsResponse> ListModels(const std::string& name = "",
+                                                    int32_t page_size = 0,
+                                                    const std::string& page_token = "");
+  // version 0: every version of `name`. Returns how many were deleted.
+  absl::StatusOr<int32_t> DeleteModel(const std::string& name, int64_t version);
+  // The tree serialised in `format` (JSON text, Newick text, or the bytes of
+  // a float64 .npy linkage matrix). `model` (optional) receives the model
+  // that was served, which tells the version a "latest" ref resolved to.
+  absl::StatusOr<std::string> GetTree(const v1::ModelRef& ref, v1::TreeFormat format,
+                                      bool include_points, v1::Model* model = nullptr);
+  // Assigns every row of `rows` (which must be finite) to a leaf cluster and
+  // to its cluster at `level` (0 = leaf level). Rows are sent in batches that
+  // fit under max_message_bytes; every batch after the first is pinned to
+  // the version the first one used, so one call never mixes versions.
+  absl::StatusOr<AssignResult> Assign(const v1::ModelRef& ref, const MatrixView& rows,
+                                      int32_t level = 0);
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dendro::client
+
+#endif  // DENDRO_CLIENT_CLIENT_H_

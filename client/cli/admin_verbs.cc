@@ -1,0 +1,267 @@
+// Inspection and housekeeping verbs: jobs, models, datasets.
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli/cli.h"
+#include "core/common/status_macros.h"
+
+namespace dendro::cli {
+namespace {
+
+struct PageArgs {
+  int32_t size = 0;
+  std::string token;
+  bool all = false;
+};
+
+absl::StatusOr<PageArgs> GetPageArgs(const Args& args) {
+  PageArgs p;
+  DENDRO_ASSIGN_OR_RETURN(int64_t size, args.GetInt("page-size", 0, 1, 1000));
+  p.size = static_cast<int32_t>(size);
+  p.token = args.Get("page-token").value_or("");
+  p.all = args.Has("all");
+  return p;
+}
+
+// One page, or with --all every page from the token on merged into one
+// response (whose next_page_token is then empty).
+template <typename Resp, typename FetchFn>
+absl::StatusOr<Resp> FetchList(const PageArgs& p, FetchFn fetch) {
+  DENDRO_ASSIGN_OR_RETURN(Resp resp, fetch(p.size, p.token));
+  while (p.all && !resp.next_page_token().empty()) {
+    DENDRO_ASSIGN_OR_RETURN(Resp next, fetch(p.size, resp.next_page_token()));
+    const std::string token = next.next_page_token();
+    resp.MergeFrom(next);  // appends the repeated items
+    resp.set_next_page_token(token);
+  }
+  return resp;
+}
+
+void HintMore(const std::string& next_page_token) {
+  if (next_page_token.empty()) return;
+  std::fprintf(stderr, "more results: pass --all, or --page-token %s\n", next_page_token.c_str());
+}
+
+std::string MethodName(const v1::JobSpec& spec) {
+  switch (spec.method_case()) {
+    case v1::JobSpec::kL2H:
+      return "l2h";
+    case v1::JobSpec::kTneb:
+      return "tneb";
+    case v1::JobSpec::kGhhc:
+      return "ghhc";
+    case v1::JobSpec::kHppca:
+      return "hppca";
+    case v1::JobSpec::kHppcaAdd:
+      return "hppca_add";
+    default:
+      return "?";
+  }
+}
+
+std::string Percent(double fraction) { return absl::StrFormat("%.0f%%", fraction * 100); }
+
+std::string JobModel(const v1::Job& job) {
+  if (job.state() == v1::JOB_STATE_SUCCEEDED) {
+    return absl::StrCat(job.model_name(), ":", job.model_version());
+  }
+  return job.spec().model_name();
+}
+
+}  // namespace
+
+// --- jobs ---------------------------------------------------------------------
+
+absl::Status RunJobsList(Context& ctx, const Args& args) {
+  DENDRO_ASSIGN_OR_RETURN(PageArgs page, GetPageArgs(args));
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  DENDRO_ASSIGN_OR_RETURN(v1::ListJobsResponse resp,
+                          FetchList<v1::ListJobsResponse>(page, [&](int32_t n, const std::string& t) {
+                            return client->ListJobs(n, t);
+                          }));
+  if (args.Has("json")) return PrintMessageJson(resp);
+  std::vector<std::vector<std::string>> rows;
+  for (const v1::Job& j : resp.jobs()) {
+    rows.push_back({j.id(), JobStateName(j.state()), Percent(j.progress()), j.stage(),
+                    MethodName(j.spec()), j.spec().dataset_id(), JobModel(j),
+                    FormatTime(j.create_time())});
+  }
+  PrintTable({"ID", "STATE", "PROGRESS", "STAGE", "METHOD", "DATASET", "MODEL", "CREATED"}, rows);
+  HintMore(resp.next_page_token());
+  return absl::OkStatus();
+}
+
+namespace {
+
+void PrintJob(const v1::Job& j) {
+  std::vector<std::pair<std::string, std::string>> f = {
+      {"id", j.id()},
+      {"state", JobStateName(j.state())},
+      {"progress", Percent(j.progress())},
+      {"stage", j.stage()},
+      {"method", MethodName(j.spec())},
+      {"dataset", j.spec().dataset_id()},
+      {"model", JobModel(j)},
+      {"attempts", absl::StrCat(j.attempts())},
+      {"created", FormatTime(j.create_time())},
+      {"started", FormatTime(j.start_time())},
+      {"ended", FormatTime(j.end_time())},
+  };
+  if (j.spec().has_l2h() && !j.spec().l2h().aggregation().empty()) {
+    f.emplace_back("aggregation", j.spec().l2h().aggregation());
+  }
+  if (!j.error().message().empty() || j.error().code() != 0) {
+    f.emplace_back("error", absl::StrCat(absl::StatusCodeToString(
+                                             static_cast<absl::StatusCode>(j.error().code())),
+                                         ": ", j.error().message()));
+  }
+  PrintFields(f);
+}
+
+}  // namespace
+
+absl::Status RunJobsGet(Context& ctx, const Args& args) {
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  DENDRO_ASSIGN_OR_RETURN(v1::Job job, client->GetJob(args.positional()[0]));
+  if (args.Has("json")) return PrintMessageJson(job);
+  PrintJob(job);
+  return absl::OkStatus();
+}
+
+absl::Status RunJobsCancel(Context& ctx, const Args& args) {
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  DENDRO_ASSIGN_OR_RETURN(v1::Job job, client->CancelJob(args.positional()[0]));
+  if (args.Has("json")) return PrintMessageJson(job);
+  std::cout << DescribeJob(job) << std::endl;
+  return absl::OkStatus();
+}
+
+absl::Status RunJobsWatch(Context& ctx, const Args& args) {
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  ProgressBar bar;
+  DENDRO_ASSIGN_OR_RETURN(
+      v1::Job job, client->WatchJob(args.positional()[0], [&](const v1::Job& j) {
+        if (bar.active()) {
+          bar.Update(j.progress(), absl::StrCat(j.id(), "  ", JobStateName(j.state()),
+                                                j.stage().empty() ? "" : "  ", j.stage()));
+        } else {
+          std::cout << DescribeJob(j) << std::endl;
+        }
+      }));
+  if (bar.active()) {
+    bar.Done();
+    std::cout << DescribeJob(job) << std::endl;
+  }
+  if (job.state() != v1::JOB_STATE_SUCCEEDED) return JobNotSucceeded(job);
+  return absl::OkStatus();
+}
+
+// --- models -------------------------------------------------------------------
+
+absl::Status RunModelsList(Context& ctx, const Args& args) {
+  DENDRO_ASSIGN_OR_RETURN(PageArgs page, GetPageArgs(args));
+  const std::string name = args.Get("name").value_or("");
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  DENDRO_ASSIGN_OR_RETURN(
+      v1::ListModelsResponse resp,
+      FetchList<v1::ListModelsResponse>(page, [&](int32_t n, const std::string& t) {
+        return client->ListModels(name, n, t);
+      }));
+  if (args.Has("json")) return PrintMessageJson(resp);
+  std::vector<std::vector<std::string>> rows;
+  for (const v1::Model& m : resp.models()) {
+    rows.push_back({m.name(), absl::StrCat(m.version()), m.method(), absl::StrCat(m.num_leaves()),
+                    absl::StrCat(m.input_dim()), m.dataset_id(), m.job_id(),
+                    FormatTime(m.create_time())});
+  }
+  PrintTable({"NAME", "VERSION", "METHOD", "LEAVES", "INPUT_DIM", "DATASET", "JOB", "CREATED"},
+             rows);
+  HintMore(resp.next_page_token());
+  return absl::OkStatus();
+}
+
+absl::Status RunModelsGet(Context& ctx, const Args& args) {
+  absl::StatusOr<v1::ModelRef> ref = client::ParseModelRef(args.positional()[0]);
+  if (!ref.ok()) return UsageError(std::string(ref.status().message()));
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  DENDRO_ASSIGN_OR_RETURN(v1::Model m, client->GetModel(*ref));
+  if (args.Has("json")) return PrintMessageJson(m);
+  std::vector<std::pair<std::string, std::string>> f = {
+      {"name", m.name()},
+      {"version", absl::StrCat(m.version())},
+      {"method", m.method()},
+      {"leaves", absl::StrCat(m.num_leaves())},
+      {"input_dim", absl::StrCat(m.input_dim())},
+      {"dataset", m.dataset_id()},
+      {"job", m.job_id()},
+      {"created", FormatTime(m.create_time())},
+  };
+  const std::map<std::string, std::string> metadata(m.metadata().begin(), m.metadata().end());
+  for (const auto& [key, value] : metadata) f.emplace_back("metadata." + key, value);
+  PrintFields(f);
+  return absl::OkStatus();
+}
+
+absl::Status RunModelsDelete(Context& ctx, const Args& args) {
+  absl::StatusOr<v1::ModelRef> ref = client::ParseModelRef(args.positional()[0]);
+  if (!ref.ok()) return UsageError(std::string(ref.status().message()));
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  DENDRO_ASSIGN_OR_RETURN(int32_t deleted, client->DeleteModel(ref->name(), ref->version()));
+  if (ref->version() > 0) {
+    std::cout << "deleted model " << ref->name() << " version " << ref->version() << std::endl;
+  } else {
+    std::cout << "deleted " << deleted << " version" << (deleted == 1 ? "" : "s") << " of model "
+              << ref->name() << std::endl;
+  }
+  return absl::OkStatus();
+}
+
+// --- datasets -----------------------------------------------------------------
+
+absl::Status RunDatasetsList(Context& ctx, const Args& args) {
+  DENDRO_ASSIGN_OR_RETURN(PageArgs page, GetPageArgs(args));
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  DENDRO_ASSIGN_OR_RETURN(
+      v1::ListDatasetsResponse resp,
+      FetchList<v1::ListDatasetsResponse>(page, [&](int32_t n, const std::string& t) {
+        return client->ListDatasets(n, t);
+      }));
+  if (args.Has("json")) return PrintMessageJson(resp);
+  std::vector<std::vector<std::string>> rows;
+  for (const v1::Dataset& d : resp.datasets()) {
+    rows.push_back({d.id(), d.display_name(), absl::StrCat(d.rows()), absl::StrCat(d.cols()),
+                    d.has_labels() ? "yes" : "no", FormatBytes(d.size_bytes()),
+                    FormatTime(d.create_time())});
+  }
+  PrintTable({"ID", "NAME", "ROWS", "COLS", "LABELS", "SIZE", "CREATED"}, rows);
+  HintMore(resp.next_page_token());
+  return absl::OkStatus();
+}
+
+absl::Status RunDatasetsGet(Context& ctx, const Args& args) {
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  DENDRO_ASSIGN_OR_RETURN(v1::Dataset d, client->GetDataset(args.positional()[0]));
+  if (args.Has("json")) return PrintMessageJson(d);
+  PrintFields({
+      {"id", d.id()},
+      {"name", d.display_name()},
+      {"rows", absl::StrCat(d.rows())},
+      {"cols", absl::StrCat(d.cols())},
+      {"labels", d.has_labels() ? "yes" : "no"},
+      {"size", FormatBytes(d.size_bytes())},
+      {"created", FormatTime(d.create_time())},
+  });
+  return absl::OkStatus();
+}
+
+absl::Status RunDatasetsDelete(Context& ctx, const Args& args) {
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  DENDRO_RETURN_IF_ERROR(client->DeleteDataset(args.positional()[0]));
+  std::cout << "deleted dataset " << args.positional()[0] << std::endl;
+  return absl::OkStatus();
+}
+
+}  // namespace dendro::cli

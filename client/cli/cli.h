@@ -1,0 +1,161 @@
+// Shared pieces of the `dendro` command-line tool: argument parsing, the
+// per-invocation context, output helpers and the verb entry points.
+//
+// Conventions every verb follows: results go to stdout (machine-readable
+// where it matters: ids, JSON), progress and summaries to stderr. A verb
+// returns an absl::Status; main() prints a non-OK one as exactly one line
+// "dendro: <message>" and exits 1, or 2 if it is a usage error (see
+// UsageError()).
+#ifndef DENDRO_CLIENT_CLI_CLI_H_
+#define DENDRO_CLIENT_CLI_CLI_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/client.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/timestamp.pb.h"
+
+namespace dendro::cli {
+
+// --- Errors -------------------------------------------------------------------
+
+// An InvalidArgument status marked as a usage error (exit code 2).
+absl::Status UsageError(std::string_view message);
+bool IsUsageError(const absl::Status& status);
+
+// --- Arguments ----------------------------------------------------------------
+
+struct FlagSpec {
+  std::string name;          // without "--"
+  bool takes_value = false;  // "--name VALUE" / "--name=VALUE"; else a switch
+  bool repeated = false;     // may be given more than once
+};
+
+// Parsed arguments of one verb. Flags may appear anywhere among the
+// positional arguments; "--" ends flag parsing.
+class Args {
+ public:
+  // Unknown flags, a missing value, a repeated non-repeatable flag or a
+  // positional count outside [min_positional, max_positional] are usage
+  // errors naming `verb`.
+  static absl::StatusOr<Args> Parse(std::string_view verb, const std::vector<std::string>& argv,
+                                    const std::vector<FlagSpec>& flags, int min_positional,
+                                    int max_positional);
+
+  bool Has(const std::string& flag) const { return values_.count(flag) > 0; }
+  // The value of a flag given once, if given.
+  std::optional<std::string> Get(const std::string& flag) const;
+  // All values of a (repeated) flag, in order.
+  std::vector<std::string> GetAll(const std::string& flag) const;
+  // An integer flag in [min, max]; `fallback` if absent. Out of range or not
+  // a number is a usage error.
+  absl::StatusOr<int64_t> GetInt(const std::string& flag, int64_t fallback, int64_t min,
+                                 int64_t max) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::string verb_;
+  std::map<std::string, std::vector<std::string>> values_;
+  std::vector<std::string> positional_;
+};
+
+// --- Per-invocation context ---------------------------------------------------
+
+struct GlobalOptions {
+  std::string server;
+  double timeout_seconds = 60;
+};
+
+class Context {
+ public:
+  explicit Context(GlobalOptions options) : options_(std::move(options)) {}
+  // Connects on first use, so verbs that never talk to the server (eval,
+  // local validation failures) never need one.
+  absl::StatusOr<client::Client*> client();
+  const GlobalOptions& options() const { return options_; }
+
+ private:
+  GlobalOptions options_;
+  std::unique_ptr<client::Client> client_;
+};
+
+// --- Output -------------------------------------------------------------------
+
+bool StderrIsTerminal();
+
+// A single self-redrawing progress line on stderr, drawn only when stderr is
+// a terminal (otherwise every call is a no-op).
+class ProgressBar {
+ public:
+  ProgressBar();
+  ~ProgressBar();  // erases the line unless Done() was called
+  // `fraction` in [0, 1]; `text` follows the bar. Redraws are rate-limited.
+  void Update(double fraction, std::string_view text);
+  // Leaves the last drawn state on screen and ends its line.
+  void Done();
+  bool active() const { return enabled_; }
+
+ private:
+  bool enabled_;
+  bool drawn_ = false;
+  std::string last_;
+  std::chrono::steady_clock::time_point last_draw_;
+};
+
+// Left-aligned columns separated by two spaces, header first.
+void PrintTable(const std::vector<std::string>& header,
+                const std::vector<std::vector<std::string>>& rows);
+// "key:  value" lines with the values aligned.
+void PrintFields(const std::vector<std::pair<std::string, std::string>>& fields);
+// Proto3 JSON (snake_case field names, defaults included), one line.
+absl::Status PrintMessageJson(const google::protobuf::Message& message);
+
+std::string FormatTime(const google::protobuf::Timestamp& ts);  // "" when unset
+std::string FormatBytes(int64_t bytes);                          // "1.5 MiB"
+std::string JobStateName(v1::JobState state);                    // "running"
+std::string DescribeJob(const v1::Job& job);  // one line: id, state, progress, stage
+// The error for a FAILED ("job ID failed: ...") or CANCELLED job.
+absl::Status JobNotSucceeded(const v1::Job& job);
+
+// --- Shared verb helpers ------------------------------------------------------
+
+enum class OutputKind { kLinkageNpy, kNewick, kJson };
+// By extension (.npy, .nwk/.newick, .json; case-insensitive); else a usage
+// error naming the file.
+absl::StatusOr<OutputKind> OutputKindFor(const std::string& path);
+// Checks every --out: known extension and an existing, writable directory.
+absl::Status CheckOutputs(const std::vector<std::string>& outs);
+// Fetches the tree in the format each output's extension asks for and writes
+// the files atomically. Returns the model that was served.
+absl::StatusOr<v1::Model> FetchTrees(client::Client& client, const v1::ModelRef& ref,
+                                     const std::vector<std::string>& outs);
+
+// Each verb's entry point. `args` were parsed with the verb's flag specs.
+absl::Status RunUpload(Context& ctx, const Args& args);
+absl::Status RunL2h(Context& ctx, const Args& args);
+absl::Status RunTree(Context& ctx, const Args& args);
+absl::Status RunAssign(Context& ctx, const Args& args);
+absl::Status RunEval(Context& ctx, const Args& args);
+absl::Status RunJobsList(Context& ctx, const Args& args);
+absl::Status RunJobsGet(Context& ctx, const Args& args);
+absl::Status RunJobsCancel(Context& ctx, const Args& args);
+absl::Status RunJobsWatch(Context& ctx, const Args& args);
+absl::Status RunModelsList(Context& ctx, const Args& args);
+absl::Status RunModelsGet(Context& ctx, const Args& args);
+absl::Status RunModelsDelete(Context& ctx, const Args& args);
+absl::Status RunDatasetsList(Context& ctx, const Args& args);
+absl::Status RunDatasetsGet(Context& ctx, const Args& args);
+absl::Status RunDatasetsDelete(Context& ctx, const Args& args);
+
+}  // namespace dendro::cli
+
+#endif  // DENDRO_CLIENT_CLI_CLI_H_

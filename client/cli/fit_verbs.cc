@@ -1,0 +1,303 @@
+// Verbs that move data: upload, l2h, tree, assign, eval.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli/cli.h"
+#include "core/common/status_macros.h"
+#include "core/hierarchy/export.h"
+#include "core/io/atomic_file.h"
+#include "core/io/npy.h"
+#include "core/l2h/l2h.h"
+#include "core/metrics/metrics.h"
+#include "nlohmann/json.hpp"
+
+namespace dendro::cli {
+namespace {
+
+constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
+
+// An upload progress callback drawing on `bar` (a no-op off a terminal).
+client::UploadProgress UploadBar(ProgressBar* bar, const std::string& what) {
+  if (!bar->active()) return nullptr;
+  return [bar, what](int64_t sent, int64_t total) {
+    bar->Update(total > 0 ? static_cast<double>(sent) / total : 1.0,
+                absl::StrCat("uploading ", what, "  ", FormatBytes(sent), " / ",
+                             FormatBytes(total)));
+  };
+}
+
+bool ValidModelName(const std::string& name) {
+  if (name.empty() || name.size() > 128 || name[0] == '.') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '_' || c == '-';
+  });
+}
+
+// The file's stem with every character outside [A-Za-z0-9._-] replaced by
+// '_' (and no leading '.'), as the server accepts model names.
+std::string ModelNameFromPath(const std::string& path) {
+  std::string stem = std::filesystem::path(path).stem().string();
+  for (char& c : stem) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) c = '_';
+  }
+  if (!stem.empty() && stem[0] == '.') stem[0] = '_';
+  if (stem.size() > 128) stem.resize(128);
+  return stem.empty() ? "model" : stem;
+}
+
+// 1-D (or N x 1) integer labels.
+absl::StatusOr<std::vector<int64_t>> ReadLabels(const std::string& path) {
+  DENDRO_ASSIGN_OR_RETURN(NpyArrayI64 y, ReadNpyInt(path));
+  if (y.shape.size() == 2 && y.shape[1] != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": labels must be a 1-D array, got shape (",
+                                                   y.shape[0], ", ", y.shape[1], ")"));
+  }
+  return std::move(y.data);
+}
+
+nlohmann::ordered_json MetricsJson(const MetricsReport& r) {
+  nlohmann::ordered_json j;
+  j["level"] = r.level;
+  j["nmi"] = r.nmi;
+  j["ari"] = r.ari;
+  j["acc"] = r.acc;
+  j["leaf_purity"] = r.leaf_purity;
+  j["dendrogram_purity"] = r.dendrogram_purity;
+  j["lhd"] = r.lhd;
+  return j;
+}
+
+absl::StatusOr<int32_t> LevelFlag(const Args& args) {
+  DENDRO_ASSIGN_OR_RETURN(int64_t level, args.GetInt("level", 0, 1, kMaxInt32));
+  return static_cast<int32_t>(level);
+}
+
+}  // namespace
+
+absl::Status RunUpload(Context& ctx, const Args& args) {
+  const std::string path = args.positional()[0];
+  const std::optional<std::string> labels = args.Get("labels");
+  const std::string name =
+      args.Get("name").value_or(std::filesystem::path(path).filename().string());
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  const auto start = std::chrono::steady_clock::now();
+  ProgressBar bar;
+  DENDRO_ASSIGN_OR_RETURN(v1::Dataset ds,
+                          client->UploadNpy(path, labels, name, UploadBar(&bar, path)));
+  bar.Done();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << ds.id() << std::endl;
+  std::fprintf(stderr, "uploaded %s as %s: %lld x %lld float32%s, %s in %.1f s\n", path.c_str(),
+               ds.id().c_str(), static_cast<long long>(ds.rows()),
+               static_cast<long long>(ds.cols()), ds.has_labels() ? " with labels" : "",
+               FormatBytes(ds.size_bytes()).c_str(), seconds);
+  return absl::OkStatus();
+}
+
+absl::Status RunL2h(Context& ctx, const Args& args) {
+  const std::string path = args.positional()[0];
+  const std::vector<std::string> outs = args.GetAll("out");
+  const bool wait = !args.Has("no-wait");
+  const std::optional<std::string> labels_path = args.Get("labels");
+
+  // Everything that can be checked locally is checked before uploading.
+  v1::JobSpec spec;
+  if (std::optional<std::string> agg = args.Get("aggregation")) {
+    if (!ParseL2hAggregation(*agg).ok()) {
+      return UsageError(absl::StrCat(
+          "--aggregation must be sum_of_means, mean_of_means or sum_of_sums, got '", *agg, "'"));
+    }
+    spec.mutable_l2h()->set_aggregation(*agg);
+  } else {
+    spec.mutable_l2h();
+  }
+  std::string model_name = ModelNameFromPath(path);
+  if (std::optional<std::string> name = args.Get("name")) {
+    if (!ValidModelName(*name)) {
+      return UsageError(absl::StrCat("--name '", *name,
+                                     "': a model name is 1-128 letters, digits, '.', '_' or '-' "
+                                     "and does not start with '.'"));
+    }
+    model_name = *name;
+  }
+  spec.set_model_name(model_name);
+  DENDRO_ASSIGN_OR_RETURN(int32_t level, LevelFlag(args));
+  if (level > 0 && !labels_path.has_value()) {
+    return UsageError("--level only applies with --labels (it sets the metrics' cut)");
+  }
+  if (wait) DENDRO_RETURN_IF_ERROR(CheckOutputs(outs));
+  {
+    DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(path));
+    const NpyHeader& h = npy->header();
+    if (h.shape.size() == 2 && h.cols() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": l2h needs logits with at least 2 columns (one per cluster), got ", h.cols()));
+    }
+  }
+  std::vector<int64_t> labels;
+  if (labels_path.has_value()) {
+    DENDRO_ASSIGN_OR_RETURN(labels, ReadLabels(*labels_path));
+  }
+
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  v1::Dataset ds;
+  {
+    ProgressBar bar;
+    DENDRO_ASSIGN_OR_RETURN(ds, client->UploadNpy(path, labels_path, model_name,
+                                                  UploadBar(&bar, path)));
+  }
+  spec.set_dataset_id(ds.id());
+  DENDRO_ASSIGN_OR_RETURN(v1::Job job, client->SubmitJob(spec));
+  if (!wait) {
+    std::cout << job.id() << std::endl;
+    if (!outs.empty()) {
+      std::fprintf(stderr,
+                   "--no-wait: --out files are not written; fetch them when the job is done "
+                   "with 'dendro tree %s --out FILE'\n",
+                   model_name.c_str());
+    }
+    return absl::OkStatus();
+  }
+
+  ProgressBar bar;
+  DENDRO_ASSIGN_OR_RETURN(job, client->WatchJob(job.id(), [&](const v1::Job& j) {
+    bar.Update(j.progress(), absl::StrCat(j.id(), "  ", JobStateName(j.state()),
+                                          j.stage().empty() ? "" : "  ", j.stage()));
+  }));
+  bar.Done();
+  if (job.state() != v1::JOB_STATE_SUCCEEDED) return JobNotSucceeded(job);
+
+  v1::ModelRef ref;
+  ref.set_name(job.model_name());
+  ref.set_version(job.model_version());
+  DENDRO_ASSIGN_OR_RETURN(v1::Model model, FetchTrees(*client, ref, outs));
+  std::cout << "model " << model.name() << " version " << model.version() << std::endl;
+
+  if (labels_path.has_value()) {
+    DENDRO_ASSIGN_OR_RETURN(std::string json,
+                            client->GetTree(ref, v1::TREE_FORMAT_JSON, /*include_points=*/true));
+    DENDRO_ASSIGN_OR_RETURN(Hierarchy tree, ParseJson(json));
+    DENDRO_ASSIGN_OR_RETURN(MetricsReport report,
+                            EvaluateHierarchy(tree, tree.point_leaf(), labels, level));
+    std::cout << MetricsJson(report).dump() << std::endl;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunTree(Context& ctx, const Args& args) {
+  absl::StatusOr<v1::ModelRef> ref = client::ParseModelRef(args.positional()[0]);
+  if (!ref.ok()) return UsageError(std::string(ref.status().message()));
+  const std::vector<std::string> outs = args.GetAll("out");
+  if (outs.empty()) return UsageError("'tree' needs at least one --out FILE");
+  DENDRO_RETURN_IF_ERROR(CheckOutputs(outs));
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  DENDRO_ASSIGN_OR_RETURN(v1::Model model, FetchTrees(*client, *ref, outs));
+  std::cout << "model " << model.name() << " version " << model.version() << std::endl;
+  return absl::OkStatus();
+}
+
+absl::Status RunAssign(Context& ctx, const Args& args) {
+  const std::optional<std::string> model_flag = args.Get("model");
+  if (!model_flag.has_value()) return UsageError("'assign' needs --model NAME[:VERSION]");
+  absl::StatusOr<v1::ModelRef> ref = client::ParseModelRef(*model_flag);
+  if (!ref.ok()) return UsageError(std::string(ref.status().message()));
+  const std::optional<std::string> out = args.Get("out");
+  if (!out.has_value()) return UsageError("'assign' needs --out A.npy");
+  DENDRO_ASSIGN_OR_RETURN(OutputKind kind, OutputKindFor(*out));
+  if (kind != OutputKind::kLinkageNpy) {
+    return UsageError(absl::StrCat("--out ", *out, ": assignments are written as .npy"));
+  }
+  DENDRO_RETURN_IF_ERROR(CheckOutputs({*out}));
+  DENDRO_ASSIGN_OR_RETURN(int32_t level, LevelFlag(args));
+
+  const std::string path = args.positional()[0];
+  DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(path));
+  const NpyHeader& h = npy->header();
+  if (h.dtype != DType::kFloat32 && h.dtype != DType::kFloat64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": expected a float32 or float64 array, got ", std::string(DTypeName(h.dtype))));
+  }
+  if (h.shape.size() != 2 || h.rows() < 1 || h.cols() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": expected a non-empty 2-D array (rows x columns)"));
+  }
+  std::vector<float> converted;
+  const float* data = static_cast<const float*>(npy->data());
+  if (h.dtype == DType::kFloat64) {
+    DENDRO_ASSIGN_OR_RETURN(NpyArrayF32 f, ReadNpyFloat32(path));
+    converted = std::move(f.data);
+    data = converted.data();
+  }
+  const MatrixView rows(data, h.rows(), h.cols());
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  absl::StatusOr<client::AssignResult> result = client->Assign(*ref, rows, level);
+  if (!result.ok()) {
+    // Local validation reports positions in the input; name the file.
+    if (absl::StartsWith(result.status().message(), "assign input:")) {
+      return absl::Status(result.status().code(),
+                          absl::StrCat(path, result.status().message().substr(12)));
+    }
+    return result.status();
+  }
+  const int64_t shape[1] = {h.rows()};
+  DENDRO_RETURN_IF_ERROR(WriteNpy(*out, result->cluster, shape));
+  std::cout << "model " << ref->name() << " version " << result->model_version << std::endl;
+  return absl::OkStatus();
+}
+
+absl::Status RunEval(Context& ctx, const Args& args) {
+  const std::string tree_path = args.positional()[0];
+  const std::optional<std::string> labels_path = args.Get("labels");
+  if (!labels_path.has_value()) return UsageError("'eval' needs --labels Y.npy");
+  DENDRO_ASSIGN_OR_RETURN(int32_t level, LevelFlag(args));
+
+  std::string json;
+  DENDRO_RETURN_IF_ERROR(ReadFileToString(tree_path, &json));
+  absl::StatusOr<Hierarchy> tree = ParseJson(json);
+  if (!tree.ok()) {
+    return absl::Status(tree.status().code(),
+                        absl::StrCat(tree_path, ": ", tree.status().message()));
+  }
+  DENDRO_ASSIGN_OR_RETURN(std::vector<int64_t> labels, ReadLabels(*labels_path));
+
+  std::vector<int32_t> leaves;
+  if (std::optional<std::string> a = args.Get("assignments")) {
+    DENDRO_ASSIGN_OR_RETURN(std::vector<int64_t> raw, ReadLabels(*a));
+    leaves.reserve(raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] < 0 || raw[i] >= tree->num_leaves()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            *a, ": entry ", i, " is ", raw[i], ", not a leaf-cluster id of ", tree_path, " (0..",
+            tree->num_leaves() - 1, ")"));
+      }
+      leaves.push_back(static_cast<int32_t>(raw[i]));
+    }
+  } else {
+    leaves = tree->point_leaf();
+    if (leaves.empty()) {
+      return UsageError(absl::StrCat(tree_path,
+                                     " has no point assignments; pass --assignments A.npy"));
+    }
+  }
+  if (leaves.size() != labels.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        labels.size(), " labels in ", *labels_path, " but ", leaves.size(), " assignments in ",
+        args.Get("assignments").value_or(tree_path)));
+  }
+  DENDRO_ASSIGN_OR_RETURN(MetricsReport report, EvaluateHierarchy(*tree, leaves, labels, level));
+  std::cout << MetricsJson(report).dump() << std::endl;
+  return absl::OkStatus();
+}
+
+}  // namespace dendro::cli

@@ -1,0 +1,282 @@
+// dendro: command-line client for dendrod.
+//
+//   dendro [--server HOST:PORT] [--timeout SECONDS] VERB [ARGS...]
+//
+// main() parses the global flags, finds the verb and hands the rest of the
+// command line to it. Errors end as one "dendro: ..." line on stderr with
+// exit code 1 (2 for usage errors).
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "client/cli/cli.h"
+
+namespace dendro::cli {
+namespace {
+
+using RunFn = absl::Status (*)(Context&, const Args&);
+
+struct Verb {
+  const char* group;  // "" for top-level verbs
+  const char* name;
+  const char* summary;
+  const char* usage;  // shown by --help, after "usage: "
+  std::vector<FlagSpec> flags;
+  int min_positional;
+  int max_positional;
+  RunFn run;
+};
+
+const FlagSpec kJson{"json", false, false};
+const FlagSpec kPageSize{"page-size", true, false};
+const FlagSpec kPageToken{"page-token", true, false};
+const FlagSpec kAll{"all", false, false};
+
+const std::vector<Verb>& Verbs() {
+  static const auto* verbs = new std::vector<Verb>{
+      {"", "upload", "upload a float32/float64 .npy matrix as a dataset",
+       "dendro upload X.npy [--labels Y.npy] [--name NAME]\n"
+       "  Streams X.npy (2-D, float32 or float64) to the server and prints the dataset id.\n"
+       "  --labels Y.npy  1-D int32/int64 labels, one per row\n"
+       "  --name NAME     display name (default: the file name)\n",
+       {{"labels", true}, {"name", true}},
+       1, 1, RunUpload},
+      {"", "l2h", "fit an L2H hierarchy to a logits matrix and fetch it",
+       "dendro l2h LOGITS.npy --out FILE [--out FILE ...] [--labels Y.npy] [--name NAME]\n"
+       "          [--aggregation sum_of_means|mean_of_means|sum_of_sums] [--level K] [--no-wait]\n"
+       "  Uploads LOGITS.npy (N x K), fits L2H and waits for the job; then writes each\n"
+       "  --out by extension: .npy SciPy linkage, .nwk/.newick Newick, .json the full tree\n"
+       "  with point assignments. Prints \"model NAME version V\".\n"
+       "  --labels Y.npy  also upload labels and print metrics (JSON) for the fitted tree\n"
+       "  --level K       clusters for the flat metrics (default: number of label values)\n"
+       "  --name NAME     model name (default: the file's stem)\n"
+       "  --no-wait       print the job id and exit; no outputs are written\n",
+       {{"labels", true}, {"name", true}, {"aggregation", true}, {"out", true, true},
+        {"level", true}, {"no-wait", false}},
+       1, 1, RunL2h},
+      {"", "tree", "download a model's hierarchy",
+       "dendro tree NAME[:VERSION] --out FILE [--out FILE ...]\n"
+       "  Writes each --out by extension: .npy SciPy linkage, .nwk/.newick, .json.\n",
+       {{"out", true, true}},
+       1, 1, RunTree},
+      {"", "assign", "assign new rows to a model's clusters",
+       "dendro assign --model NAME[:VERSION] INPUT.npy [--level K] --out A.npy\n"
+       "  Writes one int32 per row of INPUT.npy: its cluster when the hierarchy is cut\n"
+       "  into K clusters, or its leaf-cluster id without --level.\n",
+       {{"model", true}, {"level", true}, {"out", true}},
+       1, 1, RunAssign},
+      {"", "eval", "score a hierarchy against true labels (local, no server)",
+       "dendro eval TREE.json --labels Y.npy [--assignments A.npy] [--level K]\n"
+       "  Prints NMI, ARI, ACC, leaf purity (at K clusters), dendrogram purity and LHD as\n"
+       "  JSON. --assignments: leaf-cluster id per point (as 'dendro assign' writes without\n"
+       "  --level); default: the training points' leaves embedded in TREE.json.\n",
+       {{"labels", true}, {"assignments", true}, {"level", true}},
+       1, 1, RunEval},
+      {"jobs", "list", "list jobs",
+       "dendro jobs list [--page-size N] [--page-token T] [--all] [--json]\n",
+       {kPageSize, kPageToken, kAll, kJson}, 0, 0, RunJobsList},
+      {"jobs", "get", "show a job", "dendro jobs get JOB_ID [--json]\n", {kJson}, 1, 1,
+       RunJobsGet},
+      {"jobs", "cancel", "cancel a queued or running job",
+       "dendro jobs cancel JOB_ID [--json]\n", {kJson}, 1, 1, RunJobsCancel},
+      {"jobs", "watch", "follow a job until it finishes",
+       "dendro jobs watch JOB_ID\n"
+       "  Prints a line per update (a progress bar on a terminal); exits 1 if the job fails.\n",
+       {}, 1, 1, RunJobsWatch},
+      {"models", "list", "list models",
+       "dendro models list [--name NAME] [--page-size N] [--page-token T] [--all] [--json]\n",
+       {{"name", true}, kPageSize, kPageToken, kAll, kJson}, 0, 0, RunModelsList},
+      {"models", "get", "show a model", "dendro models get NAME[:VERSION] [--json]\n", {kJson}, 1,
+       1, RunModelsGet},
+      {"models", "delete", "delete one version, or every version, of a model",
+       "dendro models delete NAME[:VERSION]\n"
+       "  Without :VERSION every version of NAME is deleted.\n",
+       {}, 1, 1, RunModelsDelete},
+      {"datasets", "list", "list datasets",
+       "dendro datasets list [--page-size N] [--page-token T] [--all] [--json]\n",
+       {kPageSize, kPageToken, kAll, kJson}, 0, 0, RunDatasetsList},
+      {"datasets", "get", "show a dataset", "dendro datasets get DATASET_ID [--json]\n", {kJson},
+       1, 1, RunDatasetsGet},
+      {"datasets", "delete", "delete a dataset", "dendro datasets delete DATASET_ID\n", {}, 1, 1,
+       RunDatasetsDelete},
+  };
+  return *verbs;
+}
+
+constexpr char kGlobalHelp[] =
+    "global flags (before or after the verb):\n"
+    "  --server HOST:PORT  dendrod address (default: $DENDRO_SERVER, else 127.0.0.1:50051)\n"
+    "  --timeout SECONDS   deadline of each call to the server (default 60)\n";
+
+void PrintMainHelp() {
+  std::cout << "usage: dendro [--server HOST:PORT] [--timeout SECONDS] VERB [ARGS...]\n\n"
+               "verbs:\n";
+  for (const Verb& v : Verbs()) {
+    const std::string name = std::string(v.group) + (*v.group ? " " : "") + v.name;
+    std::cout << "  " << name << std::string(name.size() < 18 ? 18 - name.size() : 1, ' ')
+              << v.summary << "\n";
+  }
+  std::cout << "\n" << kGlobalHelp << "\nRun 'dendro VERB --help' for a verb's flags.\n";
+}
+
+void PrintGroupHelp(const std::string& group) {
+  std::cout << "usage: dendro " << group << " SUBCOMMAND ...\n\nsubcommands:\n";
+  for (const Verb& v : Verbs()) {
+    if (group == v.group) {
+      std::cout << "  " << v.name << std::string(10 - std::string(v.name).size(), ' ')
+                << v.summary << "\n";
+    }
+  }
+}
+
+bool IsGroup(const std::string& word) {
+  for (const Verb& v : Verbs()) {
+    if (word == v.group) return true;
+  }
+  return false;
+}
+
+const Verb* FindVerb(const std::string& group, const std::string& name) {
+  for (const Verb& v : Verbs()) {
+    if (group == v.group && name == v.name) return &v;
+  }
+  return nullptr;
+}
+
+bool IsHelp(const std::string& a) { return a == "--help" || a == "-h" || a == "help"; }
+
+absl::Status ParseTimeout(const std::string& text, double* seconds) {
+  double t = 0;
+  if (!absl::SimpleAtod(text, &t) || !(t > 0) || t > 1e7) {
+    return UsageError(absl::StrCat("--timeout must be a positive number of seconds, got '", text,
+                                   "'"));
+  }
+  *seconds = t;
+  return absl::OkStatus();
+}
+
+// Consumes a global flag at argv[*i] if it is one. Returns true if it did.
+absl::StatusOr<bool> TakeGlobalFlag(const std::vector<std::string>& argv, size_t* i,
+                                    GlobalOptions* globals) {
+  const std::string& a = argv[*i];
+  for (const char* name : {"server", "timeout"}) {
+    const std::string flag = std::string("--") + name;
+    std::string value;
+    if (a == flag) {
+      if (*i + 1 >= argv.size()) return UsageError(absl::StrCat(flag, " needs a value"));
+      value = argv[++*i];
+    } else if (a.rfind(flag + "=", 0) == 0) {
+      value = a.substr(flag.size() + 1);
+    } else {
+      continue;
+    }
+    if (std::string(name) == "server") {
+      if (value.empty()) return UsageError("--server needs a HOST:PORT value");
+      globals->server = value;
+    } else {
+      absl::Status s = ParseTimeout(value, &globals->timeout_seconds);
+      if (!s.ok()) return s;
+    }
+    return true;
+  }
+  return false;
+}
+
+absl::Status Main(const std::vector<std::string>& argv) {
+  GlobalOptions globals;
+  const char* env = std::getenv("DENDRO_SERVER");
+  globals.server = (env != nullptr && *env != '\0') ? env : "127.0.0.1:50051";
+
+  size_t i = 0;
+  for (; i < argv.size(); ++i) {
+    if (IsHelp(argv[i])) {
+      PrintMainHelp();
+      return absl::OkStatus();
+    }
+    absl::StatusOr<bool> took = TakeGlobalFlag(argv, &i, &globals);
+    if (!took.ok()) return took.status();
+    if (*took) continue;
+    if (!argv[i].empty() && argv[i][0] == '-') {
+      return UsageError(absl::StrCat("unknown flag '", argv[i], "' (see 'dendro --help')"));
+    }
+    break;
+  }
+  if (i == argv.size()) return UsageError("no verb given (see 'dendro --help')");
+
+  std::string group;
+  std::string name = argv[i++];
+  if (IsGroup(name)) {
+    group = name;
+    if (i == argv.size()) {
+      return UsageError(absl::StrCat("'", group, "' needs a subcommand (see 'dendro ", group,
+                                     " --help')"));
+    }
+    if (IsHelp(argv[i])) {
+      PrintGroupHelp(group);
+      return absl::OkStatus();
+    }
+    name = argv[i++];
+  }
+  const Verb* verb = FindVerb(group, name);
+  if (verb == nullptr) {
+    if (group.empty()) {
+      return UsageError(absl::StrCat("unknown verb '", name, "' (see 'dendro --help')"));
+    }
+    return UsageError(absl::StrCat("unknown subcommand '", name, "' for '", group,
+                                   "' (see 'dendro ", group, " --help')"));
+  }
+  const std::string full_name = group.empty() ? name : group + " " + name;
+
+  // The verb's own arguments; global flags may also appear among them.
+  std::vector<std::string> rest;
+  for (; i < argv.size(); ++i) {
+    if (argv[i] == "--") {
+      rest.insert(rest.end(), argv.begin() + i, argv.end());
+      break;
+    }
+    if (argv[i] == "--help" || argv[i] == "-h") {
+      std::cout << "usage: " << verb->usage << "\n" << kGlobalHelp;
+      return absl::OkStatus();
+    }
+    absl::StatusOr<bool> took = TakeGlobalFlag(argv, &i, &globals);
+    if (!took.ok()) return took.status();
+    if (!*took) rest.push_back(argv[i]);
+  }
+  absl::StatusOr<Args> args =
+      Args::Parse(full_name, rest, verb->flags, verb->min_positional, verb->max_positional);
+  if (!args.ok()) return args.status();
+  Context ctx(globals);
+  return verb->run(ctx, *args);
+}
+
+// One line, whatever the message contains.
+std::string OneLine(std::string s) {
+  for (char& c : s) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return s;
+}
+
+}  // namespace
+}  // namespace dendro::cli
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    const absl::Status s = dendro::cli::Main(args);
+    std::cout.flush();
+    if (s.ok()) return 0;
+    std::string message(s.message());
+    if (message.empty()) message = absl::StatusCodeToString(s.code());
+    std::fprintf(stderr, "dendro: %s\n", dendro::cli::OneLine(message).c_str());
+    return dendro::cli::IsUsageError(s) ? 2 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dendro: internal error: %s\n", dendro::cli::OneLine(e.what()).c_str());
+    return 1;
+  }
+}

@@ -1,0 +1,361 @@
+// Argument parsing, context and output helpers shared by the verbs.
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "client/cli/cli.h"
+#include "core/common/status_macros.h"
+#include "core/io/atomic_file.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace dendro::cli {
+namespace {
+
+constexpr char kUsagePayload[] = "dendro.cli/usage";
+
+}  // namespace
+
+absl::Status UsageError(std::string_view message) {
+  absl::Status s = absl::InvalidArgumentError(std::string(message));
+  s.SetPayload(kUsagePayload, absl::Cord("1"));
+  return s;
+}
+
+bool IsUsageError(const absl::Status& status) {
+  return status.GetPayload(kUsagePayload).has_value();
+}
+
+// --- Args ---------------------------------------------------------------------
+
+absl::StatusOr<Args> Args::Parse(std::string_view verb, const std::vector<std::string>& argv,
+                                 const std::vector<FlagSpec>& flags, int min_positional,
+                                 int max_positional) {
+  Args args;
+  args.verb_ = std::string(verb);
+  const std::string v(verb);
+  bool flags_done = false;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (flags_done || a.size() < 2 || a[0] != '-' ) {
+      args.positional_.push_back(a);
+      continue;
+    }
+    if (a == "--") {
+      flags_done = true;
+      continue;
+    }
+    if (a[1] != '-') {
+      return UsageError(absl::StrCat("unknown option '", a, "' for '", v, "' (see 'dendro ", v,
+                                     " --help')"));
+    }
+    std::string name = a.substr(2);
+    std::optional<std::string> value;
+    if (const size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    auto spec = std::find_if(flags.begin(), flags.end(),
+                             [&](const FlagSpec& f) { return f.name == name; });
+    if (spec == flags.end()) {
+      return UsageError(absl::StrCat("unknown flag '--", name, "' for '", v, "' (see 'dendro ",
+                                     v, " --help')"));
+    }
+    if (spec->takes_value) {
+      if (!value.has_value()) {
+        if (i + 1 >= argv.size()) {
+          return UsageError(absl::StrCat("flag '--", name, "' of '", v, "' needs a value"));
+        }
+        value = argv[++i];
+      }
+    } else if (value.has_value()) {
+      return UsageError(absl::StrCat("flag '--", name, "' of '", v, "' takes no value"));
+    } else {
+      value = "";
+    }
+    std::vector<std::string>& slot = args.values_[name];
+    if (!slot.empty() && !spec->repeated) {
+      return UsageError(absl::StrCat("flag '--", name, "' of '", v, "' given more than once"));
+    }
+    slot.push_back(*std::move(value));
+  }
+  const int n = static_cast<int>(args.positional_.size());
+  if (n < min_positional) {
+    return UsageError(absl::StrCat("'", v, "' needs ",
+                                   min_positional == max_positional ? "" : "at least ",
+                                   min_positional, " argument", min_positional == 1 ? "" : "s",
+                                   ", got ", n, " (see 'dendro ", v, " --help')"));
+  }
+  if (n > max_positional) {
+    return UsageError(absl::StrCat("unexpected argument '", args.positional_[max_positional],
+                                   "' for '", v, "' (see 'dendro ", v, " --help')"));
+  }
+  return args;
+}
+
+std::optional<std::string> Args::Get(const std::string& flag) const {
+  auto it = values_.find(flag);
+  if (it == values_.end() || it->second.empty()) return std::nullopt;
+  return it->second.back();
+}
+
+std::vector<std::string> Args::GetAll(const std::string& flag) const {
+  auto it = values_.find(flag);
+  if (it == values_.end()) return {};
+  return it->second;
+}
+
+absl::StatusOr<int64_t> Args::GetInt(const std::string& flag, int64_t fallback, int64_t min,
+                                     int64_t max) const {
+  std::optional<std::string> v = Get(flag);
+  if (!v.has_value()) return fallback;
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(*v, &n) || n < min || n > max) {
+    return UsageError(absl::StrCat("flag '--", flag, "' of '", verb_, "' must be an integer in [",
+                                   min, ", ", max, "], got '", *v, "'"));
+  }
+  return n;
+}
+
+// --- Context ------------------------------------------------------------------
+
+absl::StatusOr<client::Client*> Context::client() {
+  if (client_ == nullptr) {
+    client::ClientOptions opts;
+    opts.target = options_.server;
+    opts.deadline = std::chrono::milliseconds(
+        static_cast<int64_t>(std::ceil(options_.timeout_seconds * 1000.0)));
+    DENDRO_ASSIGN_OR_RETURN(client_, client::Client::Connect(opts));
+  }
+  return client_.get();
+}
+
+// --- Output -------------------------------------------------------------------
+
+bool StderrIsTerminal() { return ::isatty(STDERR_FILENO) == 1; }
+
+namespace {
+
+int TerminalWidth() {
+  struct winsize ws;
+  if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20) return ws.ws_col;
+  return 80;
+}
+
+}  // namespace
+
+ProgressBar::ProgressBar() : enabled_(StderrIsTerminal()) {}
+
+ProgressBar::~ProgressBar() {
+  // Not finished with Done(): the operation failed or moved on; erase the bar
+  // so that what follows (an error line) starts on a clean line.
+  if (drawn_) {
+    std::fputs("\r\x1b[K", stderr);
+    std::fflush(stderr);
+  }
+}
+
+void ProgressBar::Update(double fraction, std::string_view text) {
+  if (!enabled_) return;
+  if (!(fraction >= 0)) fraction = 0;  // also NaN
+  fraction = std::min(fraction, 1.0);
+  constexpr int kBarWidth = 30;
+  const int filled = static_cast<int>(fraction * kBarWidth);
+  std::string line = absl::StrFormat("[%s%s] %3d%%  ", std::string(filled, '#'),
+                                     std::string(kBarWidth - filled, '.'),
+                                     static_cast<int>(fraction * 100));
+  line += std::string(text);
+  const size_t width = static_cast<size_t>(TerminalWidth() - 1);
+  if (line.size() > width) line.resize(width);
+  if (line == last_) return;
+  // Redraw at most ~10 times a second, but always draw completion.
+  const auto now = std::chrono::steady_clock::now();
+  if (drawn_ && fraction < 1.0 && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  last_draw_ = now;
+  last_ = line;
+  std::fprintf(stderr, "\r\x1b[K%s", line.c_str());
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+void ProgressBar::Done() {
+  if (drawn_) {
+    std::fputc('\n', stderr);
+    std::fflush(stderr);
+  }
+  drawn_ = false;
+  last_.clear();
+}
+
+void PrintTable(const std::vector<std::string>& header,
+                const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(header.size());
+  for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
+      width[c] = std::max(width[c], row[c].size());
+    }
+  }
+  auto print_row = [&](const std::vector<std::string>& row) {
+    std::string line;
+    for (size_t c = 0; c < width.size(); ++c) {
+      const std::string cell = c < row.size() ? row[c] : "";
+      line += cell;
+      if (c + 1 < width.size()) line += std::string(width[c] - cell.size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::cout << line << "\n";
+  };
+  print_row(header);
+  for (const auto& row : rows) print_row(row);
+  std::cout.flush();
+}
+
+void PrintFields(const std::vector<std::pair<std::string, std::string>>& fields) {
+  size_t width = 0;
+  for (const auto& [key, value] : fields) width = std::max(width, key.size());
+  for (const auto& [key, value] : fields) {
+    std::cout << key << ":" << std::string(width - key.size() + 2, ' ') << value << "\n";
+  }
+  std::cout.flush();
+}
+
+absl::Status PrintMessageJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  opts.always_print_primitive_fields = true;
+  std::string out;
+  const auto s = google::protobuf::util::MessageToJsonString(message, &out, opts);
+  if (!s.ok()) {
+    return absl::InternalError(absl::StrCat("cannot print JSON: ", std::string(s.message())));
+  }
+  std::cout << out << "\n";
+  std::cout.flush();
+  return absl::OkStatus();
+}
+
+std::string FormatTime(const google::protobuf::Timestamp& ts) {
+  if (ts.seconds() == 0 && ts.nanos() == 0) return "";
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixSeconds(ts.seconds()),
+                          absl::UTCTimeZone());
+}
+
+std::string FormatBytes(int64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes) / 1024;
+  int u = 0;
+  while (v >= 1024 && u < 3) {
+    v /= 1024;
+    ++u;
+  }
+  return absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+std::string JobStateName(v1::JobState state) {
+  switch (state) {
+    case v1::JOB_STATE_QUEUED:
+      return "queued";
+    case v1::JOB_STATE_RUNNING:
+      return "running";
+    case v1::JOB_STATE_SUCCEEDED:
+      return "succeeded";
+    case v1::JOB_STATE_FAILED:
+      return "failed";
+    case v1::JOB_STATE_CANCELLED:
+      return "cancelled";
+    default:
+      return "unspecified";
+  }
+}
+
+std::string DescribeJob(const v1::Job& job) {
+  std::string line = absl::StrFormat("%s  %s  %5.1f%%", job.id(), JobStateName(job.state()),
+                                     job.progress() * 100);
+  if (!job.stage().empty()) absl::StrAppend(&line, "  ", job.stage());
+  if (job.state() == v1::JOB_STATE_SUCCEEDED) {
+    absl::StrAppend(&line, "  model ", job.model_name(), " version ", job.model_version());
+  }
+  if (!job.error().message().empty()) absl::StrAppend(&line, "  error: ", job.error().message());
+  return line;
+}
+
+absl::Status JobNotSucceeded(const v1::Job& job) {
+  absl::StatusCode code = static_cast<absl::StatusCode>(job.error().code());
+  if (code == absl::StatusCode::kOk) code = absl::StatusCode::kUnknown;
+  const std::string msg = job.error().message().empty() ? "no reason given" : job.error().message();
+  if (job.state() == v1::JOB_STATE_CANCELLED) {
+    return absl::Status(absl::StatusCode::kCancelled,
+                        absl::StrCat("job ", job.id(), " was cancelled: ", msg));
+  }
+  return absl::Status(code, absl::StrCat("job ", job.id(), " failed: ", msg));
+}
+
+// --- Tree outputs -------------------------------------------------------------
+
+absl::StatusOr<OutputKind> OutputKindFor(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (ext == ".npy") return OutputKind::kLinkageNpy;
+  if (ext == ".nwk" || ext == ".newick") return OutputKind::kNewick;
+  if (ext == ".json") return OutputKind::kJson;
+  return UsageError(absl::StrCat("--out ", path, ": unknown extension '", ext,
+                                 "' (expected .npy for a SciPy linkage matrix, .nwk/.newick "
+                                 "or .json)"));
+}
+
+absl::Status CheckOutputs(const std::vector<std::string>& outs) {
+  for (const std::string& out : outs) {
+    DENDRO_RETURN_IF_ERROR(OutputKindFor(out).status());
+    std::filesystem::path dir = std::filesystem::path(out).parent_path();
+    if (dir.empty()) dir = ".";
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) {
+      return absl::NotFoundError(
+          absl::StrCat("--out ", out, ": directory '", dir.string(), "' does not exist"));
+    }
+    if (::access(dir.c_str(), W_OK) != 0) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("--out ", out, ": directory '", dir.string(), "' is not writable"));
+    }
+    if (std::filesystem::is_directory(out, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat("--out ", out, " is a directory"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Model> FetchTrees(client::Client& client, const v1::ModelRef& ref,
+                                     const std::vector<std::string>& outs) {
+  v1::ModelRef pinned = ref;
+  v1::Model model;
+  for (const std::string& out : outs) {
+    DENDRO_ASSIGN_OR_RETURN(OutputKind kind, OutputKindFor(out));
+    v1::TreeFormat format = v1::TREE_FORMAT_JSON;
+    if (kind == OutputKind::kLinkageNpy) format = v1::TREE_FORMAT_LINKAGE_NPY;
+    if (kind == OutputKind::kNewick) format = v1::TREE_FORMAT_NEWICK;
+    DENDRO_ASSIGN_OR_RETURN(std::string content,
+                            client.GetTree(pinned, format, kind == OutputKind::kJson, &model));
+    // Every file of one command describes the same version.
+    pinned.set_version(model.version());
+    DENDRO_RETURN_IF_ERROR(WriteFileAtomic(out, content));
+  }
+  if (outs.empty()) {
+    DENDRO_ASSIGN_OR_RETURN(model, client.GetModel(ref));
+  }
+  return model;
+}
+
+}  // namespace dendro::cli

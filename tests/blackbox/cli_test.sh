@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# End-to-end test of the `dendro` CLI against a real dendrod.
+#
+#   cli_test.sh PATH/TO/dendrod PATH/TO/dendro
+#
+# Starts dendrod on a free port with a fresh data directory, drives the CLI
+# the way a user would and checks its outputs with numpy/scipy/sklearn
+# (Debian's /usr/bin/python3) as independent references.
+set -euo pipefail
+
+DENDROD=${1:?usage: cli_test.sh DENDROD DENDRO}
+DENDRO=${2:?usage: cli_test.sh DENDROD DENDRO}
+PY=/usr/bin/python3
+DENDROD=$(realpath "$DENDROD")
+DENDRO=$(realpath "$DENDRO")
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dendro-cli-test.XXXXXX")
+SERVER_PID=""
+cleanup() {
+  if [[ -n "$SERVER_PID" ]]; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  if [[ -f "$WORK/server.log" ]]; then
+    echo "--- dendrod log (tail) ---" >&2
+    tail -20 "$WORK/server.log" >&2
+  fi
+  exit 1
+}
+pass() { echo "ok: $*"; }
+
+cd "$WORK"
+
+# --- server --------------------------------------------------------------------
+"$DENDROD" --listen 127.0.0.1:0 --data_dir "$WORK/data" --port_file "$WORK/port" \
+  >"$WORK/server.log" 2>&1 &
+SERVER_PID=$!
+for _ in $(seq 1 300); do
+  [[ -s "$WORK/port" ]] && break
+  kill -0 "$SERVER_PID" 2>/dev/null || fail "dendrod exited during startup"
+  sleep 0.1
+done
+[[ -s "$WORK/port" ]] || fail "dendrod wrote no port file within 30 s"
+export DENDRO_SERVER="127.0.0.1:$(tr -d '[:space:]' <"$WORK/port")"
+pass "dendrod listening on $DENDRO_SERVER"
+
+# --- inputs --------------------------------------------------------------------
+# Hierarchical synthetic logits: 12 classes in 3 super-groups of 4. A point's
+# logits favour its class and, less, the other classes of its group.
+"$PY" - <<'EOF'
+import numpy as np
+rng = np.random.default_rng(7)
+N, K = 2000, 12
+y = rng.integers(0, K, N)
+group = np.arange(K) // 4
+logits = rng.normal(0.0, 1.0, (N, K))
+logits[np.arange(N), y] += 3.0
+logits += 1.5 * (group[None, :] == group[y][:, None])
+np.save("logits.npy", logits.astype(np.float32))
+np.save("labels.npy", y.astype(np.int64))
+x = logits.astype(np.float32).copy(); x[17, 5] = np.nan
+np.save("nan.npy", x)
+np.save("k1.npy", np.ones((50, 1), np.float32))
+np.save("ints.npy", np.ones((50, 3), np.int64))
+raw = open("logits.npy", "rb").read()
+open("truncated.npy", "wb").write(raw[: len(raw) // 2])
+EOF
+
+# Runs the CLI; leaves exit code in RC, stdout in out.txt, stderr in err.txt.
+run() {
+  set +e
+  "$DENDRO" "$@" >out.txt 2>err.txt
+  RC=$?
+  set -e
+}
+
+# --- l2h with every output and metrics ------------------------------------------
+run l2h logits.npy --labels labels.npy --out t.npy --out t.nwk --out t.json
+[[ $RC -eq 0 ]] || fail "l2h exited $RC: $(cat err.txt)"
+[[ "$(head -1 out.txt)" == "model logits version 1" ]] ||
+  fail "l2h printed '$(head -1 out.txt)', expected 'model logits version 1'"
+tail -1 out.txt >metrics.json
+for f in t.npy t.nwk t.json; do [[ -s $f ]] || fail "l2h did not write $f"; done
+"$PY" - <<'EOF' || fail "l2h outputs are not what scipy/json expect"
+import json
+import numpy as np
+from scipy.cluster.hierarchy import is_valid_linkage
+Z = np.load("t.npy")
+assert Z.dtype == np.float64 and Z.shape == (11, 4), (Z.dtype, Z.shape)
+assert is_valid_linkage(Z, throw=True)
+assert Z[-1, 3] == 12, Z[-1]
+tree = json.load(open("t.json"))
+assert tree["num_leaves"] == 12, tree["num_leaves"]
+leaves = [n for n in tree["nodes"] if not n["children"]]
+assert len(leaves) == 12, len(leaves)
+assert len(tree["point_leaf"]) == 2000
+nwk = open("t.nwk").read().strip()
+assert nwk.endswith(";") and nwk.count("(") == nwk.count(")"), nwk
+m = json.load(open("metrics.json"))
+for key in ["level", "nmi", "ari", "acc", "leaf_purity", "dendrogram_purity", "lhd"]:
+    assert key in m, (key, m)
+    assert 0.0 <= m[key] or key == "ari", (key, m[key])
+EOF
+pass "l2h wrote a valid linkage, Newick and JSON and printed metrics"
+
+# The super-groups are found: cutting the tree into 3 clusters puts the 4
+# classes of each group together.
+"$PY" - <<'EOF' || fail "the 3-cluster cut of the L2H tree does not recover the super-groups"
+import numpy as np
+from scipy.cluster.hierarchy import fcluster
+Z = np.load("t.npy")
+cut = fcluster(Z, 3, criterion="maxclust")
+groups = {}
+for leaf, c in enumerate(cut):
+    groups.setdefault(c, set()).add(leaf // 4)
+assert len(groups) == 3 and all(len(g) == 1 for g in groups.values()), groups
+EOF
+pass "3-cluster cut matches the synthetic super-groups"
+
+# --- assign ----------------------------------------------------------------------
+run assign --model logits --level 3 logits.npy --out a3.npy
+[[ $RC -eq 0 ]] || fail "assign --level 3 exited $RC: $(cat err.txt)"
+run assign --model logits logits.npy --out leaf.npy
+[[ $RC -eq 0 ]] || fail "assign exited $RC: $(cat err.txt)"
+"$PY" - <<'EOF' || fail "assign results disagree with argmax / scipy's cut"
+import numpy as np
+from scipy.cluster.hierarchy import fcluster
+from sklearn.metrics import adjusted_rand_score
+a3 = np.load("a3.npy"); leaf = np.load("leaf.npy"); x = np.load("logits.npy")
+assert a3.dtype == np.int32 and a3.shape == (2000,), (a3.dtype, a3.shape)
+assert a3.min() >= 0 and a3.max() < 3, (a3.min(), a3.max())
+assert leaf.dtype == np.int32 and (leaf == x.argmax(axis=1)).all()
+# Same partition as scipy's 3-cluster cut of the downloaded linkage.
+cut = fcluster(np.load("t.npy"), 3, criterion="maxclust")
+assert adjusted_rand_score(cut[leaf], a3) == 1.0
+EOF
+pass "assign: leaf ids = argmax, level 3 = scipy's 3-cluster cut"
+
+# --- eval ------------------------------------------------------------------------
+run eval t.json --assignments leaf.npy --labels labels.npy
+[[ $RC -eq 0 ]] || fail "eval exited $RC: $(cat err.txt)"
+cp out.txt eval.json
+"$PY" - <<'EOF' || fail "eval output disagrees with l2h's metrics or sklearn"
+import json
+import numpy as np
+from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+e = json.load(open("eval.json")); m = json.load(open("metrics.json"))
+assert e == m, (e, m)  # same tree, same points
+y = np.load("labels.npy"); leaf = np.load("leaf.npy")
+assert e["level"] == 12  # 12 true classes -> the leaf level
+assert abs(e["nmi"] - normalized_mutual_info_score(y, leaf)) < 1e-9, e
+assert abs(e["ari"] - adjusted_rand_score(y, leaf)) < 1e-9, e
+EOF
+run eval t.json --labels labels.npy --level 3
+[[ $RC -eq 0 ]] || fail "eval --level 3 exited $RC: $(cat err.txt)"
+grep -q '"level":3' out.txt || fail "eval --level 3 printed $(cat out.txt)"
+pass "eval matches l2h's metrics and sklearn's NMI/ARI"
+
+# --- registry ------------------------------------------------------------------
+run models list
+[[ $RC -eq 0 ]] || fail "models list exited $RC: $(cat err.txt)"
+grep -Eq '^logits +1 +l2h +12 +12 ' out.txt || fail "models list lacks logits v1: $(cat out.txt)"
+run l2h logits.npy --out t2.nwk
+[[ $RC -eq 0 && "$(cat out.txt)" == "model logits version 2" ]] ||
+  fail "second l2h: exit $RC, stdout '$(cat out.txt)', stderr '$(cat err.txt)'"
+cmp -s t.nwk t2.nwk || fail "the same logits gave a different tree"
+run models list --name logits --json
+[[ $RC -eq 0 ]] || fail "models list --json exited $RC"
+"$PY" -c 'import json; m = json.load(open("out.txt"))["models"]; assert sorted(int(x["version"]) for x in m) == [1, 2], m' ||
+  fail "models list --json: $(cat out.txt)"
+run tree logits:1 --out v1.json
+[[ $RC -eq 0 && "$(cat out.txt)" == "model logits version 1" ]] || fail "tree logits:1: $(cat err.txt)"
+pass "second run registered version 2; tree NAME:VERSION works"
+
+run l2h logits.npy --no-wait
+[[ $RC -eq 0 && "$(cat out.txt)" == job-* ]] || fail "l2h --no-wait: exit $RC, '$(cat out.txt)'"
+JOB=$(cat out.txt)
+run jobs watch "$JOB"
+[[ $RC -eq 0 ]] || fail "jobs watch exited $RC: $(cat err.txt)"
+grep -q "succeeded" out.txt || fail "jobs watch output: $(cat out.txt)"
+run jobs get "$JOB" --json
+"$PY" -c 'import json; j = json.load(open("out.txt")); assert j["state"] == "JOB_STATE_SUCCEEDED" and j["model_version"] == "3", j' ||
+  fail "jobs get --json: $(cat out.txt)"
+pass "l2h --no-wait + jobs watch/get"
+
+# --- errors: one line "dendro: ...", non-zero exit -------------------------------
+expect_error() {  # expect_error WANT_RC GREP_PATTERN ARGS...
+  local want=$1 pattern=$2
+  shift 2
+  run "$@"
+  [[ $RC -ne 0 ]] || fail "'dendro $*' succeeded, expected an error"
+  [[ $want == any || $RC -eq $want ]] || fail "'dendro $*' exited $RC, expected $want"
+  [[ $(wc -l <err.txt) -eq 1 ]] || fail "'dendro $*' wrote $(wc -l <err.txt) stderr lines: $(cat err.txt)"
+  grep -q '^dendro: ' err.txt || fail "'dendro $*' stderr does not start with 'dendro: ': $(cat err.txt)"
+  grep -Eqi -- "$pattern" err.txt || fail "'dendro $*' stderr lacks /$pattern/: $(cat err.txt)"
+}
+expect_error 1 "missing\.npy" l2h missing.npy --out x.npy
+expect_error any "row 17.*column 5" l2h nan.npy --out x.npy
+expect_error any "column" l2h k1.npy --out x.npy
+expect_error 1 "not found" assign --model no_such_model logits.npy --out z.npy
+expect_error 1 "float32" upload ints.npy
+expect_error 1 "truncated" upload truncated.npy
+expect_error 2 "unknown verb" frobnicate
+expect_error 2 "--bogus" upload logits.npy --bogus
+expect_error 2 "extension" l2h logits.npy --out x.txt
+expect_error 1 "127\.0\.0\.1:1" --server 127.0.0.1:1 models list
+[[ ! -e x.npy && ! -e z.npy ]] || fail "a failed command left an output file"
+pass "errors are one 'dendro:' line with a non-zero exit"
+
+run models list
+[[ $RC -eq 0 ]] || fail "server stopped answering after the error cases: $(cat err.txt)"
+run datasets list --json
+"$PY" -c 'import json; d = json.load(open("out.txt"))["datasets"]; assert len(d) == 3, d' ||
+  fail "rejected uploads left datasets behind: $(cat out.txt)"
+pass "server still answers; rejected uploads left nothing behind"
+echo "all CLI checks passed"

@@ -29,6 +29,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -52,9 +53,53 @@ using l2h_internal::NumpySum;
 
 constexpr double kCancelRatio = 1e-3;    // recompute `rest` below this fraction of ref
 constexpr double kMaxShiftDrift = 64.0;  // recompute when x_best < shift - this
-constexpr int64_t kWorkPerBlock = int64_t{1} << 19;  // logit values per cancel check
+constexpr int64_t kWorkPerBlock = int64_t{1} << 18;  // logit values per chunk
+// Below these a loop runs on the calling thread: on a busy machine every
+// fork/join of a parallel region can cost a scheduler time slice.
+constexpr int64_t kMinParallelWork = int64_t{1} << 21;  // logit values
+constexpr int64_t kMinParallelPoints = 8192;  // points of a lowest group
 constexpr double kFirstPassShare = 0.5;  // progress fraction of the first pass
 constexpr float kMasked = -std::numeric_limits<float>::infinity();
+
+// Runs body(begin, end, thread) over [0, n) in chunks of `chunk` items on
+// up to `threads` threads (one parallel region; small ranges run inline).
+// Only the calling thread (OpenMP thread 0) talks to the RunContext: before
+// each of its chunks it polls Cancelled() and calls on_progress(items done).
+// Returns false if cancelled (the remaining chunks are then skipped).
+template <typename Body, typename Progress>
+bool ParallelChunks(int64_t n, int64_t chunk, int threads, RunContext& ctx, Body&& body,
+                    Progress&& on_progress) {
+  const int64_t num_chunks = (n + chunk - 1) / chunk;
+  if (threads <= 1 || num_chunks <= 1) {
+    for (int64_t b = 0; b < num_chunks; ++b) {
+      if (ctx.Cancelled()) return false;
+      on_progress(b * chunk);
+      body(b * chunk, std::min(n, (b + 1) * chunk), 0);
+    }
+    return true;
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> done{0};
+#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads, num_chunks)))
+  {
+    const int tid = omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < num_chunks; ++b) {
+      if (stop.load(std::memory_order_relaxed)) continue;
+      if (tid == 0) {
+        if (ctx.Cancelled()) {
+          stop.store(true, std::memory_order_relaxed);
+          continue;
+        }
+        on_progress(done.load(std::memory_order_relaxed));
+      }
+      const int64_t end = std::min(n, (b + 1) * chunk);
+      body(b * chunk, end, tid);
+      done.fetch_add(end - b * chunk, std::memory_order_relaxed);
+    }
+  }
+  return !stop.load();
+}
 
 struct Group {
   std::vector<int32_t> clusters;  // ordered as the reference's tuple
@@ -77,7 +122,9 @@ class L2hRunner {
 
  private:
   const float* Row(int64_t i) const { return data_ + i * static_cast<int64_t>(k_); }
-  int RegionThreads(int64_t items) const { return items >= 256 ? num_threads_ : 1; }
+  int RegionThreads(int64_t work) const {
+    return work >= kMinParallelWork ? num_threads_ : 1;
+  }
 
   absl::Status FirstPass();
   void BuildClusters();
@@ -88,6 +135,7 @@ class L2hRunner {
   absl::Status ReverseRelatedness(const Group& lowest);
   void CollectPoints(const Group& g);
   void ReportMerging(int32_t step);
+  void Progress(double fraction, std::string_view stage);
 
   const float* data_;
   const int64_t n_;
@@ -143,39 +191,40 @@ absl::Status L2hRunner::FirstPass() {
   ref_.resize(n_);
   rest_.resize(n_);
   thread_buf_.assign(static_cast<size_t>(num_threads_) * k_, 0.0);
-  const int64_t rows_per_block = std::max<int64_t>(1, kWorkPerBlock / k_);
-  for (int64_t begin = 0; begin < n_; begin += rows_per_block) {
-    if (ctx_.Cancelled()) return absl::CancelledError("L2H cancelled");
-    const int64_t end = std::min(n_, begin + rows_per_block);
-    int64_t bad_row = std::numeric_limits<int64_t>::max();
-#pragma omp parallel num_threads(RegionThreads((end - begin) * k_ / 64))
-    {
-      double* buf = thread_buf_.data() + static_cast<size_t>(omp_get_thread_num()) * k_;
-#pragma omp for schedule(static)
-      for (int64_t i = begin; i < end; ++i) {
-        const float* x = Row(i);
-        if (!ValidateFinite(x, 1, k_, i).ok()) {
-#pragma omp critical(dendro_l2h_bad_row)
-          bad_row = std::min(bad_row, i);
-          continue;
+  std::atomic<int64_t> bad_row{std::numeric_limits<int64_t>::max()};
+  auto body = [&](int64_t begin, int64_t end, int thread) {
+    double* buf = thread_buf_.data() + static_cast<size_t>(thread) * k_;
+    for (int64_t i = begin; i < end; ++i) {
+      const float* x = Row(i);
+      if (!ValidateFinite(x, 1, k_, i).ok()) {
+        int64_t seen = bad_row.load();
+        while (i < seen && !bad_row.compare_exchange_weak(seen, i)) {
         }
-        const int32_t b = MaskedArgmax(x, k_, nullptr, -1);
-        assign_[i] = b;
-        best_[i] = b;
-        second_[i] = MaskedArgmax(x, k_, nullptr, b);
-        shift_[i] = x[b];
-        const double rest = MaskedExpSum(x, k_, x[b], nullptr, b, buf);
-        rest_[i] = rest;
-        ref_[i] = static_cast<float>(rest);
+        continue;
       }
+      const int32_t b = MaskedArgmax(x, k_, nullptr, -1);
+      assign_[i] = b;
+      best_[i] = b;
+      second_[i] = MaskedArgmax(x, k_, nullptr, b);
+      shift_[i] = x[b];
+      const double rest = MaskedExpSum(x, k_, x[b], nullptr, b, buf);
+      rest_[i] = rest;
+      ref_[i] = static_cast<float>(rest);
     }
-    if (bad_row != std::numeric_limits<int64_t>::max()) {
-      return ValidateFinite(Row(bad_row), 1, k_, bad_row);
-    }
-    const double f = kFirstPassShare * static_cast<double>(end) / static_cast<double>(n_);
-    last_fraction_ = std::max(last_fraction_, f);
-    ctx_.Report(last_fraction_, "softmax");
+  };
+  auto progress = [&](int64_t done) {
+    Progress(kFirstPassShare * static_cast<double>(done) / static_cast<double>(n_), "softmax");
+  };
+  const int64_t rows_per_chunk = std::max<int64_t>(1, kWorkPerBlock / k_);
+  const int threads = n_ * k_ >= kMinParallelWork ? num_threads_ : 1;
+  if (!ParallelChunks(n_, rows_per_chunk, threads, ctx_, body, progress)) {
+    return absl::CancelledError("L2H cancelled");
   }
+  if (bad_row.load() != std::numeric_limits<int64_t>::max()) {
+    const int64_t i = bad_row.load();
+    return ValidateFinite(Row(i), 1, k_, i);
+  }
+  Progress(kFirstPassShare, "softmax");
   return absl::OkStatus();
 }
 
@@ -193,9 +242,9 @@ void L2hRunner::BuildClusters() {
   sum_g_.assign(k_, 0.0);
   mean_g_.assign(k_, 0.0);
   std::vector<double> g(n_);
-#pragma omp parallel for num_threads(RegionThreads(n_)) schedule(static)
+#pragma omp parallel for num_threads(RegionThreads(n_ * 16)) schedule(static)
   for (int64_t j = 0; j < n_; ++j) g[j] = 1.0 / (1.0 + rest_[points_[j]]);
-#pragma omp parallel for num_threads(RegionThreads(n_ / 64)) schedule(dynamic, 16)
+#pragma omp parallel for num_threads(RegionThreads(n_ * 4)) schedule(dynamic, 16)
   for (int32_t c = 0; c < k_; ++c) {
     const int64_t size = offset_[c + 1] - offset_[c];
     if (size == 0) continue;  // Dendro's rule: the mean over no points is 0
@@ -264,58 +313,54 @@ absl::Status L2hRunner::Reassign(const Group& lowest) {
   step_value_.resize(m);
   any_point_touched_ = true;
 
-  const int64_t points_per_block = std::max<int64_t>(256, kWorkPerBlock / k_);
   const float* penalty = penalty_.data();
-  for (int64_t begin = 0; begin < m; begin += points_per_block) {
-    if (ctx_.Cancelled()) {
-      for (int32_t c : t) penalty_[c] = 0.0f;
-      return absl::CancelledError("L2H cancelled");
-    }
-    const int64_t end = std::min(m, begin + points_per_block);
-#pragma omp parallel num_threads(RegionThreads(end - begin))
-    {
-      double* buf = thread_buf_.data() + static_cast<size_t>(omp_get_thread_num()) * k_;
-#pragma omp for schedule(static)
-      for (int64_t j = begin; j < end; ++j) {
-        const int32_t i = step_points_[j];
-        const float* x = Row(i);
-        const int32_t c = assign_[i];
-        // Columns of the lowest group not yet removed from this point's
-        // state: the list outside the covered run.
-        const int32_t run_begin = pos_[c] - cov_before_[c];
-        const int32_t run_end = run_begin + cov_len_[c];
-        int32_t b = best_[i];
-        const double shift = shift_[i];
-        double rest = rest_[i];
-        for (int32_t q = 0; q < t_size; ++q) {
-          if (q == run_begin) {
-            q = run_end - 1;
-            continue;
-          }
-          const int32_t a = t[q];
-          if (a != b) rest -= Exp(static_cast<double>(x[a]) - shift);
+  auto body = [&](int64_t begin, int64_t end, int thread) {
+    double* buf = thread_buf_.data() + static_cast<size_t>(thread) * k_;
+    for (int64_t j = begin; j < end; ++j) {
+      const int32_t i = step_points_[j];
+      const float* x = Row(i);
+      const int32_t c = assign_[i];
+      // Columns of the lowest group not yet removed from this point's
+      // state: the list outside the covered run.
+      const int32_t run_begin = pos_[c] - cov_before_[c];
+      const int32_t run_end = run_begin + cov_len_[c];
+      int32_t b = best_[i];
+      const double shift = shift_[i];
+      double rest = rest_[i];
+      for (int32_t q = 0; q < t_size; ++q) {
+        if (q == run_begin) {
+          q = run_end - 1;
+          continue;
         }
-        if (penalty[b] != 0.0f) {
-          const int32_t s = second_[i];
-          b = (s >= 0 && penalty[s] == 0.0f) ? s : MaskedArgmax(x, k_, penalty, -1);
-          second_[i] = -1;
-          rest -= Exp(static_cast<double>(x[b]) - shift);
-        }
-        double new_shift = shift;
-        if (rest < kCancelRatio * static_cast<double>(ref_[i]) ||
-            shift - static_cast<double>(x[b]) > kMaxShiftDrift) {
-          new_shift = x[b];
-          rest = MaskedExpSum(x, k_, new_shift, penalty, b, buf);
-          ref_[i] = static_cast<float>(rest);
-          shift_[i] = x[b];
-        }
-        best_[i] = b;
-        rest_[i] = rest;
-        const double e = Exp(static_cast<double>(x[b]) - new_shift);
-        step_target_[j] = b;
-        step_value_[j] = e / (e + rest);
+        const int32_t a = t[q];
+        if (a != b) rest -= Exp(static_cast<double>(x[a]) - shift);
       }
+      if (penalty[b] != 0.0f) {
+        const int32_t s = second_[i];
+        b = (s >= 0 && penalty[s] == 0.0f) ? s : MaskedArgmax(x, k_, penalty, -1);
+        second_[i] = -1;
+        rest -= Exp(static_cast<double>(x[b]) - shift);
+      }
+      double new_shift = shift;
+      if (rest < kCancelRatio * static_cast<double>(ref_[i]) ||
+          shift - static_cast<double>(x[b]) > kMaxShiftDrift) {
+        new_shift = x[b];
+        rest = MaskedExpSum(x, k_, new_shift, penalty, b, buf);
+        ref_[i] = static_cast<float>(rest);
+        shift_[i] = x[b];
+      }
+      best_[i] = b;
+      rest_[i] = rest;
+      const double e = Exp(static_cast<double>(x[b]) - new_shift);
+      step_target_[j] = b;
+      step_value_[j] = e / (e + rest);
     }
+  };
+  const int64_t points_per_chunk = std::max<int64_t>(64, kWorkPerBlock / k_);
+  const int threads = m >= kMinParallelPoints ? num_threads_ : 1;
+  if (!ParallelChunks(m, points_per_chunk, threads, ctx_, body, [](int64_t) {})) {
+    for (int32_t c : t) penalty_[c] = 0.0f;
+    return absl::CancelledError("L2H cancelled");
   }
   for (int32_t c : t) {
     penalty_[c] = 0.0f;
@@ -357,11 +402,7 @@ absl::Status L2hRunner::ReverseRelatedness(const Group& lowest) {
   // rp(c) = sum over x in D^c of the softmax mass x puts on the group:
   // (sum over e in the group of exp(x_e - max x)) / (sum of exp(x - max x)).
   step_value_.resize(n_);
-  const int64_t block = std::max<int64_t>(1024, kWorkPerBlock / static_cast<int64_t>(t.size()));
-  for (int64_t begin = 0; begin < n_; begin += block) {
-    if (ctx_.Cancelled()) return absl::CancelledError("L2H cancelled");
-    const int64_t end = std::min(n_, begin + block);
-#pragma omp parallel for num_threads(RegionThreads(end - begin)) schedule(static)
+  auto body = [&](int64_t begin, int64_t end, int) {
     for (int64_t j = begin; j < end; ++j) {
       const int32_t i = points_[j];
       const float* x = Row(i);
@@ -369,6 +410,11 @@ absl::Status L2hRunner::ReverseRelatedness(const Group& lowest) {
       for (int32_t e : t) mass += Exp(static_cast<double>(x[e]) - shift_[i]);
       step_value_[j] = mass / (1.0 + rest_[i]);
     }
+  };
+  const int64_t chunk = std::max<int64_t>(1024, kWorkPerBlock / static_cast<int64_t>(t.size()));
+  const int threads = n_ * static_cast<int64_t>(t.size()) >= kMinParallelWork ? num_threads_ : 1;
+  if (!ParallelChunks(n_, chunk, threads, ctx_, body, [](int64_t) {})) {
+    return absl::CancelledError("L2H cancelled");
   }
   rp_targets_.clear();
   for (int32_t c = 0; c < k_; ++c) {
@@ -380,11 +426,17 @@ absl::Status L2hRunner::ReverseRelatedness(const Group& lowest) {
   return absl::OkStatus();
 }
 
+void L2hRunner::Progress(double fraction, std::string_view stage) {
+  fraction = std::min(1.0, fraction);
+  if (fraction < last_fraction_) return;
+  last_fraction_ = fraction;
+  ctx_.Report(fraction, stage);
+}
+
 void L2hRunner::ReportMerging(int32_t step) {
   const double f = kFirstPassShare + (1.0 - kFirstPassShare) * static_cast<double>(step + 1) /
                                          static_cast<double>(k_ - 1);
-  last_fraction_ = std::max(last_fraction_, std::min(1.0, f));
-  ctx_.Report(last_fraction_, "merging");
+  Progress(f, "merging");
 }
 
 absl::StatusOr<L2hResult> L2hRunner::Run() {

@@ -1,0 +1,475 @@
+// RunL2h behaviour: agreement with a direct O(N K^2) transcription of the
+// reference (and of Dendro's documented empty-cluster rule) on many random
+// inputs, empty clusters, validation, cancellation, progress, thread-count
+// invariance and the invariants of the returned hierarchy.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/common/run_context.h"
+#include "core/l2h/l2h.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dendro {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Logits {
+  int64_t n = 0;
+  int32_t k = 0;
+  std::vector<float> x;
+  MatrixView view() const { return MatrixView(x.data(), n, k); }
+  float at(int64_t i, int32_t c) const { return x[i * k + c]; }
+};
+
+// ---------------------------------------------------------------------------
+// Direct transcription of appendix A (plus the empty-group rule of l2h.h):
+// full masked softmax of every point of the lowest group at every step,
+// std::exp, plain left-to-right sums. Also reports the relative gap of each
+// decision so that near-ties (where rounding may legitimately differ) are
+// not compared.
+// ---------------------------------------------------------------------------
+struct BruteStep {
+  std::vector<int32_t> lowest;
+  std::vector<int32_t> related;
+  double lowest_score = 0.0;
+  double relatedness = 0.0;
+  double gap = 0.0;  // min of the two decisions' relative gaps
+};
+
+std::vector<BruteStep> BruteL2h(const Logits& l, L2hAggregation agg) {
+  const int64_t n = l.n;
+  const int32_t k = l.k;
+  std::vector<std::vector<double>> p(n, std::vector<double>(k));
+  std::vector<int32_t> assign(n);
+  std::vector<double> g(n);
+  for (int64_t i = 0; i < n; ++i) {
+    float m = l.at(i, 0);
+    for (int32_t c = 1; c < k; ++c) m = std::max(m, l.at(i, c));
+    double s = 0.0;
+    for (int32_t c = 0; c < k; ++c) s += std::exp(double{l.at(i, c)} - m);
+    int32_t b = 0;
+    for (int32_t c = 0; c < k; ++c) {
+      p[i][c] = std::exp(double{l.at(i, c)} - m) / s;
+      if (l.at(i, c) > l.at(i, b)) b = c;
+    }
+    assign[i] = b;
+    g[i] = p[i][b];
+  }
+  std::vector<double> csum(k, 0.0);
+  std::vector<int64_t> csize(k, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    csum[assign[i]] += g[i];
+    ++csize[assign[i]];
+  }
+  auto mean = [&](int32_t c) { return csize[c] ? csum[c] / csize[c] : 0.0; };
+  auto score = [&](const std::vector<int32_t>& grp) {
+    double s = 0.0;
+    for (int32_t c : grp) s += agg == L2hAggregation::kSumOfSums ? csum[c] : mean(c);
+    return agg == L2hAggregation::kMeanOfMeans ? s / grp.size() : s;
+  };
+  std::vector<std::vector<int32_t>> groups;
+  for (int32_t c = 0; c < k; ++c) groups.push_back({c});
+  std::vector<BruteStep> steps;
+  for (int32_t t = 0; t + 1 < k; ++t) {
+    std::vector<double> sc;
+    for (const auto& grp : groups) sc.push_back(score(grp));
+    size_t lo = 0;
+    for (size_t j = 1; j < groups.size(); ++j) {
+      if (sc[j] < sc[lo]) lo = j;
+    }
+    double second = std::numeric_limits<double>::infinity();
+    for (size_t j = 0; j < groups.size(); ++j) {
+      if (j != lo) second = std::min(second, sc[j]);
+    }
+    double gap = sc[lo] > 0 ? (second - sc[lo]) / sc[lo] : (second > 0 ? 1.0 : 0.0);
+    if (groups.size() == 1) gap = 1.0;
+    std::vector<bool> in(k, false);
+    int64_t members = 0;
+    for (int32_t c : groups[lo]) {
+      in[c] = true;
+      members += csize[c];
+    }
+    std::vector<double> rp(k, 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+      if (members > 0) {
+        if (!in[assign[i]]) continue;
+        double m = -std::numeric_limits<double>::infinity();
+        int32_t b = -1;
+        for (int32_t c = 0; c < k; ++c) {
+          if (!in[c] && l.at(i, c) > m) {
+            m = l.at(i, c);
+            b = c;
+          }
+        }
+        double s = 0.0;
+        for (int32_t c = 0; c < k; ++c) {
+          if (!in[c]) s += std::exp(double{l.at(i, c)} - m);
+        }
+        rp[b] += 1.0 / s;
+      } else {
+        for (int32_t e : groups[lo]) rp[assign[i]] += p[i][e];
+      }
+    }
+    size_t re = groups.size();
+    double best = 0.0;
+    double runner = -std::numeric_limits<double>::infinity();
+    for (size_t j = 0; j < groups.size(); ++j) {
+      if (j == lo) continue;
+      double v = 0.0;
+      for (int32_t c : groups[j]) v += rp[c];
+      v /= groups[j].size();
+      if (re == groups.size() || v > best) {
+        if (re != groups.size()) runner = best;
+        re = j;
+        best = v;
+      } else {
+        runner = std::max(runner, v);
+      }
+    }
+    if (runner > -std::numeric_limits<double>::infinity()) {
+      gap = std::min(gap, best > 0 ? (best - runner) / best : 0.0);
+    }
+    BruteStep st{groups[lo], groups[re], sc[lo], best, gap};
+    std::vector<int32_t> merged = groups[lo];
+    merged.insert(merged.end(), groups[re].begin(), groups[re].end());
+    std::vector<std::vector<int32_t>> next;
+    for (size_t j = 0; j < groups.size(); ++j) {
+      if (j != lo && j != re) next.push_back(groups[j]);
+    }
+    next.push_back(merged);
+    groups = std::move(next);
+    steps.push_back(std::move(st));
+  }
+  return steps;
+}
+
+// Random logits: normal noise * scale, each point boosted on a random cluster.
+Logits RandomLogits(uint64_t seed, int64_t n, int32_t k, double scale, double boost) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> noise(0.0, 1.0);
+  std::uniform_real_distribution<double> u(0.2, 1.0);
+  Logits l{n, k, std::vector<float>(n * k)};
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t y = static_cast<int32_t>(rng() % k);
+    for (int32_t c = 0; c < k; ++c) {
+      double v = noise(rng) * scale;
+      if (c == y) v += boost * u(rng);
+      l.x[i * k + c] = static_cast<float>(v);
+    }
+  }
+  return l;
+}
+
+absl::StatusOr<L2hResult> RunOn(const Logits& l, L2hAggregation agg = L2hAggregation::kSumOfMeans,
+                              int threads = 2) {
+  L2hOptions o;
+  o.aggregation = agg;
+  o.num_threads = threads;
+  NullRunContext ctx;
+  return RunL2h(l.view(), o, ctx);
+}
+
+// Compares up to the first decision the brute force calls a near-tie
+// (0 < gap < 1e-9). Exact ties are compared: on these inputs they come from
+// exactly representable values (empty groups score 0; with one-hot softmax
+// every g is 1 and every rp a count), which any summation order reproduces,
+// and both sides must then resolve them by list order.
+// Returns the number of steps compared.
+size_t CompareWithBrute(const Logits& l, L2hAggregation agg, const std::string& what) {
+  const auto brute = BruteL2h(l, agg);
+  auto r = RunOn(l, agg);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return 0;
+  EXPECT_EQ(r->steps.size(), brute.size());
+  size_t t = 0;
+  for (; t < brute.size() && t < r->steps.size(); ++t) {
+    if (brute[t].gap > 0.0 && brute[t].gap < 1e-9) break;
+    EXPECT_EQ(r->steps[t].lowest, brute[t].lowest) << what << " step " << t;
+    EXPECT_EQ(r->steps[t].most_related, brute[t].related) << what << " step " << t;
+    EXPECT_NEAR(r->steps[t].lowest_score, brute[t].lowest_score,
+                1e-9 * std::abs(brute[t].lowest_score))
+        << what << " step " << t;
+    EXPECT_NEAR(r->steps[t].relatedness, brute[t].relatedness,
+                1e-9 * std::abs(brute[t].relatedness) + 1e-300)
+        << what << " step " << t;
+    if (r->steps[t].lowest != brute[t].lowest ||
+        r->steps[t].most_related != brute[t].related) {
+      break;
+    }
+  }
+  return t;
+}
+
+TEST(L2hRun, AgreesWithDirectTranscriptionOnRandomInputs) {
+  // Scales from nearly flat logits to logits in the hundreds (softmax terms
+  // underflow, the masked maximum drifts far below the first one) and very
+  // confident points (masking the top cluster cancels almost all mass).
+  const double scales[] = {0.05, 1.0, 3.0, 40.0, 300.0};
+  const double boosts[] = {0.5, 3.0, 30.0};
+  const L2hAggregation aggs[] = {L2hAggregation::kSumOfMeans, L2hAggregation::kSumOfSums,
+                                 L2hAggregation::kMeanOfMeans};
+  size_t total = 0;
+  size_t compared = 0;
+  for (uint64_t seed = 0; seed < 90; ++seed) {
+    std::mt19937_64 rng(seed * 7919);
+    const int32_t k = 2 + static_cast<int32_t>(rng() % 24);
+    const int64_t n = k + static_cast<int64_t>(rng() % 300);
+    const double scale = scales[seed % 5];
+    const double boost = boosts[(seed / 5) % 3];
+    const Logits l = RandomLogits(seed, n, k, scale, boost);
+    const L2hAggregation agg = aggs[seed % 3];
+    const std::string what = "seed " + std::to_string(seed) + " n=" + std::to_string(n) +
+                             " k=" + std::to_string(k);
+    const size_t c = CompareWithBrute(l, agg, what);
+    // At scale 300 the softmax is nearly one-hot: g is 1 or 1 - 1e-13, so
+    // genuine near-ties (< 1e-9) are common there and stop the comparison.
+    if (scale < 100.0) {
+      total += k - 1;
+      compared += c;
+    }
+    if (HasFailure()) return;
+  }
+  // Elsewhere near-ties are rare: nearly every step must have been compared.
+  EXPECT_GT(compared, total * 95 / 100);
+}
+
+TEST(L2hRun, EmptyClustersFollowTheDocumentedRule) {
+  // K = 6; nobody's argmax is 1 or 4. Column 1 is the runner-up of cluster
+  // 3's points, column 4 the runner-up of cluster 5's points.
+  std::mt19937_64 rng(42);
+  std::normal_distribution<double> noise(0.0, 0.2);
+  const int32_t k = 6;
+  Logits l{0, k, {}};
+  const int32_t own[] = {0, 2, 3, 5};
+  for (int rep = 0; rep < 40; ++rep) {
+    for (int32_t c : own) {
+      std::vector<float> row(k);
+      for (int32_t j = 0; j < k; ++j) row[j] = static_cast<float>(noise(rng));
+      row[c] += 6.0f;
+      if (c == 3) row[1] += 3.0f;
+      if (c == 5) row[4] += 3.0f;
+      l.x.insert(l.x.end(), row.begin(), row.end());
+      ++l.n;
+    }
+  }
+  auto r = RunOn(l);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->empty_clusters, 2);
+  EXPECT_EQ(r->cluster_sizes, (std::vector<int64_t>{40, 0, 40, 40, 0, 40}));
+  ASSERT_EQ(r->steps.size(), 5u);
+  // Empty groups score 0 and go first, in list order; each joins the group
+  // whose points put the most softmax mass on it.
+  EXPECT_EQ(r->steps[0].lowest, std::vector<int32_t>{1});
+  EXPECT_EQ(r->steps[0].most_related, std::vector<int32_t>{3});
+  EXPECT_EQ(r->steps[0].lowest_score, 0.0);
+  EXPECT_EQ(r->steps[1].lowest, std::vector<int32_t>{4});
+  EXPECT_EQ(r->steps[1].most_related, std::vector<int32_t>{5});
+  EXPECT_EQ(r->steps[1].lowest_score, 0.0);
+  for (const L2hStep& s : r->steps) {
+    EXPECT_TRUE(std::isfinite(s.lowest_score));
+    EXPECT_TRUE(std::isfinite(s.relatedness));
+    EXPECT_TRUE(std::isfinite(s.merged_score));
+  }
+  for (L2hAggregation agg : {L2hAggregation::kSumOfMeans, L2hAggregation::kSumOfSums,
+                             L2hAggregation::kMeanOfMeans}) {
+    EXPECT_EQ(CompareWithBrute(l, agg, "empty clusters"), 5u);
+  }
+}
+
+TEST(L2hRun, AllPointsInOneCluster) {
+  Logits l{50, 5, std::vector<float>(250)};
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t i = 0; i < l.n; ++i) {
+    for (int32_t c = 0; c < 5; ++c) l.x[i * 5 + c] = u(rng) + (c == 0 ? 5.0f : 0.0f);
+  }
+  auto r = RunOn(l);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->empty_clusters, 4);
+  EXPECT_EQ(r->hierarchy.num_leaves(), 5);
+  EXPECT_EQ(CompareWithBrute(l, L2hAggregation::kSumOfMeans, "one cluster"), 4u);
+}
+
+TEST(L2hRun, RejectsBadInput) {
+  const float data[] = {0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f,
+                        std::numeric_limits<float>::quiet_NaN(), 7.0f, 8.0f};
+  NullRunContext ctx;
+  L2hOptions o;
+  auto r = RunL2h(MatrixView(data, 0, 3), o, ctx);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("at least 1 row"));
+  r = RunL2h(MatrixView(data, 3, 1), o, ctx);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "logits must have at least 2 columns (clusters), got 1");
+  r = RunL2h(MatrixView(data, 3, 3), o, ctx);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("row 2, column 0 is NaN"));
+  const float inf[] = {0.0f, 1.0f, 2.0f, -std::numeric_limits<float>::infinity()};
+  r = RunL2h(MatrixView(inf, 2, 2), o, ctx);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("row 1, column 1 is -inf"));
+  o.num_threads = -1;
+  r = RunL2h(MatrixView(data, 2, 3), o, ctx);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("num_threads"));
+}
+
+TEST(L2hRun, AggregationNamesRoundTrip) {
+  for (L2hAggregation a : {L2hAggregation::kSumOfMeans, L2hAggregation::kSumOfSums,
+                           L2hAggregation::kMeanOfMeans}) {
+    auto p = ParseL2hAggregation(L2hAggregationName(a));
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(*p, a);
+  }
+  EXPECT_EQ(L2hAggregationName(L2hAggregation::kSumOfMeans), "sum_of_means");
+  auto bad = ParseL2hAggregation("median");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("'median'"));
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("sum_of_means"));
+}
+
+// Cancels once Cancelled() has been asked `allow` times; records progress.
+class ScriptedContext : public RunContext {
+ public:
+  explicit ScriptedContext(int64_t allow) : allow_(allow) {}
+  bool Cancelled() const override { return ++calls_ > allow_; }
+  void Report(double fraction, std::string_view stage) override {
+    reports_.emplace_back(fraction, std::string(stage));
+  }
+  int64_t calls() const { return calls_; }
+  const std::vector<std::pair<double, std::string>>& reports() const { return reports_; }
+
+ private:
+  int64_t allow_;
+  mutable int64_t calls_ = 0;
+  std::vector<std::pair<double, std::string>> reports_;
+};
+
+TEST(L2hRun, CancellationIsHonouredAnywhere) {
+  // Big enough for the parallel first pass and parallel late steps.
+  const Logits l = RandomLogits(9, 60000, 40, 1.0, 3.0);
+  L2hOptions o;
+  o.num_threads = 2;
+  ScriptedContext full(std::numeric_limits<int64_t>::max());
+  ASSERT_TRUE(RunL2h(l.view(), o, full).ok());
+  // Once per step, plus the first pass's and the steps' chunks. (The
+  // first pass's count varies a little: only the calling thread polls.)
+  const int64_t calls = full.calls();
+  ASSERT_GT(calls, 60);
+  for (int64_t allow : {int64_t{0}, int64_t{1}, calls / 2, calls - 20}) {
+    ScriptedContext ctx(allow);
+    auto r = RunL2h(l.view(), o, ctx);
+    EXPECT_GT(ctx.calls(), allow);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << "allow=" << allow;
+    // Nothing is asked after the answer was yes.
+    EXPECT_EQ(ctx.calls(), allow + 1) << "allow=" << allow;
+  }
+}
+
+TEST(L2hRun, ProgressIsMonotoneAndEndsAtOne) {
+  const Logits l = RandomLogits(4, 20000, 30, 1.0, 3.0);
+  ScriptedContext ctx(std::numeric_limits<int64_t>::max());
+  L2hOptions o;
+  ASSERT_TRUE(RunL2h(l.view(), o, ctx).ok());
+  const auto& rep = ctx.reports();
+  ASSERT_GT(rep.size(), 29u);
+  double last = 0.0;
+  bool merging = false;
+  for (const auto& [f, stage] : rep) {
+    EXPECT_GE(f, last);
+    EXPECT_LE(f, 1.0);
+    last = f;
+    merging |= stage == "merging";
+  }
+  EXPECT_TRUE(merging);
+  EXPECT_EQ(rep.back().first, 1.0);
+  EXPECT_EQ(rep.back().second, "merging");
+}
+
+TEST(L2hRun, ResultDoesNotDependOnThreadCount) {
+  // Big enough that the first pass and the steps of large groups run in
+  // parallel (see the thresholds in l2h.cc).
+  const Logits l = RandomLogits(17, 40000, 64, 1.5, 4.0);
+  for (L2hAggregation agg : {L2hAggregation::kSumOfMeans, L2hAggregation::kMeanOfMeans}) {
+    auto one = RunOn(l, agg, 1);
+    ASSERT_TRUE(one.ok());
+    for (int threads : {2, 3, 0}) {
+      auto r = RunOn(l, agg, threads);
+      ASSERT_TRUE(r.ok());
+      ASSERT_EQ(r->steps.size(), one->steps.size());
+      for (size_t t = 0; t < r->steps.size(); ++t) {
+        EXPECT_EQ(r->steps[t].lowest, one->steps[t].lowest);
+        EXPECT_EQ(r->steps[t].most_related, one->steps[t].most_related);
+        // bit-identical values, not just the same decisions
+        EXPECT_EQ(r->steps[t].lowest_score, one->steps[t].lowest_score);
+        EXPECT_EQ(r->steps[t].relatedness, one->steps[t].relatedness);
+        EXPECT_EQ(r->steps[t].merged_score, one->steps[t].merged_score);
+      }
+    }
+  }
+}
+
+TEST(L2hRun, HierarchyMatchesSteps) {
+  const Logits l = RandomLogits(23, 3000, 17, 1.0, 3.0);
+  auto r = RunOn(l);
+  ASSERT_TRUE(r.ok());
+  const Hierarchy& h = r->hierarchy;
+  const int32_t k = l.k;
+  ASSERT_EQ(h.num_leaves(), k);
+  EXPECT_EQ(h.point_leaf(), ArgmaxRows(l.view()));
+  EXPECT_EQ(h.leaf_count(h.root()), k);
+  EXPECT_TRUE(h.is_binary());
+  EXPECT_EQ(h.metadata().at("method"), "l2h");
+  EXPECT_EQ(h.metadata().at("aggregation"), "sum_of_means");
+
+  // Replay the steps' cluster tuples: node of each group, merge t at height t+1.
+  std::map<std::vector<int32_t>, int32_t> node_of;
+  for (int32_t c = 0; c < k; ++c) node_of[{c}] = c;
+  const std::vector<Merge> merges = h.ToMerges();
+  ASSERT_EQ(merges.size(), r->steps.size());
+  for (size_t t = 0; t < merges.size(); ++t) {
+    const L2hStep& s = r->steps[t];
+    ASSERT_TRUE(node_of.count(s.lowest) && node_of.count(s.most_related)) << "step " << t;
+    EXPECT_EQ(merges[t].a, node_of[s.lowest]);
+    EXPECT_EQ(merges[t].b, node_of[s.most_related]);
+    EXPECT_EQ(merges[t].height, static_cast<double>(t + 1));
+    std::vector<int32_t> merged = s.lowest;
+    merged.insert(merged.end(), s.most_related.begin(), s.most_related.end());
+    node_of[merged] = k + static_cast<int32_t>(t);
+  }
+  // Cutting to k clusters undoes the last k - 1 merges: same partition as
+  // applying the first K - k steps.
+  for (int32_t cut = 1; cut <= k; ++cut) {
+    std::vector<int32_t> label(k);
+    std::iota(label.begin(), label.end(), 0);
+    for (int32_t t = 0; t < k - cut; ++t) {
+      const int32_t to = label[r->steps[t].lowest[0]];
+      const int32_t from = label[r->steps[t].most_related[0]];
+      for (int32_t& x : label) x = x == from ? to : x;
+    }
+    auto got = h.CutToK(cut);
+    ASSERT_TRUE(got.ok()) << got.status();
+    for (int32_t a = 0; a < k; ++a) {
+      for (int32_t b = 0; b < k; ++b) {
+        EXPECT_EQ(label[a] == label[b], (*got)[a] == (*got)[b]) << "cut " << cut;
+      }
+    }
+  }
+}
+
+TEST(L2hRun, ArgmaxRowsTiesGoToTheLowestIndex) {
+  const float x[] = {1.0f, 3.0f, 3.0f, 5.0f, 5.0f, 0.0f, -2.0f, -1.0f, -1.0f};
+  EXPECT_EQ(ArgmaxRows(MatrixView(x, 3, 3)), (std::vector<int32_t>{1, 0, 1}));
+}
+
+}  // namespace
+}  // namespace dendro

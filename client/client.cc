@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/common/status_macros.h"
 #include "core/io/atomic_file.h"
 #include "core/io/npy.h"
@@ -45,8 +46,9 @@ absl::Status FromGrpc(const grpc::Status& s, std::string_view call, const Client
                          "): ", msg.empty() ? "unavailable" : msg);
       break;
     case grpc::StatusCode::DEADLINE_EXCEEDED:
-      msg = absl::StrCat(std::string(call), ": no answer from ", opts.target,
-                         " within the deadline (", msg.empty() ? "deadline exceeded" : msg, ")");
+      msg = absl::StrCat(std::string(call), ": no answer from ", opts.target, " within ",
+                         absl::StrFormat("%g", opts.deadline.count() / 1000.0),
+                         " s (deadline exceeded)");
       break;
     default:
       if (msg.empty()) msg = absl::StrCat(std::string(call), " failed: ", StatusCodeName(s.error_code()));

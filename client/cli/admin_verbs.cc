@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -142,14 +143,22 @@ absl::Status RunJobsCancel(Context& ctx, const Args& args) {
 absl::Status RunJobsWatch(Context& ctx, const Args& args) {
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
   ProgressBar bar;
+  // Off a terminal: a line per state or stage change, and per percent of
+  // progress (the server may stream far finer steps).
+  std::optional<v1::Job> printed;
   DENDRO_ASSIGN_OR_RETURN(
       v1::Job job, client->WatchJob(args.positional()[0], [&](const v1::Job& j) {
         if (bar.active()) {
           bar.Update(j.progress(), absl::StrCat(j.id(), "  ", JobStateName(j.state()),
                                                 j.stage().empty() ? "" : "  ", j.stage()));
-        } else {
-          std::cout << DescribeJob(j) << std::endl;
+          return;
         }
+        if (printed.has_value() && printed->state() == j.state() &&
+            printed->stage() == j.stage() && j.progress() < printed->progress() + 0.01) {
+          return;
+        }
+        std::cout << DescribeJob(j) << std::endl;
+        printed = j;
       }));
   if (bar.active()) {
     bar.Done();

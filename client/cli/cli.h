@@ -73,6 +73,8 @@ class Args {
 struct GlobalOptions {
   std::string server;
   double timeout_seconds = 60;
+  bool tls = false;
+  std::string tls_ca_file;  // implies tls
 };
 
 class Context {

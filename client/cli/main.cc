@@ -5,6 +5,8 @@
 // main() parses the global flags, finds the verb and hands the rest of the
 // command line to it. Errors end as one "dendro: ..." line on stderr with
 // exit code 1 (2 for usage errors).
+#include <grpc/support/log.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -111,10 +113,13 @@ const std::vector<Verb>& Verbs() {
 constexpr char kGlobalHelp[] =
     "global flags (before or after the verb):\n"
     "  --server HOST:PORT  dendrod address (default: $DENDRO_SERVER, else 127.0.0.1:50051)\n"
-    "  --timeout SECONDS   deadline of each call to the server (default 60)\n";
+    "  --timeout SECONDS   deadline of each call to the server (default 60)\n"
+    "  --tls               connect with TLS, checking the server against the system roots\n"
+    "  --tls-ca FILE       connect with TLS, checking the server against this PEM CA\n";
 
 void PrintMainHelp() {
-  std::cout << "usage: dendro [--server HOST:PORT] [--timeout SECONDS] VERB [ARGS...]\n\n"
+  std::cout << "usage: dendro [--server HOST:PORT] [--timeout SECONDS] [--tls | --tls-ca FILE]\n"
+               "              VERB [ARGS...]\n\n"
                "verbs:\n";
   for (const Verb& v : Verbs()) {
     const std::string name = std::string(v.group) + (*v.group ? " " : "") + v.name;
@@ -164,7 +169,11 @@ absl::Status ParseTimeout(const std::string& text, double* seconds) {
 absl::StatusOr<bool> TakeGlobalFlag(const std::vector<std::string>& argv, size_t* i,
                                     GlobalOptions* globals) {
   const std::string& a = argv[*i];
-  for (const char* name : {"server", "timeout"}) {
+  if (a == "--tls") {
+    globals->tls = true;
+    return true;
+  }
+  for (const char* name : {"server", "timeout", "tls-ca"}) {
     const std::string flag = std::string("--") + name;
     std::string value;
     if (a == flag) {
@@ -178,6 +187,10 @@ absl::StatusOr<bool> TakeGlobalFlag(const std::vector<std::string>& argv, size_t
     if (std::string(name) == "server") {
       if (value.empty()) return UsageError("--server needs a HOST:PORT value");
       globals->server = value;
+    } else if (std::string(name) == "tls-ca") {
+      if (value.empty()) return UsageError("--tls-ca needs a PEM file");
+      globals->tls = true;
+      globals->tls_ca_file = value;
     } else {
       absl::Status s = ParseTimeout(value, &globals->timeout_seconds);
       if (!s.ok()) return s;
@@ -266,6 +279,10 @@ std::string OneLine(std::string s) {
 }  // namespace dendro::cli
 
 int main(int argc, char** argv) {
+  // gRPC core logs (e.g. TLS handshake failures) would add stray stderr lines
+  // next to the one error line; the same failure reaches us as a status.
+  // Setting GRPC_VERBOSITY brings them back for debugging.
+  if (std::getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function([](gpr_log_func_args*) {});
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     const absl::Status s = dendro::cli::Main(args);

@@ -136,6 +136,8 @@ absl::StatusOr<client::Client*> Context::client() {
     opts.target = options_.server;
     opts.deadline = std::chrono::milliseconds(
         static_cast<int64_t>(std::ceil(options_.timeout_seconds * 1000.0)));
+    opts.tls = options_.tls;
+    opts.tls_ca_file = options_.tls_ca_file;
     DENDRO_ASSIGN_OR_RETURN(client_, client::Client::Connect(opts));
   }
   return client_.get();

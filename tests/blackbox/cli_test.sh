@@ -16,21 +16,23 @@ DENDRO=$(realpath "$DENDRO")
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dendro-cli-test.XXXXXX")
 SERVER_PID=""
+TLS_PID=""
 cleanup() {
-  if [[ -n "$SERVER_PID" ]]; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-  fi
+  for pid in $SERVER_PID $TLS_PID; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
 fail() {
   echo "FAIL: $*" >&2
-  if [[ -f "$WORK/server.log" ]]; then
-    echo "--- dendrod log (tail) ---" >&2
-    tail -20 "$WORK/server.log" >&2
-  fi
+  for log in "$WORK"/*.log; do
+    [[ -f "$log" ]] || continue
+    echo "--- $(basename "$log") (tail) ---" >&2
+    tail -20 "$log" >&2
+  done
   exit 1
 }
 pass() { echo "ok: $*"; }
@@ -38,16 +40,25 @@ pass() { echo "ok: $*"; }
 cd "$WORK"
 
 # --- server --------------------------------------------------------------------
-"$DENDROD" --listen 127.0.0.1:0 --data_dir "$WORK/data" --port_file "$WORK/port" \
-  >"$WORK/server.log" 2>&1 &
-SERVER_PID=$!
-for _ in $(seq 1 300); do
-  [[ -s "$WORK/port" ]] && break
-  kill -0 "$SERVER_PID" 2>/dev/null || fail "dendrod exited during startup"
-  sleep 0.1
-done
-[[ -s "$WORK/port" ]] || fail "dendrod wrote no port file within 30 s"
-export DENDRO_SERVER="127.0.0.1:$(tr -d '[:space:]' <"$WORK/port")"
+# start_server NAME [FLAGS...]: starts dendrod with data dir and port file
+# $WORK/NAME.*, sets STARTED_PID and STARTED_PORT.
+start_server() {
+  local name=$1
+  shift
+  "$DENDROD" --listen 127.0.0.1:0 --data_dir "$WORK/$name.data" --port_file "$WORK/$name.port" \
+    "$@" >"$WORK/$name.log" 2>&1 &
+  STARTED_PID=$!
+  for _ in $(seq 1 300); do
+    [[ -s "$WORK/$name.port" ]] && break
+    kill -0 "$STARTED_PID" 2>/dev/null || fail "dendrod ($name) exited during startup"
+    sleep 0.1
+  done
+  [[ -s "$WORK/$name.port" ]] || fail "dendrod ($name) wrote no port file within 30 s"
+  STARTED_PORT=$(tr -d '[:space:]' <"$WORK/$name.port")
+}
+start_server server
+SERVER_PID=$STARTED_PID
+export DENDRO_SERVER="127.0.0.1:$STARTED_PORT"
 pass "dendrod listening on $DENDRO_SERVER"
 
 # --- inputs --------------------------------------------------------------------
@@ -219,4 +230,19 @@ run datasets list --json
 "$PY" -c 'import json; d = json.load(open("out.txt"))["datasets"]; assert len(d) == 3, d' ||
   fail "rejected uploads left datasets behind: $(cat out.txt)"
 pass "server still answers; rejected uploads left nothing behind"
+
+# --- TLS -----------------------------------------------------------------------
+if command -v openssl >/dev/null; then
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout key.pem -out cert.pem -days 2 \
+    -subj "/CN=localhost" -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null ||
+    fail "openssl could not make a test certificate"
+  start_server tls --tls_cert cert.pem --tls_key key.pem
+  TLS_PID=$STARTED_PID
+  run --server "localhost:$STARTED_PORT" --tls-ca cert.pem l2h logits.npy --out tls.nwk
+  [[ $RC -eq 0 ]] || fail "l2h over TLS exited $RC: $(cat err.txt)"
+  cmp -s t.nwk tls.nwk || fail "l2h over TLS gave a different tree"
+  expect_error 1 "localhost:$STARTED_PORT" --server "localhost:$STARTED_PORT" --tls models list
+  expect_error 1 "localhost:$STARTED_PORT" --server "localhost:$STARTED_PORT" models list
+  pass "TLS with --tls-ca; an untrusted or plaintext connection is one error line"
+fi
 echo "all CLI checks passed"

@@ -51,6 +51,17 @@ absl::Span<const int64_t> LoadedDataset::labels() const {
 
 // --- DatasetUpload ------------------------------------------------------------
 
+DatasetUpload::~DatasetUpload() {
+  // An unfinished upload leaves nothing: abandon the temporary files, then
+  // remove the dataset's directory (dir_ is cleared once published).
+  x_.Abandon();
+  y_.Abandon();
+  if (!dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+}
+
 absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
   if (begun_) return absl::InvalidArgumentError("upload: header sent twice");
   if (header.rows() < 1) {

@@ -47,6 +47,7 @@ class DatasetStore;
 // nothing behind (the temporary files are removed on destruction).
 class DatasetUpload {
  public:
+  ~DatasetUpload();
   absl::Status Begin(const v1::DatasetHeader& header);
   absl::Status AppendData(std::string_view bytes);
   absl::Status AppendLabels(std::string_view bytes);

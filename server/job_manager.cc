@@ -22,9 +22,9 @@ class JobManager::Context final : public RunContext {
     std::lock_guard<std::mutex> lock(mgr_->mu_);
     v1::Job& job = entry_->job;
     const bool stage_changed = job.stage() != stage;
-    // Publish at most every 0.1% unless the stage changes: watchers need
+    // Publish at most every 0.5% unless the stage changes: watchers need
     // motion, not a message per inner-loop iteration.
-    if (!stage_changed && fraction < job.progress() + 0.001) return;
+    if (!stage_changed && fraction < job.progress() + 0.005) return;
     job.set_progress(std::max(job.progress(), fraction));
     if (stage_changed) job.set_stage(std::string(stage));
     ++entry_->version;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -568,8 +569,10 @@ TEST_F(ServerTest, RestartKeepsStateAndRerunsInterruptedJobs) {
   EXPECT_EQ(ds.rows(), 1500);
   v1::AssignResponse after;
   ASSERT_TRUE(Assign("kept", probe, 100, 12, 2, &after).ok());
-  EXPECT_EQ(after.cluster(), before.cluster());
-  EXPECT_EQ(after.leaf(), before.leaf());
+  EXPECT_EQ(std::vector<int32_t>(after.cluster().begin(), after.cluster().end()),
+            std::vector<int32_t>(before.cluster().begin(), before.cluster().end()));
+  EXPECT_EQ(std::vector<int32_t>(after.leaf().begin(), after.leaf().end()),
+            std::vector<int32_t>(before.leaf().begin(), before.leaf().end()));
 
   v1::Job r1 = Wait(running.id());
   v1::Job r2 = Wait(queued.id());

@@ -33,8 +33,8 @@ def generate_stubs():
         f"--grpc_python_out={GEN}",
         "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
         "dendro/v1/dendro.proto",
-        "grpc/health/v1/health.proto",
-        "grpc/reflection/v1alpha/reflection.proto",
+        "health/v1/health.proto",
+        "reflection/v1alpha/reflection.proto",
     ]
     subprocess.run(args, check=True)
     sys.path.insert(0, GEN)
@@ -44,8 +44,10 @@ generate_stubs()
 import grpc  # noqa: E402
 from dendro.v1 import dendro_pb2 as pb  # noqa: E402
 from dendro.v1 import dendro_pb2_grpc as rpc  # noqa: E402
-from grpc.health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
-from grpc.reflection.v1alpha import reflection_pb2, reflection_pb2_grpc  # noqa: E402
+# Stub modules are named after the .proto paths (health/, reflection/) so they
+# do not collide with the grpc package; the services keep their real names.
+from health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+from reflection.v1alpha import reflection_pb2, reflection_pb2_grpc  # noqa: E402
 
 
 def hierarchical_logits(n, groups, per, seed):

@@ -1,0 +1,223 @@
+// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
+// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
+// 105593, fixed in 12.3/13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include "core/hppca/gaussian.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "Eigen/Cholesky"
+#include "Eigen/Eigenvalues"
+#include "absl/strings/str_cat.h"
+
+namespace dendro {
+namespace {
+
+// Squared norms of the basis rows, in double.
+Eigen::VectorXd RowNorms2(const Eigen::Map<const RowMatrixF>& b) {
+  Eigen::VectorXd out(b.rows());
+  for (Eigen::Index j = 0; j < b.rows(); ++j) {
+    out[j] = b.row(j).cast<double>().squaredNorm();
+  }
+  return out;
+}
+
+// b * v for a float basis and a double vector, accumulated in double.
+Eigen::VectorXd Project(const Eigen::Map<const RowMatrixF>& b, const Eigen::VectorXd& v) {
+  Eigen::VectorXd out(b.rows());
+  for (Eigen::Index j = 0; j < b.rows(); ++j) out[j] = b.row(j).cast<double>().dot(v);
+  return out;
+}
+
+}  // namespace
+
+double LogDet(const GaussianRef& g) {
+  double s = static_cast<double>(g.dim() - g.rank()) * std::log(g.noise);
+  for (int32_t j = 0; j < g.rank(); ++j) s += std::log(g.excess[j] + g.noise);
+  return s;
+}
+
+double TraceInverse(const GaussianRef& g) {
+  double s = static_cast<double>(g.dim() - g.rank()) / g.noise;
+  for (int32_t j = 0; j < g.rank(); ++j) s += 1.0 / (g.excess[j] + g.noise);
+  return s;
+}
+
+double KlDivergence(const GaussianRef& p, const GaussianRef& q) {
+  const double d = static_cast<double>(p.dim());
+  const double s2 = q.noise;
+  // omega_l = e_l / (e_l + s2): Sigma_q^{-1} = (I - B^T diag(omega) B) / s2.
+  const Eigen::VectorXd omega = q.excess.array() / (q.excess.array() + s2);
+  // Mean term.
+  const Eigen::VectorXd delta = p.mean - q.mean;
+  const Eigen::VectorXd a = Project(q.basis, delta);
+  const double mahal = (delta.squaredNorm() - (omega.array() * a.array().square()).sum()) / s2;
+  // tr(Sigma_q^{-1} Sigma_p) = noise_p tr(Sigma_q^{-1})
+  //   + (sum_j e_j |v_j|^2 - sum_{l,j} omega_l e_j (u_l . v_j)^2) / s2.
+  double trace = p.noise * TraceInverse(q);
+  if (p.rank() > 0) {
+    const Eigen::VectorXd norms = RowNorms2(p.basis);
+    double f = 0.0;
+    if (q.rank() > 0) {
+      const Eigen::MatrixXd g = (q.basis * p.basis.transpose()).cast<double>();  // rq x kp
+      f = (omega.asDiagonal() * g.array().square().matrix() * p.excess).sum();
+    }
+    trace += (p.excess.dot(norms) - f) / s2;
+  }
+  return 0.5 * (LogDet(q) - LogDet(p) - d + trace + mahal);
+}
+
+double BhattacharyyaDistance(const GaussianRef& a, const GaussianRef& b) {
+  const int64_t dim = a.dim();
+  const int32_t ka = a.rank(), kb = b.rank(), m = ka + kb;
+  const double s2 = 0.5 * (a.noise + b.noise);
+  const Eigen::VectorXd delta = a.mean - b.mean;
+  // W = [B_a^T diag(sqrt(e_a / 2)), B_b^T diag(sqrt(e_b / 2))], Sigma = W W^T + s2 I.
+  const Eigen::VectorXd sa = (0.5 * a.excess).cwiseSqrt();
+  const Eigen::VectorXd sb = (0.5 * b.excess).cwiseSqrt();
+  // Capacitance C = s2 I_m + W^T W.
+  Eigen::MatrixXd c = Eigen::MatrixXd::Zero(m, m);
+  const Eigen::VectorXd na = RowNorms2(a.basis), nb = RowNorms2(b.basis);
+  for (int32_t i = 0; i < ka; ++i) c(i, i) = sa[i] * sa[i] * na[i];
+  for (int32_t j = 0; j < kb; ++j) c(ka + j, ka + j) = sb[j] * sb[j] * nb[j];
+  if (ka > 0 && kb > 0) {
+    const Eigen::MatrixXd cross = (a.basis * b.basis.transpose()).cast<double>();  // ka x kb
+    const Eigen::MatrixXd block = sa.asDiagonal() * cross * sb.asDiagonal();
+    c.topRightCorner(ka, kb) = block;
+    c.bottomLeftCorner(kb, ka) = block.transpose();
+  }
+  c.diagonal().array() += s2;
+  Eigen::VectorXd z(m);
+  z.head(ka) = sa.cwiseProduct(Project(a.basis, delta));
+  z.tail(kb) = sb.cwiseProduct(Project(b.basis, delta));
+  double logdet_mid = static_cast<double>(dim - m) * std::log(s2);
+  double quad = 0.0;
+  if (m > 0) {
+    Eigen::LLT<Eigen::MatrixXd> llt(c);
+    const Eigen::MatrixXd& l = llt.matrixLLT();
+    for (int32_t i = 0; i < m; ++i) logdet_mid += 2.0 * std::log(l(i, i));
+    const Eigen::VectorXd y = llt.matrixL().solve(z);
+    quad = y.squaredNorm();
+  }
+  const double mahal = (delta.squaredNorm() - quad) / s2;
+  return 0.125 * mahal + 0.5 * (logdet_mid - 0.5 * (LogDet(a) + LogDet(b)));
+}
+
+double BhattacharyyaLowerBound(const GaussianRef& a, const GaussianRef& b) {
+  const double ea = a.rank() > 0 ? a.excess.maxCoeff() : 0.0;
+  const double eb = b.rank() > 0 ? b.excess.maxCoeff() : 0.0;
+  const double top = 0.5 * (ea + eb) + 0.5 * (a.noise + b.noise);
+  // Sigma's largest eigenvalue is <= top, so dmu^T Sigma^{-1} dmu >= |dmu|^2 / top;
+  // the log-determinant term is >= 0 (log det is concave).
+  return (a.mean - b.mean).squaredNorm() / (8.0 * top);
+}
+
+absl::StatusOr<Centroid> TheoremTwoCentroid(absl::Span<const GaussianRef> members,
+                                            int32_t rank) {
+  if (members.empty()) return absl::InvalidArgumentError("centroid of an empty set of Gaussians");
+  const int64_t d = members[0].dim();
+  if (rank < 0 || rank > d) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("centroid rank ", rank, " outside [0, d=", d, "]"));
+  }
+  int64_t m = 0;
+  for (const GaussianRef& g : members) {
+    if (g.dim() != d) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("centroid members disagree on dimension: ", g.dim(), " vs ", d));
+    }
+    m += g.rank() + 1;
+  }
+  const double n = static_cast<double>(members.size());
+  Centroid c;
+  c.mean = Eigen::VectorXd::Zero(d);
+  c.noise_mean = 0.0;
+  for (const GaussianRef& g : members) {
+    c.mean += g.mean;
+    c.noise_mean += g.noise;
+  }
+  c.mean /= n;
+  c.noise_mean /= n;
+  // Sigma - noise_mean I = M^T M with the rows of M: sqrt(e_ij / n) b_ij and
+  // (mu_i - mu) / sqrt(n).
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> mt(m, d);
+  int64_t row = 0;
+  const double inv_sqrt_n = 1.0 / std::sqrt(n);
+  for (const GaussianRef& g : members) {
+    for (int32_t j = 0; j < g.rank(); ++j) {
+      mt.row(row++) = std::sqrt(std::max(g.excess[j], 0.0) / n) * g.basis.row(j).cast<double>();
+    }
+    mt.row(row++) = (g.mean - c.mean).transpose() * inv_sqrt_n;
+  }
+  const double tm = mt.squaredNorm();
+  c.trace = tm + c.noise_mean * static_cast<double>(d);
+
+  c.eigvecs = RowMatrixF::Zero(rank, d);
+  c.eigvals = Eigen::VectorXd::Constant(rank, c.noise_mean);
+  double top_sum = 0.0;
+  if (rank > 0) {
+    Eigen::VectorXd f;   // eigenvalues of M^T M, descending (first `avail`)
+    Eigen::MatrixXd u;   // d x avail eigenvectors
+    int64_t avail = 0;
+    if (m <= d) {
+      // Gram route: M M^T (m x m) shares the nonzero spectrum.
+      const Eigen::MatrixXd gram = mt * mt.transpose();
+      Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(gram);
+      avail = std::min<int64_t>(rank, m);
+      f.resize(avail);
+      u.resize(d, avail);
+      const double fmax = std::max(es.eigenvalues()[m - 1], 0.0);
+      for (int64_t l = 0; l < avail; ++l) {
+        const double fl = es.eigenvalues()[m - 1 - l];
+        if (fl > 1e-12 * fmax && fl > 0.0) {
+          f[l] = fl;
+          u.col(l) = mt.transpose() * es.eigenvectors().col(m - 1 - l) / std::sqrt(fl);
+        } else {
+          f[l] = 0.0;
+          u.col(l).setZero();
+        }
+      }
+    } else {
+      Eigen::MatrixXd cov = Eigen::MatrixXd::Zero(d, d);
+      cov.selfadjointView<Eigen::Lower>().rankUpdate(mt.transpose());
+      Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(cov);  // reads the lower triangle
+      avail = rank;
+      f.resize(avail);
+      u.resize(d, avail);
+      for (int64_t l = 0; l < avail; ++l) {
+        f[l] = std::max(es.eigenvalues()[d - 1 - l], 0.0);
+        u.col(l) = es.eigenvectors().col(d - 1 - l);
+      }
+    }
+    for (int64_t l = 0; l < avail; ++l) {
+      c.eigvals[l] = f[l] + c.noise_mean;
+      c.eigvecs.row(l) = u.col(l).transpose().cast<float>();
+      top_sum += f[l];
+    }
+  }
+  c.tail = rank < d ? c.noise_mean + std::max(tm - top_sum, 0.0) / static_cast<double>(d - rank)
+                    : c.noise_mean;
+  return c;
+}
+
+LowRankGaussian CentroidGaussian(const Centroid& c) {
+  LowRankGaussian g;
+  g.mean = c.mean;
+  g.basis = c.eigvecs;
+  g.noise = c.tail;
+  g.excess = (c.eigvals.array() - c.tail).max(0.0).matrix();
+  return g;
+}
+
+Eigen::MatrixXd DenseCovariance(const GaussianRef& g) {
+  const Eigen::MatrixXd b = g.basis.cast<double>();
+  Eigen::MatrixXd s = b.transpose() * g.excess.asDiagonal() * b;
+  s.diagonal().array() += g.noise;
+  return s;
+}
+
+}  // namespace dendro

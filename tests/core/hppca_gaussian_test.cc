@@ -1,0 +1,296 @@
+// Low-rank Gaussian algebra of the HPPCA module (KL, Bhattacharyya, Theorem 2
+// centroid) against straightforward dense double-precision formulas.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593 (AVX-512 headers)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include "core/hppca/gaussian.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "Eigen/Cholesky"
+#include "Eigen/Eigenvalues"
+#include "Eigen/QR"
+#include "gtest/gtest.h"
+
+namespace dendro {
+namespace {
+
+using Eigen::MatrixXd;
+using Eigen::VectorXd;
+
+// A Gaussian with an orthonormal (float) basis of `rank` rows; a few excess
+// values are exactly zero (and, if `zero_rows`, so are their rows).
+LowRankGaussian RandomGaussian(int64_t d, int32_t rank, std::mt19937_64& rng,
+                               bool zero_rows = false, double mean_scale = 1.0) {
+  std::normal_distribution<double> n(0.0, 1.0);
+  std::uniform_real_distribution<double> u(0.05, 3.0);
+  LowRankGaussian g;
+  g.mean = VectorXd::NullaryExpr(d, [&](Eigen::Index) { return mean_scale * n(rng); });
+  MatrixXd a = MatrixXd::NullaryExpr(d, std::max(rank, 1), [&](Eigen::Index, Eigen::Index) {
+    return n(rng);
+  });
+  Eigen::HouseholderQR<MatrixXd> qr(a);
+  const MatrixXd q = qr.householderQ() * MatrixXd::Identity(d, std::max(rank, 1));
+  g.basis = q.leftCols(rank).transpose().cast<float>();
+  g.excess.resize(rank);
+  for (int32_t j = 0; j < rank; ++j) {
+    g.excess[j] = (j % 5 == 4) ? 0.0 : u(rng);
+    if (zero_rows && j % 5 == 4) g.basis.row(j).setZero();
+  }
+  g.noise = std::uniform_real_distribution<double>(0.01, 0.5)(rng);
+  return g;
+}
+
+double DenseLogDet(const MatrixXd& s) {
+  Eigen::LLT<MatrixXd> llt(s);
+  return 2.0 * llt.matrixLLT().diagonal().array().log().sum();
+}
+
+double DenseKl(const LowRankGaussian& p, const LowRankGaussian& q) {
+  const MatrixXd sp = DenseCovariance(p.ref()), sq = DenseCovariance(q.ref());
+  const MatrixXd sq_inv = sq.inverse();
+  const VectorXd delta = p.mean - q.mean;
+  const double d = static_cast<double>(p.mean.size());
+  return 0.5 * (DenseLogDet(sq) - DenseLogDet(sp) - d + (sq_inv * sp).trace() +
+                delta.dot(sq_inv * delta));
+}
+
+double DenseBhattacharyya(const LowRankGaussian& a, const LowRankGaussian& b) {
+  const MatrixXd sa = DenseCovariance(a.ref()), sb = DenseCovariance(b.ref());
+  const MatrixXd s = 0.5 * (sa + sb);
+  const VectorXd delta = a.mean - b.mean;
+  return 0.125 * delta.dot(s.inverse() * delta) +
+         0.5 * (DenseLogDet(s) - 0.5 * (DenseLogDet(sa) + DenseLogDet(sb)));
+}
+
+TEST(GaussianTest, LogDetAndTraceInverseMatchDense) {
+  std::mt19937_64 rng(1);
+  for (int32_t rank : {0, 1, 4, 9}) {
+    const LowRankGaussian g = RandomGaussian(9, rank, rng);
+    const MatrixXd s = DenseCovariance(g.ref());
+    EXPECT_NEAR(LogDet(g.ref()), DenseLogDet(s), 1e-5 * (1 + std::fabs(DenseLogDet(s))));
+    EXPECT_NEAR(TraceInverse(g.ref()), s.inverse().trace(), 1e-5 * s.inverse().trace());
+  }
+}
+
+TEST(GaussianTest, KlMatchesDenseReference) {
+  std::mt19937_64 rng(2);
+  const int64_t d = 12;
+  int checked = 0;
+  for (int32_t rp : {0, 1, 3, 7, 12}) {
+    for (int32_t rq : {0, 2, 5, 12}) {
+      for (bool zero_rows : {false, true}) {
+        const LowRankGaussian p = RandomGaussian(d, rp, rng, zero_rows);
+        const LowRankGaussian q = RandomGaussian(d, rq, rng, zero_rows);
+        const double want = DenseKl(p, q);
+        const double got = KlDivergence(p.ref(), q.ref());
+        EXPECT_NEAR(got, want, 1e-5 * (1.0 + std::fabs(want))) << "rp=" << rp << " rq=" << rq;
+        EXPECT_GE(got, -1e-6);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 40);
+  // KL of a Gaussian to itself is zero; KL is asymmetric in general.
+  const LowRankGaussian a = RandomGaussian(d, 4, rng), b = RandomGaussian(d, 6, rng);
+  EXPECT_NEAR(KlDivergence(a.ref(), a.ref()), 0.0, 1e-4);
+  EXPECT_GT(std::fabs(KlDivergence(a.ref(), b.ref()) - KlDivergence(b.ref(), a.ref())), 1e-3);
+}
+
+TEST(GaussianTest, KlStaysFiniteInHighDimension) {
+  // d in the hundreds with a tiny noise: the dense determinant would
+  // underflow in float, the eigenbasis form must not.
+  std::mt19937_64 rng(3);
+  LowRankGaussian p = RandomGaussian(400, 50, rng), q = RandomGaussian(400, 50, rng);
+  p.noise = 0.01;
+  q.noise = 0.01;
+  const double kl = KlDivergence(p.ref(), q.ref());
+  EXPECT_TRUE(std::isfinite(kl));
+  EXPECT_NEAR(kl, DenseKl(p, q), 1e-5 * std::fabs(kl));
+  const double b = BhattacharyyaDistance(p.ref(), q.ref());
+  EXPECT_TRUE(std::isfinite(b));
+  EXPECT_NEAR(b, DenseBhattacharyya(p, q), 1e-5 * std::fabs(b));
+}
+
+TEST(GaussianTest, BhattacharyyaMatchesDenseReferenceAndIsSymmetric) {
+  std::mt19937_64 rng(4);
+  const int64_t d = 10;
+  for (int32_t ra : {0, 1, 4, 10}) {
+    for (int32_t rb : {0, 3, 10}) {
+      const LowRankGaussian a = RandomGaussian(d, ra, rng, ra == 4);
+      const LowRankGaussian b = RandomGaussian(d, rb, rng);
+      const double want = DenseBhattacharyya(a, b);
+      const double got = BhattacharyyaDistance(a.ref(), b.ref());
+      EXPECT_NEAR(got, want, 1e-5 * (1.0 + std::fabs(want))) << ra << " " << rb;
+      EXPECT_NEAR(BhattacharyyaDistance(b.ref(), a.ref()), got, 1e-6 * (1.0 + std::fabs(got)));
+      // The pruning bound really is a lower bound.
+      EXPECT_LE(BhattacharyyaLowerBound(a.ref(), b.ref()), got + 1e-9);
+    }
+  }
+  const LowRankGaussian a = RandomGaussian(d, 3, rng);
+  EXPECT_NEAR(BhattacharyyaDistance(a.ref(), a.ref()), 0.0, 1e-6);
+}
+
+TEST(GaussianTest, BhattacharyyaLowerBoundHoldsForFarMeans) {
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 20; ++i) {
+    const LowRankGaussian a = RandomGaussian(15, 5, rng, false, 5.0);
+    const LowRankGaussian b = RandomGaussian(15, 8, rng, false, 5.0);
+    const double lb = BhattacharyyaLowerBound(a.ref(), b.ref());
+    EXPECT_GT(lb, 0.0);
+    EXPECT_LE(lb, DenseBhattacharyya(a, b) + 1e-9);
+  }
+}
+
+// Dense eqs. 17 and 18.
+void DenseCentroid(const std::vector<LowRankGaussian>& m, VectorXd* mu, MatrixXd* sigma) {
+  const int64_t d = m[0].mean.size();
+  *mu = VectorXd::Zero(d);
+  for (const auto& g : m) *mu += g.mean;
+  *mu /= static_cast<double>(m.size());
+  *sigma = MatrixXd::Zero(d, d);
+  for (const auto& g : m) {
+    const VectorXd dm = g.mean - *mu;
+    *sigma += DenseCovariance(g.ref()) + dm * dm.transpose();
+  }
+  *sigma /= static_cast<double>(m.size());
+}
+
+double SummedDenseKl(const std::vector<LowRankGaussian>& m, const VectorXd& mu,
+                     const MatrixXd& sigma) {
+  const MatrixXd inv = sigma.inverse();
+  const double ld = DenseLogDet(sigma);
+  double s = 0.0;
+  for (const auto& g : m) {
+    const MatrixXd sp = DenseCovariance(g.ref());
+    const VectorXd dm = g.mean - mu;
+    s += 0.5 * (ld - DenseLogDet(sp) - static_cast<double>(mu.size()) + (inv * sp).trace() +
+                dm.dot(inv * dm));
+  }
+  return s;
+}
+
+std::vector<GaussianRef> Refs(const std::vector<LowRankGaussian>& m) {
+  std::vector<GaussianRef> r;
+  for (const auto& g : m) r.push_back(g.ref());
+  return r;
+}
+
+// Sigma as the centroid represents it: V^T diag(eigvals - tail) V + tail I
+// (exact at rank d; zero rows of V stand for eigenvalues equal to the tail).
+MatrixXd Reconstruct(const Centroid& c) {
+  const MatrixXd v = c.eigvecs.cast<double>();
+  const int64_t d = c.mean.size();
+  const VectorXd excess = (c.eigvals.array() - c.tail).matrix();
+  return v.transpose() * excess.asDiagonal() * v + c.tail * MatrixXd::Identity(d, d);
+}
+
+TEST(GaussianTest, TheoremTwoCentroidMatchesClosedFormAtFullRank) {
+  std::mt19937_64 rng(6);
+  const int64_t d = 8;
+  // Few members (Gram route, m <= d) and many (scatter route, m > d).
+  for (int members : {2, 6}) {
+    std::vector<LowRankGaussian> m;
+    for (int i = 0; i < members; ++i) m.push_back(RandomGaussian(d, 1 + i % 3, rng));
+    VectorXd mu;
+    MatrixXd sigma;
+    DenseCentroid(m, &mu, &sigma);
+    auto c = TheoremTwoCentroid(Refs(m), static_cast<int32_t>(d));
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_LT((c->mean - mu).norm(), 1e-12);
+    EXPECT_LT((Reconstruct(*c) - sigma).norm(), 1e-5 * sigma.norm()) << members;
+    EXPECT_NEAR(c->trace, sigma.trace(), 1e-9 * sigma.trace());
+    // Descending eigenvalues.
+    for (Eigen::Index l = 1; l < c->eigvals.size(); ++l) {
+      EXPECT_GE(c->eigvals[l - 1], c->eigvals[l] - 1e-12);
+    }
+    // The PPCA form at full rank is the same Gaussian.
+    const LowRankGaussian g = CentroidGaussian(*c);
+    EXPECT_LT((DenseCovariance(g.ref()) - sigma).norm(), 1e-5 * sigma.norm());
+  }
+}
+
+TEST(GaussianTest, TheoremTwoCentroidMinimisesSummedKl) {
+  std::mt19937_64 rng(7);
+  const int64_t d = 7;
+  std::vector<LowRankGaussian> m;
+  for (int i = 0; i < 5; ++i) m.push_back(RandomGaussian(d, 2, rng));
+  auto c = TheoremTwoCentroid(Refs(m), static_cast<int32_t>(d));
+  ASSERT_TRUE(c.ok());
+  const VectorXd mu = c->mean;
+  const MatrixXd sigma = Reconstruct(*c);
+  {
+    VectorXd mu_ref;
+    MatrixXd sigma_ref;
+    DenseCentroid(m, &mu_ref, &sigma_ref);
+    ASSERT_LT((sigma - sigma_ref).norm(), 1e-5 * sigma_ref.norm());
+  }
+  const double best = SummedDenseKl(m, mu, sigma);
+  std::normal_distribution<double> n(0.0, 1.0);
+  int tried = 0;
+  for (double eps : {1e-1, 1e-2, 1e-3}) {
+    for (int t = 0; t < 20; ++t) {
+      // Mean shift.
+      const VectorXd dmu = VectorXd::NullaryExpr(d, [&](Eigen::Index) { return eps * n(rng); });
+      EXPECT_GT(SummedDenseKl(m, mu + dmu, sigma), best);
+      // Symmetric covariance perturbation that keeps it positive definite.
+      MatrixXd e = MatrixXd::NullaryExpr(d, d, [&](Eigen::Index, Eigen::Index) { return n(rng); });
+      const MatrixXd sym = 0.5 * (e + e.transpose()) * eps * sigma.norm() /
+                           std::sqrt(static_cast<double>(d));
+      const MatrixXd s2 = sigma + sym;
+      if (Eigen::SelfAdjointEigenSolver<MatrixXd>(s2).eigenvalues().minCoeff() <= 0) continue;
+      EXPECT_GT(SummedDenseKl(m, mu, s2), best) << "eps=" << eps;
+      ++tried;
+    }
+  }
+  EXPECT_GT(tried, 30);
+}
+
+TEST(GaussianTest, LowRankCentroidKeepsTopEigenpairsAndTail) {
+  std::mt19937_64 rng(8);
+  const int64_t d = 20;
+  std::vector<LowRankGaussian> m;
+  for (int i = 0; i < 4; ++i) m.push_back(RandomGaussian(d, 3, rng));
+  VectorXd mu;
+  MatrixXd sigma;
+  DenseCentroid(m, &mu, &sigma);
+  Eigen::SelfAdjointEigenSolver<MatrixXd> es(sigma);
+  const int32_t r = 5;
+  auto c = TheoremTwoCentroid(Refs(m), r);
+  ASSERT_TRUE(c.ok());
+  for (int32_t l = 0; l < r; ++l) {
+    const double want = es.eigenvalues()[d - 1 - l];
+    EXPECT_NEAR(c->eigvals[l], want, 1e-6 * want);
+    // Same direction up to sign.
+    const double cosine = std::fabs(c->eigvecs.row(l).cast<double>().dot(es.eigenvectors().col(d - 1 - l)));
+    EXPECT_NEAR(cosine, 1.0, 1e-4);
+  }
+  EXPECT_NEAR(c->tail, es.eigenvalues().head(d - r).mean(), 1e-6 * c->tail);
+  // The ML PPCA approximation preserves the trace.
+  const LowRankGaussian g = CentroidGaussian(*c);
+  EXPECT_NEAR(DenseCovariance(g.ref()).trace(), sigma.trace(), 1e-4 * sigma.trace());
+}
+
+TEST(GaussianTest, CentroidOfOneGaussianIsItself) {
+  std::mt19937_64 rng(9);
+  const LowRankGaussian a = RandomGaussian(10, 4, rng);
+  auto c = TheoremTwoCentroid({a.ref()}, 4);
+  ASSERT_TRUE(c.ok());
+  const LowRankGaussian g = CentroidGaussian(*c);
+  EXPECT_LT((DenseCovariance(g.ref()) - DenseCovariance(a.ref())).norm(), 1e-5);
+  EXPECT_NEAR(KlDivergence(a.ref(), g.ref()), 0.0, 1e-4);
+}
+
+TEST(GaussianTest, CentroidRejectsBadInput) {
+  std::mt19937_64 rng(10);
+  EXPECT_FALSE(TheoremTwoCentroid({}, 2).ok());
+  const LowRankGaussian a = RandomGaussian(5, 2, rng), b = RandomGaussian(6, 2, rng);
+  EXPECT_FALSE(TheoremTwoCentroid({a.ref(), b.ref()}, 2).ok());
+  EXPECT_FALSE(TheoremTwoCentroid({a.ref()}, 6).ok());
+}
+
+}  // namespace
+}  // namespace dendro

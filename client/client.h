@@ -87,11 +87,14 @@ class Client {
   // labels: a 1-D int32/int64 .npy with one entry per row. Every value is
   // checked to be finite before its chunk is sent (the error names the row
   // and column); header problems (missing file, wrong dtype or shape,
-  // truncation) are reported before the server is contacted.
+  // truncation) are reported before the server is contacted. A `transient`
+  // dataset is not written durably and is dropped when the server restarts
+  // (see DatasetHeader.transient): right for one-shot fits.
   absl::StatusOr<v1::Dataset> UploadNpy(const std::string& path,
                                         const std::optional<std::string>& labels_path,
                                         std::string_view display_name,
-                                        const UploadProgress& progress = nullptr);
+                                        const UploadProgress& progress = nullptr,
+                                        bool transient = false);
   // Uploads an in-memory matrix; `labels` is empty or has one entry per row.
   absl::StatusOr<v1::Dataset> UploadMatrix(const MatrixView& matrix,
                                            absl::Span<const int64_t> labels,

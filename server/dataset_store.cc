@@ -80,13 +80,15 @@ absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
   header_ = header;
   expected_data_bytes_ = header.rows() * header.cols() * 4;
   id_ = NewId("ds");
-  dir_ = absl::StrCat(store_->root_, "/", id_);
+  dir_ = store_->DirFor(id_, header.transient());
   DENDRO_RETURN_IF_ERROR(MakeDirs(dir_));
-  DENDRO_RETURN_IF_ERROR(AtomicFileWriter::Open(dir_ + "/X.npy", &x_));
+  const Durability durability =
+      header.transient() ? Durability::kVolatile : Durability::kDurable;
+  DENDRO_RETURN_IF_ERROR(AtomicFileWriter::Open(dir_ + "/X.npy", &x_, durability));
   const int64_t shape[2] = {header.rows(), header.cols()};
   DENDRO_RETURN_IF_ERROR(x_.Append(MakeNpyHeader(DType::kFloat32, shape)));
   if (header.has_labels()) {
-    DENDRO_RETURN_IF_ERROR(AtomicFileWriter::Open(dir_ + "/y.npy", &y_));
+    DENDRO_RETURN_IF_ERROR(AtomicFileWriter::Open(dir_ + "/y.npy", &y_, durability));
     const int64_t yshape[1] = {header.rows()};
     DENDRO_RETURN_IF_ERROR(y_.Append(MakeNpyHeader(DType::kInt64, yshape)));
   }
@@ -196,6 +198,7 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
   d.set_rows(header_.rows());
   d.set_cols(header_.cols());
   d.set_has_labels(header_.has_labels());
+  d.set_transient(header_.transient());
   d.set_size_bytes(x_.size() + (header_.has_labels() ? y_.size() : 0));
   SetNow(d.mutable_create_time());
   DENDRO_RETURN_IF_ERROR(x_.Commit());
@@ -213,7 +216,11 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
 // --- DatasetStore -------------------------------------------------------------
 
 DatasetStore::DatasetStore(std::string data_dir, MetadataStore* meta)
-    : root_(std::move(data_dir) + "/datasets"), meta_(meta) {}
+    : root_(data_dir + "/datasets"), transient_root_(data_dir + "/transient"), meta_(meta) {}
+
+std::string DatasetStore::DirFor(const std::string& id, bool transient) const {
+  return absl::StrCat(transient ? transient_root_ : root_, "/", id);
+}
 
 absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -223,7 +230,7 @@ absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const st
   DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, meta_->GetDataset(id));
   auto ds = std::make_shared<LoadedDataset>();
   ds->info_ = info;
-  const std::string dir = absl::StrCat(root_, "/", id);
+  const std::string dir = DirFor(id, info.transient());
   DENDRO_ASSIGN_OR_RETURN(ds->x_, MappedNpy::Open(dir + "/X.npy"));
   if (ds->x_->header().dtype != DType::kFloat32 || ds->x_->header().rows() != info.rows() ||
       ds->x_->header().cols() != info.cols()) {
@@ -241,18 +248,25 @@ absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const st
 }
 
 absl::Status DatasetStore::Delete(const std::string& id) {
+  DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, meta_->GetDataset(id));
   DENDRO_RETURN_IF_ERROR(meta_->DeleteDataset(id));
   {
     std::lock_guard<std::mutex> lock(mu_);
     open_.erase(id);
   }
   std::error_code ec;
-  std::filesystem::remove_all(absl::StrCat(root_, "/", id), ec);
+  std::filesystem::remove_all(DirFor(id, info.transient()), ec);
   return absl::OkStatus();
 }
 
 void DatasetStore::RemoveOrphans() {
   std::error_code ec;
+  // Transient datasets do not outlive the process that received them.
+  std::filesystem::remove_all(transient_root_, ec);
+  for (const std::string& id : meta_->AllDatasetIds()) {
+    auto info = meta_->GetDataset(id);
+    if (info.ok() && info->transient()) (void)meta_->DeleteDataset(id);
+  }
   if (!std::filesystem::exists(root_, ec)) return;
   const std::vector<std::string> ids = meta_->AllDatasetIds();
   for (const auto& entry : std::filesystem::directory_iterator(root_, ec)) {

@@ -1,7 +1,9 @@
 // DatasetStore: uploaded matrices on disk.
 //
 // Layout: <data_dir>/datasets/<id>/X.npy (float32, rows x cols) and, when
-// labelled, y.npy (int64, rows). An upload streams straight into a temporary
+// labelled, y.npy (int64, rows). Transient datasets live under
+// <data_dir>/transient/<id>/, are written without fsync, and are removed
+// (files and rows) at the next start. An upload streams straight into a temporary
 // file (the server never holds a second copy of the data in memory),
 // validating every float as it arrives; only a complete, valid upload is
 // renamed into place and then recorded in the MetadataStore. Opened datasets
@@ -86,13 +88,17 @@ class DatasetStore {
   absl::StatusOr<std::shared_ptr<const LoadedDataset>> Open(const std::string& id);
   // Removes the metadata row, then the files.
   absl::Status Delete(const std::string& id);
-  // Removes dataset directories with no metadata row (left by a crash
-  // between writing files and recording them).
+  // At start-up: removes dataset directories with no metadata row (left by
+  // a crash between writing files and recording them) and every transient
+  // dataset.
   void RemoveOrphans();
 
  private:
   friend class DatasetUpload;
-  std::string root_;  // <data_dir>/datasets
+  std::string DirFor(const std::string& id, bool transient) const;
+
+  std::string root_;            // <data_dir>/datasets
+  std::string transient_root_;  // <data_dir>/transient
   MetadataStore* meta_;
   std::mutex mu_;
   std::map<std::string, std::weak_ptr<const LoadedDataset>> open_;

@@ -56,6 +56,19 @@ absl::Status JobManager::Start() {
     std::lock_guard<std::mutex> lock(mu_);
     for (v1::Job& job : unfinished) {
       auto entry = std::make_shared<Entry>();
+      if (absl::IsNotFound(datasets_->Get(job.spec().dataset_id()).status())) {
+        // Its dataset was transient (or deleted): nothing to re-run.
+        job.set_state(v1::JOB_STATE_FAILED);
+        job.set_stage("failed");
+        job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kFailedPrecondition));
+        job.mutable_error()->set_message(absl::StrCat(
+            "dataset ", job.spec().dataset_id(),
+            " no longer exists (transient datasets do not survive a restart)"));
+        SetNow(job.mutable_end_time());
+        entry->job = std::move(job);
+        DENDRO_RETURN_IF_ERROR(PublishLocked(*entry));
+        continue;
+      }
       job.set_state(v1::JOB_STATE_QUEUED);
       job.set_stage("queued (recovered after restart)");
       job.set_progress(0);
@@ -66,7 +79,7 @@ absl::Status JobManager::Start() {
     }
     accepting_ = true;
   }
-  if (!unfinished.empty()) spdlog::info("re-queued {} unfinished job(s)", unfinished.size());
+  if (!unfinished.empty()) spdlog::info("recovered {} unfinished job(s)", unfinished.size());
   for (int i = 0; i < std::max(1, options_.workers); ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }

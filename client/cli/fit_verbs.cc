@@ -154,8 +154,11 @@ absl::Status RunL2h(Context& ctx, const Args& args) {
   v1::Dataset ds;
   {
     ProgressBar bar;
+    // The logits only matter until the model exists: upload them as a
+    // transient dataset unless asked to keep them.
     DENDRO_ASSIGN_OR_RETURN(ds, client->UploadNpy(path, labels_path, model_name,
-                                                  UploadBar(&bar, path)));
+                                                  UploadBar(&bar, path),
+                                                  !args.Has("keep-dataset")));
   }
   spec.set_dataset_id(ds.id());
   DENDRO_ASSIGN_OR_RETURN(v1::Job job, client->SubmitJob(spec));

@@ -57,9 +57,11 @@ const std::vector<Verb>& Verbs() {
        "  --labels Y.npy  also upload labels and print metrics (JSON) for the fitted tree\n"
        "  --level K       clusters for the flat metrics (default: number of label values)\n"
        "  --name NAME     model name (default: the file's stem)\n"
-       "  --no-wait       print the job id and exit; no outputs are written\n",
+       "  --no-wait       print the job id and exit; no outputs are written\n"
+       "  --keep-dataset  upload the logits durably (by default they are a transient\n"
+       "                  dataset: not fsynced, dropped when the server restarts)\n",
        {{"labels", true}, {"name", true}, {"aggregation", true}, {"out", true, true},
-        {"level", true}, {"no-wait", false}},
+        {"level", true}, {"no-wait", false}, {"keep-dataset", false}},
        1, 1, RunL2h},
       {"", "tree", "download a model's hierarchy",
        "dendro tree NAME[:VERSION] --out FILE [--out FILE ...]\n"

@@ -133,7 +133,8 @@ absl::Status ReadFileToString(const std::string& path, std::string* out) {
   return absl::OkStatus();
 }
 
-absl::Status AtomicFileWriter::Open(const std::string& path, AtomicFileWriter* out) {
+absl::Status AtomicFileWriter::Open(const std::string& path, AtomicFileWriter* out,
+                                    Durability durability) {
   out->Abandon();
   if (path.empty()) return absl::InvalidArgumentError("empty file path");
   if (path.back() == '/') {
@@ -148,6 +149,8 @@ absl::Status AtomicFileWriter::Open(const std::string& path, AtomicFileWriter* o
     if (fd >= 0) {
       out->fd_ = fd;
       out->size_ = 0;
+      out->flushed_ = 0;
+      out->durability_ = durability;
       out->buffer_.clear();
       out->path_ = path;
       out->tmp_path_ = std::move(tmp);
@@ -165,6 +168,8 @@ AtomicFileWriter::~AtomicFileWriter() { Abandon(); }
 AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
       size_(std::exchange(other.size_, 0)),
+      flushed_(std::exchange(other.flushed_, 0)),
+      durability_(other.durability_),
       buffer_(std::move(other.buffer_)),
       path_(std::move(other.path_)),
       tmp_path_(std::move(other.tmp_path_)) {
@@ -178,6 +183,8 @@ AtomicFileWriter& AtomicFileWriter::operator=(AtomicFileWriter&& other) noexcept
     Abandon();
     fd_ = std::exchange(other.fd_, -1);
     size_ = std::exchange(other.size_, 0);
+    flushed_ = std::exchange(other.flushed_, 0);
+    durability_ = other.durability_;
     buffer_ = std::move(other.buffer_);
     path_ = std::move(other.path_);
     tmp_path_ = std::move(other.tmp_path_);
@@ -221,7 +228,19 @@ absl::Status AtomicFileWriter::Append(std::string_view bytes) {
     }
   }
   size_ += static_cast<int64_t>(bytes.size());
+  KickWriteback();
   return absl::OkStatus();
+}
+
+void AtomicFileWriter::KickWriteback() {
+  constexpr int64_t kWindow = int64_t{32} << 20;
+  if (durability_ != Durability::kDurable) return;
+  const int64_t on_disk = size_ - static_cast<int64_t>(buffer_.size());
+  if (on_disk - flushed_ < kWindow) return;
+  // Advisory: start write-back of the new range without waiting for it, so
+  // the disk works while more data arrives. Errors surface at fsync.
+  ::sync_file_range(fd_, flushed_, on_disk - flushed_, SYNC_FILE_RANGE_WRITE);
+  flushed_ = on_disk;
 }
 
 absl::Status AtomicFileWriter::WriteAt(int64_t offset, std::string_view bytes) {
@@ -247,7 +266,8 @@ absl::Status AtomicFileWriter::WriteAt(int64_t offset, std::string_view bytes) {
 absl::Status AtomicFileWriter::Commit() {
   if (absl::Status s = CheckOpen("Commit"); !s.ok()) return s;
   if (absl::Status s = Flush(); !s.ok()) return Fail(std::move(s));
-  if (::fsync(fd_) != 0) return Fail(PosixError(tmp_path_, "fsync", errno));
+  const bool durable = durability_ == Durability::kDurable;
+  if (durable && ::fsync(fd_) != 0) return Fail(PosixError(tmp_path_, "fsync", errno));
   const int fd = std::exchange(fd_, -1);
   if (::close(fd) != 0 && errno != EINTR) {
     return Fail(PosixError(tmp_path_, "close", errno));
@@ -257,7 +277,7 @@ absl::Status AtomicFileWriter::Commit() {
   }
   tmp_path_.clear();
   buffer_ = std::string();
-  return SyncDir(DirName(path_));
+  return durable ? SyncDir(DirName(path_)) : absl::OkStatus();
 }
 
 void AtomicFileWriter::Abandon() {

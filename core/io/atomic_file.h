@@ -21,6 +21,18 @@ absl::Status WriteFileAtomic(const std::string& path, std::string_view contents)
 // read errors map errno (NotFound, PermissionDenied, ...) and name the path.
 absl::Status ReadFileToString(const std::string& path, std::string* out);
 
+// How much a committed file must survive.
+enum class Durability {
+  // fsync the file before the rename and the directory after it: the file
+  // survives a power loss once Commit() returns. While writing, dirty pages
+  // are handed to the kernel for write-back every few tens of MiB so the
+  // final fsync does not start from zero.
+  kDurable,
+  // No fsync: the rename is still atomic for readers, but a crash may lose
+  // the file. For data that does not outlive the process anyway.
+  kVolatile,
+};
+
 // Incremental atomic writer for large files (uploads). Append() any number of
 // times, then Commit() to publish or Abandon() (also the destructor's action)
 // to delete the temporary file. Not thread-safe.
@@ -35,7 +47,8 @@ class AtomicFileWriter {
  public:
   // Creates the temporary file next to `path` (whose directory must exist).
   // A writer already held in *out is abandoned first.
-  static absl::Status Open(const std::string& path, AtomicFileWriter* out);
+  static absl::Status Open(const std::string& path, AtomicFileWriter* out,
+                           Durability durability = Durability::kDurable);
   AtomicFileWriter() = default;
   ~AtomicFileWriter();
   AtomicFileWriter(AtomicFileWriter&& other) noexcept;
@@ -54,11 +67,16 @@ class AtomicFileWriter {
 
  private:
   absl::Status Flush();
+  // Starts asynchronous write-back of what was written since the last call
+  // once enough has accumulated (kDurable only).
+  void KickWriteback();
   absl::Status Fail(absl::Status status);  // Abandon() and return `status`.
   absl::Status CheckOpen(const char* op) const;
 
   int fd_ = -1;
   int64_t size_ = 0;     // bytes appended so far (file + buffer_)
+  int64_t flushed_ = 0;  // bytes handed to write-back so far
+  Durability durability_ = Durability::kDurable;
   std::string buffer_;   // appended bytes not yet written to fd_
   std::string path_;
   std::string tmp_path_;

@@ -117,13 +117,14 @@ class ServerTest : public ::testing::Test {
   // Streams `x` (rows x cols) in chunks of `chunk` bytes.
   grpc::Status Upload(const std::vector<float>& x, int64_t rows, int64_t cols,
                       v1::Dataset* out, const std::vector<int64_t>* labels = nullptr,
-                      size_t chunk = 1 << 20) {
+                      size_t chunk = 1 << 20, bool transient = false) {
     grpc::ClientContext ctx;
     auto writer = datasets_->UploadDataset(&ctx, out);
     v1::UploadDatasetRequest req;
     req.mutable_header()->set_rows(rows);
     req.mutable_header()->set_cols(cols);
     req.mutable_header()->set_has_labels(labels != nullptr);
+    req.mutable_header()->set_transient(transient);
     writer->Write(req);
     const char* bytes = reinterpret_cast<const char*>(x.data());
     const size_t total = x.size() * sizeof(float);
@@ -582,6 +583,46 @@ TEST_F(ServerTest, RestartKeepsStateAndRerunsInterruptedJobs) {
   EXPECT_EQ(r2.attempts(), 1);
   std::set<int64_t> versions = {r1.model_version(), r2.model_version()};
   EXPECT_EQ(versions, (std::set<int64_t>{1, 2}));
+}
+
+TEST_F(ServerTest, TransientDatasetsServeJobsButNotRestarts) {
+  auto blocking = std::make_shared<BlockingMethod>();
+  std::atomic<bool> block{false};
+  ServerOptions opts;
+  opts.workers = 1;
+  opts.resolve_method = [&](const v1::JobSpec& spec) -> absl::StatusOr<const Method*> {
+    if (block) return blocking.get();
+    return MethodForSpec(spec);
+  };
+  StartServer(opts);
+  const std::vector<float> x = MakeLogits(800, 2, 3, 6);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, 800, 6, &ds, nullptr, 1 << 20, /*transient=*/true).ok());
+  EXPECT_TRUE(ds.transient());
+  grpc::Status st;
+  v1::Job job = Submit(ds.id(), "from_transient", &st);
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(Wait(job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+
+  block = true;  // a job still running when the server stops
+  v1::Job pending = Submit(ds.id(), "from_transient", &st);
+  ASSERT_TRUE(st.ok());
+  WaitUntilState(pending.id(), v1::JOB_STATE_RUNNING);
+  StopServer();
+  StartServer();
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "transient" / ds.id()));
+  grpc::ClientContext ctx;
+  v1::GetDatasetRequest req;
+  req.set_id(ds.id());
+  v1::Dataset gone;
+  EXPECT_EQ(datasets_->GetDataset(&ctx, req, &gone).error_code(), grpc::StatusCode::NOT_FOUND);
+  // The model fitted from it persists; the interrupted job fails clearly.
+  v1::AssignResponse aresp;
+  EXPECT_TRUE(Assign("from_transient", x, 800, 6, 2, &aresp).ok());
+  v1::Job failed = Wait(pending.id());
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(failed.error().code(), static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION));
+  EXPECT_THAT(failed.error().message(), HasSubstr("transient"));
 }
 
 TEST_F(ServerTest, DeletesRemoveRowsAndFiles) {

@@ -42,6 +42,15 @@ constexpr double kKMeansTolerance = 1e-4;  // sklearn's: relative to mean varian
 
 int ResolveThreads(int n) { return n > 0 ? n : std::max(1, omp_get_max_threads()); }
 
+// Threads worth waking for `flops` of work: each gets at least about a
+// millisecond, so small problems stay on one thread (waking an idle OpenMP
+// thread on a busy machine can cost more than the work itself).
+constexpr double kMinFlopsPerThread = 4e6;
+int ThreadsFor(double flops, int max_threads) {
+  return static_cast<int>(std::clamp(flops / kMinFlopsPerThread, 1.0,
+                                     static_cast<double>(std::max(1, max_threads))));
+}
+
 double LogGamma(double x) {
   int sign = 0;
   return lgamma_r(x, &sign);
@@ -126,10 +135,12 @@ void RowLogSumExpToResp(MatrixXd* logp, VectorXd* lse) {
   for (int64_t k = 0; k < m; ++k) logp->col(k).array() *= inv;
 }
 
-// Splits [0, n) into `parts` contiguous chunks (block aligned) and runs
-// fn(begin, end, part) for each, in parallel when parts > 1.
+// Splits [0, n) into at most `parts` contiguous chunks (block aligned;
+// fewer when n * flops_per_row is small) and runs fn(begin, end, part) for
+// each, in parallel when there is more than one.
 template <typename Fn>
-void ForChunks(int64_t n, int parts, Fn fn) {
+void ForChunks(int64_t n, int parts, double flops_per_row, Fn fn) {
+  parts = std::min(parts, ThreadsFor(static_cast<double>(n) * flops_per_row, parts));
   parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(parts, (n + kBlockRows - 1) / kBlockRows)));
   const int64_t blocks = (n + kBlockRows - 1) / kBlockRows;
   auto range = [&](int part) {
@@ -181,7 +192,7 @@ absl::StatusOr<MatrixXd> KMeans(const MatrixView& x, const FeatureTransform& t, 
   {
     MatrixXd c = centers.topRows(1);
     VectorXd cn = c.rowwise().squaredNorm();
-    ForChunks(n, threads, [&](int64_t begin, int64_t end, int) {
+    ForChunks(n, threads, 4.0 * d, [&](int64_t begin, int64_t end, int) {
       MatrixXd xb, dist;
       for (int64_t b = begin; b < end; b += kBlockRows) {
         xb.resize(std::min(kBlockRows, end - b), d);
@@ -214,7 +225,7 @@ absl::StatusOr<MatrixXd> KMeans(const MatrixView& x, const FeatureTransform& t, 
     }
     VectorXd cand_norm = cand.rowwise().squaredNorm();
     std::vector<VectorXd> part_pot(threads, VectorXd::Zero(trials));
-    ForChunks(n, threads, [&](int64_t begin, int64_t end, int part) {
+    ForChunks(n, threads, 4.0 * d * trials, [&](int64_t begin, int64_t end, int part) {
       MatrixXd xb, dist;
       for (int64_t b = begin; b < end; b += kBlockRows) {
         xb.resize(std::min(kBlockRows, end - b), d);
@@ -234,7 +245,7 @@ absl::StatusOr<MatrixXd> KMeans(const MatrixView& x, const FeatureTransform& t, 
     centers.row(c) = cand.row(best);
     MatrixXd cb = cand.row(best);
     VectorXd cbn = cb.rowwise().squaredNorm();
-    ForChunks(n, threads, [&](int64_t begin, int64_t end, int) {
+    ForChunks(n, threads, 4.0 * d, [&](int64_t begin, int64_t end, int) {
       MatrixXd xb, dist;
       for (int64_t b = begin; b < end; b += kBlockRows) {
         xb.resize(std::min(kBlockRows, end - b), d);
@@ -259,7 +270,7 @@ absl::StatusOr<MatrixXd> KMeans(const MatrixView& x, const FeatureTransform& t, 
       int64_t far_row = 0;
     };
     std::vector<Acc> acc(threads);
-    ForChunks(n, threads, [&](int64_t begin, int64_t end, int part) {
+    ForChunks(n, threads, 4.0 * d * m, [&](int64_t begin, int64_t end, int part) {
       Acc& a = acc[part];
       a.sum = MatrixXd::Zero(m, d);
       a.count = VectorXd::Zero(m);
@@ -403,15 +414,14 @@ double SolveDof(double c) {
   return std::exp(0.5 * (lo + hi));
 }
 
-// One pass over rows [begin, end): log-likelihood and sufficient statistics
-// for the next M-step. Returns false when cancelled.
+// One pass over rows [begin, end): adds the log-likelihood and sufficient
+// statistics for the next M-step to `out`. Returns false when cancelled.
 bool Pass(const MatrixView& x, const FeatureTransform& t, const EmState& st, bool learn_dof,
           int64_t begin, int64_t end, Stats* out, const RunContext& ctx,
           std::atomic<bool>* cancelled) {
   const int d = static_cast<int>(x.cols());
   const int m = static_cast<int>(st.mu.cols());
   const KernelParams kp = st.Kernel();
-  out->Reset(d, m);
   MatrixXd xb, resp, maha, u, w;
   VectorXd lse, ru;
   KernelScratch ks;
@@ -588,7 +598,8 @@ RestartResult RunRestart(const MatrixView& x, const FeatureTransform& t, const M
   double prev = -kInf;
   for (int iter = 0;; ++iter) {
     bool ok = true;
-    ForChunks(n, parts, [&](int64_t begin, int64_t end, int part) {
+    for (Stats& ps : part_stats) ps.Reset(d, m);
+    ForChunks(n, parts, 2.0 * m * (d + 4.0) * d, [&](int64_t begin, int64_t end, int part) {
       if (!Pass(x, t, st, o.learn_dof && !o.gaussian, begin, end, &part_stats[part], ctx,
                 cancelled)) {
         ok = false;
@@ -599,8 +610,7 @@ RestartResult RunRestart(const MatrixView& x, const FeatureTransform& t, const M
       return res;
     }
     stats.Reset(d, m);
-    const int used = static_cast<int>(std::min<int64_t>(parts, (n + kBlockRows - 1) / kBlockRows));
-    for (int p = 0; p < used; ++p) stats.Add(part_stats[p]);
+    for (const Stats& ps : part_stats) stats.Add(ps);
     const double ll = stats.ll / static_cast<double>(n);
     res.trace.push_back(ll);
     res.ll = ll;
@@ -640,7 +650,7 @@ absl::StatusOr<DataMoments> ComputeMoments(const MatrixView& x, const FeatureTra
   const int d = static_cast<int>(x.cols());
   const int64_t chunks = (n + kChunkRows - 1) / kChunkRows;
   std::vector<VectorXd> part_sum(chunks, VectorXd::Zero(d));
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
     MatrixXd xb;
     for (int64_t b = c * kChunkRows; b < std::min(n, (c + 1) * kChunkRows); b += kBlockRows) {
@@ -654,7 +664,7 @@ absl::StatusOr<DataMoments> ComputeMoments(const MatrixView& x, const FeatureTra
   for (const auto& s : part_sum) mom.mean += s;
   mom.mean /= static_cast<double>(n);
   std::vector<MatrixXd> part_cov(chunks, MatrixXd::Zero(d, d));
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
     MatrixXd xb;
     for (int64_t b = c * kChunkRows; b < std::min(n, (c + 1) * kChunkRows); b += kBlockRows) {
@@ -850,7 +860,8 @@ Eigen::VectorXd StudentMixture::LogDensity(const Eigen::Ref<const Eigen::MatrixX
   const int64_t n = points.rows();
   VectorXd out(n);
   const int threads = ResolveThreads(num_threads);
-  ForChunks(n, threads, [&](int64_t begin, int64_t end, int) {
+  const double per_row = 2.0 * num_components() * (dim() + 4.0) * dim();
+  ForChunks(n, threads, per_row, [&](int64_t begin, int64_t end, int) {
     MatrixXd lp;
     VectorXd lse;
     for (int64_t b = begin; b < end; b += kBlockRows) {
@@ -872,8 +883,9 @@ void StudentMixture::LogDensityAndGradient(const Eigen::Ref<const Eigen::MatrixX
   log_p->resize(n);
   grad->resize(n, d);
   const int64_t blocks = (n + kGradBlockRows - 1) / kGradBlockRows;
-  const int threads = static_cast<int>(std::min<int64_t>(ResolveThreads(num_threads), blocks));
-#pragma omp parallel num_threads(std::max(1, threads))
+  const int threads = static_cast<int>(std::min<int64_t>(
+      ThreadsFor(2.0 * n * m * (d + 4.0) * d, ResolveThreads(num_threads)), blocks));
+#pragma omp parallel num_threads(std::max(1, threads)) if (threads > 1)
   {
     MatrixXd xb, diff, lp(0, m), a(0, m);
     std::vector<MatrixXd> g(m);
@@ -914,7 +926,8 @@ std::vector<int32_t> StudentMixture::Assign(const MatrixView& x, const FeatureTr
   const int64_t n = x.rows();
   const int d = dim();
   std::vector<int32_t> out(n);
-  ForChunks(n, ResolveThreads(num_threads), [&](int64_t begin, int64_t end, int) {
+  ForChunks(n, ResolveThreads(num_threads), 2.0 * num_components() * (d + 4.0) * d,
+            [&](int64_t begin, int64_t end, int) {
     MatrixXd xb, lp;
     for (int64_t b = begin; b < end; b += kBlockRows) {
       const int64_t rows = std::min(kBlockRows, end - b);

@@ -1,0 +1,227 @@
+// Merge tree: maximum-spanning-tree merges against a brute-force maximin
+// (best bottleneck path) over all simple paths; neighbour pairs against a
+// brute-force k-NN; bridging; threshold jumps.
+// GCC 12.2 reports false (maybe-)uninitialized warnings inside its AVX-512
+// intrinsics headers when Eigen is built with -march=native (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include "core/tneb/merge.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dendro {
+namespace {
+
+using ::testing::HasSubstr;
+
+// max over all simple paths a -> b of the minimum edge similarity, by
+// exhaustive depth-first enumeration.
+double BruteMaximin(int n, const std::vector<SimilarityEdge>& edges, int a, int b) {
+  std::vector<std::vector<std::pair<int, double>>> adj(n);
+  for (const auto& e : edges) {
+    adj[e.a].push_back({e.b, e.similarity});
+    adj[e.b].push_back({e.a, e.similarity});
+  }
+  double best = -std::numeric_limits<double>::infinity();
+  std::vector<bool> on(n, false);
+  std::function<void(int, double)> dfs = [&](int v, double bottleneck) {
+    if (v == b) {
+      best = std::max(best, bottleneck);
+      return;
+    }
+    on[v] = true;
+    for (const auto& [w, s] : adj[v]) {
+      if (!on[w]) dfs(w, std::min(bottleneck, s));
+    }
+    on[v] = false;
+  };
+  dfs(a, std::numeric_limits<double>::infinity());
+  return best;
+}
+
+std::vector<SimilarityEdge> RandomConnectedGraph(int n, std::mt19937_64* rng, bool ties) {
+  std::uniform_real_distribution<double> u(-20.0, 5.0);
+  std::uniform_int_distribution<int> coarse(-4, 1);
+  auto sim = [&]() { return ties ? static_cast<double>(coarse(*rng)) : u(*rng); };
+  std::set<std::pair<int, int>> seen;
+  std::vector<SimilarityEdge> edges;
+  for (int v = 1; v < n; ++v) {  // random spanning tree
+    const int w = std::uniform_int_distribution<int>(0, v - 1)(*rng);
+    seen.insert({w, v});
+    edges.push_back({w, v, sim()});
+  }
+  const int extra = std::uniform_int_distribution<int>(0, n * (n - 1) / 2)(*rng);
+  for (int i = 0; i < extra; ++i) {
+    int a = std::uniform_int_distribution<int>(0, n - 1)(*rng);
+    int b = std::uniform_int_distribution<int>(0, n - 1)(*rng);
+    if (a == b) continue;
+    if (b < a) std::swap(a, b);
+    if (!seen.insert({a, b}).second) continue;
+    edges.push_back({b, a, sim()});  // either orientation is accepted
+  }
+  return edges;
+}
+
+TEST(TnebMerge, MergesEqualBruteForceMaximin) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = std::uniform_int_distribution<int>(2, 8)(rng);
+    const bool ties = trial % 3 == 0;
+    const std::vector<SimilarityEdge> edges = RandomConnectedGraph(n, &rng, ties);
+    const double offset = 10.0;
+    auto mt = MaximumSpanningMerges(n, edges, offset);
+    ASSERT_TRUE(mt.ok()) << mt.status();
+    ASSERT_EQ(static_cast<int>(mt->merges.size()), n - 1);
+    for (size_t t = 1; t < mt->similarity.size(); ++t) {
+      EXPECT_LE(mt->similarity[t], mt->similarity[t - 1]);
+    }
+    auto h = Hierarchy::FromMerges(n, mt->merges);
+    ASSERT_TRUE(h.ok()) << h.status();
+    for (int a = 0; a < n; ++a) {
+      for (int b = a + 1; b < n; ++b) {
+        const int32_t lca = h->Lca(a, b);
+        ASSERT_GE(lca, n);
+        const double at_lca = mt->similarity[lca - n];
+        EXPECT_EQ(at_lca, BruteMaximin(n, edges, a, b))
+            << "trial " << trial << " pair " << a << "," << b;
+        EXPECT_DOUBLE_EQ(h->height(lca), offset - at_lca);
+      }
+    }
+    // Thresholds: cutting at the threshold for k leaves k clusters, whose
+    // members are exactly the maximin-connected groups.
+    const std::vector<double> thr = ThresholdsByK(mt->similarity);
+    for (int k = 1; k < n; ++k) {
+      auto cut = h->CutToK(k);
+      ASSERT_TRUE(cut.ok());
+      for (int a = 0; a < n; ++a) {
+        for (int b = a + 1; b < n; ++b) {
+          const bool together = BruteMaximin(n, edges, a, b) >= thr[k];
+          // With tied similarities the threshold can also admit the next
+          // merge, so only one direction holds then.
+          if (!ties) {
+            EXPECT_EQ((*cut)[a] == (*cut)[b], together) << "k " << k;
+          }
+          if ((*cut)[a] == (*cut)[b]) {
+            EXPECT_TRUE(together) << "k " << k;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(TnebMerge, RejectsBadGraphs) {
+  EXPECT_THAT(std::string(MaximumSpanningMerges(3, {{0, 1, -1.0}}, 0.0).status().message()),
+              HasSubstr("disconnected"));
+  EXPECT_THAT(std::string(MaximumSpanningMerges(3, {{0, 3, -1.0}}, 0.0).status().message()),
+              HasSubstr("not two distinct nodes"));
+  EXPECT_THAT(std::string(MaximumSpanningMerges(2, {{1, 1, -1.0}}, 0.0).status().message()),
+              HasSubstr("not two distinct nodes"));
+  EXPECT_THAT(std::string(MaximumSpanningMerges(
+                              2, {{0, 1, std::numeric_limits<double>::quiet_NaN()}}, 0.0)
+                              .status()
+                              .message()),
+              HasSubstr("similarity"));
+  EXPECT_THAT(std::string(MaximumSpanningMerges(2, {{0, 1, 3.0}}, 1.0).status().message()),
+              HasSubstr("height offset"));
+  auto single = MaximumSpanningMerges(1, {}, 0.0);
+  ASSERT_TRUE(single.ok());
+  EXPECT_TRUE(single->merges.empty());
+}
+
+TEST(TnebMerge, NearestPairsMatchBruteForce) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> nd;
+  for (int trial = 0; trial < 50; ++trial) {
+    const int m = std::uniform_int_distribution<int>(2, 15)(rng);
+    const int k = std::uniform_int_distribution<int>(1, 12)(rng);
+    RowMatrixD means(m, 4);
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < 4; ++j) means(i, j) = nd(rng);
+    }
+    std::set<std::pair<int, int>> want;
+    for (int a = 0; a < m; ++a) {
+      std::vector<std::pair<double, int>> d;
+      for (int b = 0; b < m; ++b) {
+        if (b != a) d.push_back({(means.row(a) - means.row(b)).squaredNorm(), b});
+      }
+      std::sort(d.begin(), d.end());
+      for (int i = 0; i < std::min<int>(k, m - 1); ++i) {
+        want.insert({std::min(a, d[i].second), std::max(a, d[i].second)});
+      }
+    }
+    const std::vector<ComponentPair> got = NearestComponentPairs(means, k);
+    const std::set<std::pair<int, int>> got_set(got.begin(), got.end());
+    EXPECT_EQ(got_set, want);
+    EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));
+    EXPECT_EQ(got.size(), want.size());  // no duplicates
+  }
+}
+
+TEST(TnebMerge, BridgesDisconnectedGroups) {
+  // Two tight groups of 3 far apart on a line, plus a lone far point: with
+  // k = 2 the neighbour graph has 3 groups.
+  RowMatrixD means(7, 1);
+  means << 0, 1, 2, 100, 101, 102, 500;
+  const std::vector<ComponentPair> pairs = NearestComponentPairs(means, 2);
+  const std::vector<ComponentPair> bridges = BridgingPairs(means, pairs);
+  // 6 is the k-NN of nobody but has its own 2-NN {4, 5}: only the two
+  // groups {0,1,2} and {3,4,5,6} remain, bridged by their closest means.
+  EXPECT_EQ(bridges, (std::vector<ComponentPair>{{2, 3}}));
+  const std::vector<ComponentPair> k1 = NearestComponentPairs(means, 1);
+  // k = 1: {0,1}, {1,2}, {3,4}, {4,5}, {5,6} -> groups {0,1,2}, {3,4,5,6}.
+  EXPECT_EQ(BridgingPairs(means, k1), (std::vector<ComponentPair>{{2, 3}}));
+  RowMatrixD three(3, 1);
+  three << 0, 10, 30;
+  EXPECT_EQ(BridgingPairs(three, {}),
+            (std::vector<ComponentPair>{{0, 1}, {0, 2}, {1, 2}}));
+  EXPECT_TRUE(BridgingPairs(three, NearestComponentPairs(three, 1)).empty());
+}
+
+TEST(TnebMerge, ChooseKPicksTheLargestJump) {
+  // 6 leaves; merges at -1, -1.5, -2 then a drop to -10, -10.5: three
+  // clusters are stable over the widest range of water levels.
+  const std::vector<double> s = {-1.0, -1.5, -2.0, -10.0, -10.5};
+  auto ak = ChooseK(s);
+  ASSERT_TRUE(ak.ok());
+  EXPECT_EQ(ak->k, 3);
+  EXPECT_DOUBLE_EQ(ak->jump, 8.0);
+  EXPECT_DOUBLE_EQ(ak->second_jump, 0.5);
+  EXPECT_EQ(ak->jumps, (std::vector<double>{0, 0, 0.5, 8.0, 0.5, 0.5}));
+  const std::vector<double> thr = ThresholdsByK(s);
+  ASSERT_EQ(thr.size(), 7u);
+  EXPECT_EQ(thr[5], -1.0);   // first merge: 6 -> 5
+  EXPECT_EQ(thr[3], -2.0);
+  EXPECT_EQ(thr[1], -10.5);  // last merge: 2 -> 1
+  EXPECT_TRUE(std::isinf(thr[6]));
+  // Ties go to the smaller k.
+  auto tie = ChooseK(std::vector<double>{0.0, -1.0, -2.0});
+  ASSERT_TRUE(tie.ok());
+  EXPECT_EQ(tie->k, 2);
+  EXPECT_THAT(std::string(ChooseK(std::vector<double>{-1.0}).status().message()),
+              HasSubstr("at least 3 leaf clusters"));
+}
+
+TEST(TnebMerge, MergeSimilaritiesRoundTripThroughHeights) {
+  const std::vector<SimilarityEdge> edges = {{0, 1, -2.0}, {1, 2, -5.0}, {2, 3, -1.0}};
+  auto mt = MaximumSpanningMerges(4, edges, 1.0);
+  ASSERT_TRUE(mt.ok());
+  auto h = Hierarchy::FromMerges(4, mt->merges);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(MergeSimilarities(*h, 1.0), (std::vector<double>{-1.0, -2.0, -5.0}));
+  EXPECT_EQ(mt->similarity, (std::vector<double>{-1.0, -2.0, -5.0}));
+}
+
+}  // namespace
+}  // namespace dendro

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 namespace dendro {
@@ -11,47 +10,6 @@ namespace {
 
 constexpr int64_t kPairwiseBlock = 128;     // numpy's PW_BLOCKSIZE
 constexpr int64_t kReduceBuffer = 8192;        // numpy's default ufunc buffer size
-
-// exp(x) = 2^k * exp(r), x = k ln2 + r, |r| <= ln2/2, exp(r) by its Taylor
-// polynomial of degree 13 (truncation error < 5e-18 relative). Every step
-// is an explicit fma or a single rounding, so the scalar and vectorised
-// forms of the loop give identical bits.
-inline double ExpKernel(double x) {
-  constexpr double kLog2e = 1.4426950408889634;
-  constexpr double kLn2Hi = 6.93147180369123816490e-01;  // fdlibm split of ln 2
-  constexpr double kLn2Lo = 1.90821492927058770002e-10;
-  constexpr double kShifter = 6755399441055744.0;  // 1.5 * 2^52
-  constexpr double kMin = -708.0;
-  constexpr double kMax = 709.0;
-  const double xc = x < kMin ? kMin : (x > kMax ? kMax : x);
-  const double t = std::fma(xc, kLog2e, kShifter);  // k in the low mantissa bits
-  const double k = t - kShifter;
-  double r = std::fma(-k, kLn2Hi, xc);
-  r = std::fma(-k, kLn2Lo, r);
-  double p = 1.0 / 6227020800.0;                 // 1/13!
-  p = std::fma(p, r, 1.0 / 479001600.0);         // 1/12!
-  p = std::fma(p, r, 1.0 / 39916800.0);          // 1/11!
-  p = std::fma(p, r, 1.0 / 3628800.0);           // 1/10!
-  p = std::fma(p, r, 1.0 / 362880.0);
-  p = std::fma(p, r, 1.0 / 40320.0);
-  p = std::fma(p, r, 1.0 / 5040.0);
-  p = std::fma(p, r, 1.0 / 720.0);
-  p = std::fma(p, r, 1.0 / 120.0);
-  p = std::fma(p, r, 1.0 / 24.0);
-  p = std::fma(p, r, 1.0 / 6.0);
-  p = std::fma(p, r, 0.5);
-  p = std::fma(p, r, 1.0);
-  p = std::fma(p, r, 1.0);
-  uint64_t tb;
-  uint64_t sb;
-  std::memcpy(&tb, &t, sizeof tb);
-  std::memcpy(&sb, &kShifter, sizeof sb);
-  const uint64_t scale_bits = (tb - sb + 1023u) << 52;  // 2^k, k in [-1021, 1023]
-  double scale;
-  std::memcpy(&scale, &scale_bits, sizeof scale);
-  const double y = p * scale;
-  return x < kMin ? 0.0 : y;
-}
 
 }  // namespace
 
@@ -86,83 +44,171 @@ double NumpySum(const double* a, int64_t n) {
 }
 
 void ExpInPlace(double* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = ExpKernel(x[i]);
+  for (int64_t i = 0; i < n; ++i) x[i] = Exp(x[i]);
 }
-
-double Exp(double x) { return ExpKernel(x); }
 
 namespace {
 
-using V8f = float __attribute__((vector_size(32)));
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Maximum of x[c] + penalty[c] over c in [0, n) (penalty may be null;
-// -inf if n == 0). Two vector accumulators; GCC/Clang vector extensions
-// because the plain loop is a float max-reduction that the compiler will
-// not vectorise without -ffast-math.
-float RangeMax(const float* x, int32_t n, const float* penalty) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const V8f neg = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
-  V8f lane0 = neg;
-  V8f lane1 = neg;
-  int32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    V8f a;
-    V8f b;
-    std::memcpy(&a, x + i, sizeof a);
-    std::memcpy(&b, x + i + 8, sizeof b);
-    if (penalty != nullptr) {
-      V8f pa;
-      V8f pb;
-      std::memcpy(&pa, penalty + i, sizeof pa);
-      std::memcpy(&pb, penalty + i + 8, sizeof pb);
-      a += pa;
-      b += pb;
-    }
-    lane0 = a > lane0 ? a : lane0;
-    lane1 = b > lane1 ? b : lane1;
+// GCC/Clang vector extensions: the plain loops are float max-reductions
+// with an index, which compilers do not vectorise without -ffast-math.
+using V8f = float __attribute__((vector_size(32)));
+using V8i = int32_t __attribute__((vector_size(32)));
+
+// A value/column candidate; "better" = larger value, then lower column.
+struct Cand {
+  float v = kNegInf;
+  int32_t c = -1;
+};
+inline bool Better(float v, int32_t c, const Cand& than) {
+  return c >= 0 && (than.c < 0 || v > than.v || (v == than.v && c < than.c));
+}
+
+constexpr int32_t kNoColumn = std::numeric_limits<int32_t>::max();
+
+// Horizontal reductions by halving (GCC vector shuffles).
+inline float HorizontalMax(V8f v) {
+  V8f s = __builtin_shuffle(v, V8i{4, 5, 6, 7, 0, 1, 2, 3});
+  v = s > v ? s : v;
+  s = __builtin_shuffle(v, V8i{2, 3, 0, 1, 6, 7, 4, 5});
+  v = s > v ? s : v;
+  s = __builtin_shuffle(v, V8i{1, 0, 3, 2, 5, 4, 7, 6});
+  v = s > v ? s : v;
+  return v[0];
+}
+inline int32_t HorizontalMin(V8i v) {
+  V8i s = __builtin_shuffle(v, V8i{4, 5, 6, 7, 0, 1, 2, 3});
+  v = s < v ? s : v;
+  s = __builtin_shuffle(v, V8i{2, 3, 0, 1, 6, 7, 4, 5});
+  v = s < v ? s : v;
+  s = __builtin_shuffle(v, V8i{1, 0, 3, 2, 5, 4, 7, 6});
+  v = s < v ? s : v;
+  return v[0];
+}
+
+inline V8f Load(const float* x, const float* penalty, int32_t i) {
+  V8f v;
+  std::memcpy(&v, x + i, sizeof v);
+  if (penalty != nullptr) {
+    V8f p;
+    std::memcpy(&p, penalty + i, sizeof p);
+    v += p;
   }
-  lane0 = lane1 > lane0 ? lane1 : lane0;
-  float m = kNegInf;
-  for (int j = 0; j < 8; ++j) m = lane0[j] > m ? lane0[j] : m;
-  for (; i < n; ++i) {
-    const float v = penalty != nullptr ? x[i] + penalty[i] : x[i];
-    m = v > m ? v : m;
-  }
-  return m;
+  return v;
 }
 
 }  // namespace
 
+void Top2(const float* x, int32_t n, const float* penalty, int32_t* first, int32_t* second) {
+  // Eight lanes, lane j sees columns j, j+8, ...; each keeps its best two
+  // with strict comparisons, so ties keep the lower column, and within a
+  // lane the runner-up is the best of the lane's other columns.
+  const V8f neg = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
+  const V8i none = {-1, -1, -1, -1, -1, -1, -1, -1};
+  V8f m1 = neg;
+  V8f m2 = neg;
+  V8i i1 = none;
+  V8i i2 = none;
+  V8i idx = {0, 1, 2, 3, 4, 5, 6, 7};
+  const V8i step = {8, 8, 8, 8, 8, 8, 8, 8};
+  int32_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    const V8f v = Load(x, penalty, c);
+    const V8i gt1 = v > m1;
+    const V8i gt2 = v > m2;
+    m2 = gt1 ? m1 : (gt2 ? v : m2);
+    i2 = gt1 ? i1 : (gt2 ? idx : i2);
+    m1 = gt1 ? v : m1;
+    i1 = gt1 ? idx : i1;
+    idx += step;
+  }
+  // The overall best is the best lane top; the runner-up is the best of the
+  // other lanes' tops and every lane's second (a lane's second never beats
+  // its own top, so including the winner's lane is harmless). Lanes that
+  // saw only -inf (masked) columns hold -inf and take no part.
+  Cand top;
+  Cand run;
+  const float best = HorizontalMax(m1);
+  if (best != kNegInf) {
+    const V8i big = {kNoColumn, kNoColumn, kNoColumn, kNoColumn,
+                     kNoColumn, kNoColumn, kNoColumn, kNoColumn};
+    const int32_t col = HorizontalMin((m1 == best) ? i1 : big);
+    top = {best, col};
+    const V8f others = (i1 == col) ? neg : m1;
+    const float second = HorizontalMax(m2 > others ? m2 : others);
+    if (second != kNegInf) {
+      const V8i a = (others == second) ? i1 : big;
+      const V8i b = (m2 == second) ? i2 : big;
+      run = {second, HorizontalMin(b < a ? b : a)};
+    }
+  }
+  // Tail columns come after every column above: strict comparisons.
+  for (; c < n; ++c) {
+    const float v = penalty != nullptr ? x[c] + penalty[c] : x[c];
+    if (v == kNegInf) continue;
+    if (top.c < 0 || v > top.v) {
+      run = top;
+      top = {v, c};
+    } else if (run.c < 0 || v > run.v) {
+      run = {v, c};
+    }
+  }
+  *first = top.c;
+  *second = run.c;
+}
+
 int32_t MaskedArgmax(const float* x, int32_t n, const float* penalty, int32_t also_skip) {
-  float m;
   if (also_skip >= 0 && also_skip < n) {
-    const int32_t a = also_skip;
-    m = std::max(RangeMax(x, a, penalty),
-                 RangeMax(x + a + 1, n - a - 1, penalty == nullptr ? nullptr : penalty + a + 1));
-  } else {
-    m = RangeMax(x, n, penalty);
+    int32_t first;
+    int32_t second;
+    Top2(x, n, penalty, &first, &second);
+    return first == also_skip ? second : first;
   }
-  if (m == -std::numeric_limits<float>::infinity()) return -1;
-  for (int32_t c = 0; c < n; ++c) {
-    if (x[c] == m && c != also_skip && (penalty == nullptr || penalty[c] == 0.0f)) return c;
+  const V8f neg = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
+  const V8i none = {-1, -1, -1, -1, -1, -1, -1, -1};
+  V8f m0 = neg;
+  V8f m1 = neg;
+  V8i i0 = none;
+  V8i i1 = none;
+  V8i idx = {0, 1, 2, 3, 4, 5, 6, 7};
+  const V8i eight = {8, 8, 8, 8, 8, 8, 8, 8};
+  const V8i step = {16, 16, 16, 16, 16, 16, 16, 16};
+  int32_t c = 0;
+  for (; c + 16 <= n; c += 16) {  // two independent lane sets
+    const V8f a = Load(x, penalty, c);
+    const V8f b = Load(x, penalty, c + 8);
+    const V8i ga = a > m0;
+    const V8i gb = b > m1;
+    m0 = ga ? a : m0;
+    i0 = ga ? idx : i0;
+    m1 = gb ? b : m1;
+    i1 = gb ? idx + eight : i1;
+    idx += step;
   }
-  return -1;
+  Cand top;
+  for (int j = 0; j < 8; ++j) {
+    if (m0[j] != kNegInf && Better(m0[j], i0[j], top)) top = {m0[j], i0[j]};
+    if (m1[j] != kNegInf && Better(m1[j], i1[j], top)) top = {m1[j], i1[j]};
+  }
+  for (; c < n; ++c) {
+    const float v = penalty != nullptr ? x[c] + penalty[c] : x[c];
+    if (v != kNegInf && (top.c < 0 || v > top.v)) top = {v, c};
+  }
+  return top.c;
 }
 
 double MaskedExpSum(const float* x, int32_t n, double shift, const float* penalty,
                     int32_t also_skip, double* buf) {
-  // -inf maps to exactly +0.0 in ExpKernel.
+  // -inf maps to exactly +0.0 in Exp.
   if (penalty == nullptr) {
-    for (int32_t c = 0; c < n; ++c) buf[c] = static_cast<double>(x[c]) - shift;
+    for (int32_t c = 0; c < n; ++c) buf[c] = Exp(static_cast<double>(x[c]) - shift);
   } else {
     for (int32_t c = 0; c < n; ++c) {
-      buf[c] = (static_cast<double>(x[c]) - shift) + static_cast<double>(penalty[c]);
+      buf[c] = Exp((static_cast<double>(x[c]) - shift) + static_cast<double>(penalty[c]));
     }
   }
-  if (also_skip >= 0 && also_skip < n) {
-    buf[also_skip] = -std::numeric_limits<double>::infinity();
-  }
-  ExpInPlace(buf, n);
+  if (also_skip >= 0 && also_skip < n) buf[also_skip] = 0.0;
   return NumpySum(buf, n);
 }
 

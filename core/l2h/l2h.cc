@@ -33,7 +33,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <queue>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -57,9 +56,12 @@ constexpr int64_t kWorkPerBlock = int64_t{1} << 18;  // logit values per chunk
 // Below these a loop runs on the calling thread: on a busy machine every
 // fork/join of a parallel region can cost a scheduler time slice.
 constexpr int64_t kMinParallelWork = int64_t{1} << 21;  // logit values
-constexpr int64_t kMinParallelPoints = 8192;  // points of a lowest group
+constexpr int64_t kMinParallelPoints = 2048;  // points of a lowest group
+constexpr int64_t kPrefetchDistance = 6;       // points ahead
+constexpr int32_t kMaxPrefetchColumns = 64;
 constexpr double kFirstPassShare = 0.5;  // progress fraction of the first pass
 constexpr float kMasked = -std::numeric_limits<float>::infinity();
+constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
 
 // Runs body(begin, end, thread) over [0, n) in chunks of `chunk` items on
 // up to `threads` threads (one parallel region; small ranges run inline).
@@ -99,6 +101,20 @@ bool ParallelChunks(int64_t n, int64_t chunk, int threads, RunContext& ctx, Body
     }
   }
   return !stop.load();
+}
+
+// Sum of exp(x[c] - shift) over the listed columns other than `skip`,
+// summed with NumpySum in list order. `buf` needs room for the list.
+double SumExpOverColumns(const float* x, const std::vector<int32_t>& columns, double shift,
+                         int32_t skip, double* buf) {
+  const int64_t n = static_cast<int64_t>(columns.size());
+  for (int64_t q = 0; q < n; ++q) {
+    const int32_t c = columns[q];
+    buf[q] = c == skip ? -std::numeric_limits<double>::infinity()
+                       : static_cast<double>(x[c]) - shift;
+  }
+  l2h_internal::ExpInPlace(buf, n);
+  return NumpySum(buf, n);
 }
 
 struct Group {
@@ -144,13 +160,23 @@ class L2hRunner {
   const int num_threads_;
   RunContext& ctx_;
 
-  // Per point.
+  // Per point: h(x), and the state described at the top of the file in one
+  // cache line so that a step touching scattered points misses once each.
+  struct PointState {
+    double rest = 0.0;
+    float shift = 0.0f;
+    float ref = 0.0f;
+    int32_t best = 0;
+    // Runner-up of the last argmax scan (first pass or rescan); -1 once
+    // used. While it is outside the point's group it is the masked argmax
+    // once the best is masked: the group only grows.
+    int32_t second = -1;
+    int32_t cluster = 0;  // h(x)
+    int32_t unused = 0;
+  };
+  static_assert(sizeof(PointState) == 32, "one point per half cache line");
   std::vector<int32_t> assign_;
-  std::vector<int32_t> best_;
-  std::vector<int32_t> second_;  // runner-up from the first pass; -1 once used
-  std::vector<float> shift_;
-  std::vector<float> ref_;
-  std::vector<double> rest_;
+  std::vector<PointState> state_;
 
   // Per cluster.
   std::vector<int64_t> offset_;  // points of c: points_[offset_[c] .. offset_[c+1])
@@ -171,7 +197,9 @@ class L2hRunner {
 
   // Step scratch.
   std::vector<float> penalty_;          // 0 or -inf per column: the mask
+  std::vector<int32_t> unmasked_;       // the columns outside the lowest group
   std::vector<int32_t> step_points_;    // points of the lowest group, ascending
+  std::vector<uint64_t> bitmap_;        // all zero between steps
   std::vector<int32_t> step_target_;    // h^m per step point
   std::vector<double> step_value_;      // g^m per step point
   std::vector<double> sorted_value_;    // step values grouped by target
@@ -185,31 +213,38 @@ class L2hRunner {
 
 absl::Status L2hRunner::FirstPass() {
   assign_.resize(n_);
-  best_.resize(n_);
-  second_.resize(n_);
-  shift_.resize(n_);
-  ref_.resize(n_);
-  rest_.resize(n_);
+  state_.resize(n_);
   thread_buf_.assign(static_cast<size_t>(num_threads_) * k_, 0.0);
   std::atomic<int64_t> bad_row{std::numeric_limits<int64_t>::max()};
   auto body = [&](int64_t begin, int64_t end, int thread) {
     double* buf = thread_buf_.data() + static_cast<size_t>(thread) * k_;
+    if (!ValidateFinite(Row(begin), end - begin, k_, begin).ok()) {
+      // Remember the first bad row of the chunk; skip the chunk.
+      int64_t first = begin;
+      while (ValidateFinite(Row(first), 1, k_, first).ok()) ++first;
+      int64_t seen = bad_row.load();
+      while (first < seen && !bad_row.compare_exchange_weak(seen, first)) {
+      }
+      return;
+    }
     for (int64_t i = begin; i < end; ++i) {
       const float* x = Row(i);
-      if (!ValidateFinite(x, 1, k_, i).ok()) {
-        int64_t seen = bad_row.load();
-        while (i < seen && !bad_row.compare_exchange_weak(seen, i)) {
-        }
-        continue;
+      // Hardware prefetchers stop at page boundaries; a row is often a page.
+      if (i + 2 < end) {
+        const float* ahead = Row(i + 2);
+        for (int32_t col = 0; col < k_; col += 16) __builtin_prefetch(ahead + col);
       }
-      const int32_t b = MaskedArgmax(x, k_, nullptr, -1);
+      int32_t b;
+      int32_t runner_up;
+      l2h_internal::Top2(x, k_, nullptr, &b, &runner_up);
       assign_[i] = b;
-      best_[i] = b;
-      second_[i] = MaskedArgmax(x, k_, nullptr, b);
-      shift_[i] = x[b];
-      const double rest = MaskedExpSum(x, k_, x[b], nullptr, b, buf);
-      rest_[i] = rest;
-      ref_[i] = static_cast<float>(rest);
+      PointState& st = state_[i];
+      st.cluster = b;
+      st.best = b;
+      st.second = runner_up;
+      st.shift = x[b];
+      st.rest = MaskedExpSum(x, k_, x[b], nullptr, b, buf);
+      st.ref = static_cast<float>(st.rest);
     }
   };
   auto progress = [&](int64_t done) {
@@ -243,7 +278,7 @@ void L2hRunner::BuildClusters() {
   mean_g_.assign(k_, 0.0);
   std::vector<double> g(n_);
 #pragma omp parallel for num_threads(RegionThreads(n_ * 16)) schedule(static)
-  for (int64_t j = 0; j < n_; ++j) g[j] = 1.0 / (1.0 + rest_[points_[j]]);
+  for (int64_t j = 0; j < n_; ++j) g[j] = 1.0 / (1.0 + state_[points_[j]].rest);
 #pragma omp parallel for num_threads(RegionThreads(n_ * 4)) schedule(dynamic, 16)
   for (int32_t c = 0; c < k_; ++c) {
     const int64_t size = offset_[c + 1] - offset_[c];
@@ -282,24 +317,37 @@ double L2hRunner::GroupScore(const std::vector<int32_t>& clusters) {
 // The points of g in ascending index order (np.where(np.isin(...))).
 void L2hRunner::CollectPoints(const Group& g) {
   step_points_.clear();
+  auto list = [&](int32_t c) {
+    return std::make_pair(points_.begin() + offset_[c], points_.begin() + offset_[c + 1]);
+  };
   if (g.clusters.size() == 1) {
-    const int32_t c = g.clusters[0];
-    step_points_.assign(points_.begin() + offset_[c], points_.begin() + offset_[c + 1]);
+    const auto [b, e] = list(g.clusters[0]);
+    step_points_.assign(b, e);
     return;
   }
-  step_points_.reserve(g.num_points);
-  // k-way merge of the clusters' ascending lists; a heap entry is
-  // (point, its position in points_).
-  using Head = std::pair<int32_t, int64_t>;
-  std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heap;
-  for (int32_t c : g.clusters) {
-    if (offset_[c + 1] > offset_[c]) heap.emplace(points_[offset_[c]], offset_[c]);
+  step_points_.resize(g.num_points);
+  if (g.clusters.size() == 2) {
+    const auto [b0, e0] = list(g.clusters[0]);
+    const auto [b1, e1] = list(g.clusters[1]);
+    std::merge(b0, e0, b1, e1, step_points_.begin());
+    return;
   }
-  while (!heap.empty()) {
-    const auto [p, at] = heap.top();
-    heap.pop();
-    step_points_.push_back(p);
-    if (at + 1 < offset_[assign_[p] + 1]) heap.emplace(points_[at + 1], at + 1);
+  // Mark the points in a bitmap over all rows, then read it in order:
+  // O(points + N / 64).
+  if (bitmap_.empty()) bitmap_.assign((n_ + 63) / 64, 0);
+  for (int32_t c : g.clusters) {
+    const auto [b, e] = list(c);
+    for (auto it = b; it != e; ++it) bitmap_[*it >> 6] |= uint64_t{1} << (*it & 63);
+  }
+  int64_t out = 0;
+  for (size_t w = 0; w < bitmap_.size(); ++w) {
+    uint64_t bits = bitmap_[w];
+    if (bits == 0) continue;
+    bitmap_[w] = 0;
+    while (bits != 0) {
+      step_points_[out++] = static_cast<int32_t>(w * 64 + __builtin_ctzll(bits));
+      bits &= bits - 1;
+    }
   }
 }
 
@@ -314,43 +362,132 @@ absl::Status L2hRunner::Reassign(const Group& lowest) {
   any_point_touched_ = true;
 
   const float* penalty = penalty_.data();
+  unmasked_.clear();
+  for (int32_t c = 0; c < k_; ++c) {
+    if (penalty_[c] == 0.0f) unmasked_.push_back(c);
+  }
+  const int32_t num_unmasked = static_cast<int32_t>(unmasked_.size());
+  // The rows of the step's points are scattered over the matrix: fetch the
+  // columns a point will need a few points ahead (the whole row if it will
+  // have to rescan for its best column).
+  auto prefetch_row = [&](const float* x) {
+    for (int32_t col = 0; col < k_; col += 16) __builtin_prefetch(x + col);
+  };
+  auto prefetch = [&](int64_t j) {
+    const int32_t i = step_points_[j];
+    const float* x = Row(i);
+    const PointState& st = state_[i];
+    const int32_t b = st.best;
+    __builtin_prefetch(x + b);
+    if (penalty[b] != 0.0f) {
+      const int32_t s = st.second;
+      if (s >= 0 && penalty[s] == 0.0f) {
+        __builtin_prefetch(x + s);
+      } else {
+        prefetch_row(x);  // a rescan reads the whole row
+        return;
+      }
+    }
+    // Mirror the choice of the update below.
+    const int32_t c = st.cluster;
+    const int32_t run_begin = pos_[c] - cov_before_[c];
+    const int32_t run_end = run_begin + cov_len_[c];
+    const int32_t num_new = run_begin + (t_size - run_end);
+    if (std::min<int64_t>(num_unmasked, k_ / 2) < num_new) {
+      if (num_unmasked < k_ / 2) {
+        for (int32_t q = 0; q < std::min(num_unmasked, kMaxPrefetchColumns); ++q) {
+          __builtin_prefetch(x + unmasked_[q]);
+        }
+      } else {
+        prefetch_row(x);
+      }
+      return;
+    }
+    for (int32_t q = 0; q < std::min(run_begin, kMaxPrefetchColumns); ++q) {
+      __builtin_prefetch(x + t[q]);
+    }
+    const int32_t limit = std::min(t_size, run_end + kMaxPrefetchColumns);
+    for (int32_t q = run_end; q < limit; ++q) __builtin_prefetch(x + t[q]);
+  };
   auto body = [&](int64_t begin, int64_t end, int thread) {
     double* buf = thread_buf_.data() + static_cast<size_t>(thread) * k_;
+    // Two stages: a point's state well ahead, its row's columns (which
+    // depend on the state) nearer.
+    for (int64_t j = begin; j < std::min(end, begin + 2 * kPrefetchDistance); ++j) {
+      __builtin_prefetch(&state_[step_points_[j]]);
+    }
+    for (int64_t j = begin; j < std::min(end, begin + kPrefetchDistance); ++j) prefetch(j);
     for (int64_t j = begin; j < end; ++j) {
+      if (j + 2 * kPrefetchDistance < end) {
+        __builtin_prefetch(&state_[step_points_[j + 2 * kPrefetchDistance]]);
+      }
+      if (j + kPrefetchDistance < end) prefetch(j + kPrefetchDistance);
       const int32_t i = step_points_[j];
       const float* x = Row(i);
-      const int32_t c = assign_[i];
+      PointState& st = state_[i];
+      const int32_t c = st.cluster;
       // Columns of the lowest group not yet removed from this point's
       // state: the list outside the covered run.
       const int32_t run_begin = pos_[c] - cov_before_[c];
       const int32_t run_end = run_begin + cov_len_[c];
-      int32_t b = best_[i];
-      const double shift = shift_[i];
-      double rest = rest_[i];
-      for (int32_t q = 0; q < t_size; ++q) {
-        if (q == run_begin) {
-          q = run_end - 1;
-          continue;
-        }
-        const int32_t a = t[q];
-        if (a != b) rest -= Exp(static_cast<double>(x[a]) - shift);
-      }
+      int32_t b = st.best;
+      const double shift = st.shift;
+      double rest = st.rest;
+      // A masked best moves to the runner-up of the last scan if that is
+      // still outside the group, otherwise to a fresh scan (which also
+      // brings the row into cache for the gathers below).
+      int32_t new_best = b;
       if (penalty[b] != 0.0f) {
-        const int32_t s = second_[i];
-        b = (s >= 0 && penalty[s] == 0.0f) ? s : MaskedArgmax(x, k_, penalty, -1);
-        second_[i] = -1;
-        rest -= Exp(static_cast<double>(x[b]) - shift);
+        const int32_t s = st.second;
+        if (s >= 0 && penalty[s] == 0.0f) {
+          new_best = s;
+          st.second = -1;
+        } else {
+          l2h_internal::Top2(x, k_, penalty, &new_best, &st.second);
+        }
       }
+      // Either subtract the mass of the newly masked columns from `rest`,
+      // or sum the unmasked columns afresh, whichever reads fewer values
+      // (a contiguous row pass costs about half a gather per value).
+      const int32_t num_new = run_begin + (t_size - run_end);
+      const int64_t direct_cost = std::min<int64_t>(num_unmasked, k_ / 2);
       double new_shift = shift;
-      if (rest < kCancelRatio * static_cast<double>(ref_[i]) ||
-          shift - static_cast<double>(x[b]) > kMaxShiftDrift) {
+      if (direct_cost < num_new) {
+        b = new_best;
         new_shift = x[b];
-        rest = MaskedExpSum(x, k_, new_shift, penalty, b, buf);
-        ref_[i] = static_cast<float>(rest);
-        shift_[i] = x[b];
+        rest = num_unmasked < k_ / 2 ? SumExpOverColumns(x, unmasked_, new_shift, b, buf)
+                                     : MaskedExpSum(x, k_, new_shift, penalty, b, buf);
+        st.ref = static_cast<float>(rest);
+        st.shift = x[b];
+      } else {
+        // The old best is not part of `rest`.
+        int32_t n = 0;
+        for (int32_t q = 0; q < run_begin; ++q) {
+          const int32_t a = t[q];
+          buf[n++] = a == b ? kMinusInf : static_cast<double>(x[a]) - shift;
+        }
+        for (int32_t q = run_end; q < t_size; ++q) {
+          const int32_t a = t[q];
+          buf[n++] = a == b ? kMinusInf : static_cast<double>(x[a]) - shift;
+        }
+        if (n > 0) {
+          l2h_internal::ExpInPlace(buf, n);
+          rest -= l2h_internal::PairwiseSum(buf, n);
+        }
+        if (new_best != b) {
+          b = new_best;
+          rest -= Exp(static_cast<double>(x[b]) - shift);
+        }
+        if (rest < kCancelRatio * static_cast<double>(st.ref) ||
+            shift - static_cast<double>(x[b]) > kMaxShiftDrift) {
+          new_shift = x[b];
+          rest = MaskedExpSum(x, k_, new_shift, penalty, b, buf);
+          st.ref = static_cast<float>(rest);
+          st.shift = x[b];
+        }
       }
-      best_[i] = b;
-      rest_[i] = rest;
+      st.best = b;
+      st.rest = rest;
       const double e = Exp(static_cast<double>(x[b]) - new_shift);
       step_target_[j] = b;
       step_value_[j] = e / (e + rest);
@@ -407,8 +544,8 @@ absl::Status L2hRunner::ReverseRelatedness(const Group& lowest) {
       const int32_t i = points_[j];
       const float* x = Row(i);
       double mass = 0.0;
-      for (int32_t e : t) mass += Exp(static_cast<double>(x[e]) - shift_[i]);
-      step_value_[j] = mass / (1.0 + rest_[i]);
+      for (int32_t e : t) mass += Exp(static_cast<double>(x[e]) - state_[i].shift);
+      step_value_[j] = mass / (1.0 + state_[i].rest);
     }
   };
   const int64_t chunk = std::max<int64_t>(1024, kWorkPerBlock / static_cast<int64_t>(t.size()));

@@ -115,6 +115,37 @@ TEST(L2hKernels, MaskedArgmaxMatchesBruteForce) {
   }
 }
 
+TEST(L2hKernels, Top2MatchesBruteForce) {
+  std::mt19937_64 rng(13);
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  for (int trial = 0; trial < 5000; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 90);
+    std::vector<float> x(n);
+    std::vector<float> pen(n, 0.0f);
+    const int distinct = 1 + static_cast<int>(rng() % 6);  // ties are common
+    for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % distinct)) - 2.0f;
+    for (float& p : pen) p = (rng() % 3 == 0) ? kMasked : 0.0f;
+    const float* with_mask = pen.data();
+    for (const float* penalty : {static_cast<const float*>(nullptr), with_mask}) {
+      auto argmax_except = [&](int skip) {
+        int best = -1;
+        for (int c = 0; c < n; ++c) {
+          if (c == skip || (penalty != nullptr && penalty[c] != 0.0f)) continue;
+          if (best < 0 || x[c] > x[best]) best = c;
+        }
+        return best;
+      };
+      const int want_first = argmax_except(-1);
+      const int want_second = want_first < 0 ? -1 : argmax_except(want_first);
+      int first = -2;
+      int second = -2;
+      Top2(x.data(), n, penalty, &first, &second);
+      ASSERT_EQ(first, want_first) << "trial " << trial << " n=" << n;
+      ASSERT_EQ(second, want_second) << "trial " << trial << " n=" << n;
+    }
+  }
+}
+
 TEST(L2hKernels, MaskedExpSumMatchesBruteForce) {
   std::mt19937_64 rng(5);
   std::normal_distribution<float> g(0.0f, 3.0f);

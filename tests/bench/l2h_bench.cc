@@ -1,0 +1,210 @@
+// L2H benchmarks on synthetic hierarchical logits.
+//
+//   l2h_bench                                  all benchmarks
+//   l2h_bench --benchmark_filter=BM_L2h/       the 50,000 x 100 runs only
+//   l2h_bench --write_npy=PATH [--rows=R --cols=C]
+//                                              write the synthetic logits
+//                                              (default 50,000 x 100) and exit;
+//                                              tests/bench/l2h_reference.py
+//                                              times the paper's code on them.
+//
+// The data: K leaf clusters of a balanced three-level tree (10 x 10 x 10 for
+// K = 1000, 4 x 5 x 5 for K = 100). A point of leaf y gets, for leaf c,
+//   logit = (-1.2 * d(y, c) + noise) * t + 2 * [c == y],
+// d = number of levels up to the lowest common ancestor (0..3), noise ~
+// approximately N(0, 0.8^2) (sum of four uniforms), t in [0.5, 2] per point.
+// Row i draws from SplitMix64(kSeed + i), so the data do not depend on the
+// thread count.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "core/common/run_context.h"
+#include "core/io/npy.h"
+#include "core/l2h/l2h.h"
+
+namespace dendro {
+namespace {
+
+constexpr uint64_t kSeed = 20240611;
+
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Branching of the three-level tree over k leaves (k = b0 * b1 * b2).
+std::vector<int32_t> Branching(int32_t k) {
+  if (k == 1000) return {10, 10, 10};
+  if (k == 100) return {4, 5, 5};
+  return {1, 1, k};
+}
+
+std::vector<float> SyntheticLogits(int64_t n, int32_t k) {
+  const std::vector<int32_t> b = Branching(k);
+  // d(y, c): levels up to the lowest common ancestor.
+  std::vector<uint8_t> dist(static_cast<size_t>(k) * k);
+  for (int32_t y = 0; y < k; ++y) {
+    for (int32_t c = 0; c < k; ++c) {
+      const int32_t y0 = y / (b[1] * b[2]), c0 = c / (b[1] * b[2]);
+      const int32_t y1 = y / b[2], c1 = c / b[2];
+      dist[static_cast<size_t>(y) * k + c] = y == c ? 0 : (y1 == c1 ? 1 : (y0 == c0 ? 2 : 3));
+    }
+  }
+  std::vector<float> x(static_cast<size_t>(n) * k);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t state = kSeed + static_cast<uint64_t>(i);
+    const int32_t y = static_cast<int32_t>(SplitMix64(state) % static_cast<uint64_t>(k));
+    const double t = 0.5 + 1.5 * static_cast<double>(SplitMix64(state) >> 11) * 0x1.0p-53;
+    const uint8_t* d = dist.data() + static_cast<size_t>(y) * k;
+    float* row = x.data() + static_cast<size_t>(i) * k;
+    for (int32_t c = 0; c < k; ++c) {
+      const uint64_t r = SplitMix64(state);
+      // sum of four U(0,1) from 16-bit slices: mean 2, variance 1/3
+      const double u = static_cast<double>(r & 0xffff) + static_cast<double>((r >> 16) & 0xffff) +
+                       static_cast<double>((r >> 32) & 0xffff) + static_cast<double>(r >> 48);
+      const double noise = (u / 65536.0 - 2.0) * (0.8 * std::sqrt(3.0));
+      row[c] = static_cast<float>((-1.2 * d[c] + noise) * t + (c == y ? 2.0 : 0.0));
+    }
+  }
+  return x;
+}
+
+const std::vector<float>& CachedLogits(int64_t n, int32_t k) {
+  static auto* cache = new std::map<std::pair<int64_t, int32_t>, std::vector<float>>();
+  auto it = cache->find({n, k});
+  if (it == cache->end()) {
+    cache->clear();  // keep at most one (possibly 5 GB) matrix
+    it = cache->emplace(std::make_pair(n, k), SyntheticLogits(n, k)).first;
+  }
+  return it->second;
+}
+
+// Records when the first pass ends (the first "merging" report).
+class PhaseClock final : public RunContext {
+ public:
+  PhaseClock() : start_(std::chrono::steady_clock::now()) {}
+  bool Cancelled() const override { return false; }
+  void Report(double, std::string_view stage) override {
+    if (stage == "merging" && first_pass_ms_ < 0) {
+      first_pass_ms_ = std::chrono::duration<double, std::milli>(
+                           std::chrono::steady_clock::now() - start_).count();
+    }
+  }
+  double first_pass_ms() const { return first_pass_ms_; }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+  double first_pass_ms_ = -1.0;
+};
+
+void RunBenchmark(benchmark::State& state, int64_t n, int32_t k, int threads) {
+  const std::vector<float>& x = CachedLogits(n, k);
+  const MatrixView logits(x.data(), n, k);
+  L2hOptions options;
+  options.num_threads = threads;
+  double first_pass_ms = 0.0;
+  for (auto _ : state) {
+    PhaseClock ctx;
+    auto r = RunL2h(logits, options, ctx);
+    first_pass_ms += ctx.first_pass_ms();
+    if (!r.ok()) {
+      state.SkipWithError(std::string(r.status().message()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(r->steps.data());
+  }
+  state.counters["rows"] = static_cast<double>(n);
+  state.counters["clusters"] = k;
+  state.counters["threads"] = threads;
+  // time to the end of the first pass (softmax, argmax, runner-up), per run
+  state.counters["first_pass_ms"] =
+      first_pass_ms / static_cast<double>(std::max<int64_t>(1, state.iterations()));
+}
+
+// 50,000 x 100 (CIFAR-100 scale; the size l2h_reference.py times).
+void BM_L2h(benchmark::State& state) {
+  RunBenchmark(state, state.range(0), static_cast<int32_t>(state.range(1)),
+               static_cast<int>(state.range(2)));
+}
+BENCHMARK(BM_L2h)
+    ->Args({50000, 100, 1})
+    ->Args({50000, 100, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// ImageNet-1k training set scale: 1,281,167 x 1,000 (a 5.1 GB float32 matrix,
+// generated once; filter it out with --benchmark_filter=BM_L2h/ on small
+// machines).
+void BM_L2hImageNetScale(benchmark::State& state) {
+  RunBenchmark(state, 1281167, 1000, static_cast<int>(state.range(0)));
+}
+BENCHMARK(BM_L2hImageNetScale)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(2);
+
+int WriteNpyAndExit(const std::string& path, int64_t rows, int32_t cols) {
+  const std::vector<float> x = SyntheticLogits(rows, cols);
+  const absl::Status s = WriteNpy(path, x, {rows, static_cast<int64_t>(cols)});
+  if (!s.ok()) {
+    std::fprintf(stderr, "l2h_bench: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  std::printf("wrote %lld x %d synthetic logits to %s\n", static_cast<long long>(rows), cols,
+              path.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace dendro
+
+int main(int argc, char** argv) {
+  std::string npy_path;
+  int64_t rows = 50000;
+  int64_t cols = 100;
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--write_npy=", 0) == 0) {
+      npy_path = a.substr(12);
+    } else if (a.rfind("--rows=", 0) == 0) {
+      rows = std::atoll(a.c_str() + 7);
+    } else if (a.rfind("--cols=", 0) == 0) {
+      cols = std::atoll(a.c_str() + 7);
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  if (!npy_path.empty()) {
+    if (rows < 1 || cols < 2 || cols > 1000000) {
+      std::fprintf(stderr, "l2h_bench: need --rows >= 1 and 2 <= --cols <= 1000000\n");
+      return 2;
+    }
+    return dendro::WriteNpyAndExit(npy_path, rows, static_cast<int32_t>(cols));
+  }
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

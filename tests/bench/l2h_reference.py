@@ -1,0 +1,60 @@
+#!/usr/bin/python3
+"""Wall time of the paper's reference L2H (appendix A) on the benchmark data.
+
+The reference function is the one in tests/golden/l2h/gen_l2h_goldens.py:
+appendix A of Palumbo et al., "Logits to Hierarchies", verbatim except for
+the fix of its re_pp_per_group line. The input is the synthetic matrix that
+l2h_bench generates (same generator, same seed), written with
+
+    build/tests/bench/l2h_bench --write_npy=/tmp/l2h_50000x100.npy
+
+and then timed with
+
+    /usr/bin/python3 tests/bench/l2h_reference.py /tmp/l2h_50000x100.npy [repeats]
+
+Prints the wall time of each run (softmax included, .npy loading excluded),
+and the merge steps' checksum so that runs can be compared with Dendro's.
+"""
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GENERATOR = os.path.join(HERE, "..", "golden", "l2h", "gen_l2h_goldens.py")
+
+
+def load_reference():
+    spec = importlib.util.spec_from_file_location("gen_l2h_goldens", GENERATOR)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.L2H
+
+
+def main():
+    if len(sys.argv) < 2:
+        raise SystemExit(__doc__)
+    path = sys.argv[1]
+    repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    l2h = load_reference()
+    logits32 = np.load(path)
+    if logits32.dtype != np.float32 or logits32.ndim != 2:
+        raise SystemExit("%s: expected a 2-D float32 array, got %s %s" % (
+            path, logits32.dtype, logits32.shape))
+    logits = logits32.astype(np.float64)
+    print("input %s: %d x %d" % (path, logits.shape[0], logits.shape[1]))
+    for r in range(repeats):
+        start = time.perf_counter()
+        steps = l2h(logits)
+        elapsed = time.perf_counter() - start
+        digest = hashlib.sha256(json.dumps(
+            [[list(map(int, a)), list(map(int, b))] for a, b in steps]).encode()).hexdigest()
+        print("run %d: %.3f s  (%d steps, sha256 %s)" % (r + 1, elapsed, len(steps), digest[:16]))
+
+
+if __name__ == "__main__":
+    main()

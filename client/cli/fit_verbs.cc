@@ -93,7 +93,8 @@ absl::Status RunUpload(Context& ctx, const Args& args) {
   const auto start = std::chrono::steady_clock::now();
   ProgressBar bar;
   DENDRO_ASSIGN_OR_RETURN(v1::Dataset ds,
-                          client->UploadNpy(path, labels, name, UploadBar(&bar, path)));
+                          client->UploadNpy(path, labels, name, UploadBar(&bar, path),
+                                            args.Has("transient")));
   bar.Done();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -42,11 +42,12 @@ const FlagSpec kAll{"all", false, false};
 const std::vector<Verb>& Verbs() {
   static const auto* verbs = new std::vector<Verb>{
       {"", "upload", "upload a float32/float64 .npy matrix as a dataset",
-       "dendro upload X.npy [--labels Y.npy] [--name NAME]\n"
+       "dendro upload X.npy [--labels Y.npy] [--name NAME] [--transient]\n"
        "  Streams X.npy (2-D, float32 or float64) to the server and prints the dataset id.\n"
        "  --labels Y.npy  1-D int32/int64 labels, one per row\n"
-       "  --name NAME     display name (default: the file name)\n",
-       {{"labels", true}, {"name", true}},
+       "  --name NAME     display name (default: the file name)\n"
+       "  --transient     not written durably; dropped when the server restarts\n",
+       {{"labels", true}, {"name", true}, {"transient", false}},
        1, 1, RunUpload},
       {"", "l2h", "fit an L2H hierarchy to a logits matrix and fetch it",
        "dendro l2h LOGITS.npy --out FILE [--out FILE ...] [--labels Y.npy] [--name NAME]\n"

@@ -7,6 +7,10 @@
 //                                              (default 50,000 x 100) and exit;
 //                                              tests/bench/l2h_reference.py
 //                                              times the paper's code on them.
+//   l2h_bench --write_steps=PATH [--rows=R --cols=C]
+//                                              run L2H on the same data and
+//                                              write its merge steps as JSON
+//                                              (l2h_reference.py --compare).
 //
 // The data: K leaf clusters of a balanced three-level tree (10 x 10 x 10 for
 // K = 1000, 4 x 5 x 5 for K = 100). A point of leaf y gets, for leaf c,
@@ -174,11 +178,44 @@ int WriteNpyAndExit(const std::string& path, int64_t rows, int32_t cols) {
   return 0;
 }
 
+int WriteStepsAndExit(const std::string& path, int64_t rows, int32_t cols) {
+  const std::vector<float> x = SyntheticLogits(rows, cols);
+  NullRunContext ctx;
+  auto r = RunL2h(MatrixView(x.data(), rows, cols), L2hOptions(), ctx);
+  if (!r.ok()) {
+    std::fprintf(stderr, "l2h_bench: %s\n", std::string(r.status().message()).c_str());
+    return 1;
+  }
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "l2h_bench: cannot write %s\n", path.c_str());
+    return 1;
+  }
+  auto tuple = [&](const std::vector<int32_t>& g) {
+    std::fputc('[', f);
+    for (size_t i = 0; i < g.size(); ++i) std::fprintf(f, "%s%d", i ? "," : "", g[i]);
+    std::fputc(']', f);
+  };
+  std::fputc('[', f);
+  for (size_t t = 0; t < r->steps.size(); ++t) {
+    std::fputs(t ? ",[" : "[", f);
+    tuple(r->steps[t].lowest);
+    std::fputc(',', f);
+    tuple(r->steps[t].most_related);
+    std::fputc(']', f);
+  }
+  std::fputs("]\n", f);
+  const bool ok = std::fclose(f) == 0;
+  std::printf("wrote %zu steps to %s\n", r->steps.size(), path.c_str());
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 }  // namespace dendro
 
 int main(int argc, char** argv) {
   std::string npy_path;
+  std::string steps_path;
   int64_t rows = 50000;
   int64_t cols = 100;
   std::vector<char*> rest;
@@ -186,6 +223,8 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a.rfind("--write_npy=", 0) == 0) {
       npy_path = a.substr(12);
+    } else if (a.rfind("--write_steps=", 0) == 0) {
+      steps_path = a.substr(14);
     } else if (a.rfind("--rows=", 0) == 0) {
       rows = std::atoll(a.c_str() + 7);
     } else if (a.rfind("--cols=", 0) == 0) {
@@ -194,12 +233,15 @@ int main(int argc, char** argv) {
       rest.push_back(argv[i]);
     }
   }
-  if (!npy_path.empty()) {
+  if (!npy_path.empty() || !steps_path.empty()) {
     if (rows < 1 || cols < 2 || cols > 1000000) {
       std::fprintf(stderr, "l2h_bench: need --rows >= 1 and 2 <= --cols <= 1000000\n");
       return 2;
     }
-    return dendro::WriteNpyAndExit(npy_path, rows, static_cast<int32_t>(cols));
+    if (!npy_path.empty()) {
+      return dendro::WriteNpyAndExit(npy_path, rows, static_cast<int32_t>(cols));
+    }
+    return dendro::WriteStepsAndExit(steps_path, rows, static_cast<int32_t>(cols));
   }
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());

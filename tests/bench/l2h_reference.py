@@ -11,9 +11,12 @@ l2h_bench generates (same generator, same seed), written with
 and then timed with
 
     /usr/bin/python3 tests/bench/l2h_reference.py /tmp/l2h_50000x100.npy [repeats]
+        [--compare STEPS.json]
 
-Prints the wall time of each run (softmax included, .npy loading excluded),
-and the merge steps' checksum so that runs can be compared with Dendro's.
+Prints the wall time of each run (softmax included, .npy loading excluded)
+and a checksum of the merge steps. With --compare, also checks that the
+steps equal Dendro's, as written by
+    build/tests/bench/l2h_bench --write_steps=STEPS.json
 """
 import hashlib
 import importlib.util
@@ -36,10 +39,18 @@ def load_reference():
 
 
 def main():
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    compare = None
+    if "--compare" in args:
+        at = args.index("--compare")
+        if at + 1 >= len(args):
+            raise SystemExit("--compare needs a file")
+        compare = args[at + 1]
+        del args[at:at + 2]
+    if not args:
         raise SystemExit(__doc__)
-    path = sys.argv[1]
-    repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    path = args[0]
+    repeats = int(args[1]) if len(args) > 1 else 1
     l2h = load_reference()
     logits32 = np.load(path)
     if logits32.dtype != np.float32 or logits32.ndim != 2:
@@ -47,13 +58,22 @@ def main():
             path, logits32.dtype, logits32.shape))
     logits = logits32.astype(np.float64)
     print("input %s: %d x %d" % (path, logits.shape[0], logits.shape[1]))
-    for r in range(repeats):
+    steps = None
+    for r in range(max(1, repeats)):
         start = time.perf_counter()
         steps = l2h(logits)
         elapsed = time.perf_counter() - start
-        digest = hashlib.sha256(json.dumps(
-            [[list(map(int, a)), list(map(int, b))] for a, b in steps]).encode()).hexdigest()
+        steps = [[list(map(int, a)), list(map(int, b))] for a, b in steps]
+        digest = hashlib.sha256(json.dumps(steps).encode()).hexdigest()
         print("run %d: %.3f s  (%d steps, sha256 %s)" % (r + 1, elapsed, len(steps), digest[:16]))
+    if compare is not None:
+        with open(compare) as f:
+            dendro_steps = json.load(f)
+        if dendro_steps != steps:
+            first = next((t for t, (a, b) in enumerate(zip(steps, dendro_steps)) if a != b),
+                         min(len(steps), len(dendro_steps)))
+            raise SystemExit("steps differ from %s at step %d" % (compare, first))
+        print("steps identical to %s" % compare)
 
 
 if __name__ == "__main__":

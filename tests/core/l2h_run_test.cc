@@ -300,6 +300,21 @@ TEST(L2hRun, AllPointsInOneCluster) {
   EXPECT_EQ(CompareWithBrute(l, L2hAggregation::kSumOfMeans, "one cluster"), 4u);
 }
 
+TEST(L2hRun, TinyInputs) {
+  for (int64_t n : {1, 2, 3}) {
+    for (int32_t k : {2, 3, 7}) {
+      const Logits l = RandomLogits(static_cast<uint64_t>(100 * n + k), n, k, 1.0, 2.0);
+      auto r = RunOn(l);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->steps.size(), static_cast<size_t>(k - 1));
+      EXPECT_EQ(r->hierarchy.num_leaves(), k);
+      EXPECT_EQ(CompareWithBrute(l, L2hAggregation::kSumOfMeans,
+                                 "n=" + std::to_string(n) + " k=" + std::to_string(k)),
+                static_cast<size_t>(k - 1));
+    }
+  }
+}
+
 TEST(L2hRun, RejectsBadInput) {
   const float data[] = {0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f,
                         std::numeric_limits<float>::quiet_NaN(), 7.0f, 8.0f};

@@ -1,0 +1,280 @@
+// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
+// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
+// 105593, fixed in 12.3/13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include "core/tneb/tneb.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/common/status_macros.h"
+#include "core/tneb/progress.h"
+
+namespace dendro {
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+absl::Status ValidateOptions(const TnebOptions& o) {
+  if (o.components < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("t-NEB needs at least 2 mixture components, got ", o.components));
+  }
+  if (o.neighbors < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("neighbors must be >= 1, got ", o.neighbors));
+  }
+  if (o.min_component_points < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_component_points must be >= 0, got ", o.min_component_points));
+  }
+  if (!(o.max_elongation > 0.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_elongation must be > 0, got ", o.max_elongation));
+  }
+  // The remaining options are checked by FitStudentMixture / OptimizePaths;
+  // check the path options up front so that a bad value fails before EM.
+  if (o.path_points < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("path_points must be >= 2 (the two end points), got ", o.path_points));
+  }
+  if (o.path_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("path_steps must be >= 0, got ", o.path_steps));
+  }
+  if (!(o.learning_rate > 0.0) || !std::isfinite(o.learning_rate)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("learning_rate must be a finite number > 0, got ", o.learning_rate));
+  }
+  if (o.eval_points < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("eval_points must be >= 2, got ", o.eval_points));
+  }
+  return absl::OkStatus();
+}
+
+// Constant columns make every scale matrix singular (up to the ridge); they
+// are rejected whether or not the data are standardised.
+absl::Status CheckColumns(const MatrixView& x) {
+  const int64_t d = x.cols();
+  std::vector<float> lo(x.row(0).data(), x.row(0).data() + d);
+  std::vector<float> hi = lo;
+  for (int64_t i = 1; i < x.rows(); ++i) {
+    const float* r = x.row(i).data();
+    for (int64_t j = 0; j < d; ++j) {
+      lo[j] = std::min(lo[j], r[j]);
+      hi[j] = std::max(hi[j], r[j]);
+    }
+  }
+  for (int64_t j = 0; j < d; ++j) {
+    if (lo[j] == hi[j]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "column ", j, " is constant (every value is ", lo[j],
+          "): it carries no information and makes every scale matrix singular; drop it"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int32_t>> TnebModel::AssignLeaves(const MatrixView& x,
+                                                             int num_threads) const {
+  if (x.cols() != input_dim()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "t-NEB model expects rows with ", input_dim(), " columns, got ", x.cols()));
+  }
+  DENDRO_RETURN_IF_ERROR(ValidateFinite(x));
+  return mixture.Assign(x, transform, num_threads);
+}
+
+absl::StatusOr<std::vector<int32_t>> TnebCutToK(const Hierarchy& tree, int32_t k) {
+  const int32_t l = tree.num_leaves();
+  if (k < 1 || k > l) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "k = ", k, " is not reachable: this t-NEB hierarchy has ", l,
+        " leaves (surviving mixture components), so k must be in [1, ", l, "]",
+        k > l ? "; fit more components or relax the filters to get more" : ""));
+  }
+  return tree.CutToK(k);
+}
+
+absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, RunContext& ctx) {
+  const int64_t n = x.rows();
+  const int64_t d = x.cols();
+  DENDRO_RETURN_IF_ERROR(ValidateOptions(o));
+  if (d < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "t-NEB needs at least 2 feature columns, got ", d,
+        " (in one dimension the path between two means is the segment itself)"));
+  }
+  if (n < o.components) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the data have ", n, " rows but ", o.components,
+                     " mixture components were requested: need at least one row per component"));
+  }
+  DENDRO_RETURN_IF_ERROR(ValidateFinite(x));
+  DENDRO_RETURN_IF_ERROR(CheckColumns(x));
+  const int threads = o.num_threads > 0 ? o.num_threads : std::max(1, omp_get_max_threads());
+
+  FeatureTransform transform;
+  if (o.standardize) {
+    DENDRO_ASSIGN_OR_RETURN(transform, StandardizationOf(x));
+  }
+
+  // 1. Mixture.
+  auto t0 = std::chrono::steady_clock::now();
+  MixtureOptions mo;
+  mo.components = o.components;
+  mo.dof = o.dof;
+  mo.learn_dof = o.learn_dof;
+  mo.gaussian = o.gaussian;
+  mo.ridge = o.ridge;
+  mo.restarts = o.restarts;
+  mo.max_iterations = o.max_iterations;
+  mo.tolerance = o.tolerance;
+  mo.seed = o.seed;
+  mo.num_threads = threads;
+  absl::StatusOr<MixtureFit> fit_or = [&] {
+    SubRangeContext sub(ctx, 0.0, 0.6);
+    return FitStudentMixture(x, transform, mo, sub);
+  }();
+  if (!fit_or.ok()) return fit_or.status();
+  const MixtureFit& fit = *fit_or;
+  const double em_seconds = Seconds(t0);
+
+  // 2. Filtering.
+  t0 = std::chrono::steady_clock::now();
+  if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+  ctx.Report(0.6, "filtering components");
+  const StudentMixture& full = fit.mixture;
+  const int m = full.num_components();
+  std::vector<ComponentInfo> info(m);
+  {
+    const std::vector<int32_t> hard = full.Assign(x, transform, threads);
+    for (int32_t c : hard) ++info[c].points;
+    const std::vector<double> elong = full.Elongations();
+    for (int k = 0; k < m; ++k) {
+      info[k].weight = full.weights()[k];
+      info[k].elongation = elong[k];
+    }
+  }
+  const double elong_limit = o.max_elongation * static_cast<double>(d);
+  std::vector<int32_t> keep;
+  int small = 0, elongated = 0;
+  for (int k = 0; k < m; ++k) {
+    const bool too_small = info[k].points <= o.min_component_points;
+    const bool too_long = !(info[k].elongation < elong_limit);
+    small += too_small;
+    elongated += (!too_small && too_long);
+    if (!too_small && !too_long) {
+      info[k].kept = true;
+      info[k].leaf = static_cast<int32_t>(keep.size());
+      keep.push_back(k);
+    }
+  }
+  const int32_t l = static_cast<int32_t>(keep.size());
+  if (l < 2) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "t-NEB: only %d of %d mixture components survived filtering (%d had <= %d points, %d "
+        "more had elongation >= %g = %g x d); a hierarchy needs at least 2. Try fewer "
+        "components, a larger ridge, or relax min_component_points / max_elongation",
+        l, m, small, o.min_component_points, elongated, elong_limit, o.max_elongation));
+  }
+  DENDRO_ASSIGN_OR_RETURN(StudentMixture mix, full.Subset(keep));
+  std::vector<int32_t> point_leaf = mix.Assign(x, transform, threads);
+  const double filter_seconds = Seconds(t0);
+
+  // 3. Paths.
+  t0 = std::chrono::steady_clock::now();
+  std::vector<ComponentPair> pairs = NearestComponentPairs(mix.means(), o.neighbors);
+  const std::vector<ComponentPair> bridges = BridgingPairs(mix.means(), pairs);
+  pairs.insert(pairs.end(), bridges.begin(), bridges.end());
+  NebOptions no;
+  no.path_points = o.path_points;
+  no.steps = o.path_steps;
+  no.learning_rate = o.learning_rate;
+  no.eval_points = o.eval_points;
+  no.num_threads = threads;
+  NebPaths paths;
+  {
+    SubRangeContext sub(ctx, 0.6, 0.98);
+    DENDRO_ASSIGN_OR_RETURN(paths, OptimizePaths(mix, pairs, no, sub));
+  }
+  const double path_seconds = Seconds(t0);
+
+  // 4. Tree.
+  t0 = std::chrono::steady_clock::now();
+  ctx.Report(0.98, "spanning tree");
+  std::vector<SimilarityEdge> edges;
+  edges.reserve(pairs.size());
+  for (size_t p = 0; p < pairs.size(); ++p) {
+    edges.push_back(SimilarityEdge{pairs[p].first, pairs[p].second, paths.similarity[p]});
+  }
+  const Eigen::MatrixXd means_d = mix.means();
+  const Eigen::VectorXd peak = mix.LogDensity(means_d, threads);
+  double offset = peak.maxCoeff();
+  for (const SimilarityEdge& e : edges) offset = std::max(offset, e.similarity);
+  DENDRO_ASSIGN_OR_RETURN(MergeTree mt, MaximumSpanningMerges(l, edges, offset));
+  DENDRO_ASSIGN_OR_RETURN(Hierarchy tree, Hierarchy::FromMerges(l, mt.merges));
+  DENDRO_RETURN_IF_ERROR(tree.SetPointLeaf(std::move(point_leaf)));
+
+  auto& md = tree.mutable_metadata();
+  md["method"] = o.gaussian ? "gneb" : "tneb";
+  md["components"] = absl::StrCat(m);
+  md["surviving"] = absl::StrCat(l);
+  md["leaf_components"] = absl::StrJoin(keep, ",");
+  md["gaussian"] = o.gaussian ? "true" : "false";
+  if (!o.gaussian) {
+    md["dof"] = absl::StrCat(o.dof);
+    md["learn_dof"] = o.learn_dof ? "true" : "false";
+  }
+  md["ridge"] = absl::StrCat(o.ridge);
+  md["restarts"] = absl::StrCat(o.restarts);
+  md["converged_restarts"] = absl::StrCat(fit.converged_restarts);
+  md["log_likelihood"] = absl::StrFormat("%.10g", fit.log_likelihood);
+  md["seed"] = absl::StrCat(o.seed);
+  md["standardize"] = o.standardize ? "true" : "false";
+  md["height_offset"] = absl::StrFormat("%.17g", offset);
+  if (l >= 3) {
+    absl::StatusOr<AutoK> ak = ChooseK(mt.similarity);
+    if (ak.ok()) {
+      md["auto_k"] = absl::StrCat(ak->k);
+      md["auto_k_jump"] = absl::StrFormat("%.6g", ak->jump);
+    }
+  }
+  const double tree_seconds = Seconds(t0);
+  ctx.Report(1.0, "done");
+
+  TnebResult res{std::move(tree),
+                 TnebModel{std::move(mix), std::move(transform), keep, offset},
+                 {},
+                 {},
+                 0,
+                 {}};
+  res.merge_similarity = std::move(mt.similarity);
+  res.edges = std::move(edges);
+  res.bridging_pairs = static_cast<int32_t>(bridges.size());
+  res.components = std::move(info);
+  res.log_likelihood = fit.log_likelihood;
+  res.converged_restarts = fit.converged_restarts;
+  res.failed_restarts = fit.failed_restarts;
+  res.em_converged = fit.converged;
+  res.em_iterations = fit.total_iterations;
+  res.em_seconds = em_seconds;
+  res.filter_seconds = filter_seconds;
+  res.path_seconds = path_seconds;
+  res.tree_seconds = tree_seconds;
+  return res;
+}
+
+}  // namespace dendro

@@ -1,0 +1,145 @@
+// t-NEB: hierarchical clustering with maximum-density paths and mixture
+// models (Ritzert, Turishcheva, Hansel et al.; Algorithm 1).
+//
+//   1. Density: a Student-t mixture with m full-covariance components is
+//      fitted by EM (core/tneb/mixture.h); g-NEB uses Gaussians instead.
+//   2. Filtering (appendix D.2): components with at most
+//      min_component_points training points (hard assignment to the most
+//      likely component) or with elongation (largest / smallest eigenvalue
+//      of the scale matrix) >= max_elongation * d are dropped; the
+//      survivors' weights are renormalised. Fewer than 2 survivors is a
+//      FailedPrecondition error that says how many were dropped for which
+//      reason (remedies: fewer components, larger ridge, relaxed filters).
+//   3. Paths (Algorithm 2, core/tneb/neb.h): for each surviving component
+//      its `neighbors` nearest components by Euclidean distance of means
+//      (each unordered pair once); one NEB path per pair; similarity = min
+//      log-density along the path. A disconnected neighbour graph is bridged
+//      by the closest pair of means between every two of its connected
+//      components (core/tneb/merge.h).
+//   4. Hierarchy: maximum spanning tree over the similarities; its edges in
+//      decreasing similarity are the merges (single linkage on bottleneck
+//      density). Leaves are the surviving components, renumbered 0..L-1 in
+//      the order of their original index; height = height_offset -
+//      similarity, where height_offset is the largest mixture log-density at
+//      a component mean (all heights >= 0, growing towards the root).
+//      point_leaf: the most likely surviving component of each training row.
+//
+// New points (TnebModel::AssignLeaves) go through the stored
+// standardisation and then to their most likely surviving component
+// (argmax of log w_k + log f_k; no underflow); cut the tree to place them
+// in a cluster at a level.
+//
+// Metadata written to the hierarchy: method, components, surviving,
+// leaf_components (original component index of each leaf), dof / gaussian /
+// learn_dof, ridge, restarts, converged_restarts, log_likelihood, seed,
+// standardize, height_offset, auto_k and auto_k_jump (when L >= 3).
+#ifndef DENDRO_CORE_TNEB_TNEB_H_
+#define DENDRO_CORE_TNEB_TNEB_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/common/run_context.h"
+#include "core/hierarchy/hierarchy.h"
+#include "core/matrix/matrix.h"
+#include "core/tneb/merge.h"
+#include "core/tneb/mixture.h"
+#include "core/tneb/neb.h"
+
+namespace dendro {
+
+// Defaults are the paper's (Table 4) and the authors' code.
+struct TnebOptions {
+  int32_t components = 25;       // m
+  double dof = 1.0;              // fixed nu (start value when learned)
+  bool learn_dof = false;        // learn nu per component (ECM)
+  bool gaussian = false;         // g-NEB: Gaussian components
+  double ridge = 1e-4;           // added to every scale matrix's diagonal
+  int32_t restarts = 20;         // EM restarts, best converged kept
+  int32_t max_iterations = 100;  // EM iteration cap per restart
+  double tolerance = 0.01;       // on the mean log-likelihood change
+  int32_t neighbors = 10;        // nearest components per component
+  int32_t path_points = 100;     // l
+  int32_t path_steps = 200;      // s
+  double learning_rate = 0.01;   // Adam
+  int32_t eval_points = 1024;    // final path evaluation
+  bool standardize = false;      // zero mean, unit variance per feature
+  uint64_t seed = 0;
+  int32_t min_component_points = 10;  // drop components with <= this many points
+  double max_elongation = 500.0;      // drop if eigenvalue ratio >= this * d
+  int num_threads = 0;                // 0: all cores
+};
+
+// Everything needed to place new points. Leaf i of the tree is component i
+// of `mixture`.
+struct TnebModel {
+  StudentMixture mixture;            // surviving components, weights renormalised
+  FeatureTransform transform;        // identity unless standardize
+  std::vector<int32_t> original_component;  // leaf -> index in the fitted mixture
+  double height_offset = 0.0;        // height = height_offset - similarity
+
+  int64_t input_dim() const { return mixture.dim(); }
+  // Leaf of every row of x (x.cols() == input_dim(), finite: both checked,
+  // InvalidArgument otherwise).
+  absl::StatusOr<std::vector<int32_t>> AssignLeaves(const MatrixView& x,
+                                                    int num_threads = 0) const;
+};
+
+// Why a fitted component was kept or dropped.
+struct ComponentInfo {
+  int64_t points = 0;       // training rows assigned to it (before filtering)
+  double weight = 0.0;      // mixture weight (before filtering)
+  double elongation = 0.0;  // largest / smallest scale eigenvalue
+  bool kept = false;
+  int32_t leaf = -1;        // leaf id if kept
+};
+
+struct TnebResult {
+  Hierarchy hierarchy;
+  TnebModel model;
+  // Per merge t (node L + t): the similarity (min log-density) at which it
+  // happens, non-increasing.
+  std::vector<double> merge_similarity;
+  // Every computed path, as leaf ids (a < b), with its similarity.
+  std::vector<SimilarityEdge> edges;
+  int32_t bridging_pairs = 0;  // paths added to connect the neighbour graph
+  std::vector<ComponentInfo> components;  // per fitted component
+  // EM summary.
+  double log_likelihood = 0.0;  // mean per training row, before filtering
+  int32_t converged_restarts = 0;
+  int32_t failed_restarts = 0;
+  bool em_converged = false;    // whether the kept restart converged
+  int64_t em_iterations = 0;    // M-steps over all restarts
+  // Wall-clock seconds per phase.
+  double em_seconds = 0.0;
+  double filter_seconds = 0.0;
+  double path_seconds = 0.0;
+  double tree_seconds = 0.0;
+};
+
+// Validates input and options (InvalidArgument naming the problem: fewer
+// rows than components, d < 2, NaN/inf entries, constant columns, bad
+// option values) and runs t-NEB. Progress: EM restarts 0-60%, paths
+// 60-98%, tree 98-100%. CancelledError when ctx is cancelled.
+absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& options,
+                                   RunContext& ctx);
+
+// Leaf -> cluster label at k clusters, with a t-NEB specific message when k
+// is outside [1, L] (e.g. because components were filtered).
+absl::StatusOr<std::vector<int32_t>> TnebCutToK(const Hierarchy& tree, int32_t k);
+
+// Model persistence: `dir` must exist. Writes tneb_model.json (dimensions,
+// degrees of freedom, original component ids, height offset, format
+// version), tneb_weights.npy (L), tneb_means.npy (L x d), tneb_scales.npy
+// (L*d x d, one d x d block per leaf) and, when standardising,
+// tneb_center.npy / tneb_scale.npy (d), all float64, each written
+// atomically. The hierarchy is saved separately (export.h). Defined in
+// model_io.cc, which needs dendro_io.
+absl::Status SaveTnebModel(const TnebModel& model, const std::string& dir);
+absl::StatusOr<TnebModel> LoadTnebModel(const std::string& dir);
+
+}  // namespace dendro
+
+#endif  // DENDRO_CORE_TNEB_TNEB_H_

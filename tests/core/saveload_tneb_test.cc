@@ -1,0 +1,142 @@
+// t-NEB model persistence: round trip, numpy-readable arrays, damaged
+// files. (Links the whole core: the model I/O uses dendro_io.)
+// GCC 12.2 reports false (maybe-)uninitialized warnings inside its AVX-512
+// intrinsics headers when Eigen is built with -march=native (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/io/atomic_file.h"
+#include "core/io/npy.h"
+#include "core/tneb/tneb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dendro {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempDir(const std::string& name) {
+  const std::string dir =
+      std::string(::testing::TempDir()) + "/tneb_saveload_" + name + "_" +
+      std::to_string(::testing::UnitTest::GetInstance()->random_seed());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+struct Fitted {
+  std::vector<float> x;
+  int64_t n = 0;
+  TnebResult result;
+};
+
+TnebResult Fit(const std::vector<float>& x, int64_t n, bool standardize, bool gaussian) {
+  TnebOptions o;
+  o.components = 6;
+  o.restarts = 2;
+  o.path_points = 30;
+  o.path_steps = 30;
+  o.eval_points = 128;
+  o.standardize = standardize;
+  o.gaussian = gaussian;
+  NullRunContext ctx;
+  auto r = FitTneb(MatrixView(x.data(), n, 3), o, ctx);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return *std::move(r);
+}
+
+std::vector<float> Data(int64_t n) {
+  std::mt19937_64 rng(9);
+  std::normal_distribution<double> nd;
+  std::vector<float> x;
+  for (int64_t i = 0; i < n; ++i) {
+    const double c = (i % 3) * 8.0;
+    x.push_back(static_cast<float>(c + nd(rng)));
+    x.push_back(static_cast<float>(100.0 + 50.0 * nd(rng)));
+    x.push_back(static_cast<float>(-c + nd(rng)));
+  }
+  return x;
+}
+
+TEST(TnebSaveLoad, RoundTripIsExact) {
+  const int64_t n = 600;
+  const std::vector<float> x = Data(n);
+  for (bool gaussian : {false, true}) {
+    SCOPED_TRACE(gaussian ? "gaussian" : "student-t");
+    const TnebResult r = Fit(x, n, /*standardize=*/!gaussian, gaussian);
+    const std::string dir = TempDir(gaussian ? "g" : "t");
+    ASSERT_TRUE(SaveTnebModel(r.model, dir).ok());
+    auto back = LoadTnebModel(dir);
+    ASSERT_TRUE(back.ok()) << back.status();
+    const StudentMixture& a = r.model.mixture;
+    const StudentMixture& b = back->mixture;
+    ASSERT_EQ(a.num_components(), b.num_components());
+    EXPECT_EQ(a.weights(), b.weights());
+    EXPECT_EQ(a.means(), b.means());
+    EXPECT_EQ(a.dof(), b.dof());
+    for (int k = 0; k < a.num_components(); ++k) EXPECT_EQ(a.scale(k), b.scale(k));
+    EXPECT_EQ(back->original_component, r.model.original_component);
+    EXPECT_EQ(back->height_offset, r.model.height_offset);
+    EXPECT_EQ(back->transform.center, r.model.transform.center);
+    EXPECT_EQ(back->transform.scale, r.model.transform.scale);
+    auto la = r.model.AssignLeaves(MatrixView(x.data(), n, 3));
+    auto lb = back->AssignLeaves(MatrixView(x.data(), n, 3));
+    ASSERT_TRUE(la.ok() && lb.ok());
+    EXPECT_EQ(*la, *lb);
+    EXPECT_EQ(*lb, r.hierarchy.point_leaf());
+
+    // The arrays are plain float64 .npy files.
+    auto means = ReadNpyFloat64(dir + "/tneb_means.npy");
+    ASSERT_TRUE(means.ok());
+    EXPECT_EQ(means->shape, (std::vector<int64_t>{a.num_components(), 3}));
+    auto scales = ReadNpyFloat64(dir + "/tneb_scales.npy");
+    ASSERT_TRUE(scales.ok());
+    EXPECT_EQ(scales->shape, (std::vector<int64_t>{3 * a.num_components(), 3}));
+    EXPECT_EQ(std::filesystem::exists(dir + "/tneb_center.npy"), !gaussian);
+  }
+}
+
+TEST(TnebSaveLoad, DamagedFilesAreClearErrors) {
+  const int64_t n = 300;
+  const std::vector<float> x = Data(n);
+  const TnebResult r = Fit(x, n, false, false);
+  const std::string dir = TempDir("damaged");
+  ASSERT_TRUE(SaveTnebModel(r.model, dir).ok());
+
+  EXPECT_FALSE(LoadTnebModel(dir + "/missing").ok());
+
+  std::string json;
+  ASSERT_TRUE(ReadFileToString(dir + "/tneb_model.json", &json).ok());
+  ASSERT_TRUE(WriteFileAtomic(dir + "/tneb_model.json", "{not json").ok());
+  EXPECT_THAT(std::string(LoadTnebModel(dir).status().message()), HasSubstr("not a JSON object"));
+  ASSERT_TRUE(WriteFileAtomic(dir + "/tneb_model.json", json).ok());
+  ASSERT_TRUE(LoadTnebModel(dir).ok());
+
+  const std::vector<double> wrong(5, 0.2);
+  const int64_t shape[1] = {5};
+  ASSERT_TRUE(WriteNpy(dir + "/tneb_weights.npy", absl::MakeConstSpan(wrong), shape).ok());
+  EXPECT_THAT(std::string(LoadTnebModel(dir).status().message()),
+              HasSubstr("tneb_weights.npy: expected shape"));
+
+  const int64_t l = r.model.mixture.num_components();
+  std::vector<double> w(l, 0.0);
+  w[0] = 1.0;
+  const int64_t shape_l[1] = {l};
+  ASSERT_TRUE(WriteNpy(dir + "/tneb_weights.npy", absl::MakeConstSpan(w), shape_l).ok());
+  std::vector<double> scales(l * 9, 0.0);  // all-zero scale matrices
+  const int64_t shape_s[2] = {l * 3, 3};
+  ASSERT_TRUE(WriteNpy(dir + "/tneb_scales.npy", absl::MakeConstSpan(scales), shape_s).ok());
+  EXPECT_THAT(std::string(LoadTnebModel(dir).status().message()),
+              HasSubstr("not positive definite"));
+}
+
+}  // namespace
+}  // namespace dendro

@@ -1,0 +1,301 @@
+// t-NEB end to end on small synthetic data: input errors, recovered
+// clusters, automatic k, filtering, standardisation, bridging, progress and
+// cancellation.
+// GCC 12.2 reports false (maybe-)uninitialized warnings inside its AVX-512
+// intrinsics headers when Eigen is built with -march=native (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include "core/tneb/tneb.h"
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dendro {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Data {
+  std::vector<float> x;
+  std::vector<int> y;
+  int64_t n = 0;
+  int d = 2;
+  MatrixView view() const { return MatrixView(x.data(), n, d); }
+};
+
+// Gaussian blobs (std 1) at the given 2-D centres, `per` points each.
+Data Blobs(const std::vector<std::pair<double, double>>& centres, int per, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd;
+  Data s;
+  for (int i = 0; i < per; ++i) {
+    for (size_t c = 0; c < centres.size(); ++c) {
+      s.x.push_back(static_cast<float>(centres[c].first + nd(rng)));
+      s.x.push_back(static_cast<float>(centres[c].second + nd(rng)));
+      s.y.push_back(static_cast<int>(c));
+    }
+  }
+  s.n = static_cast<int64_t>(s.y.size());
+  return s;
+}
+
+TnebOptions SmallOptions() {
+  TnebOptions o;
+  o.components = 9;
+  o.restarts = 4;
+  o.path_points = 40;
+  o.path_steps = 60;
+  o.eval_points = 256;
+  o.seed = 1;
+  return o;
+}
+
+// True when the clustering equals the labelling up to renaming.
+bool SamePartition(const std::vector<int>& a, const std::vector<int>& b) {
+  if (a.size() != b.size()) return false;
+  std::map<int, int> ab, ba;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (ab.emplace(a[i], b[i]).first->second != b[i]) return false;
+    if (ba.emplace(b[i], a[i]).first->second != a[i]) return false;
+  }
+  return true;
+}
+
+std::vector<int> ClustersAt(const TnebResult& r, int k) {
+  auto cut = TnebCutToK(r.hierarchy, k);
+  EXPECT_TRUE(cut.ok()) << cut.status();
+  std::vector<int> out;
+  for (int32_t leaf : r.hierarchy.point_leaf()) out.push_back((*cut)[leaf]);
+  return out;
+}
+
+TEST(TnebFit, RecoversSeparatedBlobs) {
+  const Data s = Blobs({{0, 0}, {12, 0}, {6, 11}}, 200, 1);
+  NullRunContext ctx;
+  auto r = FitTneb(s.view(), SmallOptions(), ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const Hierarchy& h = r->hierarchy;
+  const int32_t l = h.num_leaves();
+  EXPECT_GE(l, 3);
+  EXPECT_LE(l, 9);
+  EXPECT_TRUE(SamePartition(ClustersAt(*r, 3), s.y));
+  const auto& md = h.metadata();
+  EXPECT_EQ(md.at("method"), "tneb");
+  EXPECT_EQ(md.at("auto_k"), "3");
+  EXPECT_EQ(md.at("surviving"), std::to_string(l));
+  EXPECT_EQ(md.at("leaf_components"), absl::StrJoin(r->model.original_component, ","));
+
+  // Merge similarities fall; heights are height_offset - similarity.
+  ASSERT_EQ(static_cast<int32_t>(r->merge_similarity.size()), l - 1);
+  for (int t = 0; t < l - 1; ++t) {
+    if (t > 0) {
+      EXPECT_LE(r->merge_similarity[t], r->merge_similarity[t - 1]);
+    }
+    EXPECT_NEAR(h.height(l + t), r->model.height_offset - r->merge_similarity[t], 1e-9);
+  }
+  EXPECT_EQ(MergeSimilarities(h, r->model.height_offset).size(), r->merge_similarity.size());
+  auto ak = ChooseK(r->merge_similarity);
+  ASSERT_TRUE(ak.ok());
+  EXPECT_EQ(ak->k, 3);
+  EXPECT_GT(ak->jump, 2.0 * ak->second_jump);
+
+  // New points land where the training points did.
+  auto again = r->model.AssignLeaves(s.view());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, h.point_leaf());
+
+  // Bookkeeping of the filter.
+  int kept = 0;
+  int64_t points = 0;
+  for (const ComponentInfo& c : r->components) {
+    points += c.points;
+    if (c.kept) {
+      EXPECT_EQ(r->model.original_component[c.leaf], &c - r->components.data());
+      EXPECT_GT(c.points, 10);
+      EXPECT_LT(c.elongation, 500.0 * 2);
+      ++kept;
+    } else {
+      EXPECT_TRUE(c.points <= 10 || c.elongation >= 1000.0);
+    }
+  }
+  EXPECT_EQ(kept, l);
+  EXPECT_EQ(points, s.n);
+  EXPECT_GE(r->converged_restarts, 1);
+  EXPECT_GE(static_cast<int>(r->edges.size()), l - 1);
+}
+
+TEST(TnebFit, GaussianVariantAndBridging) {
+  // Two far groups; one neighbour per component leaves the k-NN graph
+  // disconnected, so bridging paths join it.
+  const Data s = Blobs({{0, 0}, {3, 0}, {60, 0}, {63, 0}}, 100, 2);
+  TnebOptions o = SmallOptions();
+  o.gaussian = true;
+  o.components = 6;
+  o.neighbors = 1;
+  NullRunContext ctx;
+  auto r = FitTneb(s.view(), o, ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->hierarchy.metadata().at("method"), "gneb");
+  EXPECT_GE(r->bridging_pairs, 1);
+  for (double nu : r->model.mixture.dof()) EXPECT_TRUE(std::isinf(nu));
+  // The two far groups are the last merge.
+  std::vector<int> far(s.y.size());
+  for (size_t i = 0; i < s.y.size(); ++i) far[i] = s.y[i] >= 2;
+  EXPECT_TRUE(SamePartition(ClustersAt(*r, 2), far));
+}
+
+TEST(TnebFit, StandardisationIsStoredAndApplied) {
+  Data s = Blobs({{0, 0}, {12, 0}, {6, 11}}, 150, 3);
+  for (int64_t i = 0; i < s.n; ++i) {
+    s.x[2 * i + 1] = static_cast<float>(1e4 + 1000.0 * s.x[2 * i + 1]);
+  }
+  TnebOptions o = SmallOptions();
+  o.standardize = true;
+  NullRunContext ctx;
+  auto r = FitTneb(s.view(), o, ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const FeatureTransform& t = r->model.transform;
+  ASSERT_EQ(t.center.size(), 2u);
+  for (int j = 0; j < 2; ++j) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < s.n; ++i) mean += s.x[2 * i + j];
+    mean /= s.n;
+    for (int64_t i = 0; i < s.n; ++i) var += (s.x[2 * i + j] - mean) * (s.x[2 * i + j] - mean);
+    EXPECT_NEAR(t.center[j], mean, 1e-9 * (1 + std::abs(mean)));
+    EXPECT_NEAR(t.scale[j], std::sqrt(var / s.n), 1e-9 * std::sqrt(var / s.n));
+  }
+  // Means live in standardised space.
+  EXPECT_LT(r->model.mixture.means().cwiseAbs().maxCoeff(), 5.0);
+  EXPECT_TRUE(SamePartition(ClustersAt(*r, 3), s.y));
+  auto again = r->model.AssignLeaves(s.view());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, r->hierarchy.point_leaf());
+  EXPECT_EQ(r->hierarchy.metadata().at("standardize"), "true");
+  EXPECT_THAT(std::string(r->model.AssignLeaves(MatrixView(s.x.data(), 3, 1)).status().message()),
+              HasSubstr("expects rows with 2 columns"));
+  std::vector<float> nan = {1.0f, std::numeric_limits<float>::quiet_NaN()};
+  EXPECT_THAT(std::string(r->model.AssignLeaves(MatrixView(nan.data(), 1, 2)).status().message()),
+              HasSubstr("NaN"));
+}
+
+TEST(TnebFit, CutBeyondTheLeavesSaysSo) {
+  const Data s = Blobs({{0, 0}, {12, 0}}, 100, 4);
+  TnebOptions o = SmallOptions();
+  o.components = 4;
+  NullRunContext ctx;
+  auto r = FitTneb(s.view(), o, ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const int l = r->hierarchy.num_leaves();
+  EXPECT_TRUE(TnebCutToK(r->hierarchy, l).ok());
+  EXPECT_THAT(std::string(TnebCutToK(r->hierarchy, l + 1).status().message()),
+              HasSubstr("not reachable"));
+  EXPECT_THAT(std::string(TnebCutToK(r->hierarchy, 0).status().message()),
+              HasSubstr("not reachable"));
+}
+
+TEST(TnebFit, TooFewSurvivorsIsAClearError) {
+  const Data s = Blobs({{0, 0}, {12, 0}}, 100, 5);
+  TnebOptions o = SmallOptions();
+  o.components = 4;
+  o.min_component_points = 150;  // at most one component can have > 150 of 200 points
+  NullRunContext ctx;
+  auto r = FitTneb(s.view(), o, ctx);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("survived filtering"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("<= 150 points"));
+}
+
+TEST(TnebFit, RejectsBadInput) {
+  NullRunContext ctx;
+  TnebOptions o = SmallOptions();
+  const Data s = Blobs({{0, 0}, {12, 0}}, 20, 6);
+  auto msg = [&](const MatrixView& x, const TnebOptions& opt) {
+    auto r = FitTneb(x, opt, ctx);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(r.status().message());
+  };
+  o.components = 50;
+  EXPECT_THAT(msg(s.view(), o), HasSubstr("40 rows but 50 mixture components"));
+  o.components = 4;
+  EXPECT_THAT(msg(MatrixView(s.x.data(), 80, 1), o), HasSubstr("at least 2 feature columns"));
+  std::vector<float> bad = s.x;
+  bad[7] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THAT(msg(MatrixView(bad.data(), s.n, 2), o), HasSubstr("row 3, column 1 is NaN"));
+  bad = s.x;
+  for (int64_t i = 0; i < s.n; ++i) bad[2 * i + 1] = 4.5f;
+  EXPECT_THAT(msg(MatrixView(bad.data(), s.n, 2), o), HasSubstr("column 1 is constant"));
+  o.standardize = true;
+  EXPECT_THAT(msg(MatrixView(bad.data(), s.n, 2), o), HasSubstr("column 1 is constant"));
+  o.standardize = false;
+  TnebOptions p = o;
+  p.components = 1;
+  EXPECT_THAT(msg(s.view(), p), HasSubstr("at least 2 mixture components"));
+  p = o;
+  p.neighbors = 0;
+  EXPECT_THAT(msg(s.view(), p), HasSubstr("neighbors"));
+  p = o;
+  p.path_points = 1;
+  EXPECT_THAT(msg(s.view(), p), HasSubstr("path_points"));
+  p = o;
+  p.eval_points = 0;
+  EXPECT_THAT(msg(s.view(), p), HasSubstr("eval_points"));
+  p = o;
+  p.max_elongation = 0;
+  EXPECT_THAT(msg(s.view(), p), HasSubstr("max_elongation"));
+  p = o;
+  p.dof = -1;
+  EXPECT_THAT(msg(s.view(), p), HasSubstr("degrees of freedom"));
+  p = o;
+  p.restarts = 0;
+  EXPECT_THAT(msg(s.view(), p), HasSubstr("restarts"));
+}
+
+class RecordingContext final : public RunContext {
+ public:
+  explicit RecordingContext(int cancel_after = 1 << 30) : cancel_after_(cancel_after) {}
+  bool Cancelled() const override { return reports_ > cancel_after_; }
+  void Report(double f, std::string_view stage) override {
+    EXPECT_GE(f, last_) << stage;
+    EXPECT_LE(f, 1.0);
+    last_ = f;
+    ++reports_;
+    stages_.insert(std::string(stage.substr(0, stage.find_first_of("0123456789("))));
+  }
+  std::atomic<int> reports_{0};
+  double last_ = 0.0;
+  std::set<std::string> stages_;
+
+ private:
+  int cancel_after_;
+};
+
+TEST(TnebFit, ReportsMonotoneProgressAndCancels) {
+  const Data s = Blobs({{0, 0}, {12, 0}, {6, 11}}, 100, 7);
+  RecordingContext ctx;
+  auto r = FitTneb(s.view(), SmallOptions(), ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(ctx.last_, 1.0);
+  EXPECT_TRUE(ctx.stages_.count("EM restart ")) << absl::StrJoin(ctx.stages_, "|");
+  EXPECT_TRUE(ctx.stages_.count("NEB paths ")) << absl::StrJoin(ctx.stages_, "|");
+  for (int after : {3, 60}) {  // during EM, during the paths
+    RecordingContext cancel(after);
+    EXPECT_TRUE(absl::IsCancelled(FitTneb(s.view(), SmallOptions(), cancel).status()))
+        << "cancel after " << after;
+  }
+}
+
+}  // namespace
+}  // namespace dendro

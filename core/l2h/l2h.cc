@@ -26,13 +26,12 @@
 // not depend on the number of threads.
 #include "core/l2h/l2h.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -40,6 +39,7 @@
 #include "absl/strings/str_join.h"
 #include "core/common/status_macros.h"
 #include "core/l2h/kernels.h"
+#include "core/l2h/worker_pool.h"
 
 namespace dendro {
 namespace {
@@ -63,16 +63,16 @@ constexpr double kFirstPassShare = 0.5;  // progress fraction of the first pass
 constexpr float kMasked = -std::numeric_limits<float>::infinity();
 constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
 
-// Runs body(begin, end, thread) over [0, n) in chunks of `chunk` items on
-// up to `threads` threads (one parallel region; small ranges run inline).
-// Only the calling thread (OpenMP thread 0) talks to the RunContext: before
-// each of its chunks it polls Cancelled() and calls on_progress(items done).
-// Returns false if cancelled (the remaining chunks are then skipped).
+// Runs body(begin, end, thread) over [0, n) in chunks of `chunk` items, on
+// the pool's threads if `parallel` (small ranges run inline). Only the
+// calling thread (thread 0) talks to the RunContext: before each of its
+// chunks it polls Cancelled() and calls on_progress(items done). Returns
+// false if cancelled (the remaining chunks are then skipped).
 template <typename Body, typename Progress>
-bool ParallelChunks(int64_t n, int64_t chunk, int threads, RunContext& ctx, Body&& body,
-                    Progress&& on_progress) {
+bool ParallelChunks(l2h_internal::WorkerPool& pool, bool parallel, int64_t n, int64_t chunk,
+                    RunContext& ctx, Body&& body, Progress&& on_progress) {
   const int64_t num_chunks = (n + chunk - 1) / chunk;
-  if (threads <= 1 || num_chunks <= 1) {
+  if (!parallel || pool.num_threads() <= 1 || num_chunks <= 1) {
     for (int64_t b = 0; b < num_chunks; ++b) {
       if (ctx.Cancelled()) return false;
       on_progress(b * chunk);
@@ -82,24 +82,19 @@ bool ParallelChunks(int64_t n, int64_t chunk, int threads, RunContext& ctx, Body
   }
   std::atomic<bool> stop{false};
   std::atomic<int64_t> done{0};
-#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads, num_chunks)))
-  {
-    const int tid = omp_get_thread_num();
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t b = 0; b < num_chunks; ++b) {
-      if (stop.load(std::memory_order_relaxed)) continue;
-      if (tid == 0) {
-        if (ctx.Cancelled()) {
-          stop.store(true, std::memory_order_relaxed);
-          continue;
-        }
-        on_progress(done.load(std::memory_order_relaxed));
+  pool.Run(num_chunks, [&](int64_t b, int thread) {
+    if (stop.load(std::memory_order_relaxed)) return;
+    if (thread == 0) {
+      if (ctx.Cancelled()) {
+        stop.store(true, std::memory_order_relaxed);
+        return;
       }
-      const int64_t end = std::min(n, (b + 1) * chunk);
-      body(b * chunk, end, tid);
-      done.fetch_add(end - b * chunk, std::memory_order_relaxed);
+      on_progress(done.load(std::memory_order_relaxed));
     }
-  }
+    const int64_t end = std::min(n, (b + 1) * chunk);
+    body(b * chunk, end, thread);
+    done.fetch_add(end - b * chunk, std::memory_order_relaxed);
+  });
   return !stop.load();
 }
 
@@ -132,15 +127,13 @@ class L2hRunner {
         k_(static_cast<int32_t>(logits.cols())),
         aggregation_(options.aggregation),
         num_threads_(num_threads),
-        ctx_(ctx) {}
+        ctx_(ctx),
+        pool_(num_threads) {}
 
   absl::StatusOr<L2hResult> Run();
 
  private:
   const float* Row(int64_t i) const { return data_ + i * static_cast<int64_t>(k_); }
-  int RegionThreads(int64_t work) const {
-    return work >= kMinParallelWork ? num_threads_ : 1;
-  }
 
   absl::Status FirstPass();
   void BuildClusters();
@@ -159,6 +152,7 @@ class L2hRunner {
   const L2hAggregation aggregation_;
   const int num_threads_;
   RunContext& ctx_;
+  l2h_internal::WorkerPool pool_;
 
   // Per point: h(x), and the state described at the top of the file in one
   // cache line so that a step touching scattered points misses once each.
@@ -251,8 +245,8 @@ absl::Status L2hRunner::FirstPass() {
     Progress(kFirstPassShare * static_cast<double>(done) / static_cast<double>(n_), "softmax");
   };
   const int64_t rows_per_chunk = std::max<int64_t>(1, kWorkPerBlock / k_);
-  const int threads = n_ * k_ >= kMinParallelWork ? num_threads_ : 1;
-  if (!ParallelChunks(n_, rows_per_chunk, threads, ctx_, body, progress)) {
+  if (!ParallelChunks(pool_, n_ * k_ >= kMinParallelWork, n_, rows_per_chunk, ctx_, body,
+                      progress)) {
     return absl::CancelledError("L2H cancelled");
   }
   if (bad_row.load() != std::numeric_limits<int64_t>::max()) {
@@ -277,9 +271,7 @@ void L2hRunner::BuildClusters() {
   sum_g_.assign(k_, 0.0);
   mean_g_.assign(k_, 0.0);
   std::vector<double> g(n_);
-#pragma omp parallel for num_threads(RegionThreads(n_ * 16)) schedule(static)
   for (int64_t j = 0; j < n_; ++j) g[j] = 1.0 / (1.0 + state_[points_[j]].rest);
-#pragma omp parallel for num_threads(RegionThreads(n_ * 4)) schedule(dynamic, 16)
   for (int32_t c = 0; c < k_; ++c) {
     const int64_t size = offset_[c + 1] - offset_[c];
     if (size == 0) continue;  // Dendro's rule: the mean over no points is 0
@@ -494,8 +486,8 @@ absl::Status L2hRunner::Reassign(const Group& lowest) {
     }
   };
   const int64_t points_per_chunk = std::max<int64_t>(64, kWorkPerBlock / k_);
-  const int threads = m >= kMinParallelPoints ? num_threads_ : 1;
-  if (!ParallelChunks(m, points_per_chunk, threads, ctx_, body, [](int64_t) {})) {
+  if (!ParallelChunks(pool_, m >= kMinParallelPoints, m, points_per_chunk, ctx_, body,
+                      [](int64_t) {})) {
     for (int32_t c : t) penalty_[c] = 0.0f;
     return absl::CancelledError("L2H cancelled");
   }
@@ -549,8 +541,8 @@ absl::Status L2hRunner::ReverseRelatedness(const Group& lowest) {
     }
   };
   const int64_t chunk = std::max<int64_t>(1024, kWorkPerBlock / static_cast<int64_t>(t.size()));
-  const int threads = n_ * static_cast<int64_t>(t.size()) >= kMinParallelWork ? num_threads_ : 1;
-  if (!ParallelChunks(n_, chunk, threads, ctx_, body, [](int64_t) {})) {
+  if (!ParallelChunks(pool_, n_ * static_cast<int64_t>(t.size()) >= kMinParallelWork, n_, chunk,
+                      ctx_, body, [](int64_t) {})) {
     return absl::CancelledError("L2H cancelled");
   }
   rp_targets_.clear();
@@ -745,7 +737,10 @@ absl::StatusOr<L2hResult> RunL2h(const MatrixView& logits, const L2hOptions& opt
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown L2H aggregation value ", static_cast<int>(options.aggregation)));
   }
-  const int num_threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+  const int num_threads =
+      options.num_threads > 0
+          ? options.num_threads
+          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   L2hRunner runner(logits, options, std::max(1, num_threads), ctx);
   return runner.Run();
 }
@@ -754,13 +749,20 @@ std::vector<int32_t> ArgmaxRows(const MatrixView& logits) {
   const int64_t n = logits.rows();
   const int32_t k = static_cast<int32_t>(logits.cols());
   std::vector<int32_t> out(n, 0);
-  if (k == 0) return out;
+  if (k == 0 || n == 0) return out;
   const float* data = logits.data();
-#pragma omp parallel for schedule(static) if (n * k >= (int64_t{1} << 16))
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t b = MaskedArgmax(data + i * k, k, nullptr, -1);
-    out[i] = b < 0 ? 0 : b;
-  }
+  const int64_t chunk = std::max<int64_t>(1, kWorkPerBlock / k);
+  const int64_t num_chunks = (n + chunk - 1) / chunk;
+  const int threads = n * k >= kMinParallelWork
+                          ? static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))
+                          : 1;
+  l2h_internal::WorkerPool pool(threads);
+  pool.Run(num_chunks, [&](int64_t b, int) {
+    for (int64_t i = b * chunk; i < std::min(n, (b + 1) * chunk); ++i) {
+      const int32_t best = MaskedArgmax(data + i * k, k, nullptr, -1);
+      out[i] = best < 0 ? 0 : best;
+    }
+  });
   return out;
 }
 

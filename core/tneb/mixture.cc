@@ -31,12 +31,12 @@ namespace {
 using Eigen::MatrixXd;
 using Eigen::VectorXd;
 
-constexpr int64_t kBlockRows = 512;       // rows per dense block in data passes
-constexpr int64_t kGradBlockRows = 256;   // rows per block for density gradients
+constexpr int64_t kBlockRows = 512;      // rows per dense block in data passes
+constexpr int64_t kGradBlockRows = 256;  // rows per block for density gradients
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kMinDof = 1.0;
 constexpr double kMaxDof = 1000.0;
-constexpr int kMaxRidgeEscalations = 8;   // ridge x10 each, up to 1e8 x
+constexpr int kMaxRidgeEscalations = 8;  // ridge x10 each, up to 1e8 x
 constexpr int kKMeansMaxIterations = 100;
 constexpr double kKMeansTolerance = 1e-4;  // sklearn's: relative to mean variance
 
@@ -47,8 +47,8 @@ int ResolveThreads(int n) { return n > 0 ? n : std::max(1, omp_get_max_threads()
 // thread on a busy machine can cost more than the work itself).
 constexpr double kMinFlopsPerThread = 4e6;
 int ThreadsFor(double flops, int max_threads) {
-  return static_cast<int>(std::clamp(flops / kMinFlopsPerThread, 1.0,
-                                     static_cast<double>(std::max(1, max_threads))));
+  return static_cast<int>(
+      std::clamp(flops / kMinFlopsPerThread, 1.0, static_cast<double>(std::max(1, max_threads))));
 }
 
 double LogGamma(double x) {
@@ -141,7 +141,8 @@ void RowLogSumExpToResp(MatrixXd* logp, VectorXd* lse) {
 template <typename Fn>
 void ForChunks(int64_t n, int parts, double flops_per_row, Fn fn) {
   parts = std::min(parts, ThreadsFor(static_cast<double>(n) * flops_per_row, parts));
-  parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(parts, (n + kBlockRows - 1) / kBlockRows)));
+  parts = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>(parts, (n + kBlockRows - 1) / kBlockRows)));
   const int64_t blocks = (n + kBlockRows - 1) / kBlockRows;
   auto range = [&](int part) {
     const int64_t b0 = blocks * part / parts;
@@ -232,7 +233,8 @@ absl::StatusOr<MatrixXd> KMeans(const MatrixView& x, const FeatureTransform& t, 
         LoadRows(x, t, b, &xb);
         SquaredDistances(xb, cand, cand_norm, &dist);
         for (int64_t i = 0; i < xb.rows(); ++i) {
-          for (int j = 0; j < trials; ++j) part_pot[part](j) += std::min(closest[b + i], dist(i, j));
+          for (int j = 0; j < trials; ++j)
+            part_pot[part](j) += std::min(closest[b + i], dist(i, j));
         }
       }
     });
@@ -251,7 +253,8 @@ absl::StatusOr<MatrixXd> KMeans(const MatrixView& x, const FeatureTransform& t, 
         xb.resize(std::min(kBlockRows, end - b), d);
         LoadRows(x, t, b, &xb);
         SquaredDistances(xb, cb, cbn, &dist);
-        for (int64_t i = 0; i < xb.rows(); ++i) closest[b + i] = std::min(closest[b + i], dist(i, 0));
+        for (int64_t i = 0; i < xb.rows(); ++i)
+          closest[b + i] = std::min(closest[b + i], dist(i, 0));
       }
     });
   }
@@ -520,7 +523,7 @@ struct RestartResult {
 
 struct DataMoments {
   VectorXd mean;
-  MatrixXd cov;            // population covariance
+  MatrixXd cov;  // population covariance
   double mean_variance = 0.0;
 };
 
@@ -562,8 +565,7 @@ RestartResult RunRestart(const MatrixView& x, const FeatureTransform& t, const M
   const int m = o.components;
   progress->Start();
   std::mt19937_64 rng(RestartSeed(o.seed, restart));
-  absl::StatusOr<MatrixXd> centers =
-      KMeans(x, t, m, &rng, threads, moments.mean_variance, ctx);
+  absl::StatusOr<MatrixXd> centers = KMeans(x, t, m, &rng, threads, moments.mean_variance, ctx);
   if (!centers.ok()) {
     res.cancelled = true;
     cancelled->store(true);
@@ -747,16 +749,15 @@ absl::StatusOr<FeatureTransform> StandardizationOf(const MatrixView& x) {
   for (int64_t j = 0; j < d; ++j) {
     t.scale[j] = std::sqrt(m2[j] / static_cast<double>(n));
     if (!(t.scale[j] > 0.0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "column ", j, " is constant (every value is ", x(0, j),
-          "): it cannot be standardised to unit variance; drop it"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("column ", j, " is constant (every value is ", x(0, j),
+                       "): it cannot be standardised to unit variance; drop it"));
     }
   }
   return t;
 }
 
-void LoadRows(const MatrixView& x, const FeatureTransform& t, int64_t begin,
-              Eigen::MatrixXd* out) {
+void LoadRows(const MatrixView& x, const FeatureTransform& t, int64_t begin, Eigen::MatrixXd* out) {
   const int64_t rows = out->rows();
   const int64_t d = x.cols();
   if (t.identity()) {
@@ -772,8 +773,7 @@ void LoadRows(const MatrixView& x, const FeatureTransform& t, int64_t begin,
 
 // ---------------------------------------------------------------- StudentMixture
 
-absl::StatusOr<StudentMixture> StudentMixture::Create(std::vector<double> weights,
-                                                      RowMatrixD means,
+absl::StatusOr<StudentMixture> StudentMixture::Create(std::vector<double> weights, RowMatrixD means,
                                                       std::vector<Eigen::MatrixXd> scales,
                                                       std::vector<double> dof) {
   const int64_t m = means.rows();
@@ -784,9 +784,9 @@ absl::StatusOr<StudentMixture> StudentMixture::Create(std::vector<double> weight
   }
   if (static_cast<int64_t>(weights.size()) != m || static_cast<int64_t>(scales.size()) != m ||
       static_cast<int64_t>(dof.size()) != m) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mixture: ", m, " means but ", weights.size(), " weights, ", scales.size(),
-        " scale matrices and ", dof.size(), " degrees of freedom"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("mixture: ", m, " means but ", weights.size(), " weights, ", scales.size(),
+                     " scale matrices and ", dof.size(), " degrees of freedom"));
   }
   double wsum = 0.0;
   for (int64_t k = 0; k < m; ++k) {
@@ -812,12 +812,11 @@ absl::StatusOr<StudentMixture> StudentMixture::Create(std::vector<double> weight
     }
     const MatrixXd& s = scales[k];
     if (s.rows() != d || s.cols() != d) {
-      return absl::InvalidArgumentError(absl::StrCat("mixture: scale matrix ", k, " is ",
-                                                     s.rows(), " x ", s.cols(), ", expected ",
-                                                     d, " x ", d));
+      return absl::InvalidArgumentError(absl::StrCat("mixture: scale matrix ", k, " is ", s.rows(),
+                                                     " x ", s.cols(), ", expected ", d, " x ", d));
     }
-    if (!s.allFinite() || (s - s.transpose()).cwiseAbs().maxCoeff() >
-                              1e-9 * std::max(1.0, s.cwiseAbs().maxCoeff())) {
+    if (!s.allFinite() ||
+        (s - s.transpose()).cwiseAbs().maxCoeff() > 1e-9 * std::max(1.0, s.cwiseAbs().maxCoeff())) {
       return absl::InvalidArgumentError(
           absl::StrCat("mixture: scale matrix ", k, " is not finite and symmetric"));
     }
@@ -928,19 +927,19 @@ std::vector<int32_t> StudentMixture::Assign(const MatrixView& x, const FeatureTr
   std::vector<int32_t> out(n);
   ForChunks(n, ResolveThreads(num_threads), 2.0 * num_components() * (d + 4.0) * d,
             [&](int64_t begin, int64_t end, int) {
-    MatrixXd xb, lp;
-    for (int64_t b = begin; b < end; b += kBlockRows) {
-      const int64_t rows = std::min(kBlockRows, end - b);
-      xb.resize(rows, d);
-      LoadRows(x, t, b, &xb);
-      ComponentLogProb(xb, &lp);
-      for (int64_t i = 0; i < rows; ++i) {
-        Eigen::Index k = 0;
-        lp.row(i).maxCoeff(&k);
-        out[b + i] = static_cast<int32_t>(k);
-      }
-    }
-  });
+              MatrixXd xb, lp;
+              for (int64_t b = begin; b < end; b += kBlockRows) {
+                const int64_t rows = std::min(kBlockRows, end - b);
+                xb.resize(rows, d);
+                LoadRows(x, t, b, &xb);
+                ComponentLogProb(xb, &lp);
+                for (int64_t i = 0; i < rows; ++i) {
+                  Eigen::Index k = 0;
+                  lp.row(i).maxCoeff(&k);
+                  out[b + i] = static_cast<int32_t>(k);
+                }
+              }
+            });
   return out;
 }
 
@@ -954,8 +953,8 @@ absl::StatusOr<StudentMixture> StudentMixture::Subset(absl::Span<const int32_t> 
   for (size_t i = 0; i < keep.size(); ++i) {
     const int32_t k = keep[i];
     if (k < 0 || k >= num_components()) {
-      return absl::InvalidArgumentError(absl::StrCat("mixture subset: component ", k,
-                                                     " is outside [0, ", num_components(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("mixture subset: component ", k, " is outside [0, ", num_components(), ")"));
     }
     w.push_back(weights_[k]);
     total += weights_[k];
@@ -1027,18 +1026,17 @@ absl::StatusOr<MixtureFit> FitStudentMixture(const MatrixView& x, const FeatureT
       continue;
     }
     if (rr.converged) ++converged;
-    const bool better =
-        best < 0 || (rr.converged && !best_converged) ||
-        (rr.converged == best_converged && rr.ll > results[best].ll);
+    const bool better = best < 0 || (rr.converged && !best_converged) ||
+                        (rr.converged == best_converged && rr.ll > results[best].ll);
     if (better) {
       best = r;
       best_converged = rr.converged;
     }
   }
   if (best < 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "all ", restarts, " EM restarts failed numerically (first: ", first_failure,
-        "); try a larger ridge or fewer components"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("all ", restarts, " EM restarts failed numerically (first: ", first_failure,
+                     "); try a larger ridge or fewer components"));
   }
   const RestartResult& br = results[best];
   RowMatrixD means = br.state.mu.transpose();
@@ -1049,8 +1047,8 @@ absl::StatusOr<MixtureFit> FitStudentMixture(const MatrixView& x, const FeatureT
   absl::StatusOr<StudentMixture> mix =
       StudentMixture::Create(std::move(w), std::move(means), br.state.scale, br.state.dof);
   if (!mix.ok()) {
-    return absl::InternalError(absl::StrCat("EM produced an invalid mixture: ",
-                                            mix.status().message()));
+    return absl::InternalError(
+        absl::StrCat("EM produced an invalid mixture: ", mix.status().message()));
   }
   MixtureFit fit{std::move(*mix), 0.0, -1, 0, false, 0, 0, 0, {}, {}, {}, {}};
   fit.log_likelihood = br.ll;

@@ -76,8 +76,7 @@ absl::StatusOr<FeatureTransform> StandardizationOf(const MatrixView& x);
 
 // rows [begin, begin + out->rows()) of x as double, transformed by t, into
 // the column-major `out` (which must already have x.cols() columns).
-void LoadRows(const MatrixView& x, const FeatureTransform& t, int64_t begin,
-              Eigen::MatrixXd* out);
+void LoadRows(const MatrixView& x, const FeatureTransform& t, int64_t begin, Eigen::MatrixXd* out);
 
 class StudentMixture {
  public:
@@ -85,8 +84,7 @@ class StudentMixture {
   // means, symmetric positive definite scales, dof > 0 or +infinity) and
   // precomputes Cholesky factors, their inverses, precision matrices and
   // log-determinants.
-  static absl::StatusOr<StudentMixture> Create(std::vector<double> weights,
-                                               RowMatrixD means,
+  static absl::StatusOr<StudentMixture> Create(std::vector<double> weights, RowMatrixD means,
                                                std::vector<Eigen::MatrixXd> scales,
                                                std::vector<double> dof);
 
@@ -138,26 +136,26 @@ class StudentMixture {
 };
 
 struct MixtureOptions {
-  int32_t components = 25;     // m
-  double dof = 1.0;            // nu (start value when learned)
-  bool learn_dof = false;      // ECM update of nu per component
-  bool gaussian = false;       // nu = infinity (g-NEB); dof/learn_dof ignored
-  double ridge = 1e-4;         // added to each scale matrix's diagonal
+  int32_t components = 25;  // m
+  double dof = 1.0;         // nu (start value when learned)
+  bool learn_dof = false;   // ECM update of nu per component
+  bool gaussian = false;    // nu = infinity (g-NEB); dof/learn_dof ignored
+  double ridge = 1e-4;      // added to each scale matrix's diagonal
   int32_t restarts = 20;
   int32_t max_iterations = 100;  // M-steps per restart
-  double tolerance = 0.01;     // on the change of the mean log-likelihood
+  double tolerance = 0.01;       // on the change of the mean log-likelihood
   uint64_t seed = 0;
-  int num_threads = 0;         // 0: all cores
+  int num_threads = 0;  // 0: all cores
 };
 
 struct MixtureFit {
   StudentMixture mixture;
   double log_likelihood = 0.0;  // mean log p(x_i) of the kept restart
   int32_t best_restart = -1;
-  int32_t iterations = 0;       // M-steps of the kept restart
-  bool converged = false;       // whether the kept restart converged
+  int32_t iterations = 0;  // M-steps of the kept restart
+  bool converged = false;  // whether the kept restart converged
   int32_t converged_restarts = 0;
-  int32_t failed_restarts = 0;  // numerically failed (see above)
+  int32_t failed_restarts = 0;   // numerically failed (see above)
   int64_t total_iterations = 0;  // M-steps over all restarts
   // Mean log-likelihood after each E-step of the kept restart; the last
   // entry is log_likelihood.

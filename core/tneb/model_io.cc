@@ -25,8 +25,7 @@ namespace {
 constexpr int kFormatVersion = 1;
 constexpr char kFormat[] = "dendro.tneb_model";
 
-absl::StatusOr<std::vector<double>> ReadArray(const std::string& path,
-                                              std::vector<int64_t> shape) {
+absl::StatusOr<std::vector<double>> ReadArray(const std::string& path, std::vector<int64_t> shape) {
   DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 a, ReadNpyFloat64(path));
   if (a.shape != shape) {
     std::string want, got;
@@ -68,8 +67,8 @@ absl::Status SaveTnebModel(const TnebModel& model, const std::string& dir) {
   DENDRO_RETURN_IF_ERROR(
       WriteNpy(dir + "/tneb_weights.npy", absl::MakeConstSpan(mix.weights()), shape_l));
   const int64_t shape_ld[2] = {l, d};
-  DENDRO_RETURN_IF_ERROR(WriteNpy(dir + "/tneb_means.npy",
-                                  absl::MakeConstSpan(mix.means().data(), l * d), shape_ld));
+  DENDRO_RETURN_IF_ERROR(
+      WriteNpy(dir + "/tneb_means.npy", absl::MakeConstSpan(mix.means().data(), l * d), shape_ld));
   std::vector<double> scales(l * d * d);
   for (int64_t k = 0; k < l; ++k) {
     for (int64_t r = 0; r < d; ++r) {
@@ -80,10 +79,10 @@ absl::Status SaveTnebModel(const TnebModel& model, const std::string& dir) {
   DENDRO_RETURN_IF_ERROR(WriteNpy(dir + "/tneb_scales.npy", absl::MakeConstSpan(scales), shape_s));
   if (!model.transform.identity()) {
     const int64_t shape_d[1] = {d};
-    DENDRO_RETURN_IF_ERROR(WriteNpy(dir + "/tneb_center.npy",
-                                    absl::MakeConstSpan(model.transform.center), shape_d));
-    DENDRO_RETURN_IF_ERROR(WriteNpy(dir + "/tneb_scale.npy",
-                                    absl::MakeConstSpan(model.transform.scale), shape_d));
+    DENDRO_RETURN_IF_ERROR(
+        WriteNpy(dir + "/tneb_center.npy", absl::MakeConstSpan(model.transform.center), shape_d));
+    DENDRO_RETURN_IF_ERROR(
+        WriteNpy(dir + "/tneb_scale.npy", absl::MakeConstSpan(model.transform.scale), shape_d));
   }
   return absl::OkStatus();
 }
@@ -97,8 +96,8 @@ absl::StatusOr<TnebModel> LoadTnebModel(const std::string& dir) {
     return absl::InvalidArgumentError(absl::StrCat(json_path, ": not a JSON object"));
   }
   if (j.value("format", "") != kFormat || j.value("version", 0) != kFormatVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(json_path, ": not a ", kFormat,
-                                                   " version ", kFormatVersion, " file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(json_path, ": not a ", kFormat, " version ", kFormatVersion, " file"));
   }
   auto bad = [&](std::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(json_path, ": ", std::string(what)));
@@ -142,8 +141,7 @@ absl::StatusOr<TnebModel> LoadTnebModel(const std::string& dir) {
 
   DENDRO_ASSIGN_OR_RETURN(std::vector<double> w, ReadArray(dir + "/tneb_weights.npy", {l}));
   DENDRO_ASSIGN_OR_RETURN(std::vector<double> mu, ReadArray(dir + "/tneb_means.npy", {l, d}));
-  DENDRO_ASSIGN_OR_RETURN(std::vector<double> sc,
-                          ReadArray(dir + "/tneb_scales.npy", {l * d, d}));
+  DENDRO_ASSIGN_OR_RETURN(std::vector<double> sc, ReadArray(dir + "/tneb_scales.npy", {l * d, d}));
   RowMatrixD means = Eigen::Map<const RowMatrixD>(mu.data(), l, d);
   std::vector<Eigen::MatrixXd> scales(l, Eigen::MatrixXd(d, d));
   for (int64_t k = 0; k < l; ++k) {

@@ -117,8 +117,8 @@ absl::StatusOr<NebPaths> OptimizePaths(const StudentMixture& mixture,
   double b1t = 1.0, b2t = 1.0;
   for (int32_t step = 0; step < o.steps; ++step) {
     if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
-    ctx.Report(static_cast<double>(step) / (o.steps + 1), absl::StrCat(stage_prefix, step, "/",
-                                                                       o.steps));
+    ctx.Report(static_cast<double>(step) / (o.steps + 1),
+               absl::StrCat(stage_prefix, step, "/", o.steps));
     mixture.LogDensityAndGradient(pts, &logp, &grad, threads);
     b1t *= kBeta1;
     b2t *= kBeta2;

@@ -28,8 +28,8 @@
 namespace dendro {
 
 struct NebOptions {
-  int32_t path_points = 100;   // l, end points included (>= 2)
-  int32_t steps = 200;         // s (>= 0)
+  int32_t path_points = 100;  // l, end points included (>= 2)
+  int32_t steps = 200;        // s (>= 0)
   double learning_rate = 0.01;
   int32_t eval_points = 1024;  // final evaluation points (>= 2)
   int num_threads = 0;         // 0: all cores

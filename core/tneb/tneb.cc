@@ -27,7 +27,9 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-absl::Status ValidateOptions(const TnebOptions& o) {
+}  // namespace
+
+absl::Status ValidateTnebOptions(const TnebOptions& o) {
   if (o.components < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("t-NEB needs at least 2 mixture components, got ", o.components));
@@ -43,8 +45,6 @@ absl::Status ValidateOptions(const TnebOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_elongation must be > 0, got ", o.max_elongation));
   }
-  // The remaining options are checked by FitStudentMixture / OptimizePaths;
-  // check the path options up front so that a bad value fails before EM.
   if (o.path_points < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("path_points must be >= 2 (the two end points), got ", o.path_points));
@@ -57,10 +57,34 @@ absl::Status ValidateOptions(const TnebOptions& o) {
         absl::StrCat("learning_rate must be a finite number > 0, got ", o.learning_rate));
   }
   if (o.eval_points < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("eval_points must be >= 2, got ", o.eval_points));
+    return absl::InvalidArgumentError(
+        absl::StrCat("eval_points must be >= 2, got ", o.eval_points));
+  }
+  if (!o.gaussian && !(o.dof > 0.0 && std::isfinite(o.dof))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("degrees of freedom must be a finite number > 0, got ", o.dof));
+  }
+  if (!(o.ridge >= 0.0 && std::isfinite(o.ridge))) {
+    return absl::InvalidArgumentError(absl::StrCat("ridge must be finite and >= 0, got ", o.ridge));
+  }
+  if (o.restarts < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("restarts must be >= 1, got ", o.restarts));
+  }
+  if (o.max_iterations < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_iterations must be >= 1, got ", o.max_iterations));
+  }
+  if (!(o.tolerance > 0.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("tolerance must be > 0, got ", o.tolerance));
+  }
+  if (o.num_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_threads must be >= 0, got ", o.num_threads));
   }
   return absl::OkStatus();
 }
+
+namespace {
 
 // Constant columns make every scale matrix singular (up to the ridge); they
 // are rejected whether or not the data are standardised.
@@ -90,8 +114,8 @@ absl::Status CheckColumns(const MatrixView& x) {
 absl::StatusOr<std::vector<int32_t>> TnebModel::AssignLeaves(const MatrixView& x,
                                                              int num_threads) const {
   if (x.cols() != input_dim()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "t-NEB model expects rows with ", input_dim(), " columns, got ", x.cols()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("t-NEB model expects rows with ", input_dim(), " columns, got ", x.cols()));
   }
   DENDRO_RETURN_IF_ERROR(ValidateFinite(x));
   return mixture.Assign(x, transform, num_threads);
@@ -100,10 +124,10 @@ absl::StatusOr<std::vector<int32_t>> TnebModel::AssignLeaves(const MatrixView& x
 absl::StatusOr<std::vector<int32_t>> TnebCutToK(const Hierarchy& tree, int32_t k) {
   const int32_t l = tree.num_leaves();
   if (k < 1 || k > l) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "k = ", k, " is not reachable: this t-NEB hierarchy has ", l,
-        " leaves (surviving mixture components), so k must be in [1, ", l, "]",
-        k > l ? "; fit more components or relax the filters to get more" : ""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("k = ", k, " is not reachable: this t-NEB hierarchy has ", l,
+                     " leaves (surviving mixture components), so k must be in [1, ", l, "]",
+                     k > l ? "; fit more components or relax the filters to get more" : ""));
   }
   return tree.CutToK(k);
 }
@@ -111,11 +135,11 @@ absl::StatusOr<std::vector<int32_t>> TnebCutToK(const Hierarchy& tree, int32_t k
 absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, RunContext& ctx) {
   const int64_t n = x.rows();
   const int64_t d = x.cols();
-  DENDRO_RETURN_IF_ERROR(ValidateOptions(o));
+  DENDRO_RETURN_IF_ERROR(ValidateTnebOptions(o));
   if (d < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "t-NEB needs at least 2 feature columns, got ", d,
-        " (in one dimension the path between two means is the segment itself)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("t-NEB needs at least 2 feature columns, got ", d,
+                     " (in one dimension the path between two means is the segment itself)"));
   }
   if (n < o.components) {
     return absl::InvalidArgumentError(

@@ -75,16 +75,15 @@ struct TnebOptions {
 // Everything needed to place new points. Leaf i of the tree is component i
 // of `mixture`.
 struct TnebModel {
-  StudentMixture mixture;            // surviving components, weights renormalised
-  FeatureTransform transform;        // identity unless standardize
+  StudentMixture mixture;                   // surviving components, weights renormalised
+  FeatureTransform transform;               // identity unless standardize
   std::vector<int32_t> original_component;  // leaf -> index in the fitted mixture
-  double height_offset = 0.0;        // height = height_offset - similarity
+  double height_offset = 0.0;               // height = height_offset - similarity
 
   int64_t input_dim() const { return mixture.dim(); }
   // Leaf of every row of x (x.cols() == input_dim(), finite: both checked,
   // InvalidArgument otherwise).
-  absl::StatusOr<std::vector<int32_t>> AssignLeaves(const MatrixView& x,
-                                                    int num_threads = 0) const;
+  absl::StatusOr<std::vector<int32_t>> AssignLeaves(const MatrixView& x, int num_threads = 0) const;
 };
 
 // Why a fitted component was kept or dropped.
@@ -93,7 +92,7 @@ struct ComponentInfo {
   double weight = 0.0;      // mixture weight (before filtering)
   double elongation = 0.0;  // largest / smallest scale eigenvalue
   bool kept = false;
-  int32_t leaf = -1;        // leaf id if kept
+  int32_t leaf = -1;  // leaf id if kept
 };
 
 struct TnebResult {
@@ -104,20 +103,23 @@ struct TnebResult {
   std::vector<double> merge_similarity;
   // Every computed path, as leaf ids (a < b), with its similarity.
   std::vector<SimilarityEdge> edges;
-  int32_t bridging_pairs = 0;  // paths added to connect the neighbour graph
+  int32_t bridging_pairs = 0;             // paths added to connect the neighbour graph
   std::vector<ComponentInfo> components;  // per fitted component
   // EM summary.
   double log_likelihood = 0.0;  // mean per training row, before filtering
   int32_t converged_restarts = 0;
   int32_t failed_restarts = 0;
-  bool em_converged = false;    // whether the kept restart converged
-  int64_t em_iterations = 0;    // M-steps over all restarts
+  bool em_converged = false;  // whether the kept restart converged
+  int64_t em_iterations = 0;  // M-steps over all restarts
   // Wall-clock seconds per phase.
   double em_seconds = 0.0;
   double filter_seconds = 0.0;
   double path_seconds = 0.0;
   double tree_seconds = 0.0;
 };
+
+// InvalidArgument naming the first bad option value (checked by FitTneb too).
+absl::Status ValidateTnebOptions(const TnebOptions& options);
 
 // Validates input and options (InvalidArgument naming the problem: fewer
 // rows than components, d < 2, NaN/inf entries, constant columns, bad

@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
       const double total =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (!r.ok()) {
-        std::printf("%s\t%d\terror: %s\n", name.c_str(), s, std::string(r.status().message()).c_str());
+        std::printf("%s\t%d\terror: %s\n", name.c_str(), s,
+                    std::string(r.status().message()).c_str());
         std::fflush(stdout);
         continue;
       }
@@ -142,8 +143,7 @@ int main(int argc, char** argv) {
     std::vector<double> sorted = aris;
     std::sort(sorted.begin(), sorted.end());
     const size_t h = sorted.size() / 2;
-    const double median =
-        sorted.size() % 2 ? sorted[h] : 0.5 * (sorted[h - 1] + sorted[h]);
+    const double median = sorted.size() % 2 ? sorted[h] : 0.5 * (sorted[h - 1] + sorted[h]);
     std::printf("SUMMARY\t%s\tbest %.4f\tmedian %.4f\tworst %.4f\t(%zu seeds)\n", name.c_str(),
                 sorted.back(), median, sorted.front(), sorted.size());
     std::fflush(stdout);

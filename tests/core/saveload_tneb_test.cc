@@ -24,9 +24,8 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string TempDir(const std::string& name) {
-  const std::string dir =
-      std::string(::testing::TempDir()) + "/tneb_saveload_" + name + "_" +
-      std::to_string(::testing::UnitTest::GetInstance()->random_seed());
+  const std::string dir = std::string(::testing::TempDir()) + "/tneb_saveload_" + name + "_" +
+                          std::to_string(::testing::UnitTest::GetInstance()->random_seed());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

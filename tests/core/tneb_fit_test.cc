@@ -7,8 +7,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-#include "core/tneb/tneb.h"
-
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -20,6 +18,7 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/tneb/tneb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -7,8 +7,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-#include "core/tneb/merge.h"
-
 #include <algorithm>
 #include <functional>
 #include <limits>
@@ -17,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/tneb/merge.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -128,11 +127,11 @@ TEST(TnebMerge, RejectsBadGraphs) {
               HasSubstr("not two distinct nodes"));
   EXPECT_THAT(std::string(MaximumSpanningMerges(2, {{1, 1, -1.0}}, 0.0).status().message()),
               HasSubstr("not two distinct nodes"));
-  EXPECT_THAT(std::string(MaximumSpanningMerges(
-                              2, {{0, 1, std::numeric_limits<double>::quiet_NaN()}}, 0.0)
-                              .status()
-                              .message()),
-              HasSubstr("similarity"));
+  EXPECT_THAT(
+      std::string(MaximumSpanningMerges(2, {{0, 1, std::numeric_limits<double>::quiet_NaN()}}, 0.0)
+                      .status()
+                      .message()),
+      HasSubstr("similarity"));
   EXPECT_THAT(std::string(MaximumSpanningMerges(2, {{0, 1, 3.0}}, 1.0).status().message()),
               HasSubstr("height offset"));
   auto single = MaximumSpanningMerges(1, {}, 0.0);
@@ -184,8 +183,7 @@ TEST(TnebMerge, BridgesDisconnectedGroups) {
   EXPECT_EQ(BridgingPairs(means, k1), (std::vector<ComponentPair>{{2, 3}}));
   RowMatrixD three(3, 1);
   three << 0, 10, 30;
-  EXPECT_EQ(BridgingPairs(three, {}),
-            (std::vector<ComponentPair>{{0, 1}, {0, 2}, {1, 2}}));
+  EXPECT_EQ(BridgingPairs(three, {}), (std::vector<ComponentPair>{{0, 1}, {0, 2}, {1, 2}}));
   EXPECT_TRUE(BridgingPairs(three, NearestComponentPairs(three, 1)).empty());
 }
 
@@ -201,7 +199,7 @@ TEST(TnebMerge, ChooseKPicksTheLargestJump) {
   EXPECT_EQ(ak->jumps, (std::vector<double>{0, 0, 0.5, 8.0, 0.5, 0.5}));
   const std::vector<double> thr = ThresholdsByK(s);
   ASSERT_EQ(thr.size(), 7u);
-  EXPECT_EQ(thr[5], -1.0);   // first merge: 6 -> 5
+  EXPECT_EQ(thr[5], -1.0);  // first merge: 6 -> 5
   EXPECT_EQ(thr[3], -2.0);
   EXPECT_EQ(thr[1], -10.5);  // last merge: 2 -> 1
   EXPECT_TRUE(std::isinf(thr[6]));

@@ -7,8 +7,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-#include "core/tneb/mixture.h"
-
 #include <atomic>
 #include <cmath>
 #include <fstream>
@@ -19,6 +17,7 @@
 #include <vector>
 
 #include "Eigen/Cholesky"
+#include "core/tneb/mixture.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

@@ -7,8 +7,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-#include "core/tneb/neb.h"
-
 #include <cmath>
 #include <iostream>
 #include <limits>
@@ -16,6 +14,7 @@
 #include <vector>
 
 #include "Eigen/LU"
+#include "core/tneb/neb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -45,13 +44,10 @@ Mat Rotated(double degrees, double a, double b) {
 }
 
 // log of 0.5 N(x; mu1, S1) + 0.5 N(x; mu2, S2), written out directly.
-double TwoGaussianLogPdf(const Vec& x, const Vec& m1,
-                         const Mat& s1, const Vec& m2,
-                         const Mat& s2) {
+double TwoGaussianLogPdf(const Vec& x, const Vec& m1, const Mat& s1, const Vec& m2, const Mat& s2) {
   auto logn = [&](const Vec& m, const Mat& s) {
     const Vec v = x - m;
-    return -std::log(2 * M_PI) - 0.5 * std::log(s.determinant()) -
-           0.5 * v.dot(s.inverse() * v);
+    return -std::log(2 * M_PI) - 0.5 * std::log(s.determinant()) - 0.5 * v.dot(s.inverse() * v);
   };
   const double a = std::log(0.5) + logn(m1, s1);
   const double b = std::log(0.5) + logn(m2, s2);
@@ -60,11 +56,11 @@ double TwoGaussianLogPdf(const Vec& x, const Vec& m1,
 }
 
 struct SaddleCase {
-  double separation;   // means at (-separation, 0) and (separation, 0)
-  double angle;        // tilt of the two elongated covariances (+/- degrees)
-  int32_t steps;       // NEB steps
-  double tolerance;    // on |NEB minimum - saddle|
-  double min_offset;   // the saddle's least distance from the segment
+  double separation;  // means at (-separation, 0) and (separation, 0)
+  double angle;       // tilt of the two elongated covariances (+/- degrees)
+  int32_t steps;      // NEB steps
+  double tolerance;   // on |NEB minimum - saddle|
+  double min_offset;  // the saddle's least distance from the segment
 };
 
 void CheckSaddle(const SaddleCase& c) {

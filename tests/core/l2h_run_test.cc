@@ -352,41 +352,61 @@ TEST(L2hRun, AggregationNamesRoundTrip) {
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("sum_of_means"));
 }
 
-// Cancels once Cancelled() has been asked `allow` times; records progress.
+// Cancels once Cancelled() has been asked `allow` times, or once a progress
+// report reached `cancel_at`; records progress.
 class ScriptedContext : public RunContext {
  public:
-  explicit ScriptedContext(int64_t allow) : allow_(allow) {}
-  bool Cancelled() const override { return ++calls_ > allow_; }
+  explicit ScriptedContext(int64_t allow, double cancel_at = 2.0)
+      : allow_(allow), cancel_at_(cancel_at) {}
+  bool Cancelled() const override {
+    ++calls_;
+    if (said_yes_) ++calls_after_yes_;
+    said_yes_ = said_yes_ || calls_ > allow_ || reached_;
+    return said_yes_;
+  }
   void Report(double fraction, std::string_view stage) override {
     reports_.emplace_back(fraction, std::string(stage));
+    reached_ = reached_ || fraction >= cancel_at_;
   }
   int64_t calls() const { return calls_; }
+  bool said_yes() const { return said_yes_; }
+  int64_t calls_after_yes() const { return calls_after_yes_; }
   const std::vector<std::pair<double, std::string>>& reports() const { return reports_; }
 
  private:
   int64_t allow_;
+  double cancel_at_;
+  bool reached_ = false;
+  mutable bool said_yes_ = false;
   mutable int64_t calls_ = 0;
+  mutable int64_t calls_after_yes_ = 0;
   std::vector<std::pair<double, std::string>> reports_;
 };
 
 TEST(L2hRun, CancellationIsHonouredAnywhere) {
-  // Big enough for the parallel first pass and parallel late steps.
+  // Big enough for the parallel first pass and parallel steps.
   const Logits l = RandomLogits(9, 60000, 40, 1.0, 3.0);
   L2hOptions o;
   o.num_threads = 2;
   ScriptedContext full(std::numeric_limits<int64_t>::max());
   ASSERT_TRUE(RunL2h(l.view(), o, full).ok());
-  // Once per step, plus the first pass's and the steps' chunks. (The
-  // first pass's count varies a little: only the calling thread polls.)
-  const int64_t calls = full.calls();
-  ASSERT_GT(calls, 60);
-  for (int64_t allow : {int64_t{0}, int64_t{1}, calls / 2, calls - 20}) {
-    ScriptedContext ctx(allow);
+  EXPECT_FALSE(full.said_yes());
+  // At least once per merge step.
+  EXPECT_GE(full.calls(), 39);
+  struct Case {
+    int64_t allow;
+    double cancel_at;  // progress: the first pass reports up to 0.5
+  };
+  for (const Case& c : {Case{0, 2.0}, Case{1, 2.0}, Case{std::numeric_limits<int64_t>::max(), 0.2},
+                        Case{std::numeric_limits<int64_t>::max(), 0.55},
+                        Case{std::numeric_limits<int64_t>::max(), 0.95}}) {
+    ScriptedContext ctx(c.allow, c.cancel_at);
     auto r = RunL2h(l.view(), o, ctx);
-    EXPECT_GT(ctx.calls(), allow);
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << "allow=" << allow;
+    EXPECT_TRUE(ctx.said_yes());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled)
+        << "allow=" << c.allow << " cancel_at=" << c.cancel_at;
     // Nothing is asked after the answer was yes.
-    EXPECT_EQ(ctx.calls(), allow + 1) << "allow=" << allow;
+    EXPECT_EQ(ctx.calls_after_yes(), 0) << "cancel_at=" << c.cancel_at;
   }
 }
 

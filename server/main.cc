@@ -38,6 +38,10 @@ void WaitForSignalThenShutdown(dendro::server::DendroServer* server, sigset_t se
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Idle OpenMP threads spinning between parallel regions steal the cores
+  // that other jobs and RPC threads need; make them sleep unless the
+  // operator chose otherwise.
+  setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
   absl::SetProgramUsageMessage("dendrod --listen HOST:PORT --data_dir DIR");
   absl::ParseCommandLine(argc, argv);
   spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));

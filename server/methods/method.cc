@@ -11,22 +11,25 @@
 namespace dendro::server {
 
 const Method& L2hMethod();  // methods/l2h_method.cc
+const Method& TnebMethod();  // methods/tneb_method.cc
 
 absl::StatusOr<const Method*> MethodForSpec(const v1::JobSpec& spec) {
   switch (spec.method_case()) {
     case v1::JobSpec::kL2H:
       return &L2hMethod();
+    case v1::JobSpec::kTneb:
+      return &TnebMethod();
     case v1::JobSpec::METHOD_NOT_SET:
       break;
     default:
       return absl::UnimplementedError(
           absl::StrCat("method ", spec.method_case(), " is not available in this server"));
   }
-  return absl::InvalidArgumentError("job spec: no method set (expected one of: l2h)");
+  return absl::InvalidArgumentError("job spec: no method set (expected one of: l2h, tneb)");
 }
 
 absl::StatusOr<const Method*> MethodByName(std::string_view name) {
-  for (const Method* m : {&L2hMethod()}) {
+  for (const Method* m : {&L2hMethod(), &TnebMethod()}) {
     if (m->name() == name) return m;
   }
   return absl::NotFoundError(absl::StrCat("unknown method '", std::string(name), "'"));

@@ -1,0 +1,246 @@
+// The "tneb" method through dendrod in-process over real gRPC: submit-time
+// validation, the served tree against the core algorithm, label metrics in
+// the model metadata, Assign, and reloading the model after a restart.
+#include <grpcpp/grpcpp.h>
+
+#include <filesystem>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/hierarchy/export.h"
+#include "core/metrics/metrics.h"
+#include "core/tneb/tneb.h"
+#include "dendro/v1/dendro.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/server.h"
+
+namespace dendro::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Three Gaussian blobs in 3-D, the third column on a much larger scale.
+std::vector<float> Blobs(int n, std::vector<int64_t>* labels) {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> nd;
+  const double centre[3][2] = {{0, 0}, {10, 0}, {5, 9}};
+  std::vector<float> x;
+  for (int i = 0; i < n; ++i) {
+    const int c = i % 3;
+    labels->push_back(c);
+    x.push_back(static_cast<float>(centre[c][0] + nd(rng)));
+    x.push_back(static_cast<float>(centre[c][1] + nd(rng)));
+    x.push_back(static_cast<float>(1000.0 * nd(rng)));
+  }
+  return x;
+}
+
+class TnebServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("dendro_tneb_server_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override {
+    StopServer();
+    std::filesystem::remove_all(dir_);
+  }
+  void StartServer() {
+    ServerOptions opts;
+    opts.listen = "127.0.0.1:0";
+    opts.data_dir = dir_.string();
+    opts.drain_grace = absl::ZeroDuration();
+    server_ = std::make_unique<DendroServer>(opts);
+    ASSERT_TRUE(server_->Start().ok());
+    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                       grpc::InsecureChannelCredentials());
+    datasets_ = v1::DatasetService::NewStub(channel);
+    jobs_ = v1::JobService::NewStub(channel);
+    models_ = v1::ModelService::NewStub(channel);
+  }
+  void StopServer() {
+    if (server_) server_->Shutdown();
+    server_.reset();
+  }
+
+  grpc::Status Upload(const std::vector<float>& x, int64_t rows, int64_t cols,
+                      const std::vector<int64_t>* labels, v1::Dataset* out) {
+    grpc::ClientContext ctx;
+    auto writer = datasets_->UploadDataset(&ctx, out);
+    v1::UploadDatasetRequest req;
+    req.mutable_header()->set_rows(rows);
+    req.mutable_header()->set_cols(cols);
+    req.mutable_header()->set_has_labels(labels != nullptr);
+    writer->Write(req);
+    req.set_data(std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float)));
+    writer->Write(req);
+    if (labels) {
+      req.set_labels(std::string(reinterpret_cast<const char*>(labels->data()),
+                                 labels->size() * sizeof(int64_t)));
+      writer->Write(req);
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  v1::Job Submit(const std::string& dataset, const std::string& model, const v1::TnebParams& p,
+                 grpc::Status* st) {
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    req.mutable_spec()->set_dataset_id(dataset);
+    req.mutable_spec()->set_model_name(model);
+    *req.mutable_spec()->mutable_tneb() = p;
+    v1::Job job;
+    *st = jobs_->SubmitJob(&ctx, req, &job);
+    return job;
+  }
+
+  v1::Job Wait(const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::WaitJobRequest req;
+    req.set_id(id);
+    req.mutable_timeout()->set_seconds(120);
+    v1::Job job;
+    EXPECT_TRUE(jobs_->WaitJob(&ctx, req, &job).ok());
+    return job;
+  }
+
+  grpc::Status Assign(const std::string& model, const std::vector<float>& x, int64_t rows,
+                      int64_t cols, int level, v1::AssignResponse* resp) {
+    grpc::ClientContext ctx;
+    v1::AssignRequest req;
+    req.mutable_model()->set_name(model);
+    req.set_rows(rows);
+    req.set_cols(cols);
+    req.set_level(level);
+    req.set_data(std::string(reinterpret_cast<const char*>(x.data()), x.size() * 4));
+    return models_->Assign(&ctx, req, resp);
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<DendroServer> server_;
+  std::unique_ptr<v1::DatasetService::Stub> datasets_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::ModelService::Stub> models_;
+};
+
+v1::TnebParams SmallParams() {
+  v1::TnebParams p;
+  p.set_components(6);
+  p.set_restarts(3);
+  p.set_path_points(30);
+  p.set_path_steps(40);
+  p.set_eval_points(128);
+  p.set_standardize(true);
+  p.set_seed(4);
+  return p;
+}
+
+TEST_F(TnebServerTest, FitAssignAndReload) {
+  StartServer();
+  const int n = 900;
+  std::vector<int64_t> labels;
+  const std::vector<float> x = Blobs(n, &labels);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, n, 3, &labels, &ds).ok());
+  grpc::Status st;
+  v1::Job job = Submit(ds.id(), "blobs", SmallParams(), &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  job = Wait(job.id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+  EXPECT_DOUBLE_EQ(job.progress(), 1.0);
+
+  // The served tree is what the core computes with the same options.
+  TnebOptions o;
+  o.components = 6;
+  o.restarts = 3;
+  o.path_points = 30;
+  o.path_steps = 40;
+  o.eval_points = 128;
+  o.standardize = true;
+  o.seed = 4;
+  NullRunContext null_ctx;
+  auto expected = FitTneb(MatrixView(x.data(), n, 3), o, null_ctx);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  grpc::ClientContext tctx;
+  v1::GetTreeRequest treq;
+  treq.mutable_model()->set_name("blobs");
+  treq.set_format(v1::TREE_FORMAT_JSON);
+  treq.set_include_points(true);
+  v1::GetTreeResponse tresp;
+  ASSERT_TRUE(models_->GetTree(&tctx, treq, &tresp).ok());
+  auto tree = ParseJson(tresp.content());
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  EXPECT_EQ(tree->num_leaves(), expected->hierarchy.num_leaves());
+  EXPECT_EQ(tree->point_leaf(), expected->hierarchy.point_leaf());
+  const auto& md = tree->metadata();
+  EXPECT_EQ(md.at("method"), "tneb");
+  EXPECT_EQ(md.at("true_k"), "3");
+  EXPECT_EQ(md.at("auto_k"), "3");
+  EXPECT_EQ(md.at("standardize"), "true");
+  EXPECT_GT(std::stod(md.at("ari_at_true_k")), 0.99);
+  EXPECT_GT(std::stod(md.at("nmi_at_true_k")), 0.97);
+
+  // Assign: leaves as in training, clusters the cut at level 3.
+  v1::AssignResponse aresp;
+  ASSERT_TRUE(Assign("blobs", x, n, 3, 3, &aresp).ok());
+  auto cut = tree->CutToK(3);
+  ASSERT_TRUE(cut.ok());
+  ASSERT_EQ(aresp.leaf_size(), n);
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(aresp.leaf(i), tree->point_leaf()[i]);
+    EXPECT_EQ(aresp.cluster(i), (*cut)[aresp.leaf(i)]);
+  }
+  // Wrong width is rejected.
+  v1::AssignResponse bad;
+  EXPECT_EQ(Assign("blobs", std::vector<float>(8, 0.f), 4, 2, 0, &bad).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  // After a restart the model is loaded from disk and assigns the same way.
+  StopServer();
+  StartServer();
+  v1::AssignResponse again;
+  ASSERT_TRUE(Assign("blobs", x, n, 3, 3, &again).ok());
+  ASSERT_EQ(again.leaf_size(), n);
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(again.leaf(i), aresp.leaf(i));
+    EXPECT_EQ(again.cluster(i), aresp.cluster(i));
+  }
+}
+
+TEST_F(TnebServerTest, BadParametersAreRejectedAtSubmit) {
+  StartServer();
+  std::vector<int64_t> labels;
+  const std::vector<float> x = Blobs(30, &labels);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, 30, 3, nullptr, &ds).ok());
+  grpc::Status st;
+  v1::TnebParams p = SmallParams();
+  p.set_components(-2);
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("mixture components"));
+  p = SmallParams();
+  p.set_components(40);
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("30 rows but 40 mixture components"));
+  p = SmallParams();
+  p.set_learning_rate(-1);
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("learning_rate"));
+  v1::Dataset one_col;
+  ASSERT_TRUE(Upload(std::vector<float>(30, 1.f), 30, 1, nullptr, &one_col).ok());
+  Submit(one_col.id(), "bad", SmallParams(), &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("at least 2 columns"));
+}
+
+}  // namespace
+}  // namespace dendro::server

@@ -69,6 +69,27 @@ absl::StatusOr<Msg> Decode(const std::string& blob, const char* what) {
   return m;
 }
 
+// Reads (seq, record) rows until `limit` items, noting whether more remain.
+// The statement must select limit + 1 rows.
+template <typename Msg>
+absl::StatusOr<Page<Msg>> ReadPage(Stmt& st, int limit, const char* what) {
+  Page<Msg> page;
+  for (;;) {
+    auto row = st.Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    if (static_cast<int>(page.items.size()) == limit) {
+      page.more = true;
+      break;
+    }
+    auto m = Decode<Msg>(st.Text(1), what);
+    if (!m.ok()) return m.status();
+    page.items.push_back(*std::move(m));
+    page.last_seq = st.Int(0);
+  }
+  return page;
+}
+
 // A transaction that rolls back unless committed.
 class Txn {
  public:
@@ -176,21 +197,7 @@ absl::StatusOr<Page<v1::Dataset>> MetadataStore::ListDatasets(int64_t after_seq,
   Stmt st(db_, "SELECT seq, record FROM datasets WHERE seq > ? ORDER BY seq LIMIT ?");
   DENDRO_RETURN_IF_ERROR(st.prepared());
   st.Bind(1, after_seq).Bind(2, static_cast<int64_t>(limit) + 1);
-  Page<v1::Dataset> page;
-  for (;;) {
-    auto row = st.Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    if (static_cast<int>(page.items.size()) == limit) {
-      page.more = true;
-      break;
-    }
-    auto d = Decode<v1::Dataset>(st.Text(1), "dataset");
-    if (!d.ok()) return d.status();
-    page.items.push_back(*std::move(d));
-    page.last_seq = st.Int(0);
-  }
-  return page;
+  return ReadPage<v1::Dataset>(st, limit, "dataset");
 }
 
 absl::Status MetadataStore::DeleteDataset(const std::string& id) {
@@ -255,21 +262,7 @@ absl::StatusOr<Page<v1::Job>> MetadataStore::ListJobs(int64_t after_seq, int lim
   Stmt st(db_, "SELECT seq, record FROM jobs WHERE seq > ? ORDER BY seq LIMIT ?");
   DENDRO_RETURN_IF_ERROR(st.prepared());
   st.Bind(1, after_seq).Bind(2, static_cast<int64_t>(limit) + 1);
-  Page<v1::Job> page;
-  for (;;) {
-    auto row = st.Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    if (static_cast<int>(page.items.size()) == limit) {
-      page.more = true;
-      break;
-    }
-    auto j = Decode<v1::Job>(st.Text(1), "job");
-    if (!j.ok()) return j.status();
-    page.items.push_back(*std::move(j));
-    page.last_seq = st.Int(0);
-  }
-  return page;
+  return ReadPage<v1::Job>(st, limit, "job");
 }
 
 absl::StatusOr<std::vector<v1::Job>> MetadataStore::UnfinishedJobs() {
@@ -358,21 +351,7 @@ absl::StatusOr<Page<v1::Model>> MetadataStore::ListModels(const std::string& nam
           "ORDER BY seq LIMIT ?");
   DENDRO_RETURN_IF_ERROR(st.prepared());
   st.Bind(1, after_seq).Bind(2, name).Bind(3, name).Bind(4, static_cast<int64_t>(limit) + 1);
-  Page<v1::Model> page;
-  for (;;) {
-    auto row = st.Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    if (static_cast<int>(page.items.size()) == limit) {
-      page.more = true;
-      break;
-    }
-    auto m = Decode<v1::Model>(st.Text(1), "model");
-    if (!m.ok()) return m.status();
-    page.items.push_back(*std::move(m));
-    page.last_seq = st.Int(0);
-  }
-  return page;
+  return ReadPage<v1::Model>(st, limit, "model");
 }
 
 absl::StatusOr<std::vector<StoredModel>> MetadataStore::DeleteModels(const std::string& name,

@@ -1,5 +1,8 @@
 // dendrod: the Dendro model server.
+#include <algorithm>
 #include <csignal>
+#include <string>
+#include <vector>
 #include <cstdlib>
 #include <thread>
 
@@ -42,8 +45,18 @@ int main(int argc, char** argv) {
   // that other jobs and RPC threads need; make them sleep unless the
   // operator chose otherwise.
   setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
-  absl::SetProgramUsageMessage("dendrod --listen HOST:PORT --data_dir DIR");
-  absl::ParseCommandLine(argc, argv);
+  absl::SetProgramUsageMessage("dendrod --listen HOST:PORT --data-dir DIR");
+  // Accept --data-dir as well as --data_dir (and so on for every flag).
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<char*> argv2;
+  for (std::string& a : args) {
+    if (a.rfind("--", 0) == 0) {
+      const size_t end = std::min(a.find('='), a.size());
+      std::replace(a.begin() + 2, a.begin() + end, '-', '_');
+    }
+    argv2.push_back(a.data());
+  }
+  absl::ParseCommandLine(static_cast<int>(argv2.size()), argv2.data());
   spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
 
   sigset_t set;

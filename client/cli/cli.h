@@ -144,6 +144,8 @@ absl::StatusOr<v1::Model> FetchTrees(client::Client& client, const v1::ModelRef&
 // Each verb's entry point. `args` were parsed with the verb's flag specs.
 absl::Status RunUpload(Context& ctx, const Args& args);
 absl::Status RunL2h(Context& ctx, const Args& args);
+absl::Status RunTneb(Context& ctx, const Args& args);
+absl::Status RunGhhc(Context& ctx, const Args& args);
 absl::Status RunTree(Context& ctx, const Args& args);
 absl::Status RunAssign(Context& ctx, const Args& args);
 absl::Status RunEval(Context& ctx, const Args& args);

@@ -1,4 +1,5 @@
-// Verbs that move data: upload, l2h, tree, assign, eval.
+// Verbs that move data: upload, the fit verbs (l2h, tneb, ghhc), tree, assign,
+// eval.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -106,23 +107,21 @@ absl::Status RunUpload(Context& ctx, const Args& args) {
   return absl::OkStatus();
 }
 
-absl::Status RunL2h(Context& ctx, const Args& args) {
+namespace {
+
+// The common tail of every fit verb: checks the flags all of them share,
+// uploads `path` (transient unless --keep-dataset), submits `spec`, waits
+// with a progress bar (unless --no-wait), writes every --out, prints the
+// model and, with --labels, the metrics at --level (default: the number of
+// distinct labels). `spec` carries the method's parameters already.
+absl::Status FitAndReport(Context& ctx, const Args& args, v1::JobSpec spec,
+                          int64_t min_cols, const char* what) {
   const std::string path = args.positional()[0];
   const std::vector<std::string> outs = args.GetAll("out");
   const bool wait = !args.Has("no-wait");
   const std::optional<std::string> labels_path = args.Get("labels");
 
   // Everything that can be checked locally is checked before uploading.
-  v1::JobSpec spec;
-  if (std::optional<std::string> agg = args.Get("aggregation")) {
-    if (!ParseL2hAggregation(*agg).ok()) {
-      return UsageError(absl::StrCat(
-          "--aggregation must be sum_of_means, mean_of_means or sum_of_sums, got '", *agg, "'"));
-    }
-    spec.mutable_l2h()->set_aggregation(*agg);
-  } else {
-    spec.mutable_l2h();
-  }
   std::string model_name = ModelNameFromPath(path);
   if (std::optional<std::string> name = args.Get("name")) {
     if (!ValidModelName(*name)) {
@@ -141,9 +140,9 @@ absl::Status RunL2h(Context& ctx, const Args& args) {
   {
     DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(path));
     const NpyHeader& h = npy->header();
-    if (h.shape.size() == 2 && h.cols() < 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": l2h needs logits with at least 2 columns (one per cluster), got ", h.cols()));
+    if (h.shape.size() == 2 && h.cols() < min_cols) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", what, " at least ", min_cols,
+                                                     " columns, got ", h.cols()));
     }
   }
   std::vector<int64_t> labels;
@@ -155,8 +154,8 @@ absl::Status RunL2h(Context& ctx, const Args& args) {
   v1::Dataset ds;
   {
     ProgressBar bar;
-    // The logits only matter until the model exists: upload them as a
-    // transient dataset unless asked to keep them.
+    // The input only matters until the model exists: upload it as a
+    // transient dataset unless asked to keep it.
     DENDRO_ASSIGN_OR_RETURN(ds, client->UploadNpy(path, labels_path, model_name,
                                                   UploadBar(&bar, path),
                                                   !args.Has("keep-dataset")));
@@ -197,6 +196,53 @@ absl::Status RunL2h(Context& ctx, const Args& args) {
     std::cout << MetricsJson(report).dump() << std::endl;
   }
   return absl::OkStatus();
+}
+
+// Optional integer flag in [lo, hi]; 0 (the proto's "default") if absent.
+absl::StatusOr<int64_t> IntFlag(const Args& args, const char* name, int64_t lo, int64_t hi) {
+  return args.GetInt(name, 0, lo, hi);
+}
+
+}  // namespace
+
+absl::Status RunL2h(Context& ctx, const Args& args) {
+  v1::JobSpec spec;
+  if (std::optional<std::string> agg = args.Get("aggregation")) {
+    if (!ParseL2hAggregation(*agg).ok()) {
+      return UsageError(absl::StrCat(
+          "--aggregation must be sum_of_means, mean_of_means or sum_of_sums, got '", *agg, "'"));
+    }
+    spec.mutable_l2h()->set_aggregation(*agg);
+  } else {
+    spec.mutable_l2h();
+  }
+  return FitAndReport(ctx, args, std::move(spec), 2, "l2h needs logits with");
+}
+
+absl::Status RunTneb(Context& ctx, const Args& args) {
+  v1::JobSpec spec;
+  v1::TnebParams* p = spec.mutable_tneb();
+  DENDRO_ASSIGN_OR_RETURN(int64_t m, IntFlag(args, "components", 2, 100000));
+  DENDRO_ASSIGN_OR_RETURN(int64_t restarts, IntFlag(args, "restarts", 1, 10000));
+  DENDRO_ASSIGN_OR_RETURN(int64_t seed, IntFlag(args, "seed", 0, kMaxInt32));
+  p->set_components(static_cast<int32_t>(m));
+  p->set_restarts(static_cast<int32_t>(restarts));
+  p->set_seed(static_cast<uint64_t>(seed));
+  p->set_standardize(args.Has("standardize"));
+  p->set_gaussian(args.Has("gaussian"));
+  return FitAndReport(ctx, args, std::move(spec), 2, "t-NEB needs embeddings with");
+}
+
+absl::Status RunGhhc(Context& ctx, const Args& args) {
+  v1::JobSpec spec;
+  v1::GhhcParams* p = spec.mutable_ghhc();
+  DENDRO_ASSIGN_OR_RETURN(int64_t m, IntFlag(args, "internal-nodes", 2, 10000000));
+  DENDRO_ASSIGN_OR_RETURN(int64_t triples, IntFlag(args, "triples", 1, int64_t{1} << 40));
+  DENDRO_ASSIGN_OR_RETURN(int64_t seed, IntFlag(args, "seed", 0, kMaxInt32));
+  p->set_internal_nodes(static_cast<int32_t>(m));
+  p->set_triples(triples);
+  p->set_seed(static_cast<uint64_t>(seed));
+  return FitAndReport(ctx, args, std::move(spec), 1, "gHHC needs embeddings with");
 }
 
 absl::Status RunTree(Context& ctx, const Args& args) {

@@ -64,6 +64,31 @@ const std::vector<Verb>& Verbs() {
        {{"labels", true}, {"name", true}, {"aggregation", true}, {"out", true, true},
         {"level", true}, {"no-wait", false}, {"keep-dataset", false}},
        1, 1, RunL2h},
+      {"", "tneb", "fit a t-NEB hierarchy (Student-t mixture, density paths) to embeddings",
+       "dendro tneb EMBEDDINGS.npy --out FILE [--out FILE ...] [--labels Y.npy] [--name NAME]\n"
+       "           [--components M] [--restarts R] [--standardize] [--gaussian] [--seed S]\n"
+       "           [--level K] [--no-wait] [--keep-dataset]\n"
+       "  Fits the mixture (paper defaults: M = 25, 20 restarts, nu = 1), links components\n"
+       "  by maximum-density paths and merges them along the maximum spanning tree.\n"
+       "  --standardize   zero mean, unit variance per feature (kept with the model and\n"
+       "                  applied by 'dendro assign')\n"
+       "  --gaussian      g-NEB: Gaussian components\n"
+       "  --labels Y.npy  print NMI/ARI/... at --level K (default: the number of labels)\n"
+       "  Other flags as for 'dendro l2h'.\n",
+       {{"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
+        {"no-wait", false}, {"keep-dataset", false}, {"components", true}, {"restarts", true},
+        {"standardize", false}, {"gaussian", false}, {"seed", true}},
+       1, 1, RunTneb},
+      {"", "ghhc", "fit a gHHC tree (hyperbolic, gradient-based) to embeddings",
+       "dendro ghhc EMBEDDINGS.npy --out FILE [--out FILE ...] [--labels Y.npy] [--name NAME]\n"
+       "           [--internal-nodes M] [--triples T] [--seed S] [--level K] [--no-wait]\n"
+       "           [--keep-dataset]\n"
+       "  Learns M internal nodes in the Poincare ball from sampled triples and extracts\n"
+       "  the tree; with --labels prints dendrogram purity and the flat metrics.\n",
+       {{"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
+        {"no-wait", false}, {"keep-dataset", false}, {"internal-nodes", true},
+        {"triples", true}, {"seed", true}},
+       1, 1, RunGhhc},
       {"", "tree", "download a model's hierarchy",
        "dendro tree NAME[:VERSION] --out FILE [--out FILE ...]\n"
        "  Writes each --out by extension: .npy SciPy linkage, .nwk/.newick, .json.\n",

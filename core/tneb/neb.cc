@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,9 @@ constexpr double kEps = 1e-8;
 constexpr int64_t kEvalPointsPerBatch = int64_t{1} << 18;
 
 int ResolveThreads(int n) { return n > 0 ? n : std::max(1, omp_get_max_threads()); }
+
+// Smallest amount of work worth a thread (about a millisecond).
+constexpr double kMinFlopsPerThread = 4e6;
 
 // Writes `count` equidistant points of the polyline rows [0, l) of `path`
 // into out rows [0, count).
@@ -111,41 +115,64 @@ absl::StatusOr<NebPaths> OptimizePaths(const StudentMixture& mixture,
   }
   Eigen::MatrixXd adam_m = Eigen::MatrixXd::Zero(np * l, d);
   Eigen::MatrixXd adam_v = Eigen::MatrixXd::Zero(np * l, d);
-  Eigen::VectorXd logp;
-  Eigen::MatrixXd grad;
   const std::string stage_prefix = absl::StrCat("NEB paths (", np, " pairs): step ");
-  double b1t = 1.0, b2t = 1.0;
-  for (int32_t step = 0; step < o.steps; ++step) {
-    if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
-    ctx.Report(static_cast<double>(step) / (o.steps + 1),
-               absl::StrCat(stage_prefix, step, "/", o.steps));
-    mixture.LogDensityAndGradient(pts, &logp, &grad, threads);
-    b1t *= kBeta1;
-    b2t *= kBeta2;
-    const double lr_t = o.learning_rate * std::sqrt(1.0 - b2t) / (1.0 - b1t);
-    const double eps_t = kEps * std::sqrt(1.0 - b2t);
-#pragma omp parallel for schedule(static) num_threads(threads) if (np * l * d > (1 << 18))
-    for (int64_t p = 0; p < np; ++p) {
-      for (int64_t i = 1; i < l - 1; ++i) {
-        const int64_t r = p * l + i;
-        for (int j = 0; j < d; ++j) {
-          const double g = -grad(r, j);  // loss = -log p
-          double& m1 = adam_m(r, j);
-          double& v1 = adam_v(r, j);
-          m1 = kBeta1 * m1 + (1.0 - kBeta1) * g;
-          v1 = kBeta2 * v1 + (1.0 - kBeta2) * g * g;
-          // Equivalent to lr * m_hat / (sqrt(v_hat) + eps).
-          pts(r, j) -= lr_t * m1 / (std::sqrt(v1) + eps_t);
-        }
+
+  // Paths are independent, so each thread optimises its own contiguous
+  // group of pairs for all steps (its points still go through the density
+  // in dense blocks). No synchronisation per step: idle OpenMP threads
+  // spin-wait at barriers, which costs more than the work on a busy host.
+  const double flops = 2.0 * np * l * m * (d + 4.0) * d * std::max(1, o.steps);
+  const int groups = static_cast<int>(
+      std::min<int64_t>(np, std::clamp(flops / kMinFlopsPerThread, 1.0, 1.0 * threads)));
+  std::atomic<bool> cancelled{false};
+#pragma omp parallel num_threads(groups) if (groups > 1)
+  {
+    const int g = groups > 1 ? omp_get_thread_num() : 0;
+    const int64_t p0 = np * g / groups, p1 = np * (g + 1) / groups;
+    auto pts_g = pts.middleRows(p0 * l, (p1 - p0) * l);
+    auto m_g = adam_m.middleRows(p0 * l, (p1 - p0) * l);
+    auto v_g = adam_v.middleRows(p0 * l, (p1 - p0) * l);
+    Eigen::VectorXd logp;
+    Eigen::MatrixXd grad;
+    RowMatrixD path;
+    double b1t = 1.0, b2t = 1.0;
+    for (int32_t step = 0; step < o.steps; ++step) {
+      if (cancelled.load(std::memory_order_relaxed)) break;
+      if (ctx.Cancelled()) {
+        cancelled.store(true);
+        break;
       }
-      RowMatrixD path = pts.middleRows(p * l, l);
-      auto block = pts.middleRows(p * l, l);
-      Resample(path, l, l, &block);
+      if (g == 0) {
+        ctx.Report(static_cast<double>(step) / (o.steps + 1),
+                   absl::StrCat(stage_prefix, step, "/", o.steps));
+      }
+      mixture.LogDensityAndGradient(pts_g, &logp, &grad, 1);
+      b1t *= kBeta1;
+      b2t *= kBeta2;
+      const double lr_t = o.learning_rate * std::sqrt(1.0 - b2t) / (1.0 - b1t);
+      const double eps_t = kEps * std::sqrt(1.0 - b2t);
+      for (int64_t p = 0; p < p1 - p0; ++p) {
+        for (int64_t i = 1; i < l - 1; ++i) {
+          const int64_t r = p * l + i;
+          for (int j = 0; j < d; ++j) {
+            const double gr = -grad(r, j);  // loss = -log p
+            double& m1 = m_g(r, j);
+            double& v1 = v_g(r, j);
+            m1 = kBeta1 * m1 + (1.0 - kBeta1) * gr;
+            v1 = kBeta2 * v1 + (1.0 - kBeta2) * gr * gr;
+            // Equivalent to lr * m_hat / (sqrt(v_hat) + eps).
+            pts_g(r, j) -= lr_t * m1 / (std::sqrt(v1) + eps_t);
+          }
+        }
+        path = pts_g.middleRows(p * l, l);
+        auto block = pts_g.middleRows(p * l, l);
+        Resample(path, l, l, &block);
+      }
     }
   }
+  if (cancelled.load() || ctx.Cancelled()) return absl::CancelledError("job cancelled");
   ctx.Report(static_cast<double>(o.steps) / (o.steps + 1),
              absl::StrCat("NEB paths (", np, " pairs): evaluating"));
-  if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
 
   // Final evaluation at eval_points equidistant points per path.
   out.similarity.resize(np);
@@ -157,7 +184,7 @@ absl::StatusOr<NebPaths> OptimizePaths(const StudentMixture& mixture,
     if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
     const int64_t nb = std::min(per_batch, np - p0);
     ev.resize(nb * e, d);
-#pragma omp parallel for schedule(static) num_threads(threads) if (nb * e * d > (1 << 18))
+#pragma omp parallel for schedule(static) num_threads(threads) if (nb * e * d > (1 << 20))
     for (int64_t q = 0; q < nb; ++q) {
       const auto path = pts.middleRows((p0 + q) * l, l);
       auto block = ev.middleRows(q * e, e);

@@ -510,63 +510,132 @@ absl::StatusOr<std::string> Client::GetTree(const v1::ModelRef& ref, v1::TreeFor
   return std::move(*resp.mutable_content());
 }
 
-absl::StatusOr<AssignResult> Client::Assign(const v1::ModelRef& ref, const MatrixView& rows,
-                                            int32_t level) {
+namespace {
+
+// Sends `rows` in consecutive blocks that fit under the message limit (the
+// request carries cols x 4 bytes a row, the response `response_row_bytes`),
+// halving the block when the server answers RESOURCE_EXHAUSTED. `send`
+// performs one call for rows [begin, begin + count) and returns its status.
+absl::Status ForEachBatch(
+    const char* what, const MatrixView& rows, int64_t response_row_bytes,
+    int64_t max_message_bytes,
+    const std::function<grpc::Status(const float* block, int64_t begin, int64_t count)>& send,
+    const ClientOptions& options) {
   const int64_t n = rows.rows();
   const int64_t cols = rows.cols();
   if (n < 1 || cols < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("assign: the input is empty (", n, " x ", cols, ")"));
+        absl::StrCat(what, ": the input is empty (", n, " x ", cols, ")"));
   }
-  if (level < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("assign: level must be >= 0, got ", level));
-  }
-  const int64_t budget = impl_->options.max_message_bytes - kMessageOverhead;
-  const int64_t per_row = std::max(cols * 4, kAssignResponseBytesPerRow);
+  const int64_t budget = max_message_bytes - kMessageOverhead;
+  const int64_t per_row = std::max(cols * 4, response_row_bytes);
   if (per_row > budget) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "assign: one row of ", cols, " float32 values does not fit in a message of ",
-        impl_->options.max_message_bytes, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": one row of ", cols,
+                                                   " float32 values does not fit in a message of ",
+                                                   max_message_bytes, " bytes"));
   }
   int64_t batch = std::max<int64_t>(1, budget / per_row);
-
-  AssignResult result;
-  result.leaf.reserve(n);
-  result.cluster.reserve(n);
-  v1::AssignRequest req;
-  *req.mutable_model() = ref;
-  req.set_cols(cols);
-  req.set_level(level);
-  const float* data = rows.data();
   for (int64_t begin = 0; begin < n;) {
     const int64_t count = std::min(batch, n - begin);
-    const float* block = data + begin * cols;
+    const float* block = rows.data() + begin * cols;
     DENDRO_RETURN_IF_ERROR(
-        WithPrefix("assign input", ValidateFinite(block, count, cols, begin)));
-    req.set_rows(count);
-    req.mutable_data()->assign(reinterpret_cast<const char*>(block), count * cols * 4);
-    v1::AssignResponse resp;
-    grpc::ClientContext ctx;
-    impl_->SetDeadline(&ctx);
-    const grpc::Status status = impl_->models->Assign(&ctx, req, &resp);
+        WithPrefix(absl::StrCat(what, " input"), ValidateFinite(block, count, cols, begin)));
+    const grpc::Status status = send(block, begin, count);
     if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && count > 1) {
       batch = count / 2;  // the server accepts smaller messages than we do
       continue;
     }
-    DENDRO_RETURN_IF_ERROR(FromGrpc(status, "Assign", impl_->options));
-    if (resp.leaf_size() != count || resp.cluster_size() != count) {
-      return absl::InternalError(absl::StrCat("Assign: sent ", count, " rows but got ",
-                                              resp.leaf_size(), " leaf and ",
-                                              resp.cluster_size(), " cluster ids back"));
-    }
-    if (begin == 0) {
-      result.model_version = resp.model_version();
-      req.mutable_model()->set_version(resp.model_version());
-    }
-    result.leaf.insert(result.leaf.end(), resp.leaf().begin(), resp.leaf().end());
-    result.cluster.insert(result.cluster.end(), resp.cluster().begin(), resp.cluster().end());
+    DENDRO_RETURN_IF_ERROR(FromGrpc(status, what, options));
     begin += count;
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<AssignResult> Client::Assign(const v1::ModelRef& ref, const MatrixView& rows,
+                                            int32_t level) {
+  if (level < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("assign: level must be >= 0, got ", level));
+  }
+  AssignResult result;
+  v1::AssignRequest req;
+  *req.mutable_model() = ref;
+  req.set_cols(rows.cols());
+  req.set_level(level);
+  absl::Status mismatch;
+  DENDRO_RETURN_IF_ERROR(ForEachBatch(
+      "assign", rows, kAssignResponseBytesPerRow, impl_->options.max_message_bytes,
+      [&](const float* block, int64_t begin, int64_t count) {
+        req.set_rows(count);
+        req.mutable_data()->assign(reinterpret_cast<const char*>(block),
+                                   count * rows.cols() * 4);
+        v1::AssignResponse resp;
+        grpc::ClientContext ctx;
+        impl_->SetDeadline(&ctx);
+        grpc::Status status = impl_->models->Assign(&ctx, req, &resp);
+        if (!status.ok()) return status;
+        if (resp.leaf_size() != count || resp.cluster_size() != count) {
+          return grpc::Status(grpc::StatusCode::INTERNAL,
+                              absl::StrCat("sent ", count, " rows but got ", resp.leaf_size(),
+                                           " leaf and ", resp.cluster_size(), " cluster ids back"));
+        }
+        if (begin == 0) {
+          // Pin every later batch to the version the first one used.
+          result.model_version = resp.model_version();
+          req.mutable_model()->set_version(resp.model_version());
+        }
+        result.leaf.insert(result.leaf.end(), resp.leaf().begin(), resp.leaf().end());
+        result.cluster.insert(result.cluster.end(), resp.cluster().begin(),
+                              resp.cluster().end());
+        return grpc::Status::OK;
+      },
+      impl_->options));
+  return result;
+}
+
+absl::StatusOr<PredictResult> Client::Predict(const v1::ModelRef& ref, const MatrixView& rows,
+                                              const PredictOptions& options) {
+  if (options.top_k < 1 || options.top_t < 0) {
+    return absl::InvalidArgumentError("predict: top_k must be >= 1 and top_t >= 0");
+  }
+  PredictResult result;
+  v1::PredictRequest req;
+  *req.mutable_model() = ref;
+  req.set_cols(rows.cols());
+  req.set_top_t(options.top_t);
+  req.set_top_k(options.top_k);
+  req.set_flat(options.flat);
+  // Per row: top_k labels (<= 10 bytes) and scores (4), top_t super-classes
+  // (<= 5 each) and one count; a generous 64 bytes of framing for the rest.
+  const int64_t response_row_bytes = 14 * options.top_k + 5 * options.top_t + 64;
+  DENDRO_RETURN_IF_ERROR(ForEachBatch(
+      "predict", rows, response_row_bytes, impl_->options.max_message_bytes,
+      [&](const float* block, int64_t begin, int64_t count) {
+        req.set_rows(count);
+        req.mutable_data()->assign(reinterpret_cast<const char*>(block),
+                                   count * rows.cols() * 4);
+        v1::PredictResponse resp;
+        grpc::ClientContext ctx;
+        impl_->SetDeadline(&ctx);
+        grpc::Status status = impl_->models->Predict(&ctx, req, &resp);
+        if (!status.ok()) return status;
+        if (begin == 0) {
+          result.top_k = resp.top_k();
+          result.top_t = resp.top_t();
+          result.model_version = resp.model_version();
+          req.mutable_model()->set_version(resp.model_version());
+        }
+        result.labels.insert(result.labels.end(), resp.labels().begin(), resp.labels().end());
+        result.scores.insert(result.scores.end(), resp.scores().begin(), resp.scores().end());
+        result.superclasses.insert(result.superclasses.end(), resp.superclasses().begin(),
+                                   resp.superclasses().end());
+        result.classes_evaluated.insert(result.classes_evaluated.end(),
+                                        resp.classes_evaluated().begin(),
+                                        resp.classes_evaluated().end());
+        return grpc::Status::OK;
+      },
+      impl_->options));
   return result;
 }
 

@@ -59,6 +59,23 @@ struct AssignResult {
   int64_t model_version = 0;     // the version every batch was assigned with
 };
 
+struct PredictOptions {
+  int32_t top_t = 0;  // super-classes to open; 0 = the model's default
+  int32_t top_k = 1;  // classes per row
+  bool flat = false;  // score every class
+};
+
+// Row-major blocks, as in PredictResponse.
+struct PredictResult {
+  int32_t top_k = 0;
+  int32_t top_t = 0;
+  std::vector<int64_t> labels;             // rows x top_k, original labels, best first
+  std::vector<float> scores;               // rows x top_k
+  std::vector<int32_t> superclasses;       // rows x top_t (empty when flat)
+  std::vector<int32_t> classes_evaluated;  // rows
+  int64_t model_version = 0;
+};
+
 // Parses "NAME" (latest version) or "NAME:VERSION" (VERSION >= 1).
 absl::StatusOr<v1::ModelRef> ParseModelRef(std::string_view text);
 // "NAME:VERSION", or "NAME" for version 0 (latest).
@@ -142,6 +159,9 @@ class Client {
   // the version the first one used, so one call never mixes versions.
   absl::StatusOr<AssignResult> Assign(const v1::ModelRef& ref, const MatrixView& rows,
                                       int32_t level = 0);
+  // Classifier models: top-k classes per row, batched like Assign.
+  absl::StatusOr<PredictResult> Predict(const v1::ModelRef& ref, const MatrixView& rows,
+                                        const PredictOptions& options);
 
  private:
   struct Impl;

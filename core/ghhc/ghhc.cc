@@ -1,0 +1,560 @@
+// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
+// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
+// 105593, fixed in 12.3/13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include "core/ghhc/ghhc.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/common/status_macros.h"
+#include "core/ghhc/init.h"
+#include "core/ghhc/knn.h"
+#include "core/ghhc/objective.h"
+#include "core/ghhc/poincare.h"
+#include "core/ghhc/random.h"
+
+namespace dendro {
+namespace {
+
+using ghhc::RowMat;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// Restores the calling thread's OpenMP thread count on scope exit.
+class ThreadScope {
+ public:
+  explicit ThreadScope(int num_threads) : saved_(omp_get_max_threads()) {
+    if (num_threads > 0) omp_set_num_threads(num_threads);
+  }
+  ~ThreadScope() { omp_set_num_threads(saved_); }
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+// Maps stage-local fractions onto [lo, hi] of the whole run, never backwards.
+class Progress {
+ public:
+  explicit Progress(RunContext& ctx) : ctx_(ctx) {}
+  void Report(double lo, double hi, double f, std::string_view stage) {
+    const double v = std::max(last_, lo + (hi - lo) * std::clamp(f, 0.0, 1.0));
+    last_ = v;
+    ctx_.Report(v, stage);
+  }
+
+ private:
+  RunContext& ctx_;
+  double last_ = 0.0;
+};
+
+absl::Status ValidateOptions(const GhhcOptions& o) {
+  auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  if (o.internal_nodes < 2) {
+    return bad("internal_nodes (M) must be >= 2, got ", o.internal_nodes);
+  }
+  if (!(o.learning_rate > 0.0) || !std::isfinite(o.learning_rate)) {
+    return bad("learning_rate must be a positive finite number, got ", o.learning_rate);
+  }
+  if (o.batch_size < 1) return bad("batch_size must be >= 1, got ", o.batch_size);
+  if (o.triples < 0) return bad("triples must be >= 0 (0: automatic), got ", o.triples);
+  if (o.neighbors < 1) return bad("neighbors (k) must be >= 1, got ", o.neighbors);
+  if (!(o.margin >= 0.0) || !std::isfinite(o.margin)) {
+    return bad("margin (gamma) must be a finite number >= 0, got ", o.margin);
+  }
+  if (o.margin_every < 0) return bad("margin_every must be >= 0, got ", o.margin_every);
+  if (o.margin_steps < 0) return bad("margin_steps must be >= 0, got ", o.margin_steps);
+  if (!(o.margin_learning_rate >= 0.0) || !std::isfinite(o.margin_learning_rate)) {
+    return bad("margin_learning_rate must be a finite number >= 0 (0: learning_rate / 10), got ",
+               o.margin_learning_rate);
+  }
+  if (!(o.gumbel_temperature >= 0.0) || !std::isfinite(o.gumbel_temperature)) {
+    return bad("gumbel_temperature must be a finite number >= 0, got ", o.gumbel_temperature);
+  }
+  if (o.init_sample < 0 || o.init_sample == 1 || o.init_sample > kGhhcMaxInitSample) {
+    return bad("init_sample must be 0 (automatic) or in [2, ", kGhhcMaxInitSample, "], got ",
+               o.init_sample);
+  }
+  if (!(o.point_norm > 0.0 && o.point_norm < 1.0)) {
+    return bad("point_norm must be in (0, 1), got ", o.point_norm);
+  }
+  if (!(o.max_node_norm > 0.0 && o.max_node_norm < o.point_norm)) {
+    return bad("max_node_norm must be in (0, point_norm = ", o.point_norm, "), got ",
+               o.max_node_norm);
+  }
+  if (o.exact_knn_max_points < 0) {
+    return bad("exact_knn_max_points must be >= 0, got ", o.exact_knn_max_points);
+  }
+  if (o.hnsw_m < 2) return bad("hnsw_m must be >= 2, got ", o.hnsw_m);
+  if (o.hnsw_ef_construction < 1) {
+    return bad("hnsw_ef_construction must be >= 1, got ", o.hnsw_ef_construction);
+  }
+  if (o.hnsw_ef_search < 0) return bad("hnsw_ef_search must be >= 0, got ", o.hnsw_ef_search);
+  if (o.num_threads < 0) return bad("num_threads must be >= 0, got ", o.num_threads);
+  return absl::OkStatus();
+}
+
+// Centres (with `mean`), normalises and scales every row into `out`.
+// Returns InvalidArgument naming the first row that is zero after centring.
+absl::Status NormaliseRows(const MatrixView& x, const std::vector<double>& mean,
+                           double point_norm, RowMat<float>* out) {
+  const int64_t n = x.rows();
+  const int64_t d = x.cols();
+  out->resize(n, d);
+  const Eigen::Map<const Eigen::RowVectorXd> mu(mean.data(), d);
+  // A row within rounding of the mean has no direction.
+  const double tol = 1e-6 * mu.norm();
+  int64_t first_bad = std::numeric_limits<int64_t>::max();
+#pragma omp parallel for schedule(static, 4096) reduction(min : first_bad)
+  for (int64_t i = 0; i < n; ++i) {
+    const Eigen::RowVectorXd v = x.row(i).cast<double>() - mu;
+    const double len = v.norm();
+    if (!(len > tol)) {
+      first_bad = std::min(first_bad, i);
+      continue;
+    }
+    out->row(i) = (v * (point_norm / len)).cast<float>();
+  }
+  if (first_bad != std::numeric_limits<int64_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row ", first_bad,
+        mu.norm() > 0 ? " equals the mean of the training data (it is zero after centring)"
+                      : " is a zero vector",
+        "; gHHC normalises every ", mu.norm() > 0 ? "centred " : "", "row to unit length"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<double> ColumnMean(const MatrixView& x) {
+  const int64_t n = x.rows();
+  const int64_t d = x.cols();
+  constexpr int64_t kChunk = 8192;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  RowMat<double> partial = RowMat<double>::Zero(chunks, d);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t r1 = std::min(n, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < r1; ++i) partial.row(c) += x.row(i).cast<double>();
+  }
+  std::vector<double> mean(d, 0.0);
+  Eigen::Map<Eigen::RowVectorXd> m(mean.data(), d);
+  for (int64_t c = 0; c < chunks; ++c) m += partial.row(c);
+  m /= static_cast<double>(n);
+  return mean;
+}
+
+// Floyd's algorithm: s distinct indices of [0, n), sorted.
+std::vector<int64_t> SampleIndices(int64_t n, int64_t s, uint64_t seed) {
+  std::vector<int64_t> out;
+  if (s >= n) {
+    out.resize(n);
+    std::iota(out.begin(), out.end(), 0);
+    return out;
+  }
+  ghhc::Rng rng(ghhc::StreamSeed(seed, 0x5A3F));
+  absl::flat_hash_set<int64_t> chosen;
+  for (int64_t j = n - s; j < n; ++j) {
+    const int64_t t = static_cast<int64_t>(rng.Below(static_cast<uint64_t>(j + 1)));
+    if (!chosen.insert(t).second) chosen.insert(j);
+  }
+  out.assign(chosen.begin(), chosen.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// One RSGD step (eqs. 18-20) with retraction and clipping, in place.
+void RsgdStep(RowMat<double>& z, const RowMat<double>& grad, double lr, double max_norm) {
+#pragma omp parallel for schedule(static) if (z.rows() >= 256)
+  for (Eigen::Index n = 0; n < z.rows(); ++n) {
+    const double scale = ghhc::RiemannianScale(z.row(n).squaredNorm());
+    z.row(n) -= (lr * scale) * grad.row(n);
+    ghhc::Retract(z.row(n), max_norm);
+  }
+}
+
+// Triples x nodes x dims in a batch above which the batch is split across
+// threads.
+constexpr int64_t kParallelWork = int64_t{1} << 20;
+
+struct Triple {
+  int32_t i, j, k;
+};
+
+float SqDist(const RowMat<float>& p, int64_t a, int64_t b) {
+  return (p.row(a) - p.row(b)).squaredNorm();
+}
+
+}  // namespace
+
+absl::StatusOr<Hierarchy> ExtractGhhcTree(const std::vector<double>& nodes, int64_t dim,
+                                          double point_norm,
+                                          const std::vector<int32_t>& node_parent,
+                                          const std::vector<int32_t>& point_node,
+                                          std::vector<int32_t>* node_leaf,
+                                          int32_t* pruned_nodes) {
+  const int64_t m = static_cast<int64_t>(node_parent.size());
+  if (dim < 1 || static_cast<int64_t>(nodes.size()) != m * dim || m < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("nodes: expected ", m, " x ", dim,
+                                                   " values, got ", nodes.size()));
+  }
+  if (point_node.empty()) return absl::InvalidArgumentError("no points to place in the tree");
+  const Eigen::Map<const RowMat<double>> z(nodes.data(), m, dim);
+  const Eigen::VectorXd sq = z.rowwise().squaredNorm();
+  auto precedes = [&](int64_t a, int64_t b) {  // (norm, index) order
+    return sq[a] < sq[b] || (sq[a] == sq[b] && a < b);
+  };
+  int64_t root = -1;
+  for (int64_t c = 0; c < m; ++c) {
+    const int32_t p = node_parent[c];
+    if (p == -1) {
+      if (root >= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("nodes ", root, " and ", c, " both have no parent"));
+      }
+      root = c;
+    } else if (p < 0 || p >= m || !precedes(p, c)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node ", c, " has parent ", p, ", which does not precede it in (norm, index) order"));
+    }
+  }
+  if (root < 0) return absl::InvalidArgumentError("no node is the root (parent -1)");
+
+  std::vector<int64_t> count(m, 0);
+  for (size_t i = 0; i < point_node.size(); ++i) {
+    const int32_t n = point_node[i];
+    if (n < 0 || n >= m) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("point ", i, " has node ", n, ", outside [0, ", m, ")"));
+    }
+    ++count[n];
+  }
+  // Children-first order: descending (norm, index).
+  std::vector<int64_t> order(m);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return precedes(b, a); });
+  std::vector<int64_t> subtree = count;
+  for (int64_t c : order) {
+    if (node_parent[c] >= 0) subtree[node_parent[c]] += subtree[c];
+  }
+  node_leaf->assign(m, -1);
+  int32_t num_leaves = 0;
+  for (int64_t n = 0; n < m; ++n) {
+    if (count[n] > 0) (*node_leaf)[n] = num_leaves++;
+  }
+  // Surviving children of each node: its leaf cluster plus internal children
+  // with points below; single-child nodes are replaced by their child.
+  std::vector<std::vector<int32_t>> kids(m);  // ids in the output numbering
+  std::vector<int32_t> rep(m, -1);            // output id standing for node n
+  std::vector<int32_t> out_parent(num_leaves, -1);
+  std::vector<double> out_height(num_leaves, 0.0);
+  const double point_pnorm = ghhc::PoincareNorm(point_norm);
+  int32_t kept = 0;
+  for (int64_t n : order) {
+    if (subtree[n] == 0) continue;
+    if (count[n] > 0) kids[n].push_back((*node_leaf)[n]);
+    if (kids[n].size() == 1) {
+      rep[n] = kids[n][0];
+    } else {
+      rep[n] = static_cast<int32_t>(out_parent.size());
+      out_parent.push_back(-1);
+      out_height.push_back(point_pnorm - ghhc::PoincareNorm(std::sqrt(sq[n])));
+      for (int32_t k : kids[n]) out_parent[k] = rep[n];
+      ++kept;
+    }
+    if (node_parent[n] >= 0) kids[node_parent[n]].push_back(rep[n]);
+  }
+  if (pruned_nodes != nullptr) *pruned_nodes = static_cast<int32_t>(m - kept);
+  return Hierarchy::FromParents(num_leaves, out_parent, out_height);
+}
+
+absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& options,
+                                   RunContext& ctx) {
+  DENDRO_RETURN_IF_ERROR(ValidateOptions(options));
+  const int64_t n = x.rows();
+  const int64_t d = x.cols();
+  if (n < 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gHHC needs at least 3 points (one triple), got ", n));
+  }
+  if (d < 1) return absl::InvalidArgumentError("gHHC needs at least 1 column");
+  if (n > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("too many points: ", n));
+  }
+  const int32_t m = options.internal_nodes;
+  ThreadScope threads(options.num_threads);
+  Progress progress(ctx);
+  GhhcStats stats;
+
+  // 1. Points.
+  progress.Report(0.0, 0.02, 0.0, "preprocessing");
+  DENDRO_RETURN_IF_ERROR(ValidateFinite(x));
+  DENDRO_RETURN_IF_ERROR(ctx.CheckCancelled());
+  GhhcModel model;
+  model.dim = d;
+  model.center = options.center;
+  model.point_norm = options.point_norm;
+  model.mean = options.center ? ColumnMean(x) : std::vector<double>(d, 0.0);
+  RowMat<float> pts;
+  DENDRO_RETURN_IF_ERROR(NormaliseRows(x, model.mean, options.point_norm, &pts));
+  DENDRO_RETURN_IF_ERROR(ctx.CheckCancelled());
+
+  // 2. Neighbours.
+  auto t0 = Clock::now();
+  ghhc::KnnOptions knn_options;
+  knn_options.k = options.neighbors;
+  knn_options.exact_max_points = options.exact_knn_max_points;
+  knn_options.hnsw_m = options.hnsw_m;
+  knn_options.hnsw_ef_construction = options.hnsw_ef_construction;
+  knn_options.hnsw_ef_search = options.hnsw_ef_search;
+  knn_options.seed = options.seed;
+  const int32_t k = static_cast<int32_t>(std::min<int64_t>(options.neighbors, n - 1));
+  stats.neighbors = k;
+  stats.exact_knn = n <= options.exact_knn_max_points;
+  DENDRO_ASSIGN_OR_RETURN(
+      std::vector<int32_t> knn,
+      ghhc::NearestNeighborTable(pts, knn_options, ctx, [&](double f) {
+        progress.Report(0.02, 0.30, f, "nearest neighbours");
+      }));
+  stats.knn_seconds = Seconds(t0);
+
+  // 3. Initialisation.
+  t0 = Clock::now();
+  progress.Report(0.30, 0.32, 0.0, "initialisation (HAC on a sample)");
+  int64_t s = options.init_sample > 0
+                  ? options.init_sample
+                  : std::max<int64_t>(1000, std::min<int64_t>(4000, 4 * int64_t{m}));
+  s = std::min(s, n);
+  stats.init_sample = static_cast<int32_t>(s);
+  RowMat<double> z;
+  {
+    const std::vector<int64_t> idx = SampleIndices(n, s, options.seed);
+    RowMat<double> sample(s, d);
+    for (int64_t r = 0; r < s; ++r) sample.row(r) = pts.row(idx[r]).cast<double>();
+    z = ghhc::InitialNodes(sample, m, options.max_node_norm, options.seed);
+  }
+  for (Eigen::Index r = 0; r < z.rows(); ++r) ghhc::Retract(z.row(r), options.max_node_norm);
+  stats.init_seconds = Seconds(t0);
+  DENDRO_RETURN_IF_ERROR(ctx.CheckCancelled());
+
+  // 4. Training.
+  t0 = Clock::now();
+  const int64_t batch = options.batch_size;
+  int64_t total = options.triples > 0 ? options.triples : std::max<int64_t>(100000, 2 * n);
+  if (options.triples == 0) total = (total + batch - 1) / batch * batch;
+  const int64_t steps = (total + batch - 1) / batch;
+  const int num_chunks = static_cast<int>(std::min<int64_t>(batch, 8));
+  const ghhc::Link link =
+      options.link == GhhcLink::kSigmoid ? ghhc::Link::kSigmoid : ghhc::Link::kSoftplus;
+  const bool noisy = options.gumbel_temperature > 0.0;
+  const double margin_lr = options.margin_learning_rate > 0.0 ? options.margin_learning_rate
+                                                              : options.learning_rate / 10.0;
+  const float tau = static_cast<float>(options.gumbel_temperature);
+  std::vector<RowMat<float>> chunk_x(num_chunks), chunk_noise(num_chunks),
+      chunk_grad(num_chunks);
+  std::vector<ghhc::TripleWorkspace<float>> chunk_ws(num_chunks);
+  std::vector<double> chunk_loss(num_chunks);
+  std::vector<Triple> triples(batch);
+  std::vector<double> batch_loss;
+  batch_loss.reserve(steps);
+  RowMat<float> zf;
+  RowMat<double> grad(m, d);
+  std::vector<int32_t> parents;
+  const int64_t report_every = std::max<int64_t>(1, steps / 1000);
+  int64_t seen = 0;
+  for (int64_t step = 0; step < steps; ++step) {
+    if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+    const int64_t bsize = std::min(batch, total - seen);
+    ghhc::Rng rng(ghhc::StreamSeed(options.seed, 1, static_cast<uint64_t>(step)));
+    for (int64_t t = 0; t < bsize; ++t) {
+      const int64_t i = static_cast<int64_t>(rng.Below(n));
+      const int64_t j = knn[i * k + static_cast<int64_t>(rng.Below(k))];
+      int64_t l;
+      do {
+        l = static_cast<int64_t>(rng.Below(n));
+      } while (l == i || l == j);
+      const float dij = SqDist(pts, i, j), dil = SqDist(pts, i, l), djl = SqDist(pts, j, l);
+      if (dij <= std::min(dil, djl)) {
+        triples[t] = {static_cast<int32_t>(i), static_cast<int32_t>(j), static_cast<int32_t>(l)};
+      } else if (dil <= djl) {
+        triples[t] = {static_cast<int32_t>(i), static_cast<int32_t>(l), static_cast<int32_t>(j)};
+      } else {
+        triples[t] = {static_cast<int32_t>(j), static_cast<int32_t>(l), static_cast<int32_t>(i)};
+      }
+    }
+    zf = z.cast<float>();
+    const int chunks = static_cast<int>(std::min<int64_t>(num_chunks, bsize));
+    // Small batches run on the calling thread: a parallel region per step
+    // costs more than it saves there (and much more on a busy machine).
+#pragma omp parallel for schedule(static, 1) if (bsize * m * d >= kParallelWork)
+    for (int c = 0; c < chunks; ++c) {
+      const int64_t t0c = bsize * c / chunks;
+      const int64_t t1c = bsize * (c + 1) / chunks;
+      const int64_t cb = t1c - t0c;
+      RowMat<float>& xc = chunk_x[c];
+      xc.resize(3 * cb, d);
+      for (int64_t t = 0; t < cb; ++t) {
+        const Triple& tr = triples[t0c + t];
+        xc.row(3 * t) = pts.row(tr.i);
+        xc.row(3 * t + 1) = pts.row(tr.j);
+        xc.row(3 * t + 2) = pts.row(tr.k);
+      }
+      RowMat<float>& noise = chunk_noise[c];
+      if (noisy) {
+        noise.resize(cb, 2 * m);
+        ghhc::Rng nrng(ghhc::StreamSeed(options.seed, 2 + static_cast<uint64_t>(step),
+                                        static_cast<uint64_t>(c)));
+        float* u = noise.data();
+        for (int64_t q = 0; q < noise.size(); ++q) {
+          // 23 random bits + 1/2: exactly representable, strictly inside (0, 1).
+          u[q] = (static_cast<float>(nrng.Next() >> 41) + 0.5f) * 0x1.0p-23f;
+        }
+        noise.array() = -tau * (-noise.array().log()).log();
+      } else {
+        noise.resize(0, 2 * m);
+      }
+      chunk_grad[c].setZero(m, d);
+      chunk_loss[c] = ghhc::TripleObjective<float>(xc, zf, noise, link, &chunk_grad[c],
+                                                   &chunk_ws[c]);
+    }
+    grad.setZero();
+    double loss = 0.0;
+    for (int c = 0; c < chunks; ++c) {
+      grad += chunk_grad[c].cast<double>();
+      loss += chunk_loss[c];
+    }
+    RsgdStep(z, grad, options.learning_rate, options.max_node_norm);
+    seen += bsize;
+    batch_loss.push_back(loss / static_cast<double>(bsize));
+
+    if (options.margin_every > 0 && options.margin_steps > 0 &&
+        (step + 1) % options.margin_every == 0) {
+      parents = ghhc::NodeParents(z);
+      for (int32_t r = 0; r < options.margin_steps; ++r) {
+        grad.setZero();
+        ghhc::MarginObjective(z, parents, options.margin, &grad);
+        RsgdStep(z, grad, margin_lr, options.max_node_norm);
+      }
+    }
+    if ((step + 1) % report_every == 0 || step + 1 == steps) {
+      progress.Report(0.32, 0.95, static_cast<double>(seen) / total,
+                      absl::StrFormat("training: %d/%d triples, objective %.5g", seen, total,
+                                      batch_loss.back()));
+    }
+  }
+  stats.triples = seen;
+  stats.batches = steps;
+  {
+    const int64_t w = std::max<int64_t>(1, steps / 20);
+    double first = 0, last = 0;
+    for (int64_t q = 0; q < w; ++q) {
+      first += batch_loss[q];
+      last += batch_loss[steps - 1 - q];
+    }
+    stats.initial_objective = first / w;
+    stats.final_objective = last / w;
+  }
+  stats.train_seconds = Seconds(t0);
+
+  // 5. Extraction.
+  t0 = Clock::now();
+  progress.Report(0.95, 1.0, 0.0, "extracting the tree");
+  model.nodes.assign(z.data(), z.data() + z.size());
+  model.node_parent = ghhc::NodeParents(z);
+  zf = z.cast<float>();
+  std::vector<int32_t> point_node(n);
+  {
+    constexpr int64_t kBlock = 2048;
+    constexpr int64_t kSuper = 64 * kBlock;
+    for (int64_t s0 = 0; s0 < n; s0 += kSuper) {
+      if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+      const int64_t s1 = std::min(n, s0 + kSuper);
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t b0 = s0; b0 < s1; b0 += kBlock) {
+        const int64_t rn = std::min(kBlock, s1 - b0);
+        ghhc::NearestNodes(pts.middleRows(b0, rn), zf, {}, point_node.data() + b0);
+      }
+      progress.Report(0.95, 1.0, 0.9 * static_cast<double>(s1) / n, "extracting the tree");
+    }
+  }
+  DENDRO_ASSIGN_OR_RETURN(
+      Hierarchy tree, ExtractGhhcTree(model.nodes, d, options.point_norm, model.node_parent,
+                                      point_node, &model.node_leaf, &stats.pruned_nodes));
+  std::vector<int32_t> point_leaf(n);
+  for (int64_t i = 0; i < n; ++i) point_leaf[i] = model.node_leaf[point_node[i]];
+  DENDRO_RETURN_IF_ERROR(tree.SetPointLeaf(std::move(point_leaf)));
+  stats.leaf_clusters = tree.num_leaves();
+  stats.extract_seconds = Seconds(t0);
+  auto& md = tree.mutable_metadata();
+  md["method"] = "ghhc";
+  md["internal_nodes"] = absl::StrCat(m);
+  md["triples"] = absl::StrCat(seen);
+  md["batch_size"] = absl::StrCat(options.batch_size);
+  md["learning_rate"] = absl::StrCat(options.learning_rate);
+  md["neighbors"] = absl::StrCat(k);
+  md["margin"] = absl::StrCat(options.margin);
+  md["seed"] = absl::StrCat(options.seed);
+  md["point_norm"] = absl::StrCat(options.point_norm);
+  md["max_node_norm"] = absl::StrCat(options.max_node_norm);
+  md["final_objective"] = absl::StrCat(stats.final_objective);
+  md["pruned_nodes"] = absl::StrCat(stats.pruned_nodes);
+  progress.Report(0.95, 1.0, 1.0, "done");
+  return GhhcResult{std::move(model), std::move(tree), stats};
+}
+
+absl::StatusOr<std::vector<int32_t>> AssignGhhcLeaves(const GhhcModel& model,
+                                                      const MatrixView& rows, int num_threads) {
+  const int64_t d = model.dim;
+  const int32_t m = model.num_nodes();
+  if (rows.cols() != d) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rows have ", rows.cols(), " columns but the gHHC model was fitted on ", d));
+  }
+  if (static_cast<int64_t>(model.nodes.size()) != int64_t{m} * d ||
+      static_cast<int64_t>(model.mean.size()) != d || m < 1) {
+    return absl::InvalidArgumentError("inconsistent gHHC model (node or mean sizes)");
+  }
+  DENDRO_RETURN_IF_ERROR(ValidateFinite(rows));
+  ThreadScope threads(num_threads);
+  RowMat<float> pts;
+  DENDRO_RETURN_IF_ERROR(NormaliseRows(rows, model.mean, model.point_norm, &pts));
+  const RowMat<float> zf =
+      Eigen::Map<const RowMat<double>>(model.nodes.data(), m, d).cast<float>();
+  std::vector<uint8_t> allowed(m);
+  bool any = false;
+  for (int32_t q = 0; q < m; ++q) {
+    allowed[q] = model.node_leaf[q] >= 0;
+    any = any || allowed[q];
+  }
+  if (!any) return absl::InvalidArgumentError("inconsistent gHHC model: no node holds a leaf");
+  const int64_t n = rows.rows();
+  std::vector<int32_t> node(n);
+  constexpr int64_t kBlock = 2048;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
+    const int64_t rn = std::min(kBlock, n - b0);
+    ghhc::NearestNodes(pts.middleRows(b0, rn), zf, allowed, node.data() + b0);
+  }
+  for (int64_t i = 0; i < n; ++i) node[i] = model.node_leaf[node[i]];
+  return node;
+}
+
+}  // namespace dendro

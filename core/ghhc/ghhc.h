@@ -1,0 +1,193 @@
+// gHHC: gradient-based hyperbolic hierarchical clustering (Monath, Zaheer,
+// Silva, McCallum, Ahmed, KDD 2019).
+//
+// A tree over N embedded points is learned as M internal-node vectors in the
+// d-dimensional Poincaré ball, by mini-batch Riemannian SGD on a triple
+// objective; the discrete tree is read off the node positions.
+//
+// Pipeline of FitGhhc:
+//  1. Points. Each row x is centred (minus the training mean; Options::center),
+//     normalised to unit length and scaled to norm point_norm (0.9): the
+//     points are fixed leaves on a sphere inside the ball. A row that is zero
+//     after centring has no direction: InvalidArgument naming the row.
+//  2. Neighbours. The k = neighbors nearest points of every point
+//     (Euclidean on the normalised points): exact for N <= exact_knn_max_points,
+//     else an HNSW graph (hnswlib) built and queried on all threads and freed
+//     before training.
+//  3. Initialisation (section 4.2): average-linkage HAC over a random sample
+//     of init_sample points. The sample's clusters at the cut into
+//     c = ceil(M / 2) clusters are the "leaf" internal nodes (at norm
+//     max_node_norm, in the mean direction of their points); the c - 1 merges
+//     above the cut, i.e. HAC over those leaf nodes, are the other nodes, at
+//     the mean direction of their descendants with norm
+//     max_node_norm * log(N + 1 - j) / log(N + 1) for the j-th of the
+//     N = c - 1 rounds (the leaf nodes count as round 0; the root lands at
+//     the origin). See init.h.
+//  4. Training: `triples` fresh triples, in mini-batches of batch_size. A
+//     triple is x_i uniform, x_j uniform among the k neighbours of x_i, x_k
+//     uniform among the other points, reordered so that the most similar
+//     pair (smallest Euclidean distance; ties keep the sampled order) comes
+//     first. Each batch takes one RSGD step (eqs. 18-20) on eq. 15 (sum over
+//     the batch) with Gumbel noise of scale gumbel_temperature on both LCA
+//     distributions, followed by the retraction and the clip to norm
+//     max_node_norm. Alternation with the margin objective (eqs. 16-17):
+//     after every margin_every batches, the internal nodes' parents are
+//     recomputed with eq. 4 and margin_steps RSGD steps are taken on eq. 17
+//     (the sum over internal child-parent pairs of d_cp with margin
+//     gamma = margin) with step size margin_learning_rate, by default a tenth
+//     of learning_rate. At the full step size the distance factor of eq. 16
+//     pulls every child onto its parent in every phase: in our runs the
+//     leaf-level nodes then sank towards the origin and the leaf purity fell;
+//     at a tenth the phase keeps parents' norms below their children's
+//     without that collapse.
+//  5. Extraction (eq. 4 with the section 4.2 rules), see GhhcModel below.
+//
+// Tree extraction and the leaf clusters. Internal node c takes as parent the
+// node p with the smallest d_cp(z_c, z_p) among those that precede it in the
+// order (Euclidean norm, node index) -- smaller norm, ties broken by the index
+// -- so every parent has a norm <= its child's and exactly one node (the first
+// in that order) is the root. A point takes as parent the node with the
+// smallest d_cp, i.e. Poincaré distance (all nodes have smaller norms than
+// the points; lowest index on ties). The extra-node trick: the points that
+// select node n form one leaf cluster, a child of n next to n's internal
+// children. Then internal nodes without points below are removed, and a node
+// left with a single child is replaced by that child (repeatedly; if all
+// points select one node, the tree is that single leaf cluster). Leaf clusters
+// are numbered by their node's index. Height of internal node n:
+// ||x||_D - ||z_n||_D = 2 atanh(point_norm) - 2 atanh(||z_n||), the hyperbolic
+// radial gap between the node and the points' sphere (leaf clusters: 0), so
+// heights never decrease towards the root.
+//
+// Dendrogram purity over points as leaves (the paper's evaluation) equals
+// DendrogramPurity (core/metrics) on this tree with point_leaf: two points of
+// one leaf cluster have the extra node n' as their LCA, whose descendants are
+// exactly that cluster; any other pair has the same LCA in both trees.
+//
+// Precision: points and the training products are float32; the nodes are
+// kept in float64 and rounded to float32 for each batch's matrix products.
+//
+// Determinism: for a fixed seed the result does not depend on the number of
+// threads when the exact neighbour search is used (N <= exact_knn_max_points);
+// a multi-threaded HNSW build inserts points in a timing-dependent order.
+#ifndef DENDRO_CORE_GHHC_GHHC_H_
+#define DENDRO_CORE_GHHC_GHHC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/common/run_context.h"
+#include "core/hierarchy/hierarchy.h"
+#include "core/matrix/matrix.h"
+
+namespace dendro {
+
+enum class GhhcLink {
+  kSigmoid,   // s(y) = 1 / (1 + e^-y): eq. 15 as printed
+  kSoftplus,  // s(y) = log(1 + e^y): the BPR log-sigmoid loss of the authors' code
+};
+
+struct GhhcOptions {
+  int32_t internal_nodes = 100;   // M (>= 2); the paper uses 64 .. 40,000
+  double learning_rate = 0.01;    // eta in eq. 18 (the paper's value)
+  int32_t batch_size = 100;       // triples per RSGD step (the paper's value)
+  // Triples seen in total; 0: max(100,000, 2 N) rounded up to whole batches.
+  int64_t triples = 0;
+  int32_t neighbors = 5;          // k for x_j (the authors' triplet_k)
+  double margin = 0.25;           // gamma of eq. 16 (Poincaré-norm units)
+  int32_t margin_every = 10;      // batches between margin phases; 0: never
+  int32_t margin_steps = 1;       // RSGD steps per margin phase
+  // Step size of the margin phase; 0: learning_rate / 10 (see above).
+  double margin_learning_rate = 0.0;
+  double gumbel_temperature = 1.0;  // scale of the Gumbel noise; 0: none
+  GhhcLink link = GhhcLink::kSigmoid;
+  uint64_t seed = 1;
+  // Sample for the HAC initialisation; 0: min(N, max(1000, min(4000, 4 M))).
+  // At most kGhhcMaxInitSample.
+  int32_t init_sample = 0;
+  bool center = true;             // subtract the mean before normalising
+  double point_norm = 0.9;        // radius of the points' sphere
+  double max_node_norm = 0.8;     // nodes are clipped to this norm (< point_norm)
+  // Neighbour search.
+  int64_t exact_knn_max_points = 5000;
+  int32_t hnsw_m = 12;
+  int32_t hnsw_ef_construction = 40;
+  int32_t hnsw_ef_search = 0;     // 0: max(2 k + 2, 32)
+  int num_threads = 0;            // 0: all cores
+};
+
+inline constexpr int32_t kGhhcMaxInitSample = 8192;
+
+// What AssignGhhcLeaves needs to place new points; Save/Load persist it.
+struct GhhcModel {
+  int64_t dim = 0;
+  bool center = true;
+  double point_norm = 0.9;
+  std::vector<double> mean;        // d; zeros when !center
+  // M x d row-major internal nodes (float64).
+  std::vector<double> nodes;
+  // For each node, the leaf cluster of the points that select it, or -1 when
+  // no training point does (new points never go there).
+  std::vector<int32_t> node_leaf;
+  // Parent of each node by eq. 4 among internal nodes (-1 for the root),
+  // before pruning.
+  std::vector<int32_t> node_parent;
+  int32_t num_nodes() const { return static_cast<int32_t>(node_leaf.size()); }
+};
+
+struct GhhcStats {
+  int64_t triples = 0;             // triples seen
+  int64_t batches = 0;
+  int32_t neighbors = 0;           // k actually used
+  bool exact_knn = false;
+  int32_t init_sample = 0;
+  // Mean eq. 15 value per triple over the first and the last 5% of batches
+  // (with the training noise).
+  double initial_objective = 0.0;
+  double final_objective = 0.0;
+  int32_t leaf_clusters = 0;       // nodes with points
+  int32_t pruned_nodes = 0;        // internal nodes removed by the pruning
+  double knn_seconds = 0, init_seconds = 0, train_seconds = 0, extract_seconds = 0;
+};
+
+struct GhhcResult {
+  GhhcModel model;
+  Hierarchy hierarchy;             // point_leaf = the training points' leaves
+  GhhcStats stats;
+};
+
+// Validates the input and options and runs gHHC. Errors: InvalidArgument for
+// N < 3, M < 2, non-finite entries (naming row and column), a row that is
+// zero after centring (naming it), bad options; CancelledError on cancel.
+absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& options,
+                                   RunContext& ctx);
+
+// Leaf cluster of each row: the row is preprocessed like the training points
+// (training mean, unit length, point_norm) and placed under the node with the
+// smallest d_cp among the nodes that hold training points (for a training
+// point this is its own leaf). InvalidArgument on a dimension mismatch,
+// non-finite entries or a row that is zero after centring.
+absl::StatusOr<std::vector<int32_t>> AssignGhhcLeaves(const GhhcModel& model,
+                                                      const MatrixView& rows,
+                                                      int num_threads = 0);
+
+// Builds the hierarchy from nodes and the points' parents (the extraction
+// described above). `point_node[i]` in [0, M). Exposed for tests.
+absl::StatusOr<Hierarchy> ExtractGhhcTree(const std::vector<double>& nodes, int64_t dim,
+                                          double point_norm,
+                                          const std::vector<int32_t>& node_parent,
+                                          const std::vector<int32_t>& point_node,
+                                          std::vector<int32_t>* node_leaf,
+                                          int32_t* pruned_nodes = nullptr);
+
+// Files in `dir` (which must exist): ghhc_model.json (format, dim, center,
+// point_norm, node count), ghhc_mean.npy (d float64), ghhc_nodes.npy (M x d
+// float64), ghhc_node_leaf.npy and ghhc_node_parent.npy (M int32). Written
+// atomically file by file. Load validates shapes and values.
+absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir);
+absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir);
+
+}  // namespace dendro
+
+#endif  // DENDRO_CORE_GHHC_GHHC_H_

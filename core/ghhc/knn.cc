@@ -1,0 +1,173 @@
+// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
+// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
+// 105593, fixed in 12.3/13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include "core/ghhc/knn.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "hnswlib/hnswlib.h"
+
+namespace dendro::ghhc {
+namespace {
+
+// Exact search: distances of a block of rows to all rows by one product.
+absl::Status ExactTable(const RowMat<float>& x, int32_t k, RunContext& ctx,
+                        const std::function<void(double)>& progress, int32_t* out) {
+  const int64_t n = x.rows();
+  const Eigen::ArrayXf sq = x.rowwise().squaredNorm().array();
+  constexpr int64_t kBlock = 128;
+  const int64_t num_blocks = (n + kBlock - 1) / kBlock;
+  constexpr int64_t kBlocksPerPoll = 16;
+  for (int64_t b0 = 0; b0 < num_blocks; b0 += kBlocksPerPoll) {
+    if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+    const int64_t b1 = std::min(num_blocks, b0 + kBlocksPerPoll);
+#pragma omp parallel
+    {
+      RowMat<float> s;
+      std::vector<int32_t> idx(n);
+      std::vector<float> dist(n);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        const int64_t r0 = blk * kBlock;
+        const int64_t rn = std::min(kBlock, n - r0);
+        s.noalias() = x.middleRows(r0, rn) * x.transpose();
+        for (int64_t i = 0; i < rn; ++i) {
+          const int64_t row = r0 + i;
+          for (int64_t j = 0; j < n; ++j) {
+            dist[j] = std::max(sq[row] + sq[j] - 2.0f * s(i, j), 0.0f);
+          }
+          dist[row] = std::numeric_limits<float>::infinity();
+          std::iota(idx.begin(), idx.end(), 0);
+          std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                            [&](int32_t a, int32_t b) {
+                              return dist[a] < dist[b] || (dist[a] == dist[b] && a < b);
+                            });
+          std::copy(idx.begin(), idx.begin() + k, out + row * k);
+        }
+      }
+    }
+    progress(static_cast<double>(b1) / num_blocks);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HnswTable(const RowMat<float>& x, const KnnOptions& options, int32_t k,
+                       RunContext& ctx, const std::function<void(double)>& progress,
+                       int32_t* out) {
+  const int64_t n = x.rows();
+  const int64_t d = x.cols();
+  const int32_t ef = options.hnsw_ef_search > 0 ? std::max(options.hnsw_ef_search, k + 1)
+                                                : std::max(2 * k + 2, 32);
+  std::atomic<bool> failed{false};
+  std::string error;
+  auto record_error = [&](const char* what) {
+#pragma omp critical(ghhc_knn_error)
+    {
+      if (!failed.exchange(true)) error = what;
+    }
+  };
+  try {
+    hnswlib::L2Space space(static_cast<size_t>(d));
+    auto index = std::make_unique<hnswlib::HierarchicalNSW<float>>(
+        &space, static_cast<size_t>(n), static_cast<size_t>(options.hnsw_m),
+        static_cast<size_t>(options.hnsw_ef_construction),
+        static_cast<size_t>(options.seed % 1000000007u + 100));
+    index->addPoint(x.row(0).data(), 0);
+    // Building costs about as much as querying; weight them equally.
+    constexpr int64_t kSuper = 8192;
+    for (int64_t s0 = 1; s0 < n; s0 += kSuper) {
+      if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+      const int64_t s1 = std::min(n, s0 + kSuper);
+#pragma omp parallel for schedule(dynamic, 64)
+      for (int64_t i = s0; i < s1; ++i) {
+        if (failed.load(std::memory_order_relaxed)) continue;
+        try {
+          index->addPoint(x.row(i).data(), static_cast<hnswlib::labeltype>(i));
+        } catch (const std::exception& e) {
+          record_error(e.what());
+        }
+      }
+      if (failed) break;
+      progress(0.5 * static_cast<double>(s1) / n);
+    }
+    if (failed) return absl::InternalError(absl::StrCat("HNSW index build failed: ", error));
+    index->setEf(static_cast<size_t>(ef));
+    for (int64_t s0 = 0; s0 < n; s0 += kSuper) {
+      if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+      const int64_t s1 = std::min(n, s0 + kSuper);
+#pragma omp parallel for schedule(dynamic, 64)
+      for (int64_t i = s0; i < s1; ++i) {
+        if (failed.load(std::memory_order_relaxed)) continue;
+        try {
+          auto result = index->searchKnn(x.row(i).data(), static_cast<size_t>(k + 1));
+          // The queue yields the farthest first.
+          std::vector<std::pair<float, int32_t>> found;
+          found.reserve(result.size());
+          while (!result.empty()) {
+            const auto& top = result.top();
+            if (static_cast<int64_t>(top.second) != i) {
+              found.emplace_back(top.first, static_cast<int32_t>(top.second));
+            }
+            result.pop();
+          }
+          std::sort(found.begin(), found.end());
+          int32_t* row = out + i * k;
+          for (int32_t t = 0; t < k; ++t) {
+            if (!found.empty()) {
+              row[t] = found[std::min<size_t>(t, found.size() - 1)].second;
+            } else {
+              row[t] = static_cast<int32_t>((i + 1 + t) % n);  // degenerate graph
+            }
+          }
+        } catch (const std::exception& e) {
+          record_error(e.what());
+        }
+      }
+      if (failed) break;
+      progress(0.5 + 0.5 * static_cast<double>(s1) / n);
+    }
+    if (failed) return absl::InternalError(absl::StrCat("HNSW search failed: ", error));
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("HNSW index for ", n, " points could not be built: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int32_t>> NearestNeighborTable(
+    const RowMat<float>& x, const KnnOptions& options, RunContext& ctx,
+    const std::function<void(double)>& progress) {
+  const int64_t n = x.rows();
+  if (n < 2) return absl::InvalidArgumentError("nearest neighbours need at least 2 points");
+  if (options.k < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("neighbors must be >= 1, got ", options.k));
+  }
+  const int32_t k = static_cast<int32_t>(std::min<int64_t>(options.k, n - 1));
+  std::vector<int32_t> table(static_cast<size_t>(n) * k);
+  if (n <= options.exact_max_points) {
+    absl::Status s = ExactTable(x, k, ctx, progress, table.data());
+    if (!s.ok()) return s;
+  } else {
+    absl::Status s = HnswTable(x, options, k, ctx, progress, table.data());
+    if (!s.ok()) return s;
+  }
+  return table;
+}
+
+}  // namespace dendro::ghhc

@@ -1,0 +1,38 @@
+// k nearest neighbours of every data point, for gHHC's triple sampling
+// (section 4.2). Exact (blocked matrix products) for small inputs, an HNSW
+// graph (hnswlib) otherwise. Internal to core/ghhc; exposed for tests.
+#ifndef DENDRO_CORE_GHHC_KNN_H_
+#define DENDRO_CORE_GHHC_KNN_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/common/run_context.h"
+#include "core/ghhc/objective.h"
+
+namespace dendro::ghhc {
+
+struct KnnOptions {
+  int32_t k = 5;                      // neighbours per point (clamped to n - 1)
+  int64_t exact_max_points = 5000;    // n at or below this: exact search
+  int32_t hnsw_m = 12;                // HNSW graph degree
+  int32_t hnsw_ef_construction = 40;  // HNSW build beam
+  int32_t hnsw_ef_search = 0;         // query beam; 0: max(2 k, 32)
+  uint64_t seed = 0;
+};
+
+// Row-major n x k' table (k' = min(k, n - 1)): for point i, the indices of
+// its k' nearest other points (Euclidean), nearest first; ties in the exact
+// search go to the lower index. The HNSW search is approximate, and with
+// more than one thread its graph (hence the table) depends on thread timing.
+// `progress(f)` is called from the calling thread with f in [0, 1]
+// non-decreasing; cancellation is polled between blocks.
+absl::StatusOr<std::vector<int32_t>> NearestNeighborTable(
+    const RowMat<float>& x, const KnnOptions& options, RunContext& ctx,
+    const std::function<void(double)>& progress);
+
+}  // namespace dendro::ghhc
+
+#endif  // DENDRO_CORE_GHHC_KNN_H_

@@ -1,0 +1,156 @@
+// Save/Load of a fitted gHHC model (see ghhc.h for the file layout).
+// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
+// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
+// 105593, fixed in 12.3/13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+#include "core/ghhc/ghhc.h"
+#include "core/io/atomic_file.h"
+#include "core/io/npy.h"
+#include "nlohmann/json.hpp"
+
+namespace dendro {
+namespace {
+
+constexpr int kFormatVersion = 1;
+constexpr char kFormat[] = "dendro.ghhc_model";
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string s;
+  for (int64_t v : shape) absl::StrAppend(&s, s.empty() ? "" : " x ", v);
+  return s;
+}
+
+absl::Status CheckShape(const std::string& path, const std::vector<int64_t>& got,
+                        const std::vector<int64_t>& want) {
+  if (got == want) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(path, ": expected shape ", ShapeText(want),
+                                                 ", found ", ShapeText(got)));
+}
+
+}  // namespace
+
+absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir) {
+  const int64_t m = model.num_nodes();
+  const int64_t d = model.dim;
+  if (static_cast<int64_t>(model.nodes.size()) != m * d ||
+      static_cast<int64_t>(model.mean.size()) != d ||
+      static_cast<int64_t>(model.node_parent.size()) != m) {
+    return absl::InvalidArgumentError("inconsistent gHHC model: array sizes do not match");
+  }
+  nlohmann::json j;
+  j["format"] = kFormat;
+  j["version"] = kFormatVersion;
+  j["dim"] = d;
+  j["internal_nodes"] = m;
+  j["center"] = model.center;
+  j["point_norm"] = model.point_norm;
+  DENDRO_RETURN_IF_ERROR(WriteFileAtomic(dir + "/ghhc_model.json", j.dump(2) + "\n"));
+  const int64_t vec_d[1] = {d};
+  const int64_t mat[2] = {m, d};
+  const int64_t vec_m[1] = {m};
+  DENDRO_RETURN_IF_ERROR(WriteNpy(dir + "/ghhc_mean.npy", absl::MakeConstSpan(model.mean), vec_d));
+  DENDRO_RETURN_IF_ERROR(WriteNpy(dir + "/ghhc_nodes.npy", absl::MakeConstSpan(model.nodes), mat));
+  DENDRO_RETURN_IF_ERROR(
+      WriteNpy(dir + "/ghhc_node_leaf.npy", absl::MakeConstSpan(model.node_leaf), vec_m));
+  DENDRO_RETURN_IF_ERROR(
+      WriteNpy(dir + "/ghhc_node_parent.npy", absl::MakeConstSpan(model.node_parent), vec_m));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
+  const std::string meta_path = dir + "/ghhc_model.json";
+  std::string text;
+  DENDRO_RETURN_IF_ERROR(ReadFileToString(meta_path, &text));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(meta_path, ": not a JSON object"));
+  }
+  auto field = [&](const char* key) -> const nlohmann::json* {
+    auto it = j.find(key);
+    return it == j.end() ? nullptr : &*it;
+  };
+  const nlohmann::json* format = field("format");
+  if (format == nullptr || !format->is_string() || format->get<std::string>() != kFormat) {
+    return absl::InvalidArgumentError(absl::StrCat(meta_path, ": not a gHHC model (format)"));
+  }
+  const nlohmann::json* version = field("version");
+  if (version == nullptr || !version->is_number_integer() ||
+      version->get<int64_t>() != kFormatVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(meta_path, ": unsupported version (this build reads ", kFormatVersion, ")"));
+  }
+  const nlohmann::json* dim = field("dim");
+  const nlohmann::json* m_field = field("internal_nodes");
+  const nlohmann::json* center = field("center");
+  const nlohmann::json* point_norm = field("point_norm");
+  if (dim == nullptr || !dim->is_number_integer() || dim->get<int64_t>() < 1 ||
+      m_field == nullptr || !m_field->is_number_integer() || m_field->get<int64_t>() < 1 ||
+      center == nullptr || !center->is_boolean() || point_norm == nullptr ||
+      !point_norm->is_number()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        meta_path, ": needs dim >= 1, internal_nodes >= 1, center (bool), point_norm"));
+  }
+  GhhcModel model;
+  model.dim = dim->get<int64_t>();
+  const int64_t m = m_field->get<int64_t>();
+  model.center = center->get<bool>();
+  model.point_norm = point_norm->get<double>();
+  if (!(model.point_norm > 0.0 && model.point_norm < 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(meta_path, ": point_norm must be in (0, 1), got ", model.point_norm));
+  }
+  const std::string mean_path = dir + "/ghhc_mean.npy";
+  DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 mean, ReadNpyFloat64(mean_path));
+  DENDRO_RETURN_IF_ERROR(CheckShape(mean_path, mean.shape, {model.dim}));
+  const std::string nodes_path = dir + "/ghhc_nodes.npy";
+  DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 nodes, ReadNpyFloat64(nodes_path));
+  DENDRO_RETURN_IF_ERROR(CheckShape(nodes_path, nodes.shape, {m, model.dim}));
+  for (size_t q = 0; q < nodes.data.size(); ++q) {
+    if (!std::isfinite(nodes.data[q])) {
+      return absl::InvalidArgumentError(absl::StrCat(nodes_path, ": non-finite value"));
+    }
+  }
+  for (int64_t r = 0; r < m; ++r) {
+    double sq = 0;
+    for (int64_t c = 0; c < model.dim; ++c) sq += nodes.data[r * model.dim + c] * nodes.data[r * model.dim + c];
+    if (!(std::sqrt(sq) < model.point_norm)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          nodes_path, ": node ", r, " has norm >= point_norm ", model.point_norm));
+    }
+  }
+  const std::string leaf_path = dir + "/ghhc_node_leaf.npy";
+  DENDRO_ASSIGN_OR_RETURN(NpyArrayI64 leaf, ReadNpyInt(leaf_path));
+  DENDRO_RETURN_IF_ERROR(CheckShape(leaf_path, leaf.shape, {m}));
+  const std::string parent_path = dir + "/ghhc_node_parent.npy";
+  DENDRO_ASSIGN_OR_RETURN(NpyArrayI64 parent, ReadNpyInt(parent_path));
+  DENDRO_RETURN_IF_ERROR(CheckShape(parent_path, parent.shape, {m}));
+  bool any_leaf = false;
+  for (int64_t r = 0; r < m; ++r) {
+    if (leaf.data[r] < -1 || leaf.data[r] >= m) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(leaf_path, ": entry ", r, " = ", leaf.data[r], " outside [-1, ", m, ")"));
+    }
+    if (parent.data[r] < -1 || parent.data[r] >= m) {
+      return absl::InvalidArgumentError(absl::StrCat(parent_path, ": entry ", r, " = ",
+                                                     parent.data[r], " outside [-1, ", m, ")"));
+    }
+    any_leaf = any_leaf || leaf.data[r] >= 0;
+  }
+  if (!any_leaf) return absl::InvalidArgumentError(absl::StrCat(leaf_path, ": no node holds a leaf"));
+  model.mean = std::move(mean.data);
+  model.nodes = std::move(nodes.data);
+  model.node_leaf.assign(leaf.data.begin(), leaf.data.end());
+  model.node_parent.assign(parent.data.begin(), parent.data.end());
+  return model;
+}
+
+}  // namespace dendro

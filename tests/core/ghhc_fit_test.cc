@@ -1,0 +1,584 @@
+// FitGhhc end to end on small data: validation, the loss decreasing on a toy
+// mixture, validity of the extracted tree (parents have smaller norms, the
+// leaf clusters are the points' parent nodes), placement of new points,
+// cancellation, progress, determinism; and the pieces it is built from:
+// tree extraction on hand-made inputs, average linkage against a direct
+// O(s^3) transcription, the initial node layout, the neighbour tables.
+// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
+// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
+// 105593, fixed in 12.3/13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/common/run_context.h"
+#include "core/ghhc/ghhc.h"
+#include "core/ghhc/init.h"
+#include "core/ghhc/knn.h"
+#include "core/ghhc/objective.h"
+#include "core/ghhc/poincare.h"
+#include "core/ghhc/synthetic.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dendro {
+namespace {
+
+using ::testing::HasSubstr;
+using ghhc::RowMat;
+
+// k Gaussian blobs in d dimensions, n points (row-major float).
+std::vector<float> Blobs(int n, int d, int k, double spread, uint64_t seed,
+                         std::vector<int64_t>* labels = nullptr) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  std::vector<double> centres(k * d);
+  for (double& c : centres) c = 3.0 * normal(rng);
+  std::vector<float> x(n * d);
+  if (labels) labels->resize(n);
+  for (int i = 0; i < n; ++i) {
+    const int c = i % k;
+    if (labels) (*labels)[i] = c;
+    for (int j = 0; j < d; ++j) x[i * d + j] = static_cast<float>(centres[c * d + j] + spread * normal(rng));
+  }
+  return x;
+}
+
+GhhcOptions SmallOptions() {
+  GhhcOptions o;
+  o.internal_nodes = 16;
+  o.triples = 4000;
+  o.batch_size = 50;
+  o.seed = 5;
+  return o;
+}
+
+// ---------------------------------------------------------------------------
+// Validation.
+
+TEST(GhhcFitTest, RejectsBadInput) {
+  NullRunContext ctx;
+  std::vector<float> x = Blobs(30, 3, 2, 0.5, 1);
+  GhhcOptions o = SmallOptions();
+  o.internal_nodes = 1;
+  auto r = FitGhhc(MatrixView(x.data(), 30, 3), o, ctx);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("internal_nodes (M) must be >= 2"));
+
+  r = FitGhhc(MatrixView(x.data(), 2, 3), SmallOptions(), ctx);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("at least 3 points"));
+
+  std::vector<float> bad = x;
+  bad[7 * 3 + 1] = std::numeric_limits<float>::quiet_NaN();
+  r = FitGhhc(MatrixView(bad.data(), 30, 3), SmallOptions(), ctx);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("row 7, column 1"));
+
+  bad = x;
+  bad[4] = std::numeric_limits<float>::infinity();
+  r = FitGhhc(MatrixView(bad.data(), 30, 3), SmallOptions(), ctx);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("row 1"));
+
+  // A zero vector without centring.
+  bad = x;
+  std::fill(bad.begin() + 12 * 3, bad.begin() + 13 * 3, 0.0f);
+  o = SmallOptions();
+  o.center = false;
+  r = FitGhhc(MatrixView(bad.data(), 30, 3), o, ctx);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("row 12 is a zero vector"));
+
+  // A row equal to the mean is zero after centring: make row 3 the mean.
+  bad = Blobs(9, 2, 2, 0.5, 2);
+  for (int j = 0; j < 2; ++j) {
+    double s = 0;
+    for (int i = 0; i < 9; ++i) {
+      if (i != 3) s += bad[i * 2 + j];
+    }
+    bad[3 * 2 + j] = static_cast<float>(s / 8);  // then the mean of all 9 is this row
+  }
+  o = SmallOptions();
+  o.internal_nodes = 4;
+  r = FitGhhc(MatrixView(bad.data(), 9, 2), o, ctx);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("row 3 equals the mean"));
+
+  // All rows identical: every centred row is zero.
+  std::vector<float> same(5 * 4, 1.5f);
+  r = FitGhhc(MatrixView(same.data(), 5, 4), SmallOptions(), ctx);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("row 0"));
+}
+
+TEST(GhhcFitTest, RejectsBadOptions) {
+  NullRunContext ctx;
+  std::vector<float> x = Blobs(30, 3, 2, 0.5, 1);
+  const MatrixView v(x.data(), 30, 3);
+  struct Bad {
+    void (*set)(GhhcOptions&);
+    const char* message;
+  };
+  const Bad cases[] = {
+      {[](GhhcOptions& o) { o.learning_rate = 0; }, "learning_rate"},
+      {[](GhhcOptions& o) { o.learning_rate = std::nan(""); }, "learning_rate"},
+      {[](GhhcOptions& o) { o.batch_size = 0; }, "batch_size"},
+      {[](GhhcOptions& o) { o.triples = -1; }, "triples"},
+      {[](GhhcOptions& o) { o.neighbors = 0; }, "neighbors"},
+      {[](GhhcOptions& o) { o.margin = -0.1; }, "margin"},
+      {[](GhhcOptions& o) { o.margin_every = -1; }, "margin_every"},
+      {[](GhhcOptions& o) { o.margin_learning_rate = -1; }, "margin_learning_rate"},
+      {[](GhhcOptions& o) { o.gumbel_temperature = -1; }, "gumbel_temperature"},
+      {[](GhhcOptions& o) { o.init_sample = 1; }, "init_sample"},
+      {[](GhhcOptions& o) { o.init_sample = kGhhcMaxInitSample + 1; }, "init_sample"},
+      {[](GhhcOptions& o) { o.point_norm = 1.0; }, "point_norm"},
+      {[](GhhcOptions& o) { o.max_node_norm = 0.95; }, "max_node_norm"},
+      {[](GhhcOptions& o) { o.hnsw_m = 1; }, "hnsw_m"},
+      {[](GhhcOptions& o) { o.num_threads = -2; }, "num_threads"},
+  };
+  for (const Bad& b : cases) {
+    GhhcOptions o = SmallOptions();
+    b.set(o);
+    auto r = FitGhhc(v, o, ctx);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << b.message;
+    EXPECT_THAT(r.status().message(), HasSubstr(b.message));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Training.
+
+// Noise-free eq. 15 of `nodes` on a fixed set of ordered triples.
+double ObjectiveOn(const GhhcModel& model, const std::vector<float>& x, int n, int d,
+                   const std::vector<std::array<int, 3>>& triples) {
+  RowMat<double> pts(3 * triples.size(), d);
+  Eigen::Map<const Eigen::RowVectorXd> mean(model.mean.data(), d);
+  auto row = [&](int i) {
+    Eigen::RowVectorXd v = Eigen::Map<const Eigen::RowVectorXf>(&x[i * d], d).cast<double>() - mean;
+    return Eigen::RowVectorXd(v * (model.point_norm / v.norm()));
+  };
+  for (size_t t = 0; t < triples.size(); ++t) {
+    for (int q = 0; q < 3; ++q) pts.row(3 * t + q) = row(triples[t][q]);
+  }
+  const Eigen::Map<const RowMat<double>> nodes(model.nodes.data(), model.num_nodes(), d);
+  ghhc::TripleWorkspace<double> ws;
+  return ghhc::TripleObjective<double>(pts, RowMat<double>(nodes), RowMat<double>(0, 0),
+                                       ghhc::Link::kSigmoid, nullptr, &ws) /
+         static_cast<double>(triples.size());
+}
+
+TEST(GhhcFitTest, LossDecreasesOnAToyMixture) {
+  const int n = 600, d = 6;
+  std::vector<int64_t> labels;
+  std::vector<float> x = Blobs(n, d, 6, 0.6, 3, &labels);
+  const MatrixView v(x.data(), n, d);
+  NullRunContext ctx;
+  GhhcOptions o;
+  o.internal_nodes = 24;
+  o.seed = 9;
+  o.batch_size = 50;
+  o.triples = 50;  // one step: essentially the initialisation
+  auto start = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(start.ok()) << start.status();
+  o.triples = 40000;
+  auto end = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(end.ok()) << end.status();
+  // Fixed evaluation triples: same-blob pair first, other blob third.
+  std::mt19937_64 rng(4);
+  std::vector<std::array<int, 3>> triples;
+  while (triples.size() < 600) {
+    const int i = static_cast<int>(rng() % n), j = static_cast<int>(rng() % n),
+              k = static_cast<int>(rng() % n);
+    if (i != j && labels[i] == labels[j] && labels[k] != labels[i]) triples.push_back({i, j, k});
+  }
+  const double before = ObjectiveOn(start->model, x, n, d, triples);
+  const double after = ObjectiveOn(end->model, x, n, d, triples);
+  EXPECT_LT(after, before - 0.01) << "before " << before << " after " << after;
+  EXPECT_LT(end->stats.final_objective, end->stats.initial_objective);
+  EXPECT_EQ(end->stats.triples, 40000);
+  EXPECT_EQ(end->stats.batches, 800);
+}
+
+// Checks the invariants of a fitted model and its tree.
+void ExpectValidFit(const GhhcResult& r, const MatrixView& x) {
+  const GhhcModel& m = r.model;
+  const int32_t num = m.num_nodes();
+  const int64_t d = m.dim;
+  std::vector<double> norm(num);
+  for (int32_t q = 0; q < num; ++q) {
+    norm[q] = Eigen::Map<const Eigen::RowVectorXd>(&m.nodes[q * d], d).norm();
+    EXPECT_LE(norm[q], 0.8 + 1e-12);
+  }
+  // Eq. 4 among the nodes: one root; every parent has a smaller norm.
+  int roots = 0;
+  for (int32_t q = 0; q < num; ++q) {
+    const int32_t p = m.node_parent[q];
+    if (p < 0) {
+      ++roots;
+      continue;
+    }
+    EXPECT_TRUE(norm[p] < norm[q] || (norm[p] == norm[q] && p < q)) << "node " << q;
+  }
+  EXPECT_EQ(roots, 1);
+  const Hierarchy& h = r.hierarchy;
+  ASSERT_EQ(h.point_leaf().size(), static_cast<size_t>(x.rows()));
+  // Leaf clusters = nodes holding points, numbered by node index.
+  std::vector<int64_t> leaf_size(h.num_leaves(), 0);
+  for (int32_t l : h.point_leaf()) ++leaf_size[l];
+  for (int64_t s : leaf_size) EXPECT_GT(s, 0);
+  int32_t expected_leaf = 0;
+  for (int32_t q = 0; q < num; ++q) {
+    if (m.node_leaf[q] >= 0) {
+      EXPECT_EQ(m.node_leaf[q], expected_leaf++);
+    }
+  }
+  EXPECT_EQ(expected_leaf, h.num_leaves());
+  // Internal nodes: >= 2 children, heights = gap of Poincaré norms, never
+  // decreasing upwards (parents have smaller norms).
+  const double pn = ghhc::PoincareNorm(0.9);
+  std::set<double> node_heights;
+  for (double v : norm) node_heights.insert(pn - ghhc::PoincareNorm(v));
+  for (int32_t v = h.num_leaves(); v < h.num_nodes(); ++v) {
+    EXPECT_GE(h.children(v).size(), 2u);
+    EXPECT_EQ(node_heights.count(h.height(v)), 1u) << "height " << h.height(v);
+    if (h.parent(v) >= 0) {
+      EXPECT_GE(h.height(h.parent(v)), h.height(v));
+    }
+  }
+  // Each training point is under the nearest node that holds points.
+  auto again = AssignGhhcLeaves(m, x);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, h.point_leaf());
+  EXPECT_EQ(h.metadata().at("method"), "ghhc");
+}
+
+TEST(GhhcFitTest, ExtractedTreeIsValid) {
+  HierarchicalGaussianSpec spec;
+  spec.n = 1500;
+  spec.dim = 12;
+  spec.branching = {2, 3, 4};
+  spec.seed = 3;
+  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
+  const MatrixView v(data.x.data(), spec.n, spec.dim);
+  NullRunContext ctx;
+  for (int32_t m : {2, 3, 40, 101}) {
+    GhhcOptions o;
+    o.internal_nodes = m;
+    o.triples = 5000;
+    auto r = FitGhhc(v, o, ctx);
+    ASSERT_TRUE(r.ok()) << r.status();
+    SCOPED_TRACE(m);
+    ExpectValidFit(*r, v);
+    EXPECT_EQ(r->stats.pruned_nodes,
+              m - (r->hierarchy.num_internal()));
+  }
+}
+
+TEST(GhhcFitTest, AssignsNewPointsWithTheTrainingTransform) {
+  std::vector<float> x = Blobs(400, 5, 4, 0.4, 8);
+  NullRunContext ctx;
+  auto r = FitGhhc(MatrixView(x.data(), 400, 5), SmallOptions(), ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Scaling a centred row does not change its direction, hence its leaf.
+  std::vector<float> y(5 * 5);
+  for (int i = 0; i < 5; ++i) {
+    for (int j = 0; j < 5; ++j) {
+      y[i * 5 + j] = static_cast<float>(r->model.mean[j] +
+                                        3.0 * (x[i * 5 + j] - r->model.mean[j]));
+    }
+  }
+  auto a = AssignGhhcLeaves(r->model, MatrixView(y.data(), 5, 5));
+  ASSERT_TRUE(a.ok()) << a.status();
+  for (int i = 0; i < 5; ++i) EXPECT_EQ((*a)[i], r->hierarchy.point_leaf()[i]);
+  // Errors.
+  EXPECT_THAT(AssignGhhcLeaves(r->model, MatrixView(y.data(), 6, 4)).status().message(),
+              HasSubstr("4 columns but the gHHC model was fitted on 5"));
+  std::vector<float> at_mean(r->model.mean.begin(), r->model.mean.end());
+  auto z = AssignGhhcLeaves(r->model, MatrixView(at_mean.data(), 1, 5));
+  EXPECT_THAT(z.status().message(), HasSubstr("row 0 equals the mean"));
+  y[3] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(AssignGhhcLeaves(r->model, MatrixView(y.data(), 5, 5)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+class CancelAfter final : public RunContext {
+ public:
+  explicit CancelAfter(int calls) : left_(calls) {}
+  bool Cancelled() const override { return left_.fetch_sub(1) <= 0; }
+  void Report(double f, std::string_view stage) override {
+    fractions.push_back(f);
+    stages.emplace_back(stage);
+  }
+  std::vector<double> fractions;
+  std::vector<std::string> stages;
+
+ private:
+  mutable std::atomic<int> left_;
+};
+
+TEST(GhhcFitTest, CancelsAndReportsProgress) {
+  std::vector<float> x = Blobs(300, 4, 3, 0.5, 6);
+  const MatrixView v(x.data(), 300, 4);
+  for (int calls : {0, 1, 5, 40}) {
+    CancelAfter ctx(calls);
+    auto r = FitGhhc(v, SmallOptions(), ctx);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << calls;
+  }
+  CancelAfter ctx(1 << 30);
+  auto r = FitGhhc(v, SmallOptions(), ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_FALSE(ctx.fractions.empty());
+  EXPECT_TRUE(std::is_sorted(ctx.fractions.begin(), ctx.fractions.end()));
+  EXPECT_EQ(ctx.fractions.back(), 1.0);
+  bool saw_training = false;
+  for (const std::string& s : ctx.stages) {
+    saw_training = saw_training || s.find("training: ") == 0;
+    if (s.find("training: ") == 0) {
+      EXPECT_THAT(s, HasSubstr("objective"));
+    }
+  }
+  EXPECT_TRUE(saw_training);
+}
+
+TEST(GhhcFitTest, DeterministicAcrossThreadCounts) {
+  // Large enough (batch x M x d) for the batches to be split across threads.
+  std::vector<float> x = Blobs(500, 64, 5, 0.5, 12);
+  const MatrixView v(x.data(), 500, 64);
+  NullRunContext ctx;
+  GhhcOptions o = SmallOptions();
+  o.internal_nodes = 200;
+  o.batch_size = 100;
+  o.triples = 2000;
+  o.num_threads = 1;
+  auto a = FitGhhc(v, o, ctx);
+  o.num_threads = 2;
+  auto b = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->model.nodes, b->model.nodes);
+  EXPECT_EQ(a->hierarchy.point_leaf(), b->hierarchy.point_leaf());
+  o.seed = 6;
+  auto c = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(a->model.nodes, c->model.nodes);
+}
+
+// ---------------------------------------------------------------------------
+// Extraction on hand-made nodes.
+
+TEST(ExtractGhhcTreeTest, PrunesSplicesAndAddsLeafClusters) {
+  // Nodes on a line in 2-D; norms: 0 (root), 0.3, 0.5, 0.6, 0.7, 0.75.
+  // Parents (eq. 4 order respected): 1->0, 2->1, 3->1, 4->0, 5->4.
+  const std::vector<double> nodes = {0.0, 0.0, 0.3, 0.0,  0.5, 0.0,
+                                     0.0, 0.6, 0.0, -0.7, 0.0, -0.75};
+  const std::vector<int32_t> parent = {-1, 0, 1, 1, 0, 4};
+  // Points: two at node 2, one at node 3, three at node 1 (mixed node: gets
+  // a leaf cluster next to 2 and 3), one at node 5. Node 4 has only node 5
+  // below: spliced out. Node 0 keeps children {1, leaf of 5}.
+  const std::vector<int32_t> point_node = {2, 2, 3, 1, 1, 1, 5};
+  std::vector<int32_t> node_leaf;
+  int32_t pruned = -1;
+  auto h = ExtractGhhcTree(nodes, 2, 0.9, parent, point_node, &node_leaf, &pruned);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(node_leaf, (std::vector<int32_t>{-1, 0, 1, 2, -1, 3}));
+  EXPECT_EQ(h->num_leaves(), 4);
+  EXPECT_EQ(h->num_internal(), 2);  // nodes 0 and 1
+  EXPECT_EQ(pruned, 4);             // 2, 3, 5 became leaves; 4 spliced
+  const int32_t root = h->root();
+  const int32_t n1 = h->parent(1);
+  EXPECT_EQ(h->parent(0), n1);
+  EXPECT_EQ(h->parent(2), n1);
+  EXPECT_EQ(h->parent(n1), root);
+  EXPECT_EQ(h->parent(3), root);
+  EXPECT_NEAR(h->height(root), ghhc::PoincareNorm(0.9), 1e-12);
+  EXPECT_NEAR(h->height(n1), ghhc::PoincareNorm(0.9) - ghhc::PoincareNorm(0.3), 1e-12);
+
+  // Everything at one node: a single leaf cluster.
+  auto one = ExtractGhhcTree(nodes, 2, 0.9, parent, {4, 4, 4}, &node_leaf);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->num_nodes(), 1);
+  // Node with no points and a subtree without points are removed.
+  auto two = ExtractGhhcTree(nodes, 2, 0.9, parent, {2, 5}, &node_leaf, &pruned);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->num_leaves(), 2);
+  EXPECT_EQ(two->num_internal(), 1);
+  EXPECT_EQ(pruned, 5);
+}
+
+TEST(ExtractGhhcTreeTest, RejectsInconsistentInput) {
+  const std::vector<double> nodes = {0.0, 0.0, 0.3, 0.0, 0.5, 0.0};
+  std::vector<int32_t> leaf;
+  EXPECT_THAT(ExtractGhhcTree(nodes, 2, 0.9, {-1, -1, 1}, {0}, &leaf).status().message(),
+              HasSubstr("both have no parent"));
+  EXPECT_THAT(ExtractGhhcTree(nodes, 2, 0.9, {-1, 2, 1}, {0}, &leaf).status().message(),
+              HasSubstr("does not precede it"));
+  EXPECT_THAT(ExtractGhhcTree(nodes, 2, 0.9, {-1, 0, 1}, {3}, &leaf).status().message(),
+              HasSubstr("outside [0, 3)"));
+  EXPECT_FALSE(ExtractGhhcTree(nodes, 3, 0.9, {-1, 0, 1}, {0}, &leaf).ok());
+}
+
+// ---------------------------------------------------------------------------
+// Average linkage and the initial nodes.
+
+// Naive UPGMA: O(s^3), recomputing average distances from the point sets.
+std::vector<std::pair<std::set<int>, double>> NaiveAverageLinkage(const RowMat<double>& p) {
+  const int s = static_cast<int>(p.rows());
+  std::vector<std::set<int>> clusters(s);
+  for (int i = 0; i < s; ++i) clusters[i] = {i};
+  std::vector<std::pair<std::set<int>, double>> out;
+  while (clusters.size() > 1) {
+    double best = std::numeric_limits<double>::infinity();
+    size_t ba = 0, bb = 0;
+    for (size_t a = 0; a < clusters.size(); ++a) {
+      for (size_t b = a + 1; b < clusters.size(); ++b) {
+        double sum = 0;
+        for (int i : clusters[a]) {
+          for (int j : clusters[b]) sum += (p.row(i) - p.row(j)).norm();
+        }
+        const double avg = sum / (clusters[a].size() * clusters[b].size());
+        if (avg < best) {
+          best = avg;
+          ba = a;
+          bb = b;
+        }
+      }
+    }
+    std::set<int> merged = clusters[ba];
+    merged.insert(clusters[bb].begin(), clusters[bb].end());
+    out.push_back({merged, best});
+    clusters.erase(clusters.begin() + bb);
+    clusters[ba] = merged;
+  }
+  return out;
+}
+
+TEST(AverageLinkageTest, MatchesNaiveTranscription) {
+  std::mt19937_64 rng(21);
+  std::normal_distribution<double> normal;
+  for (int trial = 0; trial < 10; ++trial) {
+    const int s = 2 + trial * 4;
+    RowMat<double> p(s, 3);
+    for (int i = 0; i < p.size(); ++i) p.data()[i] = normal(rng);
+    const auto merges = ghhc::AverageLinkage(p);
+    const auto naive = NaiveAverageLinkage(p);
+    ASSERT_EQ(merges.size(), naive.size());
+    std::vector<std::set<int>> members(2 * s - 1);
+    for (int i = 0; i < s; ++i) members[i] = {i};
+    for (size_t t = 0; t < merges.size(); ++t) {
+      EXPECT_LT(merges[t].a, merges[t].b);
+      members[s + t] = members[merges[t].a];
+      members[s + t].insert(members[merges[t].b].begin(), members[merges[t].b].end());
+      EXPECT_EQ(members[s + t], naive[t].first) << "merge " << t;
+      EXPECT_NEAR(merges[t].height, naive[t].second, 1e-9);
+      EXPECT_EQ(merges[t].size, static_cast<int32_t>(naive[t].first.size()));
+    }
+  }
+}
+
+TEST(InitialNodesTest, LeafNodesThenLogScaledMerges) {
+  std::vector<float> xf = Blobs(40, 4, 4, 0.2, 30);
+  RowMat<double> sample(40, 4);
+  for (int i = 0; i < 40; ++i) {
+    for (int j = 0; j < 4; ++j) sample(i, j) = xf[i * 4 + j];
+    sample.row(i) *= 0.9 / sample.row(i).norm();
+  }
+  for (int32_t m : {2, 7, 8, 79, 100}) {
+    SCOPED_TRACE(m);
+    const RowMat<double> z = ghhc::InitialNodes(sample, m, 0.8, 3);
+    ASSERT_EQ(z.rows(), m);
+    const int c = std::min((m + 1) / 2, 40);
+    const auto merges = ghhc::AverageLinkage(sample);
+    // Leaf nodes at max_node_norm.
+    for (int r = 0; r < c; ++r) EXPECT_NEAR(z.row(r).norm(), 0.8, 1e-12);
+    // Merge j of the N = c - 1 top merges at 0.8 log(N + 1 - j) / log(N + 1),
+    // in the direction of the mean of its sample points.
+    const int rounds = c - 1;
+    const int s = 40;
+    std::vector<Eigen::RowVectorXd> sums(2 * s - 1);
+    for (int i = 0; i < s; ++i) sums[i] = sample.row(i);
+    for (size_t t = 0; t < merges.size(); ++t) {
+      sums[s + t] = sums[merges[t].a] + sums[merges[t].b];
+    }
+    for (int j = 1; j <= rounds; ++j) {
+      const double want = 0.8 * std::log(rounds + 1 - j) / std::log(rounds + 1);
+      const Eigen::RowVectorXd got = z.row(c + j - 1);
+      EXPECT_NEAR(got.norm(), want, 1e-12) << "round " << j;
+      if (want > 0) {
+        const Eigen::RowVectorXd& sum = sums[s + merges.size() - rounds + j - 1];
+        EXPECT_NEAR(got.dot(sum) / (got.norm() * sum.norm()), 1.0, 1e-12);
+      }
+    }
+    if (rounds >= 1) {
+      EXPECT_EQ(z.row(c + rounds - 1).norm(), 0.0);
+    }
+    // Remaining nodes: sample points scaled to 0.8.
+    for (int r = c + rounds; r < m; ++r) {
+      EXPECT_NEAR(z.row(r).norm(), 0.8, 1e-12);
+      bool found = false;
+      for (int i = 0; i < 40 && !found; ++i) {
+        found = (z.row(r) / 0.8 - sample.row(i) / 0.9).norm() < 1e-12;
+      }
+      EXPECT_TRUE(found);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Neighbour tables.
+
+TEST(NeighborTableTest, ExactMatchesBruteForceAndHnswRecalls) {
+  std::vector<float> xf = Blobs(3000, 8, 10, 0.7, 40);
+  RowMat<float> x = Eigen::Map<const RowMat<float>>(xf.data(), 3000, 8);
+  NullRunContext ctx;
+  ghhc::KnnOptions o;
+  o.k = 6;
+  std::vector<double> seen;
+  auto exact = ghhc::NearestNeighborTable(x, o, ctx, [&](double f) { seen.push_back(f); });
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+  for (int i = 0; i < 3000; i += 37) {
+    std::vector<std::pair<float, int>> d;
+    for (int j = 0; j < 3000; ++j) {
+      if (j != i) d.push_back({(x.row(i) - x.row(j)).squaredNorm(), j});
+    }
+    std::sort(d.begin(), d.end());
+    for (int t = 0; t < 6; ++t) {
+      const int got = (*exact)[i * 6 + t];
+      // Equal up to float rounding of the distance expansion.
+      EXPECT_NEAR((x.row(i) - x.row(got)).squaredNorm(), d[t].first, 1e-4f * (1 + d[t].first));
+    }
+  }
+  o.exact_max_points = 0;  // force HNSW
+  auto approx = ghhc::NearestNeighborTable(x, o, ctx, [](double) {});
+  ASSERT_TRUE(approx.ok()) << approx.status();
+  int hits = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::set<int> want((*exact).begin() + i * 6, (*exact).begin() + i * 6 + 6);
+    for (int t = 0; t < 6; ++t) {
+      const int j = (*approx)[i * 6 + t];
+      EXPECT_NE(j, i);
+      hits += want.count(j);
+    }
+  }
+  EXPECT_GT(hits, 0.9 * 3000 * 6);
+  // k larger than n - 1 is clamped.
+  o.k = 50;
+  o.exact_max_points = 5000;
+  auto small = ghhc::NearestNeighborTable(x.topRows(10), o, ctx, [](double) {});
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->size(), 10u * 9u);
+}
+
+}  // namespace
+}  // namespace dendro

@@ -38,6 +38,7 @@ constexpr double kMinDof = 1.0;
 constexpr double kMaxDof = 1000.0;
 constexpr int kMaxRidgeEscalations = 8;  // ridge x10 each, up to 1e8 x
 constexpr int kKMeansMaxIterations = 100;
+constexpr int kKMeansInits = 3;            // k-means runs per restart, as the authors' package
 constexpr double kKMeansTolerance = 1e-4;  // sklearn's: relative to mean variance
 
 int ResolveThreads(int n) { return n > 0 ? n : std::max(1, omp_get_max_threads()); }
@@ -177,11 +178,16 @@ MatrixXd RowOf(const MatrixView& x, const FeatureTransform& t, int64_t row) {
   return r;
 }
 
+struct KMeansResult {
+  MatrixXd centers;      // m x d
+  double inertia = 0.0;  // sum of squared distances in the last assignment
+};
+
 // k-means++ seeding (greedy, 2 + floor(ln m) local trials, as scikit-learn)
-// then Lloyd iterations. Returns m x d centers.
-absl::StatusOr<MatrixXd> KMeans(const MatrixView& x, const FeatureTransform& t, int m,
-                                std::mt19937_64* rng, int threads, double mean_variance,
-                                const RunContext& ctx) {
+// then Lloyd iterations.
+absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransform& t, int m,
+                                        std::mt19937_64* rng, int threads, double mean_variance,
+                                        const RunContext& ctx) {
   const int64_t n = x.rows();
   const int d = static_cast<int>(x.cols());
   MatrixXd centers(m, d);
@@ -261,6 +267,7 @@ absl::StatusOr<MatrixXd> KMeans(const MatrixView& x, const FeatureTransform& t, 
 
   // Lloyd iterations.
   std::vector<int32_t> label(n, -1);
+  double inertia = 0.0;
   const double tol = kKMeansTolerance * mean_variance;
   for (int iter = 0; iter < kKMeansMaxIterations; ++iter) {
     if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
@@ -271,6 +278,7 @@ absl::StatusOr<MatrixXd> KMeans(const MatrixView& x, const FeatureTransform& t, 
       int64_t changed = 0;
       double far_dist = -1.0;
       int64_t far_row = 0;
+      double inertia = 0.0;
     };
     std::vector<Acc> acc(threads);
     ForChunks(n, threads, 4.0 * d * m, [&](int64_t begin, int64_t end, int part) {
@@ -289,6 +297,7 @@ absl::StatusOr<MatrixXd> KMeans(const MatrixView& x, const FeatureTransform& t, 
           label[b + i] = static_cast<int32_t>(k);
           a.sum.row(k) += xb.row(i);
           a.count(k) += 1.0;
+          a.inertia += dk;
           if (dk > a.far_dist) {
             a.far_dist = dk;
             a.far_row = b + i;
@@ -301,11 +310,13 @@ absl::StatusOr<MatrixXd> KMeans(const MatrixView& x, const FeatureTransform& t, 
     int64_t changed = 0;
     double far_dist = -1.0;
     int64_t far_row = 0;
+    inertia = 0.0;
     for (const Acc& a : acc) {
       if (a.sum.size() == 0) continue;
       sum += a.sum;
       count += a.count;
       changed += a.changed;
+      inertia += a.inertia;
       if (a.far_dist > far_dist) {
         far_dist = a.far_dist;
         far_row = a.far_row;
@@ -323,7 +334,19 @@ absl::StatusOr<MatrixXd> KMeans(const MatrixView& x, const FeatureTransform& t, 
     centers = std::move(next);
     if (changed == 0 || shift <= tol) break;
   }
-  return centers;
+  return KMeansResult{std::move(centers), inertia};
+}
+
+// The best (lowest inertia) of kKMeansInits k-means runs; m x d centers.
+absl::StatusOr<MatrixXd> KMeans(const MatrixView& x, const FeatureTransform& t, int m,
+                                std::mt19937_64* rng, int threads, double mean_variance,
+                                const RunContext& ctx) {
+  KMeansResult best;
+  for (int i = 0; i < kKMeansInits; ++i) {
+    DENDRO_ASSIGN_OR_RETURN(KMeansResult r, KMeansOnce(x, t, m, rng, threads, mean_variance, ctx));
+    if (i == 0 || r.inertia < best.inertia) best = std::move(r);
+  }
+  return std::move(best.centers);
 }
 
 // ---------------------------------------------------------------- EM

@@ -17,9 +17,9 @@
 //
 // Fitting (FitStudentMixture) is EM (ECM when the degrees of freedom are
 // learned), following the authors' package (studenttmixture):
-//   * init: per restart, k-means++ seeding and Lloyd iterations give the
-//     locations; every scale matrix starts as the data covariance + ridge I;
-//     equal weights;
+//   * init: per restart, the best of 3 k-means runs (k-means++ seeding,
+//     Lloyd iterations) gives the locations; every scale matrix starts as
+//     the data covariance + ridge I; equal weights;
 //   * E-step: responsibilities r_ik by log-sum-exp, latent scale weights
 //     u_ik = (nu_k + d) / (nu_k + delta_ik) (u = 1 for Gaussians);
 //   * M-step: w_k = mean_i r_ik; mu_k = sum r u x / sum r u;

@@ -108,8 +108,13 @@ void JobManager::Shutdown(absl::Duration grace) {
   workers_.clear();
 }
 
-absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
+absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted) {
+  v1::JobSpec spec = submitted;
   DENDRO_ASSIGN_OR_RETURN(const Method* method, options_.resolve_method(spec));
+  if (std::optional<v1::ModelRef> base = method->BaseModel(spec)) {
+    DENDRO_RETURN_IF_ERROR(models_->Get(base->name(), base->version()).status());
+    if (spec.model_name().empty()) spec.set_model_name(base->name());
+  }
   DENDRO_RETURN_IF_ERROR(ValidateModelName(spec.model_name()));
   if (spec.dataset_id().empty()) return absl::InvalidArgumentError("job spec: dataset_id is empty");
   DENDRO_ASSIGN_OR_RETURN(v1::Dataset dataset, datasets_->Get(spec.dataset_id()));
@@ -226,6 +231,10 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
       -> absl::StatusOr<std::unique_ptr<FittedModel>> {
     DENDRO_ASSIGN_OR_RETURN(const Method* method, options_.resolve_method(spec));
     DENDRO_ASSIGN_OR_RETURN(auto dataset, datasets_->Open(spec.dataset_id()));
+    if (std::optional<v1::ModelRef> base = method->BaseModel(spec)) {
+      DENDRO_ASSIGN_OR_RETURN(auto loaded, models_->Load(base->name(), base->version()));
+      return method->FitFrom(*loaded.first, *dataset, spec, ctx);
+    }
     return method->Fit(*dataset, spec, ctx);
   }();
 

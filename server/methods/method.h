@@ -10,6 +10,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,6 +73,20 @@ class Method {
                                                            const v1::JobSpec& spec,
                                                            RunContext& ctx) const = 0;
   virtual absl::StatusOr<std::unique_ptr<FittedModel>> Load(const std::string& dir) const = 0;
+
+  // Methods that extend an existing model (e.g. adding classes to a
+  // classifier) name it here. The job manager then checks at submit time
+  // that it exists, uses its name when the spec gives none, loads it when the
+  // job runs and calls FitFrom instead of Fit.
+  virtual std::optional<v1::ModelRef> BaseModel(const v1::JobSpec& spec) const {
+    return std::nullopt;
+  }
+  virtual absl::StatusOr<std::unique_ptr<FittedModel>> FitFrom(const FittedModel& base,
+                                                               const LoadedDataset& dataset,
+                                                               const v1::JobSpec& spec,
+                                                               RunContext& ctx) const {
+    return absl::UnimplementedError("this method does not extend models");
+  }
 };
 
 // The method selected by spec's `method` oneof; InvalidArgument if unset.

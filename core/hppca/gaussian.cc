@@ -17,19 +17,23 @@
 namespace dendro {
 namespace {
 
-// Squared norms of the basis rows, in double.
-Eigen::VectorXd RowNorms2(const Eigen::Map<const RowMatrixF>& b) {
-  Eigen::VectorXd out(b.rows());
-  for (Eigen::Index j = 0; j < b.rows(); ++j) {
-    out[j] = b.row(j).cast<double>().squaredNorm();
-  }
-  return out;
-}
-
 // b * v for a float basis and a double vector, accumulated in double.
 Eigen::VectorXd Project(const Eigen::Map<const RowMatrixF>& b, const Eigen::VectorXd& v) {
   Eigen::VectorXd out(b.rows());
-  for (Eigen::Index j = 0; j < b.rows(); ++j) out[j] = b.row(j).cast<double>().dot(v);
+  const int64_t d = b.cols();
+  for (Eigen::Index j = 0; j < b.rows(); ++j) {
+    const float* row = b.row(j).data();
+    double acc0 = 0.0, acc1 = 0.0, acc2 = 0.0, acc3 = 0.0;
+    int64_t i = 0;
+    for (; i + 4 <= d; i += 4) {
+      acc0 += static_cast<double>(row[i]) * v[i];
+      acc1 += static_cast<double>(row[i + 1]) * v[i + 1];
+      acc2 += static_cast<double>(row[i + 2]) * v[i + 2];
+      acc3 += static_cast<double>(row[i + 3]) * v[i + 3];
+    }
+    for (; i < d; ++i) acc0 += static_cast<double>(row[i]) * v[i];
+    out[j] = (acc0 + acc1) + (acc2 + acc3);
+  }
   return out;
 }
 
@@ -60,51 +64,69 @@ double KlDivergence(const GaussianRef& p, const GaussianRef& q) {
   //   + (sum_j e_j |v_j|^2 - sum_{l,j} omega_l e_j (u_l . v_j)^2) / s2.
   double trace = p.noise * TraceInverse(q);
   if (p.rank() > 0) {
-    const Eigen::VectorXd norms = RowNorms2(p.basis);
     double f = 0.0;
     if (q.rank() > 0) {
       const Eigen::MatrixXd g = (q.basis * p.basis.transpose()).cast<double>();  // rq x kp
       f = (omega.asDiagonal() * g.array().square().matrix() * p.excess).sum();
     }
-    trace += (p.excess.dot(norms) - f) / s2;
+    trace += (p.excess.sum() - f) / s2;
   }
   return 0.5 * (LogDet(q) - LogDet(p) - d + trace + mahal);
 }
 
-double BhattacharyyaDistance(const GaussianRef& a, const GaussianRef& b) {
+double BhattacharyyaFromParts(const GaussianRef& a, const GaussianRef& b,
+                              const Eigen::Ref<const Eigen::MatrixXf>& cross,
+                              const Eigen::Ref<const Eigen::VectorXd>& proj_a,
+                              const Eigen::Ref<const Eigen::VectorXd>& proj_b, double dist2) {
   const int64_t dim = a.dim();
-  const int32_t ka = a.rank(), kb = b.rank(), m = ka + kb;
+  const int32_t ka = a.rank(), kb = b.rank();
   const double s2 = 0.5 * (a.noise + b.noise);
-  const Eigen::VectorXd delta = a.mean - b.mean;
-  // W = [B_a^T diag(sqrt(e_a / 2)), B_b^T diag(sqrt(e_b / 2))], Sigma = W W^T + s2 I.
+  // Sigma = W W^T + s2 I with W = [B_a^T diag(sqrt(e_a / 2)), B_b^T diag(sqrt(e_b / 2))].
+  // Capacitance C = s2 I + W^T W = [[A, M], [M^T, D]] with diagonal A, D (the
+  // rows of a basis are orthonormal where their excess is nonzero) and
+  // M = diag(sa) B_a B_b^T diag(sb); it is reduced through the Schur
+  // complement S = D - M^T A^{-1} M:
+  //   log|C| = log|A| + log|S|,
+  //   z^T C^{-1} z = za^T A^{-1} za + w^T S^{-1} w,  w = zb - M^T A^{-1} za.
   const Eigen::VectorXd sa = (0.5 * a.excess).cwiseSqrt();
   const Eigen::VectorXd sb = (0.5 * b.excess).cwiseSqrt();
-  // Capacitance C = s2 I_m + W^T W.
-  Eigen::MatrixXd c = Eigen::MatrixXd::Zero(m, m);
-  const Eigen::VectorXd na = RowNorms2(a.basis), nb = RowNorms2(b.basis);
-  for (int32_t i = 0; i < ka; ++i) c(i, i) = sa[i] * sa[i] * na[i];
-  for (int32_t j = 0; j < kb; ++j) c(ka + j, ka + j) = sb[j] * sb[j] * nb[j];
-  if (ka > 0 && kb > 0) {
-    const Eigen::MatrixXd cross = (a.basis * b.basis.transpose()).cast<double>();  // ka x kb
-    const Eigen::MatrixXd block = sa.asDiagonal() * cross * sb.asDiagonal();
-    c.topRightCorner(ka, kb) = block;
-    c.bottomLeftCorner(kb, ka) = block.transpose();
+  const Eigen::VectorXd diag_a = (0.5 * a.excess).array() + s2;
+  const Eigen::VectorXd diag_d = (0.5 * b.excess).array() + s2;
+  const Eigen::VectorXd za = sa.cwiseProduct(proj_a);
+  const Eigen::VectorXd zb = sb.cwiseProduct(proj_b);
+  double logdet_c = diag_a.array().log().sum();
+  double quad = (za.array().square() / diag_a.array()).sum();
+  if (kb > 0) {
+    Eigen::MatrixXd schur = diag_d.asDiagonal();
+    Eigen::VectorXd w = zb;
+    if (ka > 0) {
+      const Eigen::MatrixXd m = sa.asDiagonal() * cross.cast<double>() * sb.asDiagonal();
+      const Eigen::MatrixXd am = diag_a.cwiseInverse().asDiagonal() * m;  // A^{-1} M
+      schur.noalias() -= m.transpose() * am;
+      w.noalias() -= am.transpose() * za;
+    }
+    Eigen::LLT<Eigen::MatrixXd> llt(schur);
+    logdet_c += 2.0 * llt.matrixLLT().diagonal().array().log().sum();
+    quad += llt.matrixL().solve(w).squaredNorm();
   }
-  c.diagonal().array() += s2;
-  Eigen::VectorXd z(m);
-  z.head(ka) = sa.cwiseProduct(Project(a.basis, delta));
-  z.tail(kb) = sb.cwiseProduct(Project(b.basis, delta));
-  double logdet_mid = static_cast<double>(dim - m) * std::log(s2);
-  double quad = 0.0;
-  if (m > 0) {
-    Eigen::LLT<Eigen::MatrixXd> llt(c);
-    const Eigen::MatrixXd& l = llt.matrixLLT();
-    for (int32_t i = 0; i < m; ++i) logdet_mid += 2.0 * std::log(l(i, i));
-    const Eigen::VectorXd y = llt.matrixL().solve(z);
-    quad = y.squaredNorm();
-  }
-  const double mahal = (delta.squaredNorm() - quad) / s2;
+  const double logdet_mid = static_cast<double>(dim - ka - kb) * std::log(s2) + logdet_c;
+  const double mahal = (dist2 - quad) / s2;
   return 0.125 * mahal + 0.5 * (logdet_mid - 0.5 * (LogDet(a) + LogDet(b)));
+}
+
+double BhattacharyyaWithCross(const GaussianRef& a, const GaussianRef& b,
+                              const Eigen::Ref<const Eigen::MatrixXf>& cross) {
+  const Eigen::VectorXd delta = a.mean - b.mean;
+  return BhattacharyyaFromParts(a, b, cross, Project(a.basis, delta), Project(b.basis, delta),
+                                delta.squaredNorm());
+}
+
+double BhattacharyyaDistance(const GaussianRef& a, const GaussianRef& b) {
+  if (a.rank() == 0 || b.rank() == 0) {
+    return BhattacharyyaWithCross(a, b, Eigen::MatrixXf::Zero(a.rank(), b.rank()));
+  }
+  const Eigen::MatrixXf cross = a.basis * b.basis.transpose();  // ka x kb
+  return BhattacharyyaWithCross(a, b, cross);
 }
 
 double BhattacharyyaLowerBound(const GaussianRef& a, const GaussianRef& b) {

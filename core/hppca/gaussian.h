@@ -13,7 +13,8 @@
 //
 // Bases are float32 (they are the bulk of a model: K x q x d); every sum that
 // feeds a distance is accumulated in double. The formulas assume the rows of
-// B are orthonormal to float precision.
+// B are orthonormal to float precision (rows with zero excess may be
+// anything: they never contribute).
 #ifndef DENDRO_CORE_HPPCA_GAUSSIAN_H_
 #define DENDRO_CORE_HPPCA_GAUSSIAN_H_
 
@@ -67,9 +68,19 @@ double KlDivergence(const GaussianRef& p, const GaussianRef& q);
 // Bhattacharyya distance, paper eq. 14:
 //   1/8 dmu^T Sigma^{-1} dmu + 1/2 ln(|Sigma| / sqrt(|Sigma_a| |Sigma_b|)),
 //   Sigma = (Sigma_a + Sigma_b) / 2.
-// Computed with a Cholesky factor of the (k_a + k_b)-square capacitance
-// matrix (Woodbury / determinant lemma).
+// Computed through the (k_a + k_b)-square capacitance matrix (Woodbury /
+// determinant lemma), reduced by its Schur complement.
 double BhattacharyyaDistance(const GaussianRef& a, const GaussianRef& b);
+// The same with the ka x kb cross Gram a.basis * b.basis^T given (batched
+// callers compute many of them in one GEMM).
+double BhattacharyyaWithCross(const GaussianRef& a, const GaussianRef& b,
+                              const Eigen::Ref<const Eigen::MatrixXf>& cross);
+// ... and also the projections a.basis (mu_a - mu_b), b.basis (mu_a - mu_b)
+// and |mu_a - mu_b|^2.
+double BhattacharyyaFromParts(const GaussianRef& a, const GaussianRef& b,
+                              const Eigen::Ref<const Eigen::MatrixXf>& cross,
+                              const Eigen::Ref<const Eigen::VectorXd>& proj_a,
+                              const Eigen::Ref<const Eigen::VectorXd>& proj_b, double dist2);
 
 // A cheap lower bound on BhattacharyyaDistance(a, b) from the means and the
 // largest excess variances only (used to prune k-means++ seeding):

@@ -1,0 +1,587 @@
+// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
+// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
+// 105593, fixed in 12.3/13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include "core/hppca/hppca.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/common/status_macros.h"
+#include "core/hppca/internal.h"
+
+namespace dendro {
+
+using hppca_internal::ClassTable;
+using hppca_internal::Progress;
+using hppca_internal::ScorerBank;
+
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+absl::Status ValidateOptions(const HppcaOptions& o, int64_t d) {
+  if (o.q < 0 || o.q > d) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("q = ", o.q, " must be in [0, d] (d = ", d, " feature columns)"));
+  }
+  if (o.superclasses != kFlatClassifier && (o.r < 0 || o.r > d)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("r = ", o.r, " must be in [0, d] (d = ", d, " feature columns)"));
+  }
+  if (!(o.lambda > 0.0) || !std::isfinite(o.lambda)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lambda = ", o.lambda, " must be a finite number > 0"));
+  }
+  if (o.superclasses < kFlatClassifier) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "superclasses = ", o.superclasses, " (use >= 1, 0 for automatic or -1 for flat)"));
+  }
+  if (o.default_top_t < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("default_top_t = ", o.default_top_t, " must be >= 1"));
+  }
+  if (o.kmeans_iterations < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kmeans_iterations = ", o.kmeans_iterations, " must be >= 1"));
+  }
+  if (o.kmeans_restarts < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kmeans_restarts = ", o.kmeans_restarts, " must be >= 1"));
+  }
+  if (o.raw_data_clustering && o.raw_samples_per_class < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "raw_samples_per_class = ", o.raw_samples_per_class, " must be >= 1"));
+  }
+  return absl::OkStatus();
+}
+
+// S for K classes; 0 = flat.
+absl::StatusOr<int32_t> ResolveSuperclasses(const HppcaOptions& o, int32_t k) {
+  if (o.superclasses == kFlatClassifier) return 0;
+  if (o.superclasses == kAutoSuperclasses) {
+    const double s = std::round(std::sqrt(static_cast<double>(k) * o.default_top_t));
+    return static_cast<int32_t>(std::clamp<double>(s, 1.0, k));
+  }
+  if (o.superclasses > k) {
+    return absl::InvalidArgumentError(absl::StrCat("superclasses = ", o.superclasses,
+                                                   " exceeds the number of classes (", k, ")"));
+  }
+  return o.superclasses;
+}
+
+// The clustering Gaussians (ComputeClusterExcess must have run).
+std::vector<GaussianRef> ClassRefs(const ClassTable& t) {
+  std::vector<GaussianRef> refs;
+  refs.reserve(t.size());
+  for (int32_t c = 0; c < t.size(); ++c) refs.push_back(t.cluster_gaussian(c));
+  return refs;
+}
+
+// Clusters the classes into S super-classes with the options' method.
+absl::StatusOr<hppca_internal::KMeansResult> Cluster(
+    const ClassTable& t, const HppcaOptions& o, int32_t s, bool raw,
+    const hppca_internal::ClassFitResult* fit, int threads, Progress progress) {
+  const std::vector<GaussianRef> refs = ClassRefs(t);
+  if (raw) {
+    return hppca_internal::RawDataKMeans(refs, fit->samples, fit->sample_class, s, o.r,
+                                         o.kmeans_iterations, o.seed, threads, progress);
+  }
+  return hppca_internal::GaussianKMeans(refs, s, o.r, o.kmeans_iterations, o.kmeans_restarts,
+                                        o.seed, threads, progress);
+}
+
+void FillBank(ScorerBank& b, const float* bases, int32_t n, int32_t k, int64_t d,
+              const RowMatrixD& means_in_order, const RowMatrixD& eig_in_order,
+              const Eigen::VectorXf& center, double lambda, PpcaScore score) {
+  b.n = n;
+  b.k = k;
+  b.d = d;
+  b.bases = bases;
+  b.inv_lambda = 1.0 / lambda;
+  b.means.resize(n, d);
+  b.proj.resize(n, k);
+  b.weights.resize(n, k);
+  b.mean_norm2.assign(n, 0.0);
+  b.offset.assign(n, 0.0);
+  for (int32_t i = 0; i < n; ++i) {
+    b.means.row(i) = (means_in_order.row(i).cast<float>() - center.transpose());
+    const Eigen::VectorXd mc = b.means.row(i).transpose().cast<double>();
+    b.mean_norm2[i] = mc.squaredNorm();
+    Eigen::Map<const RowMatrixF> basis(bases + static_cast<int64_t>(i) * k * d, k, d);
+    double logdet = static_cast<double>(d - k) * std::log(lambda);
+    for (int32_t j = 0; j < k; ++j) {
+      b.proj(i, j) = static_cast<float>(basis.row(j).cast<double>().dot(mc));
+      const double e = std::max(eig_in_order(i, j), 0.0);
+      b.weights(i, j) = static_cast<float>(e / (e + lambda));
+      logdet += std::log(e + lambda);
+    }
+    if (score == PpcaScore::kLogDet) b.offset[i] = logdet;
+  }
+}
+
+}  // namespace
+
+int64_t hppca_internal::ScorerBank::Bytes() const {
+  return static_cast<int64_t>(means.size() + proj.size() + weights.size()) * 4 +
+         static_cast<int64_t>(mean_norm2.size() + offset.size()) * 8;
+}
+
+std::string_view PpcaScoreName(PpcaScore s) {
+  return s == PpcaScore::kLogDet ? "log_det" : "mahalanobis";
+}
+
+absl::StatusOr<PpcaScore> ParsePpcaScore(std::string_view name) {
+  if (name == "mahalanobis") return PpcaScore::kMahalanobis;
+  if (name == "log_det") return PpcaScore::kLogDet;
+  return absl::InvalidArgumentError(absl::StrCat("unknown PPCA score '", std::string(name),
+                                                 "' (expected mahalanobis or log_det)"));
+}
+
+double HppcaPrediction::OperationSpeedup(int64_t num_classes, int32_t num_superclasses) const {
+  if (top_t == 0 || rows == 0) return 1.0;
+  double mean = 0.0;
+  for (int32_t c : classes_evaluated) mean += c;
+  mean /= static_cast<double>(rows);
+  return static_cast<double>(num_classes) / (num_superclasses + mean);
+}
+
+// ---------------------------------------------------------------------------
+// HppcaModel accessors.
+
+HppcaModel::HppcaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HppcaModel::HppcaModel(HppcaModel&&) noexcept = default;
+HppcaModel& HppcaModel::operator=(HppcaModel&&) noexcept = default;
+HppcaModel::~HppcaModel() = default;
+
+int64_t HppcaModel::dim() const { return impl_->classes.d; }
+int32_t HppcaModel::num_classes() const { return impl_->classes.size(); }
+int32_t HppcaModel::num_superclasses() const { return impl_->num_superclasses; }
+const HppcaOptions& HppcaModel::options() const { return impl_->options; }
+const HppcaFitStats& HppcaModel::fit_stats() const { return impl_->stats; }
+const Hierarchy& HppcaModel::hierarchy() const { return *impl_->tree; }
+absl::Span<const int64_t> HppcaModel::labels() const { return impl_->classes.labels; }
+int64_t HppcaModel::class_count(int32_t k) const { return impl_->classes.counts[k]; }
+int32_t HppcaModel::class_rank(int32_t k) const { return impl_->classes.rank[k]; }
+Eigen::Map<const Eigen::VectorXd> HppcaModel::class_mean(int32_t k) const {
+  return Eigen::Map<const Eigen::VectorXd>(impl_->classes.means.row(k).data(), dim());
+}
+Eigen::Map<const RowMatrixF> HppcaModel::class_basis(int32_t k) const {
+  const int64_t q = impl_->classes.q;
+  return Eigen::Map<const RowMatrixF>(
+      impl_->slot_bases.data() + static_cast<int64_t>(impl_->class_slot[k]) * q * dim(), q,
+      dim());
+}
+Eigen::Map<const Eigen::VectorXd> HppcaModel::class_eigvals(int32_t k) const {
+  return Eigen::Map<const Eigen::VectorXd>(impl_->classes.eigvals.row(k).data(),
+                                           impl_->classes.q);
+}
+int32_t HppcaModel::superclass_of(int32_t k) const { return impl_->super_of[k]; }
+GaussianRef HppcaModel::class_gaussian(int32_t k) const {
+  return GaussianRef(impl_->classes.means.row(k).data(), class_basis(k).data(),
+                     impl_->classes.eigvals.row(k).data(), dim(), impl_->classes.q,
+                     impl_->options.lambda);
+}
+GaussianRef HppcaModel::class_cluster_gaussian(int32_t k) const {
+  return GaussianRef(impl_->classes.means.row(k).data(), class_basis(k).data(),
+                     impl_->classes.cluster_excess.row(k).data(), dim(), impl_->classes.q,
+                     impl_->classes.ClusterNoise(k));
+}
+double HppcaModel::class_tail(int32_t k) const { return impl_->classes.tail[k]; }
+absl::Span<const int32_t> HppcaModel::superclass_members(int32_t s) const {
+  return impl_->members[s];
+}
+const Centroid& HppcaModel::superclass_centroid(int32_t s) const { return impl_->centroids[s]; }
+int32_t HppcaModel::superclass_node(int32_t s) const { return impl_->super_node[s]; }
+int32_t HppcaModel::ClassOfLabel(int64_t label) const {
+  const auto& l = impl_->classes.labels;
+  auto it = std::lower_bound(l.begin(), l.end(), label);
+  return it != l.end() && *it == label ? static_cast<int32_t>(it - l.begin()) : -1;
+}
+int64_t HppcaModel::MemoryBytes() const {
+  const Impl& m = *impl_;
+  int64_t b = static_cast<int64_t>(m.slot_bases.size() + m.super_bases.size()) * 4;
+  b += static_cast<int64_t>(m.classes.means.size() + m.classes.eigvals.size()) * 8;
+  for (const Centroid& c : m.centroids) b += c.mean.size() * 8 + c.eigvals.size() * 8;
+  b += m.class_bank.Bytes() + m.super_bank.Bytes();
+  return b;
+}
+
+// ---------------------------------------------------------------------------
+// Assembly.
+
+absl::StatusOr<HppcaModel> HppcaBuilder::Build(HppcaOptions options, HppcaFitStats stats,
+                                               ClassTable classes, std::vector<int32_t> super_of,
+                                               std::vector<Centroid> centroids,
+                                               std::vector<int32_t> point_leaf) {
+  auto impl = std::make_unique<HppcaModel::Impl>();
+  const int32_t k = classes.size();
+  const int64_t d = classes.d;
+  const int32_t q = classes.q;
+  const int32_t s = static_cast<int32_t>(centroids.size());
+  if (super_of.empty()) super_of.assign(k, -1);
+  if (static_cast<int32_t>(super_of.size()) != k) {
+    return absl::InternalError("super-class assignment has the wrong length");
+  }
+  impl->members.assign(s, {});
+  for (int32_t c = 0; c < k; ++c) {
+    if (s == 0) {
+      super_of[c] = -1;
+      continue;
+    }
+    if (super_of[c] < 0 || super_of[c] >= s) {
+      return absl::InternalError(absl::StrCat("class ", c, " has no super-class"));
+    }
+    impl->members[super_of[c]].push_back(c);
+  }
+  for (int32_t j = 0; j < s; ++j) {
+    if (impl->members[j].empty()) {
+      return absl::InternalError(absl::StrCat("super-class ", j, " has no classes"));
+    }
+  }
+  // Slot order.
+  impl->slot_begin.assign(1, 0);
+  if (s == 0) {
+    impl->slot_class.resize(k);
+    std::iota(impl->slot_class.begin(), impl->slot_class.end(), 0);
+    impl->slot_begin.push_back(k);
+  } else {
+    for (int32_t j = 0; j < s; ++j) {
+      for (int32_t c : impl->members[j]) impl->slot_class.push_back(c);
+      impl->slot_begin.push_back(static_cast<int32_t>(impl->slot_class.size()));
+    }
+  }
+  impl->class_slot.resize(k);
+  for (int32_t j = 0; j < k; ++j) impl->class_slot[impl->slot_class[j]] = j;
+  // Permute the bases into slot order in place (cycle by cycle).
+  {
+    const int64_t block = static_cast<int64_t>(q) * d;
+    std::vector<char> done(k, 0);
+    std::vector<float> tmp(block);
+    float* base = classes.bases.data();
+    for (int32_t j = 0; j < k; ++j) {
+      if (done[j] || impl->slot_class[j] == j) {
+        done[j] = 1;
+        continue;
+      }
+      std::copy(base + j * block, base + (j + 1) * block, tmp.begin());
+      int32_t cur = j;
+      while (true) {
+        const int32_t src = impl->slot_class[cur];
+        done[cur] = 1;
+        if (src == j) {
+          std::copy(tmp.begin(), tmp.end(), base + cur * block);
+          break;
+        }
+        std::copy(base + src * block, base + (src + 1) * block, base + cur * block);
+        cur = src;
+      }
+    }
+    impl->slot_bases = std::move(classes.bases);
+    classes.bases.resize(0, d);
+  }
+  if (classes.cluster_excess.rows() != k || classes.lambda != options.lambda) {
+    classes.ComputeClusterExcess(options.lambda);
+  }
+  impl->options = options;
+  impl->stats = stats;
+  impl->num_superclasses = s;
+  impl->super_of = std::move(super_of);
+  impl->centroids = std::move(centroids);
+  impl->classes = std::move(classes);
+  const ClassTable& t = impl->classes;
+  // Scoring caches.
+  impl->center = (t.means.colwise().sum() / static_cast<double>(k)).transpose().cast<float>();
+  {
+    RowMatrixD means_slot(k, d), eig_slot(k, q);
+    for (int32_t j = 0; j < k; ++j) {
+      means_slot.row(j) = t.means.row(impl->slot_class[j]);
+      eig_slot.row(j) = t.eigvals.row(impl->slot_class[j]);
+    }
+    FillBank(impl->class_bank, impl->slot_bases.data(), k, q, d, means_slot, eig_slot,
+             impl->center, options.lambda, options.score);
+  }
+  if (s > 0) {
+    const int32_t r = static_cast<int32_t>(impl->centroids[0].eigvals.size());
+    impl->super_bases.resize(static_cast<int64_t>(s) * r, d);
+    RowMatrixD means_s(s, d), eig_s(s, r);
+    for (int32_t j = 0; j < s; ++j) {
+      const Centroid& c = impl->centroids[j];
+      if (c.eigvals.size() != r || c.mean.size() != d) {
+        return absl::InternalError("super-class centroids disagree on rank or dimension");
+      }
+      impl->super_bases.middleRows(static_cast<int64_t>(j) * r, r) = c.eigvecs;
+      means_s.row(j) = c.mean.transpose();
+      eig_s.row(j) = c.eigvals.transpose();
+    }
+    FillBank(impl->super_bank, impl->super_bases.data(), s, r, d, means_s, eig_s, impl->center,
+             options.lambda, options.score);
+  }
+  // The hierarchy: classes -> super-classes (>= 2 classes) -> root.
+  std::vector<int32_t> multi;
+  int32_t singles = 0;
+  for (int32_t j = 0; j < s; ++j) {
+    if (impl->members[j].size() >= 2) {
+      multi.push_back(j);
+    } else {
+      ++singles;
+    }
+  }
+  std::vector<int32_t> parent;
+  std::vector<double> height(k, 0.0);
+  impl->super_node.assign(s, -1);
+  std::vector<int32_t> super_old_id(s, -1);
+  if (s == 0 || (multi.size() == 1 && singles == 0)) {
+    parent.assign(k + 1, k);
+    parent[k] = -1;
+    height.push_back(1.0);
+    if (s == 1) super_old_id[0] = k;
+  } else {
+    const int32_t root = k + static_cast<int32_t>(multi.size());
+    parent.assign(root + 1, root);
+    parent[root] = -1;
+    for (size_t i = 0; i < multi.size(); ++i) {
+      const int32_t node = k + static_cast<int32_t>(i);
+      super_old_id[multi[i]] = node;
+      for (int32_t c : impl->members[multi[i]]) parent[c] = node;
+      height.push_back(1.0);
+    }
+    height.push_back(2.0);
+  }
+  std::vector<int32_t> old_to_new;
+  DENDRO_ASSIGN_OR_RETURN(Hierarchy tree,
+                          Hierarchy::FromParents(k, parent, height, &old_to_new));
+  for (int32_t j = 0; j < s; ++j) {
+    if (super_old_id[j] >= 0) impl->super_node[j] = old_to_new[super_old_id[j]];
+  }
+  if (!point_leaf.empty()) DENDRO_RETURN_IF_ERROR(tree.SetPointLeaf(std::move(point_leaf)));
+  auto& md = tree.mutable_metadata();
+  md["method"] = "hppca";
+  md["classes"] = absl::StrCat(k);
+  md["superclasses"] = absl::StrCat(s);
+  md["superclasses_requested"] = absl::StrCat(options.superclasses);
+  md["dim"] = absl::StrCat(d);
+  md["q"] = absl::StrCat(options.q);
+  md["r"] = absl::StrCat(options.r);
+  md["lambda"] = absl::StrFormat("%.17g", options.lambda);
+  md["score"] = std::string(PpcaScoreName(options.score));
+  md["clustering"] = s == 0 ? "flat" : (options.raw_data_clustering ? "raw_data" : "gaussian");
+  md["default_top_t"] = absl::StrCat(options.default_top_t);
+  md["kmeans_iterations"] = absl::StrCat(stats.kmeans_iterations);
+  md["kmeans_converged"] = stats.kmeans_converged ? "true" : "false";
+  md["reduced_rank_classes"] = absl::StrCat(stats.reduced_rank_classes);
+  impl->tree.emplace(std::move(tree));
+  return HppcaModel(std::move(impl));
+}
+
+// ---------------------------------------------------------------------------
+// Training.
+
+absl::StatusOr<HppcaModel> FitHppca(const MatrixView& x, absl::Span<const int64_t> labels,
+                                    const HppcaOptions& options, RunContext& ctx) {
+  const auto t0 = std::chrono::steady_clock::now();
+  DENDRO_RETURN_IF_ERROR(ValidateOptions(options, x.cols()));
+  const int threads = hppca_internal::ResolveThreads(options.num_threads);
+  Progress progress(ctx, 0.0, 1.0, "class models");
+  HppcaFitStats stats;
+  DENDRO_ASSIGN_OR_RETURN(
+      hppca_internal::ClassFitResult fit,
+      hppca_internal::FitClasses(x, labels, options.q,
+                                 options.raw_data_clustering ? options.raw_samples_per_class : 0,
+                                 options.seed, threads, progress.Sub(0.0, 0.6, "class models")));
+  stats.class_seconds = Seconds(t0);
+  stats.reduced_rank_classes = fit.reduced_rank_classes;
+  const int32_t k = fit.table.size();
+  fit.table.ComputeClusterExcess(options.lambda);
+  DENDRO_ASSIGN_OR_RETURN(const int32_t s, ResolveSuperclasses(options, k));
+  std::vector<int32_t> super_of;
+  std::vector<Centroid> centroids;
+  if (s > 0) {
+    const auto t1 = std::chrono::steady_clock::now();
+    DENDRO_ASSIGN_OR_RETURN(hppca_internal::KMeansResult km,
+                            Cluster(fit.table, options, s, options.raw_data_clustering, &fit,
+                                    threads, progress.Sub(0.6, 0.98, "super-classes")));
+    stats.kmeans_iterations = km.iterations;
+    stats.kmeans_converged = km.converged;
+    stats.reseeded_superclasses = km.reseeded;
+    stats.dropped_superclasses = km.dropped;
+    stats.kmeans_objective = km.objective;
+    super_of = std::move(km.assignment);
+    centroids = std::move(km.centroids);
+    stats.cluster_seconds = Seconds(t1);
+  }
+  DENDRO_RETURN_IF_ERROR(ctx.CheckCancelled());
+  stats.total_seconds = Seconds(t0);
+  fit.samples.resize(0, 0);
+  DENDRO_ASSIGN_OR_RETURN(
+      HppcaModel model,
+      HppcaBuilder::Build(options, stats, std::move(fit.table), std::move(super_of),
+                          std::move(centroids), std::move(fit.point_class)));
+  ctx.Report(1.0, "done");
+  return model;
+}
+
+absl::StatusOr<HppcaModel> AddClasses(const HppcaModel& base, const MatrixView& x,
+                                      absl::Span<const int64_t> labels,
+                                      const HppcaAddOptions& add, RunContext& ctx) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto& b = HppcaBuilder::impl(base);
+  const int64_t d = base.dim();
+  if (x.cols() != d) {
+    return absl::InvalidArgumentError(absl::StrCat("new data have ", x.cols(),
+                                                   " columns; the model expects ", d));
+  }
+  // New labels must be new.
+  for (int64_t l : labels) {
+    if (base.ClassOfLabel(l) >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "label ", l, " is already a class of the model; AddClasses only adds new labels"));
+    }
+  }
+  HppcaOptions options = b.options;
+  const int threads =
+      hppca_internal::ResolveThreads(add.num_threads > 0 ? add.num_threads : options.num_threads);
+  Progress progress(ctx, 0.0, 1.0, "class models");
+  DENDRO_ASSIGN_OR_RETURN(
+      hppca_internal::ClassFitResult fit,
+      hppca_internal::FitClasses(x, labels, b.classes.q, 0, options.seed, threads,
+                                 progress.Sub(0.0, 0.5, "class models")));
+  HppcaFitStats stats = b.stats;
+  stats.class_seconds = Seconds(t0);
+  stats.reduced_rank_classes += fit.reduced_rank_classes;
+  const ClassTable& nt = fit.table;
+  const int32_t k_old = base.num_classes(), k_new = nt.size(), k = k_old + k_new;
+  const int32_t q = b.classes.q;
+  // Merge into sorted label order.
+  ClassTable t;
+  t.d = d;
+  t.q = q;
+  std::vector<int32_t> old_index(k_old), new_index(k_new);
+  {
+    int32_t i = 0, j = 0;
+    while (i < k_old || j < k_new) {
+      const bool take_old =
+          j >= k_new || (i < k_old && b.classes.labels[i] < nt.labels[j]);
+      if (take_old) {
+        old_index[i++] = static_cast<int32_t>(t.labels.size());
+        t.labels.push_back(b.classes.labels[i - 1]);
+      } else {
+        new_index[j++] = static_cast<int32_t>(t.labels.size());
+        t.labels.push_back(nt.labels[j - 1]);
+      }
+    }
+  }
+  t.counts.resize(k);
+  t.rank.resize(k);
+  t.tail.resize(k);
+  t.means.resize(k, d);
+  t.eigvals.resize(k, q);
+  t.bases.resize(static_cast<int64_t>(k) * q, d);
+  const int64_t block = static_cast<int64_t>(q) * d;
+  for (int32_t c = 0; c < k_old; ++c) {
+    const int32_t to = old_index[c];
+    t.counts[to] = b.classes.counts[c];
+    t.rank[to] = b.classes.rank[c];
+    t.tail[to] = b.classes.tail[c];
+    t.means.row(to) = b.classes.means.row(c);
+    t.eigvals.row(to) = b.classes.eigvals.row(c);
+    std::copy(base.class_basis(c).data(), base.class_basis(c).data() + block,
+              t.bases.data() + to * block);
+  }
+  for (int32_t c = 0; c < k_new; ++c) {
+    const int32_t to = new_index[c];
+    t.counts[to] = nt.counts[c];
+    t.rank[to] = nt.rank[c];
+    t.tail[to] = nt.tail[c];
+    t.means.row(to) = nt.means.row(c);
+    t.eigvals.row(to) = nt.eigvals.row(c);
+    std::copy(nt.bases.data() + c * block, nt.bases.data() + (c + 1) * block,
+              t.bases.data() + to * block);
+  }
+  // Training-point leaves: base's re-indexed, then the new rows'.
+  std::vector<int32_t> point_leaf;
+  {
+    const auto& old_pl = base.hierarchy().point_leaf();
+    point_leaf.reserve(old_pl.size() + fit.point_class.size());
+    for (int32_t c : old_pl) point_leaf.push_back(old_index[c]);
+    for (int32_t c : fit.point_class) point_leaf.push_back(new_index[c]);
+  }
+  fit.table = ClassTable();
+  t.ComputeClusterExcess(options.lambda);
+  std::vector<int32_t> super_of;
+  std::vector<Centroid> centroids;
+  const int32_t s_old = base.num_superclasses();
+  const auto t1 = std::chrono::steady_clock::now();
+  if (s_old > 0 && add.recluster) {
+    options.raw_data_clustering = false;  // the base's raw samples are not kept
+    const HppcaOptions& o = options;
+    DENDRO_ASSIGN_OR_RETURN(const int32_t s, ResolveSuperclasses(o, k));
+    DENDRO_ASSIGN_OR_RETURN(hppca_internal::KMeansResult km,
+                            Cluster(t, o, s, false, nullptr, threads,
+                                    progress.Sub(0.5, 0.98, "super-classes")));
+    stats.kmeans_iterations = km.iterations;
+    stats.kmeans_converged = km.converged;
+    stats.reseeded_superclasses = km.reseeded;
+    stats.dropped_superclasses = 0;
+    stats.kmeans_objective = km.objective;
+    super_of = std::move(km.assignment);
+    centroids = std::move(km.centroids);
+  } else if (s_old > 0) {
+    // Each new class joins its KL-nearest super-class.
+    std::vector<LowRankGaussian> g(s_old);
+    for (int32_t j = 0; j < s_old; ++j) g[j] = CentroidGaussian(b.centroids[j]);
+    std::vector<GaussianRef> new_refs;
+    for (int32_t c = 0; c < k_new; ++c) new_refs.push_back(t.cluster_gaussian(new_index[c]));
+    DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> joined,
+                            hppca_internal::AssignByKl(new_refs, g, threads, &ctx));
+    super_of.assign(k, -1);
+    for (int32_t c = 0; c < k_old; ++c) super_of[old_index[c]] = b.super_of[c];
+    std::vector<char> grew(s_old, 0);
+    for (int32_t c = 0; c < k_new; ++c) {
+      super_of[new_index[c]] = joined[c];
+      grew[joined[c]] = 1;
+    }
+    // Theorem 2 over all members of every super-class that gained classes.
+    centroids = b.centroids;
+    const std::vector<GaussianRef> refs = ClassRefs(t);
+    std::vector<int32_t> todo;
+    for (int32_t j = 0; j < s_old; ++j) {
+      if (grew[j]) todo.push_back(j);
+    }
+    std::vector<absl::Status> errors(todo.size());
+    DENDRO_RETURN_IF_ERROR(hppca_internal::ParallelFor(
+        static_cast<int64_t>(todo.size()), threads, &ctx, [&](int64_t i) {
+          const int32_t j = todo[i];
+          std::vector<GaussianRef> members;
+          for (int32_t c = 0; c < k; ++c) {
+            if (super_of[c] == j) members.push_back(refs[c]);
+          }
+          auto c = TheoremTwoCentroid(members, options.r);
+          if (c.ok()) {
+            centroids[j] = *std::move(c);
+          } else {
+            errors[i] = c.status();
+          }
+        }));
+    for (const absl::Status& e : errors) DENDRO_RETURN_IF_ERROR(e);
+  }
+  stats.cluster_seconds = Seconds(t1);
+  DENDRO_RETURN_IF_ERROR(ctx.CheckCancelled());
+  stats.total_seconds = Seconds(t0);
+  DENDRO_ASSIGN_OR_RETURN(HppcaModel model,
+                          HppcaBuilder::Build(options, stats, std::move(t), std::move(super_of),
+                                              std::move(centroids), std::move(point_leaf)));
+  ctx.Report(1.0, "done");
+  return model;
+}
+
+}  // namespace dendro

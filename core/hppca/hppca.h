@@ -1,0 +1,244 @@
+// Hierarchical PPCA classifiers (Wang & Barbu, "Hierarchical Probabilistic
+// PCA", sections 3-4): one probabilistic-PCA Gaussian per class, the classes
+// clustered into S super-classes, and prediction that scores the S
+// super-classes first and then only the classes of the T best ones.
+//
+// Training (FitHppca), for labelled rows x (N x d float32) and labels (any
+// int64 values):
+//   * Classes are the sorted distinct labels; class k is the k-th smallest.
+//     Predictions return the original label values.
+//   * Per class (section 3.3): mean (eq. 3), sample covariance with 1/(n-1)
+//     (eq. 4), its top-q eigenpairs (L, D) and the PPCA covariance
+//     Sigma = L D L^T + lambda I (eq. 6). The data are read once: rows are
+//     grouped by class and each class block is reduced with GEMMs (Gram
+//     matrix when n_c < d, scatter matrix otherwise), classes in parallel.
+//   * A class needs >= 2 points (a single point is InvalidArgument naming the
+//     label). A class with n_c <= q points keeps q_c = n_c - 1 components
+//     (the rank of its sample covariance); the padded components have D = 0
+//     and contribute nothing. No input yields NaN scores.
+//   * Super-classes (section 4.4, Algorithms 2-3): k-means over the class
+//     Gaussians, seeded by k-means++ with the Bhattacharyya distance (eq. 14),
+//     assigning by KL divergence (eq. 15), centroids by Theorem 2 (eqs. 17,
+//     18), until no class moves or `kmeans_iterations` rounds. The paper
+//     clusters the full sample covariances C_k; K full d x d matrices do not
+//     fit in memory for K = 10,000 (and are singular when n_c <= d), so each
+//     class enters clustering as the maximum-likelihood PPCA approximation
+//     of C_k (Tipping & Bishop): its top-q eigenpairs plus, in the other
+//     directions, the mean of the discarded eigenvalues (at least lambda).
+//     Likewise a centroid enters the KL assignment as its ML PPCA
+//     approximation with r components. The KL
+//     assignment is exact: cheap bounds prune super-classes that cannot win.
+//     A super-class left empty is re-seeded with the class farthest (in KL)
+//     from its own centroid.
+//   * Super-class PPCA models: top-r eigenpairs of the Theorem 2 covariance,
+//     scored like classes with the same lambda.
+//   * Optional "raw data" clustering (section 5.4): `raw_samples_per_class`
+//     random rows per class are clustered by Euclidean k-means (k-means++
+//     seeding); each class joins the cluster holding most of its samples
+//     (ties: lower cluster id); clusters that receive no class are dropped.
+//   * S = kFlatClassifier gives the flat classifier (no super-classes); S =
+//     kAutoSuperclasses picks round(sqrt(K * default_top_t)) (section 4.3),
+//     clamped to [1, K].
+//
+// Scores (smaller is better): kMahalanobis is the paper's default, the
+// Theorem 1 form (eq. 7) of the Mahalanobis distance (eq. 2),
+//   r(x) = (|x - mu|^2 - sum_j D_j / (D_j + lambda) (l_j . (x - mu))^2) / lambda;
+// kLogDet adds log|Sigma| (eq. 1). Scoring is batched: for a block of rows
+// the projections onto every opened super-class's class bases are one GEMM
+// per super-class over just the rows that opened it.
+//
+// The fitted model is also a Hierarchy: leaves = classes (sorted label
+// order), internal nodes = super-classes with >= 2 classes at height 1, the
+// root at height 2 (classes of one-class super-classes hang off the root;
+// with a single super-class, or flat, the root is at height 1 and has every
+// class as a child). point_leaf = the class of each training row.
+#ifndef DENDRO_CORE_HPPCA_HPPCA_H_
+#define DENDRO_CORE_HPPCA_HPPCA_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/common/run_context.h"
+#include "core/hierarchy/hierarchy.h"
+#include "core/hppca/gaussian.h"
+#include "core/matrix/matrix.h"
+
+namespace dendro {
+
+enum class PpcaScore {
+  kMahalanobis,  // eq. 7 (= eq. 2), the default
+  kLogDet,       // eq. 1: eq. 2 + log|Sigma|
+};
+std::string_view PpcaScoreName(PpcaScore s);  // "mahalanobis", "log_det"
+absl::StatusOr<PpcaScore> ParsePpcaScore(std::string_view name);
+
+inline constexpr int32_t kAutoSuperclasses = 0;
+inline constexpr int32_t kFlatClassifier = -1;
+
+struct HppcaOptions {
+  int32_t q = 50;          // class PPCA components, 0 <= q <= d
+  int32_t r = 50;          // super-class PPCA components, 0 <= r <= d
+  double lambda = 0.01;    // PPCA noise variance, > 0
+  PpcaScore score = PpcaScore::kMahalanobis;
+  // S: kAutoSuperclasses, kFlatClassifier or 1 <= S <= K.
+  int32_t superclasses = kAutoSuperclasses;
+  bool raw_data_clustering = false;
+  int32_t raw_samples_per_class = 20;  // paper section 5.4
+  int32_t kmeans_iterations = 50;      // cap on k-means rounds (>= 1)
+  // Gaussian k-means runs from this many k-means++ seedings (seeds derived
+  // from `seed`); the partition with the smallest summed KL wins.
+  int32_t kmeans_restarts = 1;
+  uint64_t seed = 0;                   // k-means++ and raw-data sampling
+  int32_t default_top_t = 5;           // T when a request gives none (>= 1)
+  int num_threads = 0;                 // 0: all cores
+};
+
+// How a fit went; also recorded in the hierarchy's metadata.
+struct HppcaFitStats {
+  int32_t kmeans_iterations = 0;   // assignment rounds run
+  bool kmeans_converged = false;   // the last round moved no class
+  int32_t reseeded_superclasses = 0;
+  int32_t dropped_superclasses = 0;  // raw-data clustering only
+  int32_t reduced_rank_classes = 0;  // classes with q_c < q
+  double kmeans_objective = 0.0;     // sum_k KL(class k || its super-class); 0 if raw/flat
+  double class_seconds = 0, cluster_seconds = 0, total_seconds = 0;
+};
+
+struct HppcaPredictOptions {
+  // Super-classes opened per row; 0: the model's default_top_t. Clamped to
+  // the number of super-classes (T = S scores every class, like flat).
+  int32_t top_t = 0;
+  int32_t top_k = 1;   // classes returned per row, >= 1; clamped to K
+  bool flat = false;   // score every class (always so for a flat model)
+  int32_t block_rows = 512;  // rows scored together (memory/speed trade-off)
+  int num_threads = 0;       // 0: all cores
+};
+
+struct HppcaPrediction {
+  int64_t rows = 0;
+  int32_t top_k = 0;   // effective
+  int32_t top_t = 0;   // effective; 0 when flat
+  std::vector<int32_t> classes;    // rows x top_k class indices, best first
+  std::vector<int64_t> labels;     // rows x top_k original labels
+  std::vector<float> scores;       // rows x top_k scores (smaller is better)
+  std::vector<int32_t> superclasses;       // rows x top_t, best first
+  std::vector<int32_t> classes_evaluated;  // rows: class models scored
+  // Paper eq. 12 over the batch: K / (S + mean classes evaluated); 1 if flat.
+  double OperationSpeedup(int64_t num_classes, int32_t num_superclasses) const;
+};
+
+class HppcaModel {
+ public:
+  HppcaModel(HppcaModel&&) noexcept;
+  HppcaModel& operator=(HppcaModel&&) noexcept;
+  ~HppcaModel();
+
+  int64_t dim() const;
+  int32_t num_classes() const;
+  int32_t num_superclasses() const;  // 0 for a flat classifier
+  const HppcaOptions& options() const;  // as trained (superclasses: as requested)
+  const HppcaFitStats& fit_stats() const;
+  const Hierarchy& hierarchy() const;
+
+  // Class k in [0, K): original label, training count, components kept (q_c),
+  // mean (d), basis (q x d rows, rows >= q_c are zero) and eigenvalues (q,
+  // zero beyond q_c), and its super-class (-1 when flat).
+  absl::Span<const int64_t> labels() const;
+  int64_t class_count(int32_t k) const;
+  int32_t class_rank(int32_t k) const;
+  Eigen::Map<const Eigen::VectorXd> class_mean(int32_t k) const;
+  Eigen::Map<const RowMatrixF> class_basis(int32_t k) const;
+  Eigen::Map<const Eigen::VectorXd> class_eigvals(int32_t k) const;
+  int32_t superclass_of(int32_t k) const;
+  // The class's PPCA Gaussian (excess = eigenvalues, noise = lambda): what
+  // prediction scores.
+  GaussianRef class_gaussian(int32_t k) const;
+  // The Gaussian super-class clustering uses for the class: the maximum-
+  // likelihood PPCA approximation of its full sample covariance (eigenvalues
+  // D along the basis, noise = max(class_tail, lambda) elsewhere).
+  GaussianRef class_cluster_gaussian(int32_t k) const;
+  // Mean of the d - q_c eigenvalues of the sample covariance not kept.
+  double class_tail(int32_t k) const;
+
+  // Super-class s in [0, S): member classes (ascending), Theorem 2 centroid
+  // (top-r eigenpairs of its covariance), and the Hierarchy node for it (-1
+  // for a one-class super-class, which has no node of its own).
+  absl::Span<const int32_t> superclass_members(int32_t s) const;
+  const Centroid& superclass_centroid(int32_t s) const;
+  int32_t superclass_node(int32_t s) const;
+
+  // Class index of a label, or -1.
+  int32_t ClassOfLabel(int64_t label) const;
+
+  // Top-k classes of each row (rows.cols() must be dim(); every value
+  // finite), hierarchical (Algorithm 1) unless flat.
+  absl::StatusOr<HppcaPrediction> Predict(const MatrixView& rows,
+                                          const HppcaPredictOptions& options) const;
+  // Every class's score for every row: rows x K, column k = class k.
+  absl::StatusOr<RowMatrixD> ScoreClasses(const MatrixView& rows) const;
+  // Every super-class's score: rows x S.
+  absl::StatusOr<RowMatrixD> ScoreSuperclasses(const MatrixView& rows) const;
+
+  // Bytes of model parameters held in memory (means, bases, eigenvalues,
+  // super-class models, prediction caches).
+  int64_t MemoryBytes() const;
+
+  // Directory layout (all .npy little-endian, C order), written atomically
+  // file by file into the existing directory `dir`:
+  //   hppca.json           options, stats, dims, format version
+  //   labels.npy           K int64        class_counts.npy  K int64
+  //   class_rank.npy       K int32        superclass_of.npy K int32 (flat: -1)
+  //   class_means.npy      K x d float64  class_eigvals.npy K x q float64
+  //   class_tail.npy       K float64
+  //   class_bases.npy      K*q x d float32 (class k: rows k*q .. k*q+q-1)
+  //   super_means.npy      S x d float64  super_eigvals.npy S x r float64
+  //   super_bases.npy      S*r x d float32  super_stats.npy S x 3 float64
+  //                        (tail, noise_mean, trace)
+  //   tree.json            the Hierarchy (informational; Load rebuilds it)
+  //   point_leaf.npy       N int32 (if present)
+  // Save/Load live in model_io.cc, which needs dendro_io.
+  absl::Status Save(const std::string& dir) const;
+  static absl::StatusOr<HppcaModel> Load(const std::string& dir);
+
+ private:
+  struct Impl;
+  explicit HppcaModel(std::unique_ptr<Impl> impl);
+  friend class HppcaBuilder;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Validates the input (N >= 1, labels.size() == N, finite values, >= 2
+// classes, every class >= 2 points, option ranges) and trains.
+absl::StatusOr<HppcaModel> FitHppca(const MatrixView& x, absl::Span<const int64_t> labels,
+                                    const HppcaOptions& options, RunContext& ctx);
+
+struct HppcaAddOptions {
+  // Re-run super-class k-means over all classes (old and new) with the base
+  // model's options; otherwise each new class joins the super-class whose
+  // PPCA Gaussian is nearest in KL (all new classes are placed against the
+  // base model's super-classes), and the centroid and PPCA model of every
+  // super-class that gained classes are recomputed from all its members by
+  // Theorem 2. Raw-data models recluster over the class Gaussians (the base
+  // training rows are not kept).
+  bool recluster = false;
+  int num_threads = 0;
+};
+
+// Adds the classes of (x, labels) to `base`: only the new classes' PPCA
+// models are fitted (with base's q and lambda). Labels that `base` already
+// has are InvalidArgument (naming the label); so are a wrong column count
+// and the FitHppca input errors. A flat base stays flat. The result's
+// point_leaf is base's (re-indexed) followed by the new rows'.
+absl::StatusOr<HppcaModel> AddClasses(const HppcaModel& base, const MatrixView& x,
+                                      absl::Span<const int64_t> labels,
+                                      const HppcaAddOptions& options, RunContext& ctx);
+
+}  // namespace dendro
+
+#endif  // DENDRO_CORE_HPPCA_HPPCA_H_

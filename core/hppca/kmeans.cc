@@ -1,0 +1,581 @@
+// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
+// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
+// 105593, fixed in 12.3/13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+// Super-class clustering (paper section 4.4 and 5.4).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+#include "core/hppca/internal.h"
+
+namespace dendro::hppca_internal {
+namespace {
+
+using RowMatrixDX = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Samples an index with probability proportional to w (w >= 0, sum > 0).
+int64_t SampleProportional(const std::vector<double>& w, std::mt19937_64& rng) {
+  double total = 0.0;
+  for (double v : w) total += v;
+  std::uniform_real_distribution<double> u(0.0, total);
+  const double target = u(rng);
+  double acc = 0.0;
+  int64_t last_positive = -1;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (w[i] <= 0.0) continue;
+    acc += w[i];
+    last_positive = static_cast<int64_t>(i);
+    if (acc >= target) return last_positive;
+  }
+  return last_positive;
+}
+
+// Classes in each group, ascending.
+std::vector<std::vector<int32_t>> Groups(absl::Span<const int32_t> assignment, int32_t s) {
+  std::vector<std::vector<int32_t>> g(s);
+  for (size_t i = 0; i < assignment.size(); ++i) {
+    g[assignment[i]].push_back(static_cast<int32_t>(i));
+  }
+  return g;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int32_t>> BhattacharyyaSeeds(absl::Span<const GaussianRef> classes,
+                                                        int32_t s, uint64_t seed, int threads,
+                                                        RunContext* ctx) {
+  const int64_t k = static_cast<int64_t>(classes.size());
+  if (s < 1 || s > k) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot seed ", s, " clusters from ", k,
+                                                   " classes"));
+  }
+  const int64_t d = classes[0].dim();
+  // For pruning: by Cauchy-Schwarz, dmu^T Sigma^{-1} dmu >= |dmu|^4 / dmu^T Sigma dmu,
+  // and dmu^T Sigma dmu needs only the projections of dmu on both bases,
+  // which two GEMVs per seed give for all classes at once. The log-det term
+  // is >= 0.
+  Eigen::VectorXd center = Eigen::VectorXd::Zero(d);
+  for (const GaussianRef& g : classes) center += g.mean;
+  center /= static_cast<double>(k);
+  RowMatrixF means(k, d);
+  for (int64_t i = 0; i < k; ++i) means.row(i) = (classes[i].mean - center).transpose().cast<float>();
+  std::vector<Eigen::VectorXf> own_proj(k);  // V_i (mu_i - center)
+  for (int64_t i = 0; i < k; ++i) own_proj[i] = classes[i].basis * means.row(i).transpose();
+
+  std::vector<char> chosen(k, 0);
+  // out[i] = min(cur[i], B(i, c)) for every class i, exact where it matters:
+  // bounds first, then the cross Grams V_i V_c^T of the classes that need
+  // an exact distance in one GEMM.
+  const int64_t q_max = classes[0].rank();
+  bool uniform_rank = true;
+  for (const GaussianRef& g : classes) uniform_rank = uniform_rank && g.rank() == q_max;
+  std::vector<char> need(k);
+  RowMatrixF gathered, cross;
+  // `only` (optional) restricts the evaluation to the flagged classes.
+  auto update = [&](int32_t c, const std::vector<double>& cur, std::vector<double>* out,
+                    const std::vector<char>* only = nullptr) -> absl::Status {
+    *out = cur;
+    (*out)[c] = 0.0;
+    const GaussianRef& gc = classes[c];
+    const Eigen::VectorXf mc = means.row(c).transpose();
+    const RowMatrixF b = means * gc.basis.transpose();  // V_c (mu_i - center), all i
+    const Eigen::VectorXf bc = gc.basis * mc;
+    DENDRO_RETURN_IF_ERROR(ParallelFor((k + 255) / 256, threads, ctx, [&](int64_t blk) {
+      for (int64_t i = blk * 256; i < std::min(k, (blk + 1) * 256); ++i) {
+        need[i] = 0;
+        if (chosen[i] || i == c || (only != nullptr && !(*only)[i])) continue;
+        const GaussianRef& gi = classes[i];
+        const double dist2 = (means.row(i) - mc.transpose()).cast<double>().squaredNorm();
+        double quad = 0.5 * (gi.noise + gc.noise) * dist2;
+        const Eigen::VectorXf a = own_proj[i] - gi.basis * mc;  // V_i (mu_i - mu_c)
+        for (int32_t j = 0; j < gi.rank(); ++j) quad += 0.5 * gi.excess[j] * double(a[j]) * a[j];
+        for (int32_t j = 0; j < gc.rank(); ++j) {
+          const double t = static_cast<double>(b(i, j)) - bc[j];
+          quad += 0.5 * gc.excess[j] * t * t;
+        }
+        double lb = BhattacharyyaLowerBound(gi, gc);
+        if (quad > 0.0) lb = std::max(lb, (1.0 - 1e-4) * dist2 * dist2 / (8.0 * quad));
+        // Only an exact distance below the current minimum can change it.
+        need[i] = lb < cur[i];
+      }
+    }));
+    std::vector<int64_t> todo;
+    for (int64_t i = 0; i < k; ++i) {
+      if (need[i]) todo.push_back(i);
+    }
+    // Projections of mu_i - mu_c on both bases (float, from the GEMMs above).
+    auto proj_i = [&](int64_t i) {
+      return (own_proj[i] - classes[i].basis * mc).cast<double>().eval();
+    };
+    auto proj_c = [&](int64_t i) {
+      return (b.row(i).transpose() - bc).cast<double>().eval();
+    };
+    auto dist2 = [&](int64_t i) {
+      return (means.row(i) - mc.transpose()).cast<double>().squaredNorm();
+    };
+    const int64_t n = static_cast<int64_t>(todo.size());
+    if (uniform_rank && q_max > 0 && gc.rank() > 0 && n > 0) {
+      gathered.resize(n * q_max, d);
+      for (int64_t t = 0; t < n; ++t) {
+        gathered.middleRows(t * q_max, q_max) = classes[todo[t]].basis;
+      }
+      cross.resize(n * q_max, gc.rank());
+      cross.noalias() = gathered * gc.basis.transpose();
+      return ParallelFor(n, threads, ctx, [&](int64_t t) {
+        const int64_t i = todo[t];
+        const double v = BhattacharyyaFromParts(classes[i], gc, cross.middleRows(t * q_max, q_max),
+                                                proj_i(i), proj_c(i), dist2(i));
+        (*out)[i] = std::min(cur[i], std::max(v, 0.0));
+      });
+    }
+    return ParallelFor(n, threads, ctx, [&](int64_t t) {
+      const int64_t i = todo[t];
+      (*out)[i] = std::min(cur[i], std::max(BhattacharyyaDistance(classes[i], gc), 0.0));
+    });
+  };
+
+  // Greedy k-means++ (as in scikit-learn): each step draws 2 + ln(S)
+  // candidates with probability proportional to their distance to the
+  // nearest seed and keeps the one that lowers the summed distance most.
+  // With many classes the candidates are compared on a fixed random sample
+  // of kPotentialSample classes; the winner is then evaluated on all.
+  std::mt19937_64 rng(seed);
+  const int32_t trials = 2 + static_cast<int32_t>(std::log(static_cast<double>(s)));
+  constexpr int64_t kPotentialSample = 1000;
+  std::vector<char> sample;
+  if (k > kPotentialSample) {
+    std::vector<int64_t> idx(k);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::shuffle(idx.begin(), idx.end(), rng);
+    sample.assign(k, 0);
+    for (int64_t i = 0; i < kPotentialSample; ++i) sample[idx[i]] = 1;
+  }
+  const std::vector<char>* only = sample.empty() ? nullptr : &sample;
+  std::vector<int32_t> seeds;
+  std::vector<double> mind(k, std::numeric_limits<double>::infinity()), trial;
+  const int32_t first = static_cast<int32_t>(std::uniform_int_distribution<int64_t>(0, k - 1)(rng));
+  DENDRO_RETURN_IF_ERROR(update(first, mind, &trial));
+  mind.swap(trial);
+  chosen[first] = 1;
+  seeds.push_back(first);
+  while (static_cast<int32_t>(seeds.size()) < s) {
+    std::vector<double> w(k);
+    double total = 0.0;
+    for (int64_t i = 0; i < k; ++i) {
+      w[i] = chosen[i] ? 0.0 : mind[i];
+      total += w[i];
+    }
+    std::vector<int32_t> cands;
+    if (total > 0.0 && std::isfinite(total)) {
+      for (int32_t t = 0; t < trials; ++t) {
+        const int64_t c = SampleProportional(w, rng);
+        if (c >= 0 && !chosen[c] &&
+            std::find(cands.begin(), cands.end(), static_cast<int32_t>(c)) == cands.end()) {
+          cands.push_back(static_cast<int32_t>(c));
+        }
+      }
+    }
+    if (cands.empty()) {
+      // Every remaining class coincides with a seed: pick uniformly.
+      std::vector<int32_t> rest;
+      for (int64_t i = 0; i < k; ++i) {
+        if (!chosen[i]) rest.push_back(static_cast<int32_t>(i));
+      }
+      cands.push_back(rest[std::uniform_int_distribution<size_t>(0, rest.size() - 1)(rng)]);
+    }
+    int32_t best = -1;
+    double best_pot = std::numeric_limits<double>::infinity();
+    std::vector<double> best_mind;
+    for (int32_t c : cands) {
+      if (cands.size() == 1) {
+        best = c;
+        break;
+      }
+      DENDRO_RETURN_IF_ERROR(update(c, mind, &trial, only));
+      double pot = 0.0;
+      for (int64_t i = 0; i < k; ++i) {
+        if (!chosen[i] && (only == nullptr || (*only)[i])) pot += trial[i];
+      }
+      if (best < 0 || pot < best_pot) {
+        best = c;
+        best_pot = pot;
+        best_mind.swap(trial);
+      }
+    }
+    if (only != nullptr || cands.size() == 1) {
+      DENDRO_RETURN_IF_ERROR(update(best, mind, &best_mind));
+    }
+    mind.swap(best_mind);
+    chosen[best] = 1;
+    seeds.push_back(best);
+  }
+  return seeds;
+}
+
+absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> classes,
+                                                absl::Span<const LowRankGaussian> centroids,
+                                                int threads, RunContext* ctx,
+                                                std::vector<double>* kl) {
+  const int64_t k = static_cast<int64_t>(classes.size());
+  const int32_t s = static_cast<int32_t>(centroids.size());
+  if (s < 1) return absl::InvalidArgumentError("no centroids to assign to");
+  const int64_t d = classes.empty() ? 0 : classes[0].dim();
+  // Per centroid: 2 KL(P || Q) = base(P, Q) - F(P, Q) / noise_Q with
+  //   base = log|Q| - log|P| - d + noise_P tr(Q^{-1}) + tr(E_P) / noise_Q + mahal,
+  //   0 <= F <= omega_max tr(E_P),
+  // so base is an upper bound and base - omega_max tr(E_P) / noise_Q a lower
+  // bound. Only centroids whose lower bound beats the best upper bound are
+  // evaluated exactly.
+  std::vector<int32_t> rank(s);
+  std::vector<int64_t> off(s + 1, 0);
+  for (int32_t j = 0; j < s; ++j) {
+    rank[j] = static_cast<int32_t>(centroids[j].excess.size());
+    off[j + 1] = off[j] + rank[j];
+  }
+  RowMatrixDX u(off[s], d);        // stacked centroid bases (double)
+  Eigen::VectorXd omega(off[s]);
+  std::vector<double> logdet_q(s), trinv_q(s), noise_q(s), omega_max(s), mu_norm2(s);
+  std::vector<Eigen::VectorXd> mu_proj(s);
+  Eigen::VectorXd center = Eigen::VectorXd::Zero(d);
+  for (int32_t j = 0; j < s; ++j) center += centroids[j].mean;
+  center /= static_cast<double>(s);
+  RowMatrixDX mu_q(s, d);
+  for (int32_t j = 0; j < s; ++j) {
+    const LowRankGaussian& c = centroids[j];
+    const GaussianRef g = c.ref();
+    logdet_q[j] = LogDet(g);
+    trinv_q[j] = TraceInverse(g);
+    noise_q[j] = c.noise;
+    u.middleRows(off[j], rank[j]) = c.basis.cast<double>();
+    omega.segment(off[j], rank[j]) = c.excess.array() / (c.excess.array() + c.noise);
+    omega_max[j] = rank[j] > 0 ? omega.segment(off[j], rank[j]).maxCoeff() : 0.0;
+    mu_q.row(j) = (c.mean - center).transpose();
+    mu_norm2[j] = mu_q.row(j).squaredNorm();
+    mu_proj[j] = u.middleRows(off[j], rank[j]) * mu_q.row(j).transpose();
+  }
+  std::vector<int32_t> best(k, 0);
+  std::vector<double> best_kl(k, 0.0);
+  constexpr int64_t kChunk = 128;
+  const int64_t chunks = (k + kChunk - 1) / kChunk;
+  DENDRO_RETURN_IF_ERROR(ParallelFor(chunks, threads, ctx, [&](int64_t ch) {
+    const int64_t i0 = ch * kChunk, i1 = std::min(k, i0 + kChunk);
+    RowMatrixDX mu(i1 - i0, d);
+    for (int64_t i = i0; i < i1; ++i) mu.row(i - i0) = (classes[i].mean - center).transpose();
+    const RowMatrixDX proj = mu * u.transpose();   // classes x sum(rank)
+    const RowMatrixDX dots = mu * mu_q.transpose();  // classes x s
+    std::vector<double> base(s), lower(s);
+    std::vector<int32_t> cand;
+    for (int64_t i = i0; i < i1; ++i) {
+      const GaussianRef& p = classes[i];
+      const int64_t row = i - i0;
+      const double logdet_p = LogDet(p);
+      double tr_e = 0.0;
+      for (int32_t j = 0; j < p.rank(); ++j) {
+        tr_e += p.excess[j] * p.basis.row(j).cast<double>().squaredNorm();
+      }
+      const double mn2 = mu.row(row).squaredNorm();
+      double best_ub = std::numeric_limits<double>::infinity();
+      for (int32_t j = 0; j < s; ++j) {
+        double m = 0.0;
+        for (int64_t l = 0; l < rank[j]; ++l) {
+          const double a = proj(row, off[j] + l) - mu_proj[j][l];
+          m += omega[off[j] + l] * a * a;
+        }
+        const double dist2 = mn2 - 2.0 * dots(row, j) + mu_norm2[j];
+        const double mahal = (dist2 - m) / noise_q[j];
+        base[j] = logdet_q[j] - logdet_p - static_cast<double>(d) + p.noise * trinv_q[j] +
+                  tr_e / noise_q[j] + mahal;
+        lower[j] = base[j] - omega_max[j] * tr_e / noise_q[j];
+        best_ub = std::min(best_ub, base[j]);
+      }
+      const double slack = 1e-6 * (std::fabs(best_ub) + 1.0);
+      double best_val = std::numeric_limits<double>::infinity();
+      int32_t best_j = -1;
+      for (int32_t j = 0; j < s; ++j) {
+        if (lower[j] > best_ub + slack) continue;
+        const double v = KlDivergence(p, centroids[j].ref());
+        if (v < best_val) {
+          best_val = v;
+          best_j = j;
+        }
+      }
+      if (best_j < 0) {  // unreachable unless NaN crept in; fall back to the bound
+        best_j = static_cast<int32_t>(std::min_element(base.begin(), base.end()) - base.begin());
+        best_val = 0.5 * base[best_j];
+      }
+      best[i] = best_j;
+      best_kl[i] = best_val;
+    }
+  }));
+  if (kl != nullptr) *kl = std::move(best_kl);
+  return best;
+}
+
+absl::StatusOr<std::vector<Centroid>> GroupCentroids(absl::Span<const GaussianRef> classes,
+                                                     absl::Span<const int32_t> assignment,
+                                                     int32_t s, int32_t r, int threads,
+                                                     RunContext* ctx) {
+  const auto groups = Groups(assignment, s);
+  std::vector<Centroid> out(s);
+  std::vector<absl::Status> errors(s);
+  // Big groups first.
+  std::vector<int32_t> order(s);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return groups[a].size() > groups[b].size();
+  });
+  DENDRO_RETURN_IF_ERROR(ParallelFor(s, threads, ctx, [&](int64_t item) {
+    const int32_t j = order[item];
+    if (groups[j].empty()) {
+      errors[j] = absl::InternalError(absl::StrCat("super-class ", j, " is empty"));
+      return;
+    }
+    std::vector<GaussianRef> members;
+    members.reserve(groups[j].size());
+    for (int32_t c : groups[j]) members.push_back(classes[c]);
+    auto c = TheoremTwoCentroid(members, r);
+    if (!c.ok()) {
+      errors[j] = c.status();
+      return;
+    }
+    out[j] = *std::move(c);
+  }));
+  for (const absl::Status& e : errors) DENDRO_RETURN_IF_ERROR(e);
+  return out;
+}
+
+namespace {
+
+absl::StatusOr<KMeansResult> GaussianKMeansOnce(absl::Span<const GaussianRef> classes,
+                                                int32_t s, int32_t r, int32_t max_iterations,
+                                                uint64_t seed, int threads, Progress progress) {
+  const int32_t k = static_cast<int32_t>(classes.size());
+  RunContext* ctx = &progress.ctx();
+  KMeansResult res;
+  progress.Report(0.0);
+  DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> seeds,
+                          BhattacharyyaSeeds(classes, s, seed, threads, ctx));
+  progress.Report(0.15);
+  // Initial centroids: the seed classes themselves.
+  res.centroids.resize(s);
+  for (int32_t j = 0; j < s; ++j) {
+    DENDRO_ASSIGN_OR_RETURN(res.centroids[j], TheoremTwoCentroid({classes[seeds[j]]}, r));
+  }
+  std::vector<int32_t> prev;
+  for (int32_t it = 0; it < max_iterations; ++it) {
+    std::vector<LowRankGaussian> g(s);
+    for (int32_t j = 0; j < s; ++j) g[j] = CentroidGaussian(res.centroids[j]);
+    std::vector<double> kl;
+    DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> assign, AssignByKl(classes, g, threads, ctx, &kl));
+    ++res.iterations;
+    // Re-seed empty super-classes with the class farthest from its centroid
+    // (taken from a super-class that keeps at least one other class).
+    std::vector<int32_t> size(s, 0);
+    for (int32_t a : assign) ++size[a];
+    for (int32_t j = 0; j < s; ++j) {
+      if (size[j] > 0) continue;
+      int32_t far = -1;
+      for (int32_t i = 0; i < k; ++i) {
+        if (size[assign[i]] < 2) continue;
+        if (far < 0 || kl[i] > kl[far]) far = i;
+      }
+      if (far < 0) break;  // cannot happen while s <= k
+      --size[assign[far]];
+      assign[far] = j;
+      kl[far] = 0.0;
+      size[j] = 1;
+      ++res.reseeded;
+    }
+    const bool changed = assign != prev;
+    if (!changed) {
+      res.converged = true;
+      res.assignment = std::move(assign);
+      break;
+    }
+    // Recompute only the centroids whose member set changed.
+    std::vector<char> dirty(s, prev.empty() ? 1 : 0);
+    if (!prev.empty()) {
+      for (int32_t i = 0; i < k; ++i) {
+        if (assign[i] != prev[i]) dirty[assign[i]] = dirty[prev[i]] = 1;
+      }
+    }
+    const auto groups = Groups(assign, s);
+    std::vector<int32_t> todo;
+    for (int32_t j = 0; j < s; ++j) {
+      if (dirty[j]) todo.push_back(j);
+    }
+    std::vector<absl::Status> errors(todo.size());
+    DENDRO_RETURN_IF_ERROR(ParallelFor(static_cast<int64_t>(todo.size()), threads, ctx,
+                                       [&](int64_t t) {
+      const int32_t j = todo[t];
+      std::vector<GaussianRef> members;
+      for (int32_t c : groups[j]) members.push_back(classes[c]);
+      auto c = TheoremTwoCentroid(members, r);
+      if (c.ok()) {
+        res.centroids[j] = *std::move(c);
+      } else {
+        errors[t] = c.status();
+      }
+    }));
+    for (const absl::Status& e : errors) DENDRO_RETURN_IF_ERROR(e);
+    prev = std::move(assign);
+    res.assignment = prev;
+    progress.Report(0.15 + 0.85 * static_cast<double>(it + 1) / max_iterations);
+  }
+  // The k-means objective for the final centroids: sum_i KL(class_i || centroid).
+  std::vector<LowRankGaussian> g(s);
+  for (int32_t j = 0; j < s; ++j) g[j] = CentroidGaussian(res.centroids[j]);
+  std::vector<double> kl(k);
+  DENDRO_RETURN_IF_ERROR(ParallelFor(k, threads, ctx, [&](int64_t i) {
+    kl[i] = KlDivergence(classes[i], g[res.assignment[i]].ref());
+  }));
+  res.objective = 0.0;
+  for (double v : kl) res.objective += v;
+  progress.Report(1.0);
+  return res;
+}
+
+}  // namespace
+
+absl::StatusOr<KMeansResult> GaussianKMeans(absl::Span<const GaussianRef> classes, int32_t s,
+                                            int32_t r, int32_t max_iterations, int32_t restarts,
+                                            uint64_t seed, int threads, Progress progress) {
+  KMeansResult best;
+  const int32_t runs = std::max(restarts, 1);
+  for (int32_t run = 0; run < runs; ++run) {
+    const uint64_t run_seed = seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(run);
+    DENDRO_ASSIGN_OR_RETURN(
+        KMeansResult res,
+        GaussianKMeansOnce(classes, s, r, max_iterations, run_seed, threads,
+                           progress.Sub(static_cast<double>(run) / runs,
+                                        static_cast<double>(run + 1) / runs, "super-classes")));
+    if (run == 0 || res.objective < best.objective) best = std::move(res);
+  }
+  return best;
+}
+
+absl::StatusOr<KMeansResult> RawDataKMeans(absl::Span<const GaussianRef> classes,
+                                           const RowMatrixF& samples,
+                                           absl::Span<const int32_t> sample_class, int32_t s,
+                                           int32_t r, int32_t max_iterations, uint64_t seed,
+                                           int threads, Progress progress) {
+  const int64_t m = samples.rows(), d = samples.cols();
+  const int32_t k = static_cast<int32_t>(classes.size());
+  RunContext* ctx = &progress.ctx();
+  if (m < s) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("raw-data clustering: ", m, " samples cannot form ", s, " clusters"));
+  }
+  progress.Report(0.0);
+  // Greedy k-means++ (squared Euclidean) seeding, 2 + ln(S) candidates per step.
+  std::mt19937_64 rng(seed);
+  const int32_t trials = 2 + static_cast<int32_t>(std::log(static_cast<double>(s)));
+  RowMatrixF centers(s, d);
+  std::vector<double> mind(m, std::numeric_limits<double>::infinity()), trial(m), best_mind(m);
+  auto update = [&](int64_t c, std::vector<double>* out) -> absl::Status {
+    const Eigen::VectorXf x = samples.row(c).transpose();
+    return ParallelFor((m + 4095) / 4096, threads, ctx, [&](int64_t b) {
+      for (int64_t i = b * 4096; i < std::min(m, (b + 1) * 4096); ++i) {
+        const double dist = (samples.row(i).transpose() - x).cast<double>().squaredNorm();
+        (*out)[i] = std::min(mind[i], dist);
+      }
+    });
+  };
+  int64_t pick = std::uniform_int_distribution<int64_t>(0, m - 1)(rng);
+  DENDRO_RETURN_IF_ERROR(update(pick, &trial));
+  mind.swap(trial);
+  centers.row(0) = samples.row(pick);
+  for (int32_t j = 1; j < s; ++j) {
+    double total = 0.0;
+    for (double v : mind) total += v;
+    std::vector<int64_t> cands;
+    for (int32_t t = 0; t < trials && total > 0.0; ++t) cands.push_back(SampleProportional(mind, rng));
+    if (cands.empty()) cands.push_back(std::uniform_int_distribution<int64_t>(0, m - 1)(rng));
+    double best_pot = std::numeric_limits<double>::infinity();
+    for (int64_t c : cands) {
+      DENDRO_RETURN_IF_ERROR(update(c, &trial));
+      double pot = 0.0;
+      for (double v : trial) pot += v;
+      if (pot < best_pot) {
+        best_pot = pot;
+        pick = c;
+        best_mind.swap(trial);
+      }
+    }
+    mind.swap(best_mind);
+    centers.row(j) = samples.row(pick);
+  }
+  progress.Report(0.2);
+  // Lloyd iterations, distances through one GEMM per block.
+  std::vector<int32_t> assign(m, -1);
+  KMeansResult res;
+  for (int32_t it = 0; it < max_iterations; ++it) {
+    const Eigen::VectorXf cn = centers.rowwise().squaredNorm();
+    std::atomic<int64_t> moved{0};
+    DENDRO_RETURN_IF_ERROR(ParallelFor((m + 1023) / 1024, threads, ctx, [&](int64_t b) {
+      const int64_t i0 = b * 1024, i1 = std::min(m, i0 + 1024);
+      const RowMatrixF dots = samples.middleRows(i0, i1 - i0) * centers.transpose();
+      int64_t local = 0;
+      for (int64_t i = i0; i < i1; ++i) {
+        int32_t bj = 0;
+        float bv = std::numeric_limits<float>::infinity();
+        for (int32_t j = 0; j < s; ++j) {
+          const float v = cn[j] - 2.0f * dots(i - i0, j);
+          if (v < bv) {
+            bv = v;
+            bj = j;
+          }
+        }
+        if (assign[i] != bj) ++local;
+        assign[i] = bj;
+      }
+      moved.fetch_add(local);
+    }));
+    ++res.iterations;
+    if (moved.load() == 0) {
+      res.converged = true;
+      break;
+    }
+    RowMatrixDX sum = RowMatrixDX::Zero(s, d);
+    std::vector<int64_t> cnt(s, 0);
+    for (int64_t i = 0; i < m; ++i) {
+      sum.row(assign[i]) += samples.row(i).cast<double>();
+      ++cnt[assign[i]];
+    }
+    for (int32_t j = 0; j < s; ++j) {
+      if (cnt[j] > 0) centers.row(j) = (sum.row(j) / static_cast<double>(cnt[j])).cast<float>();
+    }
+    progress.Report(0.2 + 0.6 * static_cast<double>(it + 1) / max_iterations);
+  }
+  // Each class to the cluster holding most of its samples (ties: lower id).
+  std::vector<std::vector<int32_t>> votes(k, std::vector<int32_t>(s, 0));
+  for (int64_t i = 0; i < m; ++i) ++votes[sample_class[i]][assign[i]];
+  std::vector<int32_t> cluster_of(k);
+  for (int32_t c = 0; c < k; ++c) {
+    cluster_of[c] = static_cast<int32_t>(
+        std::max_element(votes[c].begin(), votes[c].end()) - votes[c].begin());
+  }
+  // Drop clusters no class chose; renumber by first appearance order of id.
+  std::vector<int32_t> renum(s, -1);
+  int32_t used = 0;
+  for (int32_t j = 0; j < s; ++j) {
+    if (std::find(cluster_of.begin(), cluster_of.end(), j) != cluster_of.end()) renum[j] = used++;
+  }
+  res.dropped = s - used;
+  res.assignment.resize(k);
+  for (int32_t c = 0; c < k; ++c) res.assignment[c] = renum[cluster_of[c]];
+  DENDRO_ASSIGN_OR_RETURN(res.centroids,
+                          GroupCentroids(classes, res.assignment, used, r, threads, ctx));
+  progress.Report(1.0);
+  return res;
+}
+
+}  // namespace dendro::hppca_internal

@@ -1,0 +1,341 @@
+// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
+// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
+// 105593, fixed in 12.3/13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+// Batched PPCA scoring and hierarchical prediction (paper Algorithm 1).
+//
+// For a block of rows X (centred on the model's centre c) and a run of
+// consecutive models m (bases B_m, k x d), one GEMM gives P = X [B_m]^T and
+// another G = X [mu_m - c]^T; then for every (row, model)
+//   score = (|x|^2 - 2 G + |mu_m|^2 - sum_j w_j (P_j - B_mj . mu_m)^2) / lambda
+//           (+ log|Sigma_m| for the eq. 1 score),
+// which is eq. 7 with (x - mu) expanded. The hierarchical path does this per
+// opened super-class over just the rows that opened it, so its cost is
+// S r d + (classes opened) q d multiply-adds per row against K q d for flat.
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+#include "core/hppca/hppca.h"
+#include "core/hppca/internal.h"
+
+namespace dendro {
+namespace {
+
+using hppca_internal::ScorerBank;
+
+// Classes scored per GEMM (bounds the P buffer at rows x kChunk*q floats).
+constexpr int32_t kChunkModels = 64;
+// Below this many multiply-adds a block is scored on one thread: waking a
+// second thread costs more than it saves (and adds scheduling jitter to
+// single-row latency).
+constexpr double kParallelMinWork = 4e6;
+
+struct Workspace {
+  RowMatrixF p, g;
+  std::vector<double> scores;
+  RowMatrixF x;
+  std::vector<double> xn2;
+};
+
+// out (R x cnt, row-major) = scores of the R centred rows `x` against models
+// [m0, m0 + cnt) of the bank.
+void ScoreBlock(const ScorerBank& b, const RowMatrixF& x, const double* xn2, int32_t m0,
+                int32_t cnt, double* out, Workspace& ws) {
+  const int64_t rows = x.rows(), d = b.d;
+  const int32_t k = b.k;
+  Eigen::Map<const RowMatrixF> means(b.means.data() + static_cast<int64_t>(m0) * d, cnt, d);
+  ws.g.resize(rows, cnt);
+  ws.g.noalias() = x * means.transpose();
+  if (k > 0) {
+    Eigen::Map<const RowMatrixF> v(b.bases + static_cast<int64_t>(m0) * k * d,
+                                   static_cast<int64_t>(cnt) * k, d);
+    ws.p.resize(rows, static_cast<int64_t>(cnt) * k);
+    ws.p.noalias() = x * v.transpose();
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* prow = k > 0 ? ws.p.row(i).data() : nullptr;
+    for (int32_t c = 0; c < cnt; ++c) {
+      const int32_t m = m0 + c;
+      float acc = 0.0f;
+      if (k > 0) {
+        const float* pr = prow + static_cast<int64_t>(c) * k;
+        const float* w = b.weights.row(m).data();
+        const float* cp = b.proj.row(m).data();
+        for (int32_t j = 0; j < k; ++j) {
+          const float t = pr[j] - cp[j];
+          acc += w[j] * t * t;
+        }
+      }
+      const double dist2 = xn2[i] - 2.0 * static_cast<double>(ws.g(i, c)) + b.mean_norm2[m];
+      out[i * cnt + c] = (dist2 - static_cast<double>(acc)) * b.inv_lambda + b.offset[m];
+    }
+  }
+}
+
+struct Cand {
+  double score;
+  int32_t id;
+};
+inline bool Better(const Cand& a, const Cand& b) {
+  return a.score < b.score || (a.score == b.score && a.id < b.id);
+}
+
+// A list of at most k best candidates, sorted best first.
+class TopK {
+ public:
+  TopK(Cand* slots, int32_t* size, int32_t k) : c_(slots), n_(size), k_(k) {}
+  void Offer(double score, int32_t id) {
+    const Cand x{score, id};
+    if (*n_ == k_ && !Better(x, c_[k_ - 1])) return;
+    int32_t pos = *n_ < k_ ? (*n_)++ : k_ - 1;
+    while (pos > 0 && Better(x, c_[pos - 1])) {
+      c_[pos] = c_[pos - 1];
+      --pos;
+    }
+    c_[pos] = x;
+  }
+  // Many candidates at once (partial sort for large k).
+  void OfferAll(const double* scores, const int32_t* ids, int32_t cnt, std::vector<Cand>& tmp) {
+    if (k_ <= 16) {
+      for (int32_t c = 0; c < cnt; ++c) Offer(scores[c], ids[c]);
+      return;
+    }
+    tmp.assign(c_, c_ + *n_);
+    for (int32_t c = 0; c < cnt; ++c) tmp.push_back({scores[c], ids[c]});
+    const int32_t m = std::min<int32_t>(k_, static_cast<int32_t>(tmp.size()));
+    std::partial_sort(tmp.begin(), tmp.begin() + m, tmp.end(), Better);
+    std::copy(tmp.begin(), tmp.begin() + m, c_);
+    *n_ = m;
+  }
+
+ private:
+  Cand* c_;
+  int32_t* n_;
+  int32_t k_;
+};
+
+// Centres rows [r0, r0 + n) of `rows` into ws.x / ws.xn2.
+void CenterRows(const MatrixView& rows, int64_t r0, int64_t n, const Eigen::VectorXf& center,
+                Workspace& ws) {
+  ws.x.resize(n, rows.cols());
+  ws.xn2.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    ws.x.row(i) = rows.row(r0 + i) - center.transpose();
+    ws.xn2[i] = ws.x.row(i).cast<double>().squaredNorm();
+  }
+}
+
+absl::Status CheckRows(const MatrixView& rows, int64_t d) {
+  if (rows.cols() != d) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows have ", rows.cols(), " columns; the model expects ", d));
+  }
+  return ValidateFinite(rows);
+}
+
+}  // namespace
+
+absl::StatusOr<HppcaPrediction> HppcaModel::Predict(const MatrixView& rows,
+                                                    const HppcaPredictOptions& opt) const {
+  const Impl& m = *impl_;
+  DENDRO_RETURN_IF_ERROR(CheckRows(rows, dim()));
+  if (opt.top_k < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("top_k = ", opt.top_k, " must be >= 1"));
+  }
+  if (opt.top_t < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_t = ", opt.top_t, " must be >= 0 (0: the model's default)"));
+  }
+  if (opt.block_rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_rows = ", opt.block_rows, " must be >= 1"));
+  }
+  const int32_t k_all = num_classes(), s_all = num_superclasses();
+  const bool flat = opt.flat || s_all == 0;
+  const int32_t t = flat ? 0 : std::min(opt.top_t > 0 ? opt.top_t : m.options.default_top_t, s_all);
+  const int32_t kk = std::min(opt.top_k, k_all);
+  const int threads = hppca_internal::ResolveThreads(opt.num_threads);
+  const int64_t n = rows.rows();
+
+  HppcaPrediction out;
+  out.rows = n;
+  out.top_k = kk;
+  out.top_t = t;
+  out.classes.resize(n * kk);
+  out.labels.resize(n * kk);
+  out.scores.resize(n * kk);
+  out.superclasses.resize(n * t);
+  out.classes_evaluated.resize(n);
+
+  std::vector<Workspace> ws(threads);
+  Workspace main_ws;
+  std::vector<std::vector<Cand>> tmp(threads);
+  const int32_t flat_chunks = (k_all + kChunkModels - 1) / kChunkModels;
+  // Candidate lists: per row, `lists` lists of kk.
+  const int32_t lists = flat ? flat_chunks : t;
+  std::vector<Cand> cand;
+  std::vector<int32_t> cand_n;
+  std::vector<double> sup;
+  std::vector<int32_t> opened;
+
+  for (int64_t r0 = 0; r0 < n; r0 += opt.block_rows) {
+    const int64_t nb = std::min<int64_t>(opt.block_rows, n - r0);
+    CenterRows(rows, r0, nb, m.center, main_ws);
+    cand.resize(nb * lists * kk);
+    cand_n.assign(nb * lists, 0);
+    const double row_work = static_cast<double>(dim()) * (m.classes.q + 1);
+    if (flat) {
+      const int use = nb * k_all * row_work < kParallelMinWork ? 1 : threads;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(use)
+      for (int32_t ch = 0; ch < flat_chunks; ++ch) {
+        Workspace& w = ws[omp_get_thread_num()];
+        const int32_t m0 = ch * kChunkModels;
+        const int32_t cnt = std::min(kChunkModels, k_all - m0);
+        w.scores.resize(nb * cnt);
+        ScoreBlock(m.class_bank, main_ws.x, main_ws.xn2.data(), m0, cnt, w.scores.data(), w);
+        for (int64_t i = 0; i < nb; ++i) {
+          TopK top(&cand[(i * lists + ch) * kk], &cand_n[i * lists + ch], kk);
+          top.OfferAll(w.scores.data() + i * cnt, m.slot_class.data() + m0, cnt,
+                       tmp[omp_get_thread_num()]);
+        }
+      }
+      for (int64_t i = 0; i < nb; ++i) out.classes_evaluated[r0 + i] = k_all;
+    } else {
+      // Level 1: every super-class for every row, then the T best per row.
+      sup.resize(nb * s_all);
+      ScoreBlock(m.super_bank, main_ws.x, main_ws.xn2.data(), 0, s_all, sup.data(), main_ws);
+      opened.resize(nb * t);
+      std::vector<std::vector<std::pair<int32_t, int32_t>>> rows_of(s_all);  // (row, slot t)
+      {
+        std::vector<Cand> sc(s_all);
+        for (int64_t i = 0; i < nb; ++i) {
+          for (int32_t j = 0; j < s_all; ++j) sc[j] = {sup[i * s_all + j], j};
+          std::partial_sort(sc.begin(), sc.begin() + t, sc.end(), Better);
+          int32_t evaluated = 0;
+          for (int32_t a = 0; a < t; ++a) {
+            const int32_t j = sc[a].id;
+            opened[i * t + a] = j;
+            out.superclasses[(r0 + i) * t + a] = j;
+            rows_of[j].push_back({static_cast<int32_t>(i), a});
+            evaluated += static_cast<int32_t>(m.members[j].size());
+          }
+          out.classes_evaluated[r0 + i] = evaluated;
+        }
+      }
+      // Level 2: per opened super-class, its classes over the rows that opened it.
+      std::vector<int32_t> tasks;
+      for (int32_t j = 0; j < s_all; ++j) {
+        if (!rows_of[j].empty()) tasks.push_back(j);
+      }
+      std::stable_sort(tasks.begin(), tasks.end(), [&](int32_t a, int32_t b) {
+        return rows_of[a].size() * m.members[a].size() > rows_of[b].size() * m.members[b].size();
+      });
+      double evaluated = 0;
+      for (int64_t i = 0; i < nb; ++i) evaluated += out.classes_evaluated[r0 + i];
+      const int use = evaluated * row_work < kParallelMinWork ? 1 : threads;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(use)
+      for (size_t ti = 0; ti < tasks.size(); ++ti) {
+        Workspace& w = ws[omp_get_thread_num()];
+        const int32_t j = tasks[ti];
+        const auto& who = rows_of[j];
+        const int64_t rs = static_cast<int64_t>(who.size());
+        RowMatrixF xs(rs, dim());
+        std::vector<double> xn2(rs);
+        for (int64_t a = 0; a < rs; ++a) {
+          xs.row(a) = main_ws.x.row(who[a].first);
+          xn2[a] = main_ws.xn2[who[a].first];
+        }
+        const int32_t s0 = m.slot_begin[j], s1 = m.slot_begin[j + 1];
+        for (int32_t m0 = s0; m0 < s1; m0 += kChunkModels) {
+          const int32_t cnt = std::min(kChunkModels, s1 - m0);
+          w.scores.resize(rs * cnt);
+          ScoreBlock(m.class_bank, xs, xn2.data(), m0, cnt, w.scores.data(), w);
+          for (int64_t a = 0; a < rs; ++a) {
+            const int64_t li = static_cast<int64_t>(who[a].first) * lists + who[a].second;
+            TopK top(&cand[li * kk], &cand_n[li], kk);
+            top.OfferAll(w.scores.data() + a * cnt, m.slot_class.data() + m0, cnt,
+                         tmp[omp_get_thread_num()]);
+          }
+        }
+      }
+    }
+    // Merge each row's lists.
+#pragma omp parallel for schedule(static) num_threads(nb * lists * kk < 65536 ? 1 : threads)
+    for (int64_t i = 0; i < nb; ++i) {
+      std::vector<Cand> best;
+      for (int32_t l = 0; l < lists; ++l) {
+        const int64_t li = i * lists + l;
+        best.insert(best.end(), cand.begin() + li * kk, cand.begin() + li * kk + cand_n[li]);
+      }
+      const int32_t have = std::min<int32_t>(kk, static_cast<int32_t>(best.size()));
+      std::partial_sort(best.begin(), best.begin() + have, best.end(), Better);
+      for (int32_t a = 0; a < kk; ++a) {
+        const int64_t o = (r0 + i) * kk + a;
+        const int32_t c = a < have ? best[a].id : -1;
+        out.classes[o] = c;
+        out.labels[o] = c >= 0 ? m.classes.labels[c] : 0;
+        out.scores[o] = c >= 0 ? static_cast<float>(best[a].score)
+                               : std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<RowMatrixD> HppcaModel::ScoreClasses(const MatrixView& rows) const {
+  const Impl& m = *impl_;
+  DENDRO_RETURN_IF_ERROR(CheckRows(rows, dim()));
+  const int32_t k_all = num_classes();
+  RowMatrixD out(rows.rows(), k_all);
+  Workspace main_ws;
+  const int threads = hppca_internal::ResolveThreads(0);
+  std::vector<Workspace> ws(threads);
+  const int32_t chunks = (k_all + kChunkModels - 1) / kChunkModels;
+  for (int64_t r0 = 0; r0 < rows.rows(); r0 += 512) {
+    const int64_t nb = std::min<int64_t>(512, rows.rows() - r0);
+    CenterRows(rows, r0, nb, m.center, main_ws);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int32_t ch = 0; ch < chunks; ++ch) {
+      Workspace& w = ws[omp_get_thread_num()];
+      const int32_t m0 = ch * kChunkModels, cnt = std::min(kChunkModels, k_all - m0);
+      w.scores.resize(nb * cnt);
+      ScoreBlock(m.class_bank, main_ws.x, main_ws.xn2.data(), m0, cnt, w.scores.data(), w);
+      for (int64_t i = 0; i < nb; ++i) {
+        for (int32_t c = 0; c < cnt; ++c) {
+          out(r0 + i, m.slot_class[m0 + c]) = w.scores[i * cnt + c];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<RowMatrixD> HppcaModel::ScoreSuperclasses(const MatrixView& rows) const {
+  const Impl& m = *impl_;
+  DENDRO_RETURN_IF_ERROR(CheckRows(rows, dim()));
+  const int32_t s_all = num_superclasses();
+  RowMatrixD out(rows.rows(), s_all);
+  if (s_all == 0) return out;
+  Workspace w;
+  for (int64_t r0 = 0; r0 < rows.rows(); r0 += 512) {
+    const int64_t nb = std::min<int64_t>(512, rows.rows() - r0);
+    CenterRows(rows, r0, nb, m.center, w);
+    std::vector<double> s(nb * s_all);
+    ScoreBlock(m.super_bank, w.x, w.xn2.data(), 0, s_all, s.data(), w);
+    for (int64_t i = 0; i < nb; ++i) {
+      for (int32_t j = 0; j < s_all; ++j) out(r0 + i, j) = s[i * s_all + j];
+    }
+  }
+  return out;
+}
+
+}  // namespace dendro

@@ -1,0 +1,51 @@
+// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
+// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
+// 105593, fixed in 12.3/13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "core/hppca/internal.h"
+
+namespace dendro::hppca_internal {
+
+int ResolveThreads(int requested) {
+  return requested > 0 ? requested : std::max(1, omp_get_max_threads());
+}
+
+void Progress::Report(double fraction_of_stage) {
+  const double f = lo_ + (hi_ - lo_) * std::clamp(fraction_of_stage, 0.0, 1.0);
+  if (f < last_) return;
+  last_ = f;
+  ctx_.Report(f, stage_);
+}
+
+absl::Status ParallelFor(int64_t n, int threads, RunContext* ctx,
+                         const std::function<void(int64_t)>& f,
+                         const std::function<void(int64_t)>& on_item) {
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> done{0};
+  const int t = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, n)));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(t)
+  for (int64_t i = 0; i < n; ++i) {
+    if (stop.load(std::memory_order_relaxed)) continue;
+    const bool main_thread = omp_get_thread_num() == 0;
+    if (main_thread && ctx != nullptr && ctx->Cancelled()) {
+      stop.store(true);
+      continue;
+    }
+    f(i);
+    const int64_t finished = done.fetch_add(1) + 1;
+    if (main_thread && on_item) on_item(finished);
+  }
+  if (stop.load()) return absl::CancelledError("job cancelled");
+  if (ctx != nullptr && ctx->Cancelled()) return absl::CancelledError("job cancelled");
+  return absl::OkStatus();
+}
+
+}  // namespace dendro::hppca_internal

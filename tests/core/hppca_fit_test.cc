@@ -1,0 +1,678 @@
+// HPPCA training, scoring and prediction against dense references: class
+// models vs the eigendecomposition of the sample covariance, Theorem 1 scores
+// vs the direct Mahalanobis form (eq. 2), hierarchical == flat at T = S,
+// exact KL assignment vs brute force, tree shape, growing, and errors.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593 (AVX-512 headers)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "Eigen/Cholesky"
+#include "Eigen/Eigenvalues"
+#include "core/hppca/hppca.h"
+#include "core/hppca/internal.h"
+#include "core/hppca/synthetic.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dendro {
+namespace {
+
+using ::testing::HasSubstr;
+using Eigen::MatrixXd;
+using Eigen::VectorXd;
+
+MatrixView View(const RowMatrixF& m) { return MatrixView(m.data(), m.rows(), m.cols()); }
+
+// Random rows: class c has `sizes[c]` points with its own anisotropic spread.
+LabelledData RandomClasses(const std::vector<int>& sizes, const std::vector<int64_t>& labels,
+                           int64_t d, std::mt19937_64& rng) {
+  std::normal_distribution<double> n(0.0, 1.0);
+  LabelledData out;
+  int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
+  out.x.resize(total, d);
+  int64_t row = 0;
+  for (size_t c = 0; c < sizes.size(); ++c) {
+    VectorXd mu = VectorXd::NullaryExpr(d, [&](Eigen::Index) { return 3.0 * n(rng); });
+    MatrixXd a = MatrixXd::NullaryExpr(d, d, [&](Eigen::Index, Eigen::Index) { return n(rng); });
+    for (int64_t j = 0; j < d; ++j) a.col(j) *= 1.0 / (1.0 + j);
+    for (int i = 0; i < sizes[c]; ++i) {
+      VectorXd z = VectorXd::NullaryExpr(d, [&](Eigen::Index) { return n(rng); });
+      out.x.row(row++) = (mu + a * z).transpose().cast<float>();
+      out.labels.push_back(labels[c]);
+    }
+  }
+  return out;
+}
+
+// Interleaves rows so that classes are not contiguous in the input.
+void Shuffle(LabelledData& data, std::mt19937_64& rng) {
+  std::vector<int64_t> p(data.labels.size());
+  std::iota(p.begin(), p.end(), 0);
+  std::shuffle(p.begin(), p.end(), rng);
+  LabelledData out;
+  out.x.resize(data.x.rows(), data.x.cols());
+  for (size_t i = 0; i < p.size(); ++i) {
+    out.x.row(i) = data.x.row(p[i]);
+    out.labels.push_back(data.labels[p[i]]);
+  }
+  data = std::move(out);
+}
+
+TEST(HppcaFitTest, ClassModelsAreTheSampleCovarianceEigenpairs) {
+  std::mt19937_64 rng(1);
+  const int64_t d = 9;
+  // Gram route (n < d), scatter route (n > d), chunked scatter (n > 4096),
+  // and a class with n <= q (reduced rank).
+  const std::vector<int> sizes = {6, 40, 5000, 3};
+  const std::vector<int64_t> labels = {-7, 12, 3, 1000};
+  LabelledData data = RandomClasses(sizes, labels, d, rng);
+  Shuffle(data, rng);
+  HppcaOptions opt;
+  opt.q = 4;
+  opt.superclasses = kFlatClassifier;
+  NullRunContext ctx;
+  auto model = FitHppca(View(data.x), data.labels, opt, ctx);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ(model->num_classes(), 4);
+  EXPECT_THAT(std::vector<int64_t>(model->labels().begin(), model->labels().end()),
+              ::testing::ElementsAre(-7, 3, 12, 1000));
+  for (int32_t k = 0; k < 4; ++k) {
+    const int64_t label = model->labels()[k];
+    std::vector<int64_t> rows;
+    for (size_t i = 0; i < data.labels.size(); ++i) {
+      if (data.labels[i] == label) rows.push_back(static_cast<int64_t>(i));
+    }
+    const int64_t n = static_cast<int64_t>(rows.size());
+    EXPECT_EQ(model->class_count(k), n);
+    MatrixXd x(n, d);
+    for (int64_t i = 0; i < n; ++i) x.row(i) = data.x.row(rows[i]).cast<double>();
+    const VectorXd mu = x.colwise().mean().transpose();
+    EXPECT_LT((model->class_mean(k) - mu).norm(), 1e-9 * (1.0 + mu.norm())) << label;
+    const MatrixXd xc = x.rowwise() - mu.transpose();
+    const MatrixXd cov = xc.transpose() * xc / static_cast<double>(n - 1);  // eq. 4
+    Eigen::SelfAdjointEigenSolver<MatrixXd> es(cov);
+    const int32_t qc = std::min<int32_t>(4, static_cast<int32_t>(n - 1));
+    EXPECT_EQ(model->class_rank(k), qc) << label;
+    for (int32_t l = 0; l < 4; ++l) {
+      if (l < qc) {
+        const double want = es.eigenvalues()[d - 1 - l];
+        EXPECT_NEAR(model->class_eigvals(k)[l], want, 1e-8 * (1.0 + want)) << label << " " << l;
+        const double cosine = std::fabs(
+            model->class_basis(k).row(l).cast<double>().dot(es.eigenvectors().col(d - 1 - l)));
+        EXPECT_NEAR(cosine, 1.0, 1e-5) << label << " " << l;
+      } else {
+        EXPECT_EQ(model->class_eigvals(k)[l], 0.0);
+        EXPECT_EQ(model->class_basis(k).row(l).norm(), 0.0f);
+      }
+    }
+  }
+}
+
+// Dense eq. 2 (and eq. 1) for class k of the model.
+double DenseScore(const HppcaModel& m, int32_t k, const VectorXd& x, bool log_det) {
+  const MatrixXd l = m.class_basis(k).cast<double>();  // q x d
+  MatrixXd sigma = l.transpose() * m.class_eigvals(k).asDiagonal() * l;  // eq. 6
+  sigma.diagonal().array() += m.options().lambda;
+  Eigen::LLT<MatrixXd> llt(sigma);
+  const VectorXd r = x - m.class_mean(k);
+  double s = r.dot(llt.solve(r));
+  if (log_det) s += 2.0 * llt.matrixLLT().diagonal().array().log().sum();
+  return s;
+}
+
+TEST(HppcaFitTest, TheoremOneScoresEqualDirectMahalanobis) {
+  std::mt19937_64 rng(2);
+  const int64_t d = 14;
+  for (bool log_det : {false, true}) {
+    for (double lambda : {0.01, 0.5}) {
+      LabelledData data = RandomClasses({30, 25, 40, 8, 12}, {1, 2, 3, 4, 5}, d, rng);
+      HppcaOptions opt;
+      opt.q = 5;
+      opt.lambda = lambda;
+      opt.score = log_det ? PpcaScore::kLogDet : PpcaScore::kMahalanobis;
+      opt.superclasses = 2;
+      opt.r = 3;
+      NullRunContext ctx;
+      auto model = FitHppca(View(data.x), data.labels, opt, ctx);
+      ASSERT_TRUE(model.ok()) << model.status();
+      LabelledData probe = RandomClasses({7, 7}, {0, 0}, d, rng);
+      auto scores = model->ScoreClasses(View(probe.x));
+      ASSERT_TRUE(scores.ok());
+      for (int64_t i = 0; i < probe.x.rows(); ++i) {
+        const VectorXd x = probe.x.row(i).cast<double>().transpose();
+        for (int32_t k = 0; k < model->num_classes(); ++k) {
+          const double want = DenseScore(*model, k, x, log_det);
+          EXPECT_NEAR((*scores)(i, k), want, 2e-4 * (std::fabs(want) + 1.0))
+              << "row " << i << " class " << k << " lambda " << lambda << " logdet " << log_det;
+        }
+      }
+      // Super-class scores: the same form with the centroid's top-r eigenpairs.
+      auto sup = model->ScoreSuperclasses(View(probe.x));
+      ASSERT_TRUE(sup.ok());
+      for (int32_t s = 0; s < model->num_superclasses(); ++s) {
+        const Centroid& c = model->superclass_centroid(s);
+        const MatrixXd u = c.eigvecs.cast<double>();
+        MatrixXd sigma = u.transpose() * c.eigvals.asDiagonal() * u;
+        sigma.diagonal().array() += lambda;
+        Eigen::LLT<MatrixXd> llt(sigma);
+        for (int64_t i = 0; i < probe.x.rows(); ++i) {
+          const VectorXd r = probe.x.row(i).cast<double>().transpose() - c.mean;
+          double want = r.dot(llt.solve(r));
+          if (log_det) want += 2.0 * llt.matrixLLT().diagonal().array().log().sum();
+          EXPECT_NEAR((*sup)(i, s), want, 2e-4 * (std::fabs(want) + 1.0));
+        }
+      }
+    }
+  }
+}
+
+TwoLevelSpec SmallSpec() {
+  TwoLevelSpec spec;
+  spec.groups = 6;
+  spec.classes_per_group = 7;
+  spec.dim = 24;
+  spec.group_rank = 4;
+  spec.class_rank = 4;
+  spec.group_spread = 0.8;
+  spec.class_spread = 0.15;
+  spec.class_scale = 0.3;
+  spec.noise = 0.15;
+  spec.label_offset = -50;
+  spec.label_stride = 7;
+  return spec;
+}
+
+HppcaOptions SmallOptions() {
+  HppcaOptions opt;
+  opt.q = 6;
+  opt.r = 6;
+  opt.superclasses = 6;
+  return opt;
+}
+
+TEST(HppcaFitTest, FlatPredictionIsTheArgminAndTopKIsSorted) {
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData train = gen.Sample(40, 1), test = gen.Sample(3, 2);
+  NullRunContext ctx;
+  auto model = FitHppca(View(train.x), train.labels, SmallOptions(), ctx);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto scores = model->ScoreClasses(View(test.x));
+  ASSERT_TRUE(scores.ok());
+  HppcaPredictOptions po;
+  po.flat = true;
+  po.top_k = 4;
+  po.block_rows = 17;  // several blocks
+  auto p = model->Predict(View(test.x), po);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->top_t, 0);
+  EXPECT_EQ(p->top_k, 4);
+  for (int64_t i = 0; i < test.x.rows(); ++i) {
+    std::vector<int32_t> order(model->num_classes());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return (*scores)(i, a) < (*scores)(i, b); });
+    for (int a = 0; a < 4; ++a) {
+      EXPECT_EQ(p->classes[i * 4 + a], order[a]) << "row " << i;
+      EXPECT_EQ(p->labels[i * 4 + a], model->labels()[order[a]]);
+      EXPECT_NEAR(p->scores[i * 4 + a], (*scores)(i, order[a]),
+                  1e-5 * std::fabs((*scores)(i, order[a])) + 1e-3);
+    }
+    EXPECT_EQ(p->classes_evaluated[i], model->num_classes());
+  }
+  EXPECT_DOUBLE_EQ(p->OperationSpeedup(model->num_classes(), model->num_superclasses()), 1.0);
+}
+
+TEST(HppcaFitTest, HierarchicalWithEverySuperclassOpenEqualsFlat) {
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData train = gen.Sample(40, 3), test = gen.Sample(4, 4);
+  NullRunContext ctx;
+  for (bool raw : {false, true}) {
+    HppcaOptions opt = SmallOptions();
+    opt.raw_data_clustering = raw;
+    auto model = FitHppca(View(train.x), train.labels, opt, ctx);
+    ASSERT_TRUE(model.ok()) << model.status();
+    const int32_t s = model->num_superclasses();
+    ASSERT_GT(s, 1);
+    HppcaPredictOptions flat_opt;
+    flat_opt.flat = true;
+    flat_opt.top_k = 3;
+    HppcaPredictOptions hier_opt;
+    hier_opt.top_t = s;
+    hier_opt.top_k = 3;
+    hier_opt.block_rows = 50;
+    auto flat = model->Predict(View(test.x), flat_opt);
+    auto hier = model->Predict(View(test.x), hier_opt);
+    ASSERT_TRUE(flat.ok() && hier.ok());
+    EXPECT_EQ(hier->top_t, s);
+    EXPECT_EQ(hier->classes, flat->classes);
+    EXPECT_EQ(hier->labels, flat->labels);
+    for (size_t i = 0; i < flat->scores.size(); ++i) {
+      EXPECT_NEAR(hier->scores[i], flat->scores[i], 1e-5 * std::fabs(flat->scores[i]) + 1e-3);
+    }
+    for (int32_t c : hier->classes_evaluated) EXPECT_EQ(c, model->num_classes());
+    // A larger T is clamped to S.
+    hier_opt.top_t = s + 10;
+    auto clamped = model->Predict(View(test.x), hier_opt);
+    ASSERT_TRUE(clamped.ok());
+    EXPECT_EQ(clamped->top_t, s);
+    EXPECT_EQ(clamped->classes, flat->classes);
+  }
+}
+
+TEST(HppcaFitTest, HierarchicalOpensTheTBestSuperclassesOnly) {
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData train = gen.Sample(40, 5), test = gen.Sample(4, 6);
+  NullRunContext ctx;
+  auto model = FitHppca(View(train.x), train.labels, SmallOptions(), ctx);
+  ASSERT_TRUE(model.ok());
+  auto sup = model->ScoreSuperclasses(View(test.x));
+  auto cls = model->ScoreClasses(View(test.x));
+  ASSERT_TRUE(sup.ok() && cls.ok());
+  for (int32_t t : {1, 2, 3}) {
+    HppcaPredictOptions po;
+    po.top_t = t;
+    po.top_k = 2;
+    auto p = model->Predict(View(test.x), po);
+    ASSERT_TRUE(p.ok());
+    for (int64_t i = 0; i < test.x.rows(); ++i) {
+      std::vector<int32_t> order(model->num_superclasses());
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int32_t a, int32_t b) { return (*sup)(i, a) < (*sup)(i, b); });
+      std::set<int32_t> open;
+      int32_t members = 0;
+      for (int32_t a = 0; a < t; ++a) {
+        EXPECT_EQ(p->superclasses[i * t + a], order[a]);
+        open.insert(order[a]);
+        members += static_cast<int32_t>(model->superclass_members(order[a]).size());
+      }
+      EXPECT_EQ(p->classes_evaluated[i], members);
+      // The best class among the opened super-classes' members.
+      int32_t best = -1;
+      for (int32_t k = 0; k < model->num_classes(); ++k) {
+        if (!open.count(model->superclass_of(k))) continue;
+        if (best < 0 || (*cls)(i, k) < (*cls)(i, best)) best = k;
+      }
+      EXPECT_EQ(p->classes[i * 2], best);
+      EXPECT_TRUE(open.count(model->superclass_of(p->classes[i * 2 + 1])));
+    }
+    EXPECT_GT(p->OperationSpeedup(model->num_classes(), model->num_superclasses()), 0.0);
+  }
+}
+
+TEST(HppcaFitTest, HierarchyHasClassesUnderSuperclassesUnderTheRoot) {
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData train = gen.Sample(30, 7);
+  NullRunContext ctx;
+  auto model = FitHppca(View(train.x), train.labels, SmallOptions(), ctx);
+  ASSERT_TRUE(model.ok());
+  const Hierarchy& h = model->hierarchy();
+  const int32_t k = model->num_classes();
+  EXPECT_EQ(h.num_leaves(), k);
+  int32_t multi = 0;
+  for (int32_t s = 0; s < model->num_superclasses(); ++s) {
+    const auto members = model->superclass_members(s);
+    if (members.size() < 2) {
+      EXPECT_EQ(model->superclass_node(s), -1);
+      for (int32_t c : members) EXPECT_EQ(h.parent(c), h.root());
+      continue;
+    }
+    ++multi;
+    const int32_t node = model->superclass_node(s);
+    ASSERT_GE(node, k);
+    EXPECT_EQ(h.height(node), 1.0);
+    EXPECT_EQ(h.leaf_count(node), static_cast<int32_t>(members.size()));
+    for (int32_t c : members) {
+      EXPECT_EQ(h.parent(c), node);
+      EXPECT_EQ(model->superclass_of(c), s);
+    }
+  }
+  EXPECT_EQ(h.num_internal(), multi + (multi > 1 ? 1 : 0));
+  EXPECT_EQ(h.metadata().at("method"), "hppca");
+  // point_leaf: each training row's class.
+  ASSERT_EQ(h.point_leaf().size(), train.labels.size());
+  for (size_t i = 0; i < train.labels.size(); ++i) {
+    EXPECT_EQ(model->labels()[h.point_leaf()[i]], train.labels[i]);
+  }
+  // Flat: every class directly under a root at height 1.
+  HppcaOptions flat = SmallOptions();
+  flat.superclasses = kFlatClassifier;
+  auto fm = FitHppca(View(train.x), train.labels, flat, ctx);
+  ASSERT_TRUE(fm.ok());
+  EXPECT_EQ(fm->num_superclasses(), 0);
+  EXPECT_EQ(fm->hierarchy().num_internal(), 1);
+  EXPECT_EQ(fm->hierarchy().height(fm->hierarchy().root()), 1.0);
+  for (int32_t c = 0; c < k; ++c) EXPECT_EQ(fm->superclass_of(c), -1);
+}
+
+TEST(HppcaFitTest, AutomaticSuperclassCountIsSqrtKT) {
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData train = gen.Sample(20, 8);
+  NullRunContext ctx;
+  HppcaOptions opt = SmallOptions();
+  opt.superclasses = kAutoSuperclasses;
+  for (int32_t t : {1, 3}) {
+    opt.default_top_t = t;
+    auto model = FitHppca(View(train.x), train.labels, opt, ctx);
+    ASSERT_TRUE(model.ok());
+    EXPECT_EQ(model->num_superclasses(), static_cast<int32_t>(std::round(std::sqrt(42.0 * t))));
+  }
+}
+
+TEST(HppcaFitTest, KlAssignmentIsExactArgmin) {
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData train = gen.Sample(30, 9);
+  NullRunContext ctx;
+  auto model = FitHppca(View(train.x), train.labels, SmallOptions(), ctx);
+  ASSERT_TRUE(model.ok());
+  std::vector<GaussianRef> classes;
+  for (int32_t c = 0; c < model->num_classes(); ++c) classes.push_back(model->class_cluster_gaussian(c));
+  std::vector<LowRankGaussian> cents;
+  for (int32_t s = 0; s < model->num_superclasses(); ++s) {
+    cents.push_back(CentroidGaussian(model->superclass_centroid(s)));
+  }
+  // Also against random other centroids (single classes), where bounds differ.
+  for (int32_t c = 0; c < 5; ++c) {
+    auto single = TheoremTwoCentroid({classes[c * 7]}, 6);
+    ASSERT_TRUE(single.ok());
+    cents.push_back(CentroidGaussian(*single));
+  }
+  std::vector<double> kl;
+  auto got = hppca_internal::AssignByKl(classes, cents, 2, &ctx, &kl);
+  ASSERT_TRUE(got.ok());
+  for (size_t i = 0; i < classes.size(); ++i) {
+    int32_t best = 0;
+    double best_v = std::numeric_limits<double>::infinity();
+    for (size_t j = 0; j < cents.size(); ++j) {
+      const double v = KlDivergence(classes[i], cents[j].ref());
+      if (v < best_v) {
+        best_v = v;
+        best = static_cast<int32_t>(j);
+      }
+    }
+    EXPECT_EQ((*got)[i], best) << "class " << i;
+    EXPECT_NEAR(kl[i], best_v, 1e-9 * std::fabs(best_v));
+  }
+  // Converged k-means: every class already sits in its KL-nearest super-class.
+  ASSERT_TRUE(model->fit_stats().kmeans_converged);
+  cents.resize(model->num_superclasses());
+  auto again = hppca_internal::AssignByKl(classes, cents, 1, &ctx);
+  ASSERT_TRUE(again.ok());
+  for (int32_t c = 0; c < model->num_classes(); ++c) EXPECT_EQ((*again)[c], model->superclass_of(c));
+}
+
+TEST(HppcaFitTest, BhattacharyyaSeedsAreDistinctAndReproducible) {
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData train = gen.Sample(30, 10);
+  NullRunContext ctx;
+  HppcaOptions opt = SmallOptions();
+  opt.superclasses = kFlatClassifier;
+  auto model = FitHppca(View(train.x), train.labels, opt, ctx);
+  ASSERT_TRUE(model.ok());
+  std::vector<GaussianRef> classes;
+  for (int32_t c = 0; c < model->num_classes(); ++c) classes.push_back(model->class_cluster_gaussian(c));
+  auto a = hppca_internal::BhattacharyyaSeeds(classes, 12, 5, 2, &ctx);
+  auto b = hppca_internal::BhattacharyyaSeeds(classes, 12, 5, 1, &ctx);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+  EXPECT_EQ(std::set<int32_t>(a->begin(), a->end()).size(), 12u);
+  // k-means++ spreads the seeds: the 6 first seeds cover more than one group.
+  std::set<int32_t> groups;
+  for (int i = 0; i < 6; ++i) groups.insert(gen.group_of((*a)[i]));
+  EXPECT_GE(groups.size(), 4u);
+  auto all = hppca_internal::BhattacharyyaSeeds(classes, model->num_classes(), 1, 2, &ctx);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(std::set<int32_t>(all->begin(), all->end()).size(),
+            static_cast<size_t>(model->num_classes()));
+}
+
+class CancelAfter final : public RunContext {
+ public:
+  explicit CancelAfter(int polls) : polls_(polls) {}
+  bool Cancelled() const override { return --polls_ < 0; }
+  void Report(double f, std::string_view) override {
+    EXPECT_GE(f, last_);
+    EXPECT_LE(f, 1.0);
+    last_ = f;
+  }
+  double last() const { return last_; }
+
+ private:
+  mutable int polls_;
+  double last_ = 0.0;
+};
+
+class CancelAtStage final : public RunContext {
+ public:
+  explicit CancelAtStage(std::string stage) : stage_(std::move(stage)) {}
+  bool Cancelled() const override { return seen_; }
+  void Report(double, std::string_view stage) override { seen_ = seen_ || stage == stage_; }
+  bool seen() const { return seen_; }
+
+ private:
+  std::string stage_;
+  bool seen_ = false;
+};
+
+TEST(HppcaFitTest, CancellationAndMonotoneProgress) {
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData train = gen.Sample(30, 11);
+  for (int polls : {0, 5, 15}) {
+    CancelAfter ctx(polls);
+    auto model = FitHppca(View(train.x), train.labels, SmallOptions(), ctx);
+    ASSERT_FALSE(model.ok()) << polls;
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kCancelled);
+  }
+  // Cancelled while clustering (first report of that stage).
+  for (bool raw : {false, true}) {
+    CancelAtStage ctx("super-classes");
+    HppcaOptions opt = SmallOptions();
+    opt.raw_data_clustering = raw;
+    auto model = FitHppca(View(train.x), train.labels, opt, ctx);
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kCancelled);
+    EXPECT_TRUE(ctx.seen());
+  }
+  CancelAfter never(1 << 30);
+  auto model = FitHppca(View(train.x), train.labels, SmallOptions(), never);
+  ASSERT_TRUE(model.ok());
+  EXPECT_EQ(never.last(), 1.0);
+}
+
+TEST(HppcaFitTest, BadInputIsRejectedWithClearErrors) {
+  const TwoLevelGenerator gen(SmallSpec());
+  LabelledData train = gen.Sample(10, 12);
+  NullRunContext ctx;
+  const HppcaOptions opt = SmallOptions();
+  {  // labels length
+    std::vector<int64_t> short_labels(train.labels.begin(), train.labels.end() - 1);
+    auto m = FitHppca(View(train.x), short_labels, opt, ctx);
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr("labels"));
+  }
+  {  // one class
+    std::vector<int64_t> same(train.labels.size(), 4);
+    auto m = FitHppca(View(train.x), same, opt, ctx);
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr("at least 2 classes"));
+  }
+  {  // a class with a single point names its label
+    std::vector<int64_t> labels = train.labels;
+    labels[5] = 123456;
+    auto m = FitHppca(View(train.x), labels, opt, ctx);
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr("class label 123456 has 1"));
+  }
+  {  // NaN in training rows names the row and column
+    RowMatrixF x = train.x;
+    x(37, 3) = std::numeric_limits<float>::quiet_NaN();
+    x(90, 1) = std::numeric_limits<float>::infinity();
+    auto m = FitHppca(View(x), train.labels, opt, ctx);
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr("row 37, column 3 is NaN"));
+  }
+  {  // options
+    HppcaOptions bad = opt;
+    bad.q = 25;
+    EXPECT_THAT(std::string(FitHppca(View(train.x), train.labels, bad, ctx).status().message()),
+                HasSubstr("q = 25"));
+    bad = opt;
+    bad.lambda = 0.0;
+    EXPECT_THAT(std::string(FitHppca(View(train.x), train.labels, bad, ctx).status().message()),
+                HasSubstr("lambda"));
+    bad = opt;
+    bad.superclasses = 43;
+    EXPECT_THAT(std::string(FitHppca(View(train.x), train.labels, bad, ctx).status().message()),
+                HasSubstr("exceeds the number of classes (42)"));
+    bad = opt;
+    bad.superclasses = -2;
+    EXPECT_FALSE(FitHppca(View(train.x), train.labels, bad, ctx).ok());
+  }
+  auto model = FitHppca(View(train.x), train.labels, opt, ctx);
+  ASSERT_TRUE(model.ok());
+  {  // wrong d at predict
+    RowMatrixF x = RowMatrixF::Zero(3, 23);
+    auto p = model->Predict(View(x), {});
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(p.status().message()), HasSubstr("rows have 23 columns; the model expects 24"));
+    EXPECT_FALSE(model->ScoreClasses(View(x)).ok());
+  }
+  {  // NaN at predict
+    RowMatrixF x = train.x.topRows(4);
+    x(2, 5) = std::numeric_limits<float>::quiet_NaN();
+    auto p = model->Predict(View(x), {});
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(p.status().message()), HasSubstr("row 2, column 5 is NaN"));
+  }
+  {  // top_k
+    HppcaPredictOptions po;
+    po.top_k = 0;
+    EXPECT_EQ(model->Predict(View(train.x), po).status().code(), absl::StatusCode::kInvalidArgument);
+    po.top_k = 1000;  // clamped to K
+    auto p = model->Predict(View(train.x), po);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(p->top_k, 42);
+  }
+}
+
+TEST(HppcaFitTest, TinyClassesFallBackToFewerComponentsWithoutNaN) {
+  std::mt19937_64 rng(13);
+  LabelledData data = RandomClasses({2, 3, 50, 50}, {10, 20, 30, 40}, 8, rng);
+  HppcaOptions opt;
+  opt.q = 5;
+  opt.r = 4;
+  opt.superclasses = 2;
+  NullRunContext ctx;
+  auto model = FitHppca(View(data.x), data.labels, opt, ctx);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->class_rank(0), 1);
+  EXPECT_EQ(model->class_rank(1), 2);
+  EXPECT_EQ(model->class_rank(2), 5);
+  EXPECT_EQ(model->fit_stats().reduced_rank_classes, 2);
+  auto scores = model->ScoreClasses(View(data.x));
+  ASSERT_TRUE(scores.ok());
+  EXPECT_TRUE(scores->allFinite());
+  // Duplicate points: zero variance, still finite.
+  RowMatrixF dup(4, 3);
+  dup << 1, 2, 3, 1, 2, 3, 5, 5, 5, 5, 5, 6;
+  std::vector<int64_t> labels = {0, 0, 1, 1};
+  opt.q = 2;
+  opt.r = 2;
+  opt.superclasses = 1;
+  auto m2 = FitHppca(View(dup), labels, opt, ctx);
+  ASSERT_TRUE(m2.ok()) << m2.status();
+  auto s2 = m2->ScoreClasses(View(dup));
+  ASSERT_TRUE(s2.ok());
+  EXPECT_TRUE(s2->allFinite());
+  auto p = m2->Predict(View(dup), {});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->labels, labels);
+}
+
+TEST(HppcaFitTest, AddClassesFitsOnlyNewClassesAndUpdatesTheirSuperclasses) {
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData old_data = gen.Sample(30, 14, 0, 30);
+  const LabelledData new_data = gen.Sample(30, 15, 30, 42);
+  NullRunContext ctx;
+  auto base = FitHppca(View(old_data.x), old_data.labels, SmallOptions(), ctx);
+  ASSERT_TRUE(base.ok());
+  HppcaAddOptions add;
+  auto grown = AddClasses(*base, View(new_data.x), new_data.labels, add, ctx);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  ASSERT_EQ(grown->num_classes(), 42);
+  EXPECT_EQ(grown->num_superclasses(), base->num_superclasses());
+  // Old classes unchanged, in their old super-class.
+  for (int32_t c = 0; c < base->num_classes(); ++c) {
+    const int32_t g = grown->ClassOfLabel(base->labels()[c]);
+    ASSERT_GE(g, 0);
+    EXPECT_EQ(grown->class_mean(g), base->class_mean(c));
+    EXPECT_EQ(grown->class_basis(g), base->class_basis(c));
+    EXPECT_EQ(grown->superclass_of(g), base->superclass_of(c));
+  }
+  // New classes: the KL-nearest base super-class; that super-class's centroid
+  // is Theorem 2 over all its members now.
+  std::set<int32_t> grew;
+  for (int32_t k = 30; k < 42; ++k) {
+    const int32_t g = grown->ClassOfLabel(gen.label_of(k));
+    ASSERT_GE(g, 0);
+    int32_t best = 0;
+    double best_v = std::numeric_limits<double>::infinity();
+    for (int32_t s = 0; s < base->num_superclasses(); ++s) {
+      const LowRankGaussian cg = CentroidGaussian(base->superclass_centroid(s));
+      const double v = KlDivergence(grown->class_cluster_gaussian(g), cg.ref());
+      if (v < best_v) {
+        best_v = v;
+        best = s;
+      }
+    }
+    EXPECT_EQ(grown->superclass_of(g), best);
+    grew.insert(best);
+  }
+  for (int32_t s = 0; s < grown->num_superclasses(); ++s) {
+    std::vector<GaussianRef> members;
+    for (int32_t c : grown->superclass_members(s)) members.push_back(grown->class_cluster_gaussian(c));
+    auto want = TheoremTwoCentroid(members, 6);
+    ASSERT_TRUE(want.ok());
+    const Centroid& got = grown->superclass_centroid(s);
+    EXPECT_LT((got.mean - want->mean).norm(), 1e-9 * (1 + want->mean.norm()));
+    EXPECT_NEAR(got.trace, want->trace, 1e-9 * want->trace);
+    if (!grew.count(s)) {
+      EXPECT_EQ(got.mean, base->superclass_centroid(s).mean);
+    }
+  }
+  // point_leaf covers both datasets.
+  EXPECT_EQ(grown->hierarchy().point_leaf().size(), old_data.labels.size() + new_data.labels.size());
+  // Errors.
+  auto dup = AddClasses(*base, View(old_data.x), old_data.labels, add, ctx);
+  EXPECT_EQ(dup.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(dup.status().message()), HasSubstr("already a class"));
+  RowMatrixF narrow = RowMatrixF::Zero(4, 5);
+  auto wrong = AddClasses(*base, View(narrow), {100, 100, 101, 101}, add, ctx);
+  EXPECT_THAT(std::string(wrong.status().message()), HasSubstr("the model expects 24"));
+  // Recluster keeps S and reassigns everything.
+  add.recluster = true;
+  auto re = AddClasses(*base, View(new_data.x), new_data.labels, add, ctx);
+  ASSERT_TRUE(re.ok());
+  EXPECT_EQ(re->num_classes(), 42);
+  EXPECT_EQ(re->num_superclasses(), 6);
+  // A flat base stays flat.
+  HppcaOptions flat = SmallOptions();
+  flat.superclasses = kFlatClassifier;
+  auto fb = FitHppca(View(old_data.x), old_data.labels, flat, ctx);
+  ASSERT_TRUE(fb.ok());
+  auto fg = AddClasses(*fb, View(new_data.x), new_data.labels, {}, ctx);
+  ASSERT_TRUE(fg.ok());
+  EXPECT_EQ(fg->num_superclasses(), 0);
+  EXPECT_EQ(fg->num_classes(), 42);
+}
+
+}  // namespace
+}  // namespace dendro

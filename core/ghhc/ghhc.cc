@@ -38,18 +38,25 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-// Restores the calling thread's OpenMP thread count on scope exit.
+// Thread use. Our own parallel regions name their team size; the calling
+// thread's OpenMP default is set to 1 meanwhile (and restored on exit) so that
+// Eigen's matrix products, called between those regions on small blocks, do
+// not start thread teams of their own (costly per call, and ruinous when the
+// cores are busy).
 class ThreadScope {
  public:
-  explicit ThreadScope(int num_threads) : saved_(omp_get_max_threads()) {
-    if (num_threads > 0) omp_set_num_threads(num_threads);
+  explicit ThreadScope(int num_threads)
+      : saved_(omp_get_max_threads()), threads_(num_threads > 0 ? num_threads : saved_) {
+    omp_set_num_threads(1);
   }
   ~ThreadScope() { omp_set_num_threads(saved_); }
   ThreadScope(const ThreadScope&) = delete;
   ThreadScope& operator=(const ThreadScope&) = delete;
+  int threads() const { return threads_; }
 
  private:
   int saved_;
+  int threads_;
 };
 
 // Maps stage-local fractions onto [lo, hi] of the whole run, never backwards.
@@ -115,8 +122,8 @@ absl::Status ValidateOptions(const GhhcOptions& o) {
 
 // Centres (with `mean`), normalises and scales every row into `out`.
 // Returns InvalidArgument naming the first row that is zero after centring.
-absl::Status NormaliseRows(const MatrixView& x, const std::vector<double>& mean,
-                           double point_norm, RowMat<float>* out) {
+absl::Status NormaliseRows(const MatrixView& x, const std::vector<double>& mean, double point_norm,
+                           int threads, RowMat<float>* out) {
   const int64_t n = x.rows();
   const int64_t d = x.cols();
   out->resize(n, d);
@@ -124,7 +131,7 @@ absl::Status NormaliseRows(const MatrixView& x, const std::vector<double>& mean,
   // A row within rounding of the mean has no direction.
   const double tol = 1e-6 * mu.norm();
   int64_t first_bad = std::numeric_limits<int64_t>::max();
-#pragma omp parallel for schedule(static, 4096) reduction(min : first_bad)
+#pragma omp parallel for num_threads(threads) schedule(static, 4096) reduction(min : first_bad)
   for (int64_t i = 0; i < n; ++i) {
     const Eigen::RowVectorXd v = x.row(i).cast<double>() - mu;
     const double len = v.norm();
@@ -144,13 +151,13 @@ absl::Status NormaliseRows(const MatrixView& x, const std::vector<double>& mean,
   return absl::OkStatus();
 }
 
-std::vector<double> ColumnMean(const MatrixView& x) {
+std::vector<double> ColumnMean(const MatrixView& x, int threads) {
   const int64_t n = x.rows();
   const int64_t d = x.cols();
   constexpr int64_t kChunk = 8192;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   RowMat<double> partial = RowMat<double>::Zero(chunks, d);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t r1 = std::min(n, (c + 1) * kChunk);
     for (int64_t i = c * kChunk; i < r1; ++i) partial.row(c) += x.row(i).cast<double>();
@@ -182,8 +189,9 @@ std::vector<int64_t> SampleIndices(int64_t n, int64_t s, uint64_t seed) {
 }
 
 // One RSGD step (eqs. 18-20) with retraction and clipping, in place.
-void RsgdStep(RowMat<double>& z, const RowMat<double>& grad, double lr, double max_norm) {
-#pragma omp parallel for schedule(static) if (z.rows() >= 256)
+void RsgdStep(RowMat<double>& z, const RowMat<double>& grad, double lr, double max_norm,
+              int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (z.rows() >= 4096)
   for (Eigen::Index n = 0; n < z.rows(); ++n) {
     const double scale = ghhc::RiemannianScale(z.row(n).squaredNorm());
     z.row(n) -= (lr * scale) * grad.row(n);
@@ -209,12 +217,11 @@ absl::StatusOr<Hierarchy> ExtractGhhcTree(const std::vector<double>& nodes, int6
                                           double point_norm,
                                           const std::vector<int32_t>& node_parent,
                                           const std::vector<int32_t>& point_node,
-                                          std::vector<int32_t>* node_leaf,
-                                          int32_t* pruned_nodes) {
+                                          std::vector<int32_t>* node_leaf, int32_t* pruned_nodes) {
   const int64_t m = static_cast<int64_t>(node_parent.size());
   if (dim < 1 || static_cast<int64_t>(nodes.size()) != m * dim || m < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("nodes: expected ", m, " x ", dim,
-                                                   " values, got ", nodes.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("nodes: expected ", m, " x ", dim, " values, got ", nodes.size()));
   }
   if (point_node.empty()) return absl::InvalidArgumentError("no points to place in the tree");
   const Eigen::Map<const RowMat<double>> z(nodes.data(), m, dim);
@@ -312,9 +319,9 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   model.dim = d;
   model.center = options.center;
   model.point_norm = options.point_norm;
-  model.mean = options.center ? ColumnMean(x) : std::vector<double>(d, 0.0);
+  model.mean = options.center ? ColumnMean(x, threads.threads()) : std::vector<double>(d, 0.0);
   RowMat<float> pts;
-  DENDRO_RETURN_IF_ERROR(NormaliseRows(x, model.mean, options.point_norm, &pts));
+  DENDRO_RETURN_IF_ERROR(NormaliseRows(x, model.mean, options.point_norm, threads.threads(), &pts));
   DENDRO_RETURN_IF_ERROR(ctx.CheckCancelled());
 
   // 2. Neighbours.
@@ -326,14 +333,14 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   knn_options.hnsw_ef_construction = options.hnsw_ef_construction;
   knn_options.hnsw_ef_search = options.hnsw_ef_search;
   knn_options.seed = options.seed;
+  knn_options.num_threads = threads.threads();
   const int32_t k = static_cast<int32_t>(std::min<int64_t>(options.neighbors, n - 1));
   stats.neighbors = k;
   stats.exact_knn = n <= options.exact_knn_max_points;
-  DENDRO_ASSIGN_OR_RETURN(
-      std::vector<int32_t> knn,
-      ghhc::NearestNeighborTable(pts, knn_options, ctx, [&](double f) {
-        progress.Report(0.02, 0.30, f, "nearest neighbours");
-      }));
+  DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> knn,
+                          ghhc::NearestNeighborTable(pts, knn_options, ctx, [&](double f) {
+                            progress.Report(0.02, 0.30, f, "nearest neighbours");
+                          }));
   stats.knn_seconds = Seconds(t0);
 
   // 3. Initialisation.
@@ -368,8 +375,7 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   const double margin_lr = options.margin_learning_rate > 0.0 ? options.margin_learning_rate
                                                               : options.learning_rate / 10.0;
   const float tau = static_cast<float>(options.gumbel_temperature);
-  std::vector<RowMat<float>> chunk_x(num_chunks), chunk_noise(num_chunks),
-      chunk_grad(num_chunks);
+  std::vector<RowMat<float>> chunk_x(num_chunks), chunk_noise(num_chunks), chunk_grad(num_chunks);
   std::vector<ghhc::TripleWorkspace<float>> chunk_ws(num_chunks);
   std::vector<double> chunk_loss(num_chunks);
   std::vector<Triple> triples(batch);
@@ -404,7 +410,8 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
     const int chunks = static_cast<int>(std::min<int64_t>(num_chunks, bsize));
     // Small batches run on the calling thread: a parallel region per step
     // costs more than it saves there (and much more on a busy machine).
-#pragma omp parallel for schedule(static, 1) if (bsize * m * d >= kParallelWork)
+#pragma omp parallel for num_threads(threads.threads()) \
+    schedule(static, 1) if (bsize * m * d >= kParallelWork)
     for (int c = 0; c < chunks; ++c) {
       const int64_t t0c = bsize * c / chunks;
       const int64_t t1c = bsize * (c + 1) / chunks;
@@ -432,8 +439,8 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
         noise.resize(0, 2 * m);
       }
       chunk_grad[c].setZero(m, d);
-      chunk_loss[c] = ghhc::TripleObjective<float>(xc, zf, noise, link, &chunk_grad[c],
-                                                   &chunk_ws[c]);
+      chunk_loss[c] =
+          ghhc::TripleObjective<float>(xc, zf, noise, link, &chunk_grad[c], &chunk_ws[c]);
     }
     grad.setZero();
     double loss = 0.0;
@@ -441,17 +448,17 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
       grad += chunk_grad[c].cast<double>();
       loss += chunk_loss[c];
     }
-    RsgdStep(z, grad, options.learning_rate, options.max_node_norm);
+    RsgdStep(z, grad, options.learning_rate, options.max_node_norm, threads.threads());
     seen += bsize;
     batch_loss.push_back(loss / static_cast<double>(bsize));
 
     if (options.margin_every > 0 && options.margin_steps > 0 &&
         (step + 1) % options.margin_every == 0) {
-      parents = ghhc::NodeParents(z);
+      parents = ghhc::NodeParents(z, threads.threads());
       for (int32_t r = 0; r < options.margin_steps; ++r) {
         grad.setZero();
         ghhc::MarginObjective(z, parents, options.margin, &grad);
-        RsgdStep(z, grad, margin_lr, options.max_node_norm);
+        RsgdStep(z, grad, margin_lr, options.max_node_norm, threads.threads());
       }
     }
     if ((step + 1) % report_every == 0 || step + 1 == steps) {
@@ -478,7 +485,7 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   t0 = Clock::now();
   progress.Report(0.95, 1.0, 0.0, "extracting the tree");
   model.nodes.assign(z.data(), z.data() + z.size());
-  model.node_parent = ghhc::NodeParents(z);
+  model.node_parent = ghhc::NodeParents(z, threads.threads());
   zf = z.cast<float>();
   std::vector<int32_t> point_node(n);
   {
@@ -487,7 +494,7 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
     for (int64_t s0 = 0; s0 < n; s0 += kSuper) {
       if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
       const int64_t s1 = std::min(n, s0 + kSuper);
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for num_threads(threads.threads()) schedule(dynamic, 1)
       for (int64_t b0 = s0; b0 < s1; b0 += kBlock) {
         const int64_t rn = std::min(kBlock, s1 - b0);
         ghhc::NearestNodes(pts.middleRows(b0, rn), zf, {}, point_node.data() + b0);
@@ -495,9 +502,9 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
       progress.Report(0.95, 1.0, 0.9 * static_cast<double>(s1) / n, "extracting the tree");
     }
   }
-  DENDRO_ASSIGN_OR_RETURN(
-      Hierarchy tree, ExtractGhhcTree(model.nodes, d, options.point_norm, model.node_parent,
-                                      point_node, &model.node_leaf, &stats.pruned_nodes));
+  DENDRO_ASSIGN_OR_RETURN(Hierarchy tree,
+                          ExtractGhhcTree(model.nodes, d, options.point_norm, model.node_parent,
+                                          point_node, &model.node_leaf, &stats.pruned_nodes));
   std::vector<int32_t> point_leaf(n);
   for (int64_t i = 0; i < n; ++i) point_leaf[i] = model.node_leaf[point_node[i]];
   DENDRO_RETURN_IF_ERROR(tree.SetPointLeaf(std::move(point_leaf)));
@@ -525,8 +532,8 @@ absl::StatusOr<std::vector<int32_t>> AssignGhhcLeaves(const GhhcModel& model,
   const int64_t d = model.dim;
   const int32_t m = model.num_nodes();
   if (rows.cols() != d) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rows have ", rows.cols(), " columns but the gHHC model was fitted on ", d));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows have ", rows.cols(), " columns but the gHHC model was fitted on ", d));
   }
   if (static_cast<int64_t>(model.nodes.size()) != int64_t{m} * d ||
       static_cast<int64_t>(model.mean.size()) != d || m < 1) {
@@ -535,9 +542,9 @@ absl::StatusOr<std::vector<int32_t>> AssignGhhcLeaves(const GhhcModel& model,
   DENDRO_RETURN_IF_ERROR(ValidateFinite(rows));
   ThreadScope threads(num_threads);
   RowMat<float> pts;
-  DENDRO_RETURN_IF_ERROR(NormaliseRows(rows, model.mean, model.point_norm, &pts));
-  const RowMat<float> zf =
-      Eigen::Map<const RowMat<double>>(model.nodes.data(), m, d).cast<float>();
+  DENDRO_RETURN_IF_ERROR(
+      NormaliseRows(rows, model.mean, model.point_norm, threads.threads(), &pts));
+  const RowMat<float> zf = Eigen::Map<const RowMat<double>>(model.nodes.data(), m, d).cast<float>();
   std::vector<uint8_t> allowed(m);
   bool any = false;
   for (int32_t q = 0; q < m; ++q) {
@@ -548,7 +555,7 @@ absl::StatusOr<std::vector<int32_t>> AssignGhhcLeaves(const GhhcModel& model,
   const int64_t n = rows.rows();
   std::vector<int32_t> node(n);
   constexpr int64_t kBlock = 2048;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for num_threads(threads.threads()) schedule(dynamic, 1)
   for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
     const int64_t rn = std::min(kBlock, n - b0);
     ghhc::NearestNodes(pts.middleRows(b0, rn), zf, allowed, node.data() + b0);

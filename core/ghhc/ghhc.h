@@ -89,15 +89,15 @@ enum class GhhcLink {
 };
 
 struct GhhcOptions {
-  int32_t internal_nodes = 100;   // M (>= 2); the paper uses 64 .. 40,000
-  double learning_rate = 0.01;    // eta in eq. 18 (the paper's value)
-  int32_t batch_size = 100;       // triples per RSGD step (the paper's value)
+  int32_t internal_nodes = 100;  // M (>= 2); the paper uses 64 .. 40,000
+  double learning_rate = 0.01;   // eta in eq. 18 (the paper's value)
+  int32_t batch_size = 100;      // triples per RSGD step (the paper's value)
   // Triples seen in total; 0: max(100,000, 2 N) rounded up to whole batches.
   int64_t triples = 0;
-  int32_t neighbors = 5;          // k for x_j (the authors' triplet_k)
-  double margin = 0.25;           // gamma of eq. 16 (Poincaré-norm units)
-  int32_t margin_every = 10;      // batches between margin phases; 0: never
-  int32_t margin_steps = 1;       // RSGD steps per margin phase
+  int32_t neighbors = 5;      // k for x_j (the authors' triplet_k)
+  double margin = 0.25;       // gamma of eq. 16 (Poincaré-norm units)
+  int32_t margin_every = 10;  // batches between margin phases; 0: never
+  int32_t margin_steps = 1;   // RSGD steps per margin phase
   // Step size of the margin phase; 0: learning_rate / 10 (see above).
   double margin_learning_rate = 0.0;
   double gumbel_temperature = 1.0;  // scale of the Gumbel noise; 0: none
@@ -106,15 +106,15 @@ struct GhhcOptions {
   // Sample for the HAC initialisation; 0: min(N, max(1000, min(4000, 4 M))).
   // At most kGhhcMaxInitSample.
   int32_t init_sample = 0;
-  bool center = true;             // subtract the mean before normalising
-  double point_norm = 0.9;        // radius of the points' sphere
-  double max_node_norm = 0.8;     // nodes are clipped to this norm (< point_norm)
+  bool center = true;          // subtract the mean before normalising
+  double point_norm = 0.9;     // radius of the points' sphere
+  double max_node_norm = 0.8;  // nodes are clipped to this norm (< point_norm)
   // Neighbour search.
   int64_t exact_knn_max_points = 5000;
   int32_t hnsw_m = 12;
   int32_t hnsw_ef_construction = 40;
-  int32_t hnsw_ef_search = 0;     // 0: max(2 k + 2, 32)
-  int num_threads = 0;            // 0: all cores
+  int32_t hnsw_ef_search = 0;  // 0: max(2 k + 2, 32)
+  int num_threads = 0;         // 0: all cores
 };
 
 inline constexpr int32_t kGhhcMaxInitSample = 8192;
@@ -124,7 +124,7 @@ struct GhhcModel {
   int64_t dim = 0;
   bool center = true;
   double point_norm = 0.9;
-  std::vector<double> mean;        // d; zeros when !center
+  std::vector<double> mean;  // d; zeros when !center
   // M x d row-major internal nodes (float64).
   std::vector<double> nodes;
   // For each node, the leaf cluster of the points that select it, or -1 when
@@ -137,23 +137,23 @@ struct GhhcModel {
 };
 
 struct GhhcStats {
-  int64_t triples = 0;             // triples seen
+  int64_t triples = 0;  // triples seen
   int64_t batches = 0;
-  int32_t neighbors = 0;           // k actually used
+  int32_t neighbors = 0;  // k actually used
   bool exact_knn = false;
   int32_t init_sample = 0;
   // Mean eq. 15 value per triple over the first and the last 5% of batches
   // (with the training noise).
   double initial_objective = 0.0;
   double final_objective = 0.0;
-  int32_t leaf_clusters = 0;       // nodes with points
-  int32_t pruned_nodes = 0;        // internal nodes removed by the pruning
+  int32_t leaf_clusters = 0;  // nodes with points
+  int32_t pruned_nodes = 0;   // internal nodes removed by the pruning
   double knn_seconds = 0, init_seconds = 0, train_seconds = 0, extract_seconds = 0;
 };
 
 struct GhhcResult {
   GhhcModel model;
-  Hierarchy hierarchy;             // point_leaf = the training points' leaves
+  Hierarchy hierarchy;  // point_leaf = the training points' leaves
   GhhcStats stats;
 };
 
@@ -169,8 +169,7 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
 // point this is its own leaf). InvalidArgument on a dimension mismatch,
 // non-finite entries or a row that is zero after centring.
 absl::StatusOr<std::vector<int32_t>> AssignGhhcLeaves(const GhhcModel& model,
-                                                      const MatrixView& rows,
-                                                      int num_threads = 0);
+                                                      const MatrixView& rows, int num_threads = 0);
 
 // Builds the hierarchy from nodes and the points' parents (the extraction
 // described above). `point_node[i]` in [0, M). Exposed for tests.

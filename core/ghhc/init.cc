@@ -131,8 +131,8 @@ std::vector<LinkageStep> AverageLinkage(const RowMat<double>& points) {
   return merges;
 }
 
-RowMat<double> InitialNodes(const RowMat<double>& sample, int32_t num_nodes,
-                            double max_node_norm, uint64_t seed) {
+RowMat<double> InitialNodes(const RowMat<double>& sample, int32_t num_nodes, double max_node_norm,
+                            uint64_t seed) {
   const int64_t s = sample.rows();
   const int64_t d = sample.cols();
   RowMat<double> nodes = RowMat<double>::Zero(num_nodes, d);

@@ -47,8 +47,8 @@ std::vector<LinkageStep> AverageLinkage(const RowMat<double>& points);
 // Rows: leaf nodes first (in the order the top merges reference them), then
 // the merges in order. Any remaining rows (M even: one; or s < ceil(M / 2))
 // are sample points chosen with `seed`, scaled to norm max_node_norm.
-RowMat<double> InitialNodes(const RowMat<double>& sample, int32_t num_nodes,
-                            double max_node_norm, uint64_t seed);
+RowMat<double> InitialNodes(const RowMat<double>& sample, int32_t num_nodes, double max_node_norm,
+                            uint64_t seed);
 
 }  // namespace dendro::ghhc
 

@@ -25,7 +25,7 @@ namespace dendro::ghhc {
 namespace {
 
 // Exact search: distances of a block of rows to all rows by one product.
-absl::Status ExactTable(const RowMat<float>& x, int32_t k, RunContext& ctx,
+absl::Status ExactTable(const RowMat<float>& x, int32_t k, int threads, RunContext& ctx,
                         const std::function<void(double)>& progress, int32_t* out) {
   const int64_t n = x.rows();
   const Eigen::ArrayXf sq = x.rowwise().squaredNorm().array();
@@ -35,7 +35,7 @@ absl::Status ExactTable(const RowMat<float>& x, int32_t k, RunContext& ctx,
   for (int64_t b0 = 0; b0 < num_blocks; b0 += kBlocksPerPoll) {
     if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
     const int64_t b1 = std::min(num_blocks, b0 + kBlocksPerPoll);
-#pragma omp parallel
+#pragma omp parallel num_threads(threads)
     {
       RowMat<float> s;
       std::vector<int32_t> idx(n);
@@ -52,10 +52,9 @@ absl::Status ExactTable(const RowMat<float>& x, int32_t k, RunContext& ctx,
           }
           dist[row] = std::numeric_limits<float>::infinity();
           std::iota(idx.begin(), idx.end(), 0);
-          std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                            [&](int32_t a, int32_t b) {
-                              return dist[a] < dist[b] || (dist[a] == dist[b] && a < b);
-                            });
+          std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+            return dist[a] < dist[b] || (dist[a] == dist[b] && a < b);
+          });
           std::copy(idx.begin(), idx.begin() + k, out + row * k);
         }
       }
@@ -66,8 +65,7 @@ absl::Status ExactTable(const RowMat<float>& x, int32_t k, RunContext& ctx,
 }
 
 absl::Status HnswTable(const RowMat<float>& x, const KnnOptions& options, int32_t k,
-                       RunContext& ctx, const std::function<void(double)>& progress,
-                       int32_t* out) {
+                       RunContext& ctx, const std::function<void(double)>& progress, int32_t* out) {
   const int64_t n = x.rows();
   const int64_t d = x.cols();
   const int32_t ef = options.hnsw_ef_search > 0 ? std::max(options.hnsw_ef_search, k + 1)
@@ -92,7 +90,7 @@ absl::Status HnswTable(const RowMat<float>& x, const KnnOptions& options, int32_
     for (int64_t s0 = 1; s0 < n; s0 += kSuper) {
       if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
       const int64_t s1 = std::min(n, s0 + kSuper);
-#pragma omp parallel for schedule(dynamic, 64)
+#pragma omp parallel for num_threads(options.num_threads) schedule(dynamic, 64)
       for (int64_t i = s0; i < s1; ++i) {
         if (failed.load(std::memory_order_relaxed)) continue;
         try {
@@ -109,7 +107,7 @@ absl::Status HnswTable(const RowMat<float>& x, const KnnOptions& options, int32_
     for (int64_t s0 = 0; s0 < n; s0 += kSuper) {
       if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
       const int64_t s1 = std::min(n, s0 + kSuper);
-#pragma omp parallel for schedule(dynamic, 64)
+#pragma omp parallel for num_threads(options.num_threads) schedule(dynamic, 64)
       for (int64_t i = s0; i < s1; ++i) {
         if (failed.load(std::memory_order_relaxed)) continue;
         try {
@@ -161,7 +159,7 @@ absl::StatusOr<std::vector<int32_t>> NearestNeighborTable(
   const int32_t k = static_cast<int32_t>(std::min<int64_t>(options.k, n - 1));
   std::vector<int32_t> table(static_cast<size_t>(n) * k);
   if (n <= options.exact_max_points) {
-    absl::Status s = ExactTable(x, k, ctx, progress, table.data());
+    absl::Status s = ExactTable(x, k, options.num_threads, ctx, progress, table.data());
     if (!s.ok()) return s;
   } else {
     absl::Status s = HnswTable(x, options, k, ctx, progress, table.data());

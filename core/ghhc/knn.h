@@ -21,6 +21,7 @@ struct KnnOptions {
   int32_t hnsw_ef_construction = 40;  // HNSW build beam
   int32_t hnsw_ef_search = 0;         // query beam; 0: max(2 k, 32)
   uint64_t seed = 0;
+  int num_threads = 1;  // team size of the parallel loops
 };
 
 // Row-major n x k' table (k' = min(k, n - 1)): for point i, the indices of

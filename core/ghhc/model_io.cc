@@ -32,8 +32,8 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 absl::Status CheckShape(const std::string& path, const std::vector<int64_t>& got,
                         const std::vector<int64_t>& want) {
   if (got == want) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(path, ": expected shape ", ShapeText(want),
-                                                 ", found ", ShapeText(got)));
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": expected shape ", ShapeText(want), ", found ", ShapeText(got)));
 }
 
 }  // namespace
@@ -121,10 +121,11 @@ absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
   }
   for (int64_t r = 0; r < m; ++r) {
     double sq = 0;
-    for (int64_t c = 0; c < model.dim; ++c) sq += nodes.data[r * model.dim + c] * nodes.data[r * model.dim + c];
+    for (int64_t c = 0; c < model.dim; ++c)
+      sq += nodes.data[r * model.dim + c] * nodes.data[r * model.dim + c];
     if (!(std::sqrt(sq) < model.point_norm)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          nodes_path, ": node ", r, " has norm >= point_norm ", model.point_norm));
+      return absl::InvalidArgumentError(
+          absl::StrCat(nodes_path, ": node ", r, " has norm >= point_norm ", model.point_norm));
     }
   }
   const std::string leaf_path = dir + "/ghhc_node_leaf.npy";
@@ -145,7 +146,8 @@ absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
     }
     any_leaf = any_leaf || leaf.data[r] >= 0;
   }
-  if (!any_leaf) return absl::InvalidArgumentError(absl::StrCat(leaf_path, ": no node holds a leaf"));
+  if (!any_leaf)
+    return absl::InvalidArgumentError(absl::StrCat(leaf_path, ": no node holds a leaf"));
   model.mean = std::move(mean.data);
   model.nodes = std::move(nodes.data);
   model.node_leaf.assign(leaf.data.begin(), leaf.data.end());

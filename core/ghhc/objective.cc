@@ -78,8 +78,8 @@ double TripleObjective(const Eigen::Ref<const RowMat<T>>& points,
   }
 
   double loss = 0.0;
-  RowArr<T> mm(m), u(m), lp(m), lq(m), p(m), qd(m), delta(m), sa(m), sb(m), sc(m), gd(m),
-      ga(m), gb(m), gc(m), gmax(m), gu(m);
+  RowArr<T> mm(m), u(m), lp(m), lq(m), p(m), qd(m), delta(m), sa(m), sb(m), sc(m), gd(m), ga(m),
+      gb(m), gc(m), gmax(m), gu(m);
   for (Eigen::Index t = 0; t < b; ++t) {
     const auto a = w.dcp.row(3 * t).array();
     const auto bb = w.dcp.row(3 * t + 1).array();
@@ -113,8 +113,7 @@ double TripleObjective(const Eigen::Ref<const RowMat<T>>& points,
       sb = sb * (T(1) - sb);
       sc = sc * (T(1) - sc);
     } else {
-      loss += double{Softplus(ya).sum()} + double{Softplus(yb).sum()} +
-              double{Softplus(yc).sum()};
+      loss += double{Softplus(ya).sum()} + double{Softplus(yb).sum()} + double{Softplus(yc).sum()};
       sa = Sigmoid(ya);
       sb = Sigmoid(yb);
       sc = Sigmoid(yc);
@@ -154,9 +153,10 @@ double TripleObjective(const Eigen::Ref<const RowMat<T>>& points,
   for (Eigen::Index q = 3 * b - 1; q >= 0; --q) {
     auto wrow = w.s.row(q).array();  // reuse the product buffer for W
     const auto root = w.root.row(q).array();
-    wrow = (root > T(0)).select(w.g.row(q).array() * w.factor.row(q).array() *
-                                    (T(4) / alpha[q]) * inv_beta / root,
-                                T(0));
+    wrow = (root > T(0))
+               .select(w.g.row(q).array() * w.factor.row(q).array() * (T(4) / alpha[q]) * inv_beta /
+                           root,
+                       T(0));
     diag += wrow * (T(1) + w.diffsq.row(q).array() * inv_beta);
     diag += (w.factor.row(q).array() > T(1))
                 .select(w.g.row(q).array() * w.dist.row(q).array() * norm_coef, T(0));
@@ -168,20 +168,20 @@ double TripleObjective(const Eigen::Ref<const RowMat<T>>& points,
 
 template double TripleObjective<float>(const Eigen::Ref<const RowMat<float>>&,
                                        const Eigen::Ref<const RowMat<float>>&,
-                                       const Eigen::Ref<const RowMat<float>>&, Link,
-                                       RowMat<float>*, TripleWorkspace<float>*);
+                                       const Eigen::Ref<const RowMat<float>>&, Link, RowMat<float>*,
+                                       TripleWorkspace<float>*);
 template double TripleObjective<double>(const Eigen::Ref<const RowMat<double>>&,
                                         const Eigen::Ref<const RowMat<double>>&,
                                         const Eigen::Ref<const RowMat<double>>&, Link,
                                         RowMat<double>*, TripleWorkspace<double>*);
 
-std::vector<int32_t> NodeParents(const RowMat<double>& nodes) {
+std::vector<int32_t> NodeParents(const RowMat<double>& nodes, int num_threads) {
   const Eigen::Index m = nodes.rows();
   const Eigen::VectorXd sq = nodes.rowwise().squaredNorm();
   std::vector<int32_t> parent(m, -1);
   constexpr Eigen::Index kBlock = 256;
   const Eigen::Index blocks = (m + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(dynamic, 1) if (m >= 512)
+#pragma omp parallel for num_threads(num_threads) schedule(dynamic, 1) if (m >= 512)
   for (Eigen::Index blk = 0; blk < blocks; ++blk) {
     const Eigen::Index c0 = blk * kBlock;
     const Eigen::Index cn = std::min(kBlock, m - c0);
@@ -206,8 +206,8 @@ std::vector<int32_t> NodeParents(const RowMat<double>& nodes) {
   return parent;
 }
 
-double MarginObjective(const RowMat<double>& nodes, absl::Span<const int32_t> parent,
-                       double margin, RowMat<double>* grad) {
+double MarginObjective(const RowMat<double>& nodes, absl::Span<const int32_t> parent, double margin,
+                       RowMat<double>* grad) {
   double total = 0.0;
   Eigen::VectorXd gc, gp;
   for (Eigen::Index c = 0; c < nodes.rows(); ++c) {

@@ -57,13 +57,14 @@ double TripleObjective(const Eigen::Ref<const RowMat<T>>& points,
 // precedes it in the order (Euclidean norm, index) -- the section 4.2 tie
 // rule -- and picks the eligible p with the smallest d_cp(z_c, z_p), which for
 // an eligible parent equals the Poincaré distance (lowest index on ties). The
-// first node in that order (smallest norm) is the root and gets -1.
-std::vector<int32_t> NodeParents(const RowMat<double>& nodes);
+// first node in that order (smallest norm) is the root and gets -1. Uses up
+// to `num_threads` threads for M >= 512.
+std::vector<int32_t> NodeParents(const RowMat<double>& nodes, int num_threads = 1);
 
 // Eq. 17 with parents `parent` (-1 = none). Adds the Euclidean gradient with
 // respect to every node to `grad` (M x d) if non-null.
-double MarginObjective(const RowMat<double>& nodes, absl::Span<const int32_t> parent,
-                       double margin, RowMat<double>* grad);
+double MarginObjective(const RowMat<double>& nodes, absl::Span<const int32_t> parent, double margin,
+                       RowMat<double>* grad);
 
 // For each row of `points` (n x d, norms > every node norm), the node with the
 // smallest Poincaré distance among those with allowed[node] (all if

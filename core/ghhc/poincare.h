@@ -27,8 +27,7 @@ double PoincareNorm(double euclidean_norm);
 // Eq. 3 (margin = 0) and eq. 16: the child-to-parent dissimilarity
 //   d_cp(c, p; margin) = d(c, p) * (1 + max(||p||_D - ||c||_D + margin, 0)).
 // Not symmetric: a parent with a larger norm than its child is penalised.
-double ChildParentDissimilarity(const VecRef& child, const VecRef& parent,
-                                double margin = 0.0);
+double ChildParentDissimilarity(const VecRef& child, const VecRef& parent, double margin = 0.0);
 
 // Euclidean gradient of d(x, y) with respect to y (by symmetry, swap the
 // arguments for the gradient with respect to x). At x == y the distance is

@@ -30,10 +30,12 @@ HierarchicalGaussianData GenerateHierarchicalGaussian(const HierarchicalGaussian
   std::vector<double> top(b0 * d), mid(int64_t{b0} * b1 * d), leaf(leaves * d);
   for (auto& v : top) v = spec.level_scale[0] * Normal(rng);
   for (int64_t c = 0; c < int64_t{b0} * b1; ++c) {
-    for (int64_t q = 0; q < d; ++q) mid[c * d + q] = top[(c / b1) * d + q] + spec.level_scale[1] * Normal(rng);
+    for (int64_t q = 0; q < d; ++q)
+      mid[c * d + q] = top[(c / b1) * d + q] + spec.level_scale[1] * Normal(rng);
   }
   for (int64_t c = 0; c < leaves; ++c) {
-    for (int64_t q = 0; q < d; ++q) leaf[c * d + q] = mid[(c / b2) * d + q] + spec.level_scale[2] * Normal(rng);
+    for (int64_t q = 0; q < d; ++q)
+      leaf[c * d + q] = mid[(c / b2) * d + q] + spec.level_scale[2] * Normal(rng);
   }
   HierarchicalGaussianData data;
   data.x.resize(spec.n * d);

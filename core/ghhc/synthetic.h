@@ -22,9 +22,9 @@ struct HierarchicalGaussianSpec {
 };
 
 struct HierarchicalGaussianData {
-  std::vector<float> x;            // n x dim row-major
-  std::vector<int64_t> leaf;       // class at the finest level, in [0, b0 b1 b2)
-  std::vector<int64_t> top;        // class at the coarsest level, in [0, b0)
+  std::vector<float> x;       // n x dim row-major
+  std::vector<int64_t> leaf;  // class at the finest level, in [0, b0 b1 b2)
+  std::vector<int64_t> top;   // class at the coarsest level, in [0, b0)
 };
 
 // Point i belongs to leaf class i mod (b0 b1 b2) (balanced); leaf class c has

@@ -35,8 +35,8 @@
 namespace dendro {
 namespace {
 
-using ::testing::HasSubstr;
 using ghhc::RowMat;
+using ::testing::HasSubstr;
 
 // k Gaussian blobs in d dimensions, n points (row-major float).
 std::vector<float> Blobs(int n, int d, int k, double spread, uint64_t seed,
@@ -50,7 +50,8 @@ std::vector<float> Blobs(int n, int d, int k, double spread, uint64_t seed,
   for (int i = 0; i < n; ++i) {
     const int c = i % k;
     if (labels) (*labels)[i] = c;
-    for (int j = 0; j < d; ++j) x[i * d + j] = static_cast<float>(centres[c * d + j] + spread * normal(rng));
+    for (int j = 0; j < d; ++j)
+      x[i * d + j] = static_cast<float>(centres[c * d + j] + spread * normal(rng));
   }
   return x;
 }
@@ -281,8 +282,7 @@ TEST(GhhcFitTest, ExtractedTreeIsValid) {
     ASSERT_TRUE(r.ok()) << r.status();
     SCOPED_TRACE(m);
     ExpectValidFit(*r, v);
-    EXPECT_EQ(r->stats.pruned_nodes,
-              m - (r->hierarchy.num_internal()));
+    EXPECT_EQ(r->stats.pruned_nodes, m - (r->hierarchy.num_internal()));
   }
 }
 
@@ -295,8 +295,7 @@ TEST(GhhcFitTest, AssignsNewPointsWithTheTrainingTransform) {
   std::vector<float> y(5 * 5);
   for (int i = 0; i < 5; ++i) {
     for (int j = 0; j < 5; ++j) {
-      y[i * 5 + j] = static_cast<float>(r->model.mean[j] +
-                                        3.0 * (x[i * 5 + j] - r->model.mean[j]));
+      y[i * 5 + j] = static_cast<float>(r->model.mean[j] + 3.0 * (x[i * 5 + j] - r->model.mean[j]));
     }
   }
   auto a = AssignGhhcLeaves(r->model, MatrixView(y.data(), 5, 5));
@@ -380,8 +379,7 @@ TEST(GhhcFitTest, DeterministicAcrossThreadCounts) {
 TEST(ExtractGhhcTreeTest, PrunesSplicesAndAddsLeafClusters) {
   // Nodes on a line in 2-D; norms: 0 (root), 0.3, 0.5, 0.6, 0.7, 0.75.
   // Parents (eq. 4 order respected): 1->0, 2->1, 3->1, 4->0, 5->4.
-  const std::vector<double> nodes = {0.0, 0.0, 0.3, 0.0,  0.5, 0.0,
-                                     0.0, 0.6, 0.0, -0.7, 0.0, -0.75};
+  const std::vector<double> nodes = {0.0, 0.0, 0.3, 0.0, 0.5, 0.0, 0.0, 0.6, 0.0, -0.7, 0.0, -0.75};
   const std::vector<int32_t> parent = {-1, 0, 1, 1, 0, 4};
   // Points: two at node 2, one at node 3, three at node 1 (mixed node: gets
   // a leaf cluster next to 2 and 3), one at node 5. Node 4 has only node 5
@@ -543,6 +541,7 @@ TEST(NeighborTableTest, ExactMatchesBruteForceAndHnswRecalls) {
   NullRunContext ctx;
   ghhc::KnnOptions o;
   o.k = 6;
+  o.num_threads = 2;
   std::vector<double> seen;
   auto exact = ghhc::NearestNeighborTable(x, o, ctx, [&](double f) { seen.push_back(f); });
   ASSERT_TRUE(exact.ok()) << exact.status();

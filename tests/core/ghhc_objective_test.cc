@@ -65,9 +65,9 @@ double ReferenceLoss(const RowMat<double>& pts, const RowMat<double>& nodes,
     for (int n = 0; n < m; ++n) p[n] = std::exp(p[n]) / z;
     z = 0;
     for (int n = 0; n < m; ++n) {
-      q[n] = n == best ? 0.0
-                       : std::exp(-std::max({a[n], b[n], c[n]}) +
-                                  (noise.rows() ? noise(t, m + n) : 0.0));
+      q[n] = n == best
+                 ? 0.0
+                 : std::exp(-std::max({a[n], b[n], c[n]}) + (noise.rows() ? noise(t, m + n) : 0.0));
       z += q[n];
     }
     for (int n = 0; n < m; ++n) {
@@ -106,9 +106,9 @@ TEST_P(TripleObjectiveTest, LossAndGradientMatchTheTranscription) {
         RowMat<double> up = nodes, dn = nodes;
         up(n, j) += h;
         dn(n, j) -= h;
-        const double fd = (ReferenceLoss(pts, up, noise, c.link) -
-                           ReferenceLoss(pts, dn, noise, c.link)) /
-                          (2 * h);
+        const double fd =
+            (ReferenceLoss(pts, up, noise, c.link) - ReferenceLoss(pts, dn, noise, c.link)) /
+            (2 * h);
         EXPECT_NEAR(grad(n, j), fd, 1e-5 * (1 + std::abs(fd)))
             << "trial " << trial << " node " << n << " coord " << j;
       }
@@ -121,8 +121,8 @@ TEST_P(TripleObjectiveTest, LossAndGradientMatchTheTranscription) {
     TripleWorkspace<float> wsf;
     RowMat<float> gradf = RowMat<float>::Zero(m, d);
     const RowMat<float> nf = noise.cast<float>();
-    const double lossf = TripleObjective<float>(pts.cast<float>(), nodes.cast<float>(), nf,
-                                                c.link, &gradf, &wsf);
+    const double lossf =
+        TripleObjective<float>(pts.cast<float>(), nodes.cast<float>(), nf, c.link, &gradf, &wsf);
     EXPECT_NEAR(lossf, loss, 1e-4 * std::abs(loss));
     EXPECT_LT((gradf.cast<double>() - grad).norm(), 2e-3 * (1 + grad.norm()));
   }
@@ -130,9 +130,8 @@ TEST_P(TripleObjectiveTest, LossAndGradientMatchTheTranscription) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, TripleObjectiveTest,
-    ::testing::Values(Case{0.9, 0.9, true, Link::kSigmoid},    // gHHC's setting
-                      Case{0.9, 0.9, false, Link::kSigmoid},
-                      Case{0.9, 0.9, true, Link::kSoftplus},
+    ::testing::Values(Case{0.9, 0.9, true, Link::kSigmoid},  // gHHC's setting
+                      Case{0.9, 0.9, false, Link::kSigmoid}, Case{0.9, 0.9, true, Link::kSoftplus},
                       // points inside the nodes' radius: the norm penalty of eq. 3 is active
                       Case{0.1, 0.7, true, Link::kSigmoid},
                       Case{0.1, 0.7, false, Link::kSoftplus}));
@@ -158,8 +157,8 @@ TEST(MarginObjectiveTest, ValueAndGradient) {
     double ref = 0;
     for (int c = 0; c < m; ++c) {
       if (parent[c] >= 0) {
-        ref += ChildParentDissimilarity(nodes.row(c).transpose(),
-                                        nodes.row(parent[c]).transpose(), margin);
+        ref += ChildParentDissimilarity(nodes.row(c).transpose(), nodes.row(parent[c]).transpose(),
+                                        margin);
       }
     }
     EXPECT_NEAR(v, ref, 1e-12 * (1 + ref));
@@ -194,8 +193,8 @@ TEST(NodeParentsTest, MatchesBruteForceAndOrdersNorms) {
       for (int p = 0; p < m; ++p) {
         const double np = nodes.row(p).squaredNorm();
         if (!(np < nc || (np == nc && p < c))) continue;
-        const double v = ChildParentDissimilarity(nodes.row(c).transpose(),
-                                                  nodes.row(p).transpose());
+        const double v =
+            ChildParentDissimilarity(nodes.row(c).transpose(), nodes.row(p).transpose());
         if (v < best - 1e-12) {
           best = v;
           arg = p;

@@ -63,8 +63,8 @@ TEST(PoincareTest, DistanceAlongALineIsTheDifferenceOfNorms) {
   u << 0.6, 0.0, -0.8;
   for (double a : {-0.7, -0.1, 0.0, 0.3, 0.85}) {
     for (double b : {-0.5, 0.2, 0.9}) {
-      EXPECT_NEAR(PoincareDistance(a * u, b * u),
-                  std::abs(2 * std::atanh(a) - 2 * std::atanh(b)), 1e-10);
+      EXPECT_NEAR(PoincareDistance(a * u, b * u), std::abs(2 * std::atanh(a) - 2 * std::atanh(b)),
+                  1e-10);
     }
   }
   EXPECT_EQ(PoincareDistance(0.4 * u, 0.4 * u), 0.0);

@@ -29,7 +29,7 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-absl::Status ValidateOptions(const HppcaOptions& o, int64_t d) {
+absl::Status ValidateOptionsImpl(const HppcaOptions& o, int64_t d) {
   if (o.q < 0 || o.q > d) {
     return absl::InvalidArgumentError(
         absl::StrCat("q = ", o.q, " must be in [0, d] (d = ", d, " feature columns)"));
@@ -136,6 +136,10 @@ int64_t hppca_internal::ScorerBank::Bytes() const {
          static_cast<int64_t>(mean_norm2.size() + offset.size()) * 8;
 }
 
+absl::Status ValidateHppcaOptions(const HppcaOptions& options, int64_t d) {
+  return ValidateOptionsImpl(options, d);
+}
+
 std::string_view PpcaScoreName(PpcaScore s) {
   return s == PpcaScore::kLogDet ? "log_det" : "mahalanobis";
 }
@@ -169,6 +173,9 @@ int32_t HppcaModel::num_superclasses() const { return impl_->num_superclasses; }
 const HppcaOptions& HppcaModel::options() const { return impl_->options; }
 const HppcaFitStats& HppcaModel::fit_stats() const { return impl_->stats; }
 const Hierarchy& HppcaModel::hierarchy() const { return *impl_->tree; }
+std::map<std::string, std::string>& HppcaModel::mutable_metadata() {
+  return impl_->tree->mutable_metadata();
+}
 absl::Span<const int64_t> HppcaModel::labels() const { return impl_->classes.labels; }
 int64_t HppcaModel::class_count(int32_t k) const { return impl_->classes.counts[k]; }
 int32_t HppcaModel::class_rank(int32_t k) const { return impl_->classes.rank[k]; }
@@ -389,7 +396,7 @@ absl::StatusOr<HppcaModel> HppcaBuilder::Build(HppcaOptions options, HppcaFitSta
 absl::StatusOr<HppcaModel> FitHppca(const MatrixView& x, absl::Span<const int64_t> labels,
                                     const HppcaOptions& options, RunContext& ctx) {
   const auto t0 = std::chrono::steady_clock::now();
-  DENDRO_RETURN_IF_ERROR(ValidateOptions(options, x.cols()));
+  DENDRO_RETURN_IF_ERROR(ValidateHppcaOptions(options, x.cols()));
   const int threads = hppca_internal::ResolveThreads(options.num_threads);
   Progress progress(ctx, 0.0, 1.0, "class models");
   HppcaFitStats stats;

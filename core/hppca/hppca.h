@@ -145,6 +145,8 @@ class HppcaModel {
   const HppcaOptions& options() const;  // as trained (superclasses: as requested)
   const HppcaFitStats& fit_stats() const;
   const Hierarchy& hierarchy() const;
+  // The hierarchy's free-form metadata (kept by Save/Load).
+  std::map<std::string, std::string>& mutable_metadata();
 
   // Class k in [0, K): original label, training count, components kept (q_c),
   // mean (d), basis (q x d rows, rows >= q_c are zero) and eigenvalues (q,
@@ -212,6 +214,10 @@ class HppcaModel {
   friend class HppcaBuilder;
   std::unique_ptr<Impl> impl_;
 };
+
+// Checks the option ranges against d feature columns (what FitHppca checks
+// before reading any data).
+absl::Status ValidateHppcaOptions(const HppcaOptions& options, int64_t d);
 
 // Validates the input (N >= 1, labels.size() == N, finite values, >= 2
 // classes, every class >= 2 points, option ranges) and trains.

@@ -276,8 +276,18 @@ absl::StatusOr<HppcaModel> HppcaModel::Load(const std::string& dir) {
     point_leaf.assign(a.data.begin(), a.data.end());
   }
   if (s == 0) super_of.clear();
-  return HppcaBuilder::Build(o, st, std::move(t), std::move(super_of), std::move(centroids),
-                             std::move(point_leaf));
+  DENDRO_ASSIGN_OR_RETURN(HppcaModel model,
+                          HppcaBuilder::Build(o, st, std::move(t), std::move(super_of),
+                                              std::move(centroids), std::move(point_leaf)));
+  // Metadata added after training (e.g. by the server) lives in tree.json.
+  std::string tree_json;
+  if (ReadFileToString(dir + "/tree.json", &tree_json).ok()) {
+    auto tree = ParseJson(tree_json);
+    if (tree.ok()) {
+      for (const auto& [key, value] : tree->metadata()) model.mutable_metadata().emplace(key, value);
+    }
+  }
+  return model;
 }
 
 }  // namespace dendro

@@ -12,6 +12,8 @@ namespace dendro::server {
 
 const Method& L2hMethod();  // methods/l2h_method.cc
 const Method& TnebMethod();  // methods/tneb_method.cc
+const Method& GhhcMethod();  // methods/ghhc_method.cc
+const Method& HppcaMethod();  // methods/hppca_method.cc
 
 absl::StatusOr<const Method*> MethodForSpec(const v1::JobSpec& spec) {
   switch (spec.method_case()) {
@@ -19,17 +21,23 @@ absl::StatusOr<const Method*> MethodForSpec(const v1::JobSpec& spec) {
       return &L2hMethod();
     case v1::JobSpec::kTneb:
       return &TnebMethod();
+    case v1::JobSpec::kGhhc:
+      return &GhhcMethod();
+    case v1::JobSpec::kHppca:
+    case v1::JobSpec::kHppcaAdd:
+      return &HppcaMethod();
     case v1::JobSpec::METHOD_NOT_SET:
       break;
     default:
       return absl::UnimplementedError(
           absl::StrCat("method ", spec.method_case(), " is not available in this server"));
   }
-  return absl::InvalidArgumentError("job spec: no method set (expected one of: l2h, tneb)");
+  return absl::InvalidArgumentError(
+      "job spec: no method set (expected one of: l2h, tneb, ghhc, hppca, hppca_add)");
 }
 
 absl::StatusOr<const Method*> MethodByName(std::string_view name) {
-  for (const Method* m : {&L2hMethod(), &TnebMethod()}) {
+  for (const Method* m : {&L2hMethod(), &TnebMethod(), &GhhcMethod(), &HppcaMethod()}) {
     if (m->name() == name) return m;
   }
   return absl::NotFoundError(absl::StrCat("unknown method '", std::string(name), "'"));

@@ -1,0 +1,171 @@
+// Hierarchical PPCA as a service method: a labelled features dataset ->
+// a classifier (JobSpec.hppca), or an existing classifier plus a labelled
+// dataset of new classes -> a grown classifier (JobSpec.hppca_add, through
+// Method::BaseModel / FitFrom). Predict answers top-k classes per row;
+// AssignLeaves is the top-1 class (the leaf) at the model's default T.
+//
+// HppcaTrainParams: zero means the paper default for q (50), r (50), lambda
+// (0.01), kmeans_iterations (50) and default_top_t (5), so q = 0 (RBF
+// neurons) cannot be requested through the service; superclasses 0 = about
+// sqrt(K * default_top_t), -1 = flat. Artifacts: core/hppca's model
+// directory (which includes tree.json and point_leaf.npy as SaveTree writes
+// them).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593 (AVX-512 headers)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/common/status_macros.h"
+#include "core/hppca/hppca.h"
+#include "server/methods/method.h"
+
+namespace dendro::server {
+namespace {
+
+class HppcaFitted final : public FittedModel {
+ public:
+  explicit HppcaFitted(HppcaModel model) : model_(std::move(model)) {}
+  std::string_view method() const override { return "hppca"; }
+  const Hierarchy& tree() const override { return model_.hierarchy(); }
+  int64_t input_dim() const override { return model_.dim(); }
+  std::map<std::string, std::string> metadata() const override {
+    auto md = model_.hierarchy().metadata();
+    md["model_memory_bytes"] = absl::StrCat(model_.MemoryBytes());
+    return md;
+  }
+  absl::Status Save(const std::string& dir) const override { return model_.Save(dir); }
+
+  absl::StatusOr<std::vector<int32_t>> AssignLeaves(const MatrixView& rows) const override {
+    DENDRO_ASSIGN_OR_RETURN(HppcaPrediction p, model_.Predict(rows, HppcaPredictOptions()));
+    return std::move(p.classes);
+  }
+
+  absl::StatusOr<Prediction> Predict(const MatrixView& rows,
+                                     const PredictOptions& options) const override {
+    HppcaPredictOptions o;
+    o.top_t = options.top_t;
+    o.top_k = options.top_k > 0 ? options.top_k : 1;
+    o.flat = options.flat;
+    DENDRO_ASSIGN_OR_RETURN(HppcaPrediction p, model_.Predict(rows, o));
+    Prediction out;
+    out.top_k = p.top_k;
+    out.top_t = p.top_t;
+    out.labels = std::move(p.labels);
+    out.scores = std::move(p.scores);
+    out.superclasses = std::move(p.superclasses);
+    out.classes_evaluated = std::move(p.classes_evaluated);
+    return out;
+  }
+
+  const HppcaModel& model() const { return model_; }
+
+ private:
+  HppcaModel model_;
+};
+
+HppcaOptions OptionsFrom(const v1::HppcaTrainParams& p) {
+  HppcaOptions o;
+  o.superclasses = p.superclasses();
+  if (p.q() != 0) o.q = p.q();
+  if (p.r() != 0) o.r = p.r();
+  if (p.lambda() != 0) o.lambda = p.lambda();
+  o.score = p.log_det_score() ? PpcaScore::kLogDet : PpcaScore::kMahalanobis;
+  o.raw_data_clustering = p.raw_data_clustering();
+  if (p.kmeans_iterations() != 0) o.kmeans_iterations = p.kmeans_iterations();
+  o.seed = p.seed();
+  if (p.default_top_t() != 0) o.default_top_t = p.default_top_t();
+  return o;
+}
+
+absl::Status NeedLabels(const v1::Dataset& dataset, const char* what) {
+  if (!dataset.has_labels()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " needs a labelled dataset (features plus one class label per row); dataset ",
+        dataset.id(), " has no labels"));
+  }
+  return absl::OkStatus();
+}
+
+class Hppca final : public Method {
+ public:
+  std::string_view name() const override { return "hppca"; }
+
+  absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset) const override {
+    if (spec.has_hppca_add()) {
+      DENDRO_RETURN_IF_ERROR(NeedLabels(dataset, "hppca_add"));
+      if (spec.hppca_add().base().name().empty()) {
+        return absl::InvalidArgumentError("hppca_add: base.name (the model to grow) is required");
+      }
+      return absl::OkStatus();
+    }
+    if (!spec.has_hppca()) return absl::InvalidArgumentError("job spec has no hppca parameters");
+    DENDRO_RETURN_IF_ERROR(NeedLabels(dataset, "hppca"));
+    if (dataset.rows() < 4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hppca: dataset ", dataset.id(), " has ", dataset.rows(),
+          " rows; a classifier needs at least 2 classes of at least 2 rows"));
+    }
+    return ValidateHppcaOptions(OptionsFrom(spec.hppca()), dataset.cols());
+  }
+
+  absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset& dataset,
+                                                   const v1::JobSpec& spec,
+                                                   RunContext& ctx) const override {
+    if (spec.has_hppca_add()) {
+      return absl::FailedPreconditionError(
+          "hppca_add grows an existing model: it runs through FitFrom with the base model");
+    }
+    DENDRO_RETURN_IF_ERROR(NeedLabels(dataset.info(), "hppca"));
+    const HppcaOptions o = OptionsFrom(spec.hppca());
+    DENDRO_ASSIGN_OR_RETURN(HppcaModel model, FitHppca(dataset.matrix(), dataset.labels(), o, ctx));
+    return Finish(std::move(model), dataset);
+  }
+
+  std::optional<v1::ModelRef> BaseModel(const v1::JobSpec& spec) const override {
+    if (spec.has_hppca_add()) return spec.hppca_add().base();
+    return std::nullopt;
+  }
+
+  absl::StatusOr<std::unique_ptr<FittedModel>> FitFrom(const FittedModel& base,
+                                                       const LoadedDataset& dataset,
+                                                       const v1::JobSpec& spec,
+                                                       RunContext& ctx) const override {
+    const auto* hb = dynamic_cast<const HppcaFitted*>(&base);
+    if (hb == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hppca_add: the base model is a '", std::string(base.method()),
+          "' model; only hppca classifiers can be grown"));
+    }
+    DENDRO_RETURN_IF_ERROR(NeedLabels(dataset.info(), "hppca_add"));
+    HppcaAddOptions add;
+    add.recluster = spec.hppca_add().recluster();
+    DENDRO_ASSIGN_OR_RETURN(HppcaModel model,
+                            AddClasses(hb->model(), dataset.matrix(), dataset.labels(), add, ctx));
+    return Finish(std::move(model), dataset);
+  }
+
+  absl::StatusOr<std::unique_ptr<FittedModel>> Load(const std::string& dir) const override {
+    DENDRO_ASSIGN_OR_RETURN(HppcaModel model, HppcaModel::Load(dir));
+    return std::make_unique<HppcaFitted>(std::move(model));
+  }
+
+ private:
+  static std::unique_ptr<FittedModel> Finish(HppcaModel model, const LoadedDataset& dataset) {
+    auto& md = model.mutable_metadata();
+    md["dataset_rows"] = absl::StrCat(dataset.info().rows());
+    md["train_seconds"] = absl::StrFormat("%.3f", model.fit_stats().total_seconds);
+    return std::make_unique<HppcaFitted>(std::move(model));
+  }
+};
+
+}  // namespace
+
+const Method& HppcaMethod() {
+  static const Hppca* method = new Hppca();
+  return *method;
+}
+
+}  // namespace dendro::server

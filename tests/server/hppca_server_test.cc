@@ -1,0 +1,460 @@
+// The "hppca" classifier through dendrod in-process over real gRPC, on a
+// synthetic two-level class hierarchy: training job, super-class recovery,
+// unary and streaming Predict at T = 1..5 and flat (against the core model),
+// growing a model (hppca_add) vs training on all classes at once, reload
+// after a restart, and clean errors for bad input.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593 (AVX-512 headers)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <grpcpp/grpcpp.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/hierarchy/export.h"
+#include "core/hppca/hppca.h"
+#include "core/hppca/synthetic.h"
+#include "core/metrics/metrics.h"
+#include "dendro/v1/dendro.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/server.h"
+
+namespace dendro::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+TwoLevelSpec Spec() {
+  TwoLevelSpec spec;
+  spec.groups = 8;
+  spec.classes_per_group = 8;
+  spec.dim = 32;
+  spec.group_rank = 4;
+  spec.class_rank = 4;
+  spec.group_spread = 0.12;
+  spec.class_spread = 0.12;
+  spec.group_scale = 0.6;
+  spec.class_scale = 0.3;
+  spec.noise = 0.2;
+  spec.seed = 3;
+  spec.label_offset = 500;
+  spec.label_stride = 11;
+  return spec;
+}
+
+v1::HppcaTrainParams Params() {
+  v1::HppcaTrainParams p;
+  p.set_superclasses(8);
+  p.set_q(8);
+  p.set_r(8);
+  p.set_seed(1);
+  return p;
+}
+
+HppcaOptions CoreOptions() {
+  HppcaOptions o;
+  o.superclasses = 8;
+  o.q = 8;
+  o.r = 8;
+  o.seed = 1;
+  return o;
+}
+
+class HppcaServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("dendro_hppca_server_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    gen_ = std::make_unique<TwoLevelGenerator>(Spec());
+    train_ = gen_->Sample(50, 1);
+    test_ = gen_->Sample(20, 2);
+  }
+  void TearDown() override {
+    StopServer();
+    std::filesystem::remove_all(dir_);
+  }
+  void StartServer() {
+    ServerOptions opts;
+    opts.listen = "127.0.0.1:0";
+    opts.data_dir = dir_.string();
+    opts.drain_grace = absl::ZeroDuration();
+    server_ = std::make_unique<DendroServer>(opts);
+    ASSERT_TRUE(server_->Start().ok());
+    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                       grpc::InsecureChannelCredentials());
+    datasets_ = v1::DatasetService::NewStub(channel);
+    jobs_ = v1::JobService::NewStub(channel);
+    models_ = v1::ModelService::NewStub(channel);
+  }
+  void StopServer() {
+    if (server_) server_->Shutdown();
+    server_.reset();
+  }
+
+  grpc::Status Upload(const RowMatrixF& x, const std::vector<int64_t>* labels, v1::Dataset* out) {
+    grpc::ClientContext ctx;
+    auto writer = datasets_->UploadDataset(&ctx, out);
+    v1::UploadDatasetRequest req;
+    req.mutable_header()->set_rows(x.rows());
+    req.mutable_header()->set_cols(x.cols());
+    req.mutable_header()->set_has_labels(labels != nullptr);
+    writer->Write(req);
+    req.set_data(std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float)));
+    writer->Write(req);
+    if (labels) {
+      req.set_labels(std::string(reinterpret_cast<const char*>(labels->data()),
+                                 labels->size() * sizeof(int64_t)));
+      writer->Write(req);
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  v1::Job Run(const v1::JobSpec& spec, grpc::Status* st) {
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec;
+    v1::Job job;
+    *st = jobs_->SubmitJob(&ctx, req, &job);
+    if (!st->ok()) return job;
+    grpc::ClientContext wctx;
+    v1::WaitJobRequest wreq;
+    wreq.set_id(job.id());
+    wreq.mutable_timeout()->set_seconds(120);
+    EXPECT_TRUE(jobs_->WaitJob(&wctx, wreq, &job).ok());
+    return job;
+  }
+
+  v1::Job Train(const std::string& dataset, const std::string& name, grpc::Status* st) {
+    v1::JobSpec spec;
+    spec.set_dataset_id(dataset);
+    spec.set_model_name(name);
+    *spec.mutable_hppca() = Params();
+    return Run(spec, st);
+  }
+
+  static v1::PredictRequest Request(const std::string& model, const RowMatrixF& x, int64_t r0,
+                                    int64_t n, int32_t top_t, int32_t top_k, bool flat) {
+    v1::PredictRequest req;
+    req.mutable_model()->set_name(model);
+    req.set_rows(n);
+    req.set_cols(x.cols());
+    req.set_data(std::string(reinterpret_cast<const char*>(x.data() + r0 * x.cols()),
+                             n * x.cols() * sizeof(float)));
+    req.set_top_t(top_t);
+    req.set_top_k(top_k);
+    req.set_flat(flat);
+    return req;
+  }
+
+  grpc::Status Predict(const v1::PredictRequest& req, v1::PredictResponse* resp) {
+    grpc::ClientContext ctx;
+    return models_->Predict(&ctx, req, resp);
+  }
+
+  double Accuracy(const v1::PredictResponse& resp) const {
+    int64_t ok = 0;
+    for (int64_t i = 0; i < resp.rows(); ++i) ok += resp.labels(i * resp.top_k()) == test_.labels[i];
+    return static_cast<double>(ok) / static_cast<double>(resp.rows());
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<TwoLevelGenerator> gen_;
+  LabelledData train_, test_;
+  std::unique_ptr<DendroServer> server_;
+  std::unique_ptr<v1::DatasetService::Stub> datasets_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::ModelService::Stub> models_;
+};
+
+TEST_F(HppcaServerTest, TrainPredictStreamAndReload) {
+  StartServer();
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(train_.x, &train_.labels, &ds).ok());
+  grpc::Status st;
+  v1::Job job = Train(ds.id(), "clf", &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+
+  // The model in the registry.
+  grpc::ClientContext gctx;
+  v1::GetModelRequest greq;
+  greq.mutable_model()->set_name("clf");
+  v1::Model info;
+  ASSERT_TRUE(models_->GetModel(&gctx, greq, &info).ok());
+  EXPECT_EQ(info.method(), "hppca");
+  EXPECT_EQ(info.num_leaves(), 64);
+  EXPECT_EQ(info.input_dim(), 32);
+  EXPECT_EQ(info.metadata().at("superclasses"), "8");
+
+  // Super-class recovery from the served tree: leaves' parents vs groups.
+  grpc::ClientContext tctx;
+  v1::GetTreeRequest treq;
+  treq.mutable_model()->set_name("clf");
+  treq.set_format(v1::TREE_FORMAT_JSON);
+  v1::GetTreeResponse tresp;
+  ASSERT_TRUE(models_->GetTree(&tctx, treq, &tresp).ok());
+  auto tree = ParseJson(tresp.content());
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  ASSERT_EQ(tree->num_leaves(), 64);
+  std::vector<int64_t> truth(64), parent(64);
+  for (int32_t c = 0; c < 64; ++c) {
+    // Leaf c is the c-th smallest label; labels ascend with the generator's class.
+    truth[c] = gen_->group_of(c);
+    parent[c] = tree->parent(c);
+  }
+  auto ari = AdjustedRandIndex(truth, parent);
+  ASSERT_TRUE(ari.ok());
+  std::printf("super-class ARI vs generating groups: %.4f\n", *ari);
+  EXPECT_GT(*ari, 0.6);
+
+  // The same model fitted in-process.
+  NullRunContext null_ctx;
+  auto core = FitHppca(MatrixView(train_.x.data(), train_.x.rows(), train_.x.cols()),
+                       train_.labels, CoreOptions(), null_ctx);
+  ASSERT_TRUE(core.ok());
+  const MatrixView xtest(test_.x.data(), test_.x.rows(), test_.x.cols());
+  const int64_t n = test_.x.rows();
+
+  v1::PredictResponse flat;
+  ASSERT_TRUE(Predict(Request("clf", test_.x, 0, n, 0, 2, true), &flat).ok());
+  EXPECT_EQ(flat.top_t(), 0);
+  EXPECT_EQ(flat.top_k(), 2);
+  EXPECT_EQ(flat.superclasses_size(), 0);
+  const double flat_acc = Accuracy(flat);
+  double prev_agree = 0.0, acc_t1 = 0.0, acc_t5 = 0.0;
+  for (int32_t t = 1; t <= 5; ++t) {
+    v1::PredictResponse resp;
+    ASSERT_TRUE(Predict(Request("clf", test_.x, 0, n, t, 2, false), &resp).ok());
+    ASSERT_EQ(resp.rows(), n);
+    EXPECT_EQ(resp.top_t(), t);
+    ASSERT_EQ(resp.labels_size(), 2 * n);
+    ASSERT_EQ(resp.superclasses_size(), t * n);
+    ASSERT_EQ(resp.classes_evaluated_size(), n);
+    HppcaPredictOptions po;
+    po.top_t = t;
+    po.top_k = 2;
+    auto want = core->Predict(xtest, po);
+    ASSERT_TRUE(want.ok());
+    int64_t agree = 0;
+    for (int64_t i = 0; i < 2 * n; ++i) {
+      EXPECT_EQ(resp.labels(i), want->labels[i]);
+      EXPECT_NEAR(resp.scores(i), want->scores[i], 1e-4 * std::fabs(want->scores[i]) + 1e-3);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(resp.classes_evaluated(i), want->classes_evaluated[i]);
+      agree += resp.labels(i * 2) == flat.labels(i * 2);
+    }
+    const double agree_frac = static_cast<double>(agree) / n;
+    std::printf("T=%d: accuracy %.4f (flat %.4f), agreement with flat %.4f\n", t, Accuracy(resp),
+                flat_acc, agree_frac);
+    EXPECT_GE(agree_frac, prev_agree);
+    prev_agree = agree_frac;
+    if (t == 1) acc_t1 = Accuracy(resp);
+    if (t == 5) acc_t5 = Accuracy(resp);
+  }
+  EXPECT_LE(acc_t1, flat_acc + 0.02);
+  EXPECT_NEAR(acc_t5, flat_acc, 0.01);
+
+  // Streaming: rows in, predictions out, in order.
+  {
+    grpc::ClientContext sctx;
+    auto stream = models_->PredictStream(&sctx);
+    const int64_t chunk = 200;
+    int64_t sent = 0;
+    std::vector<v1::PredictResponse> got;
+    for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+      const int64_t m = std::min(chunk, n - r0);
+      ASSERT_TRUE(stream->Write(Request("clf", test_.x, r0, m, 3, 1, false)));
+      ++sent;
+    }
+    stream->WritesDone();
+    v1::PredictResponse resp;
+    while (stream->Read(&resp)) got.push_back(resp);
+    ASSERT_TRUE(stream->Finish().ok());
+    ASSERT_EQ(static_cast<int64_t>(got.size()), sent);
+    v1::PredictResponse whole;
+    ASSERT_TRUE(Predict(Request("clf", test_.x, 0, n, 3, 1, false), &whole).ok());
+    int64_t row = 0;
+    for (const auto& r : got) {
+      for (int64_t i = 0; i < r.rows(); ++i, ++row) EXPECT_EQ(r.labels(i), whole.labels(row));
+    }
+    EXPECT_EQ(row, n);
+  }
+
+  // Assign: the top-1 class (the leaf) at the default T.
+  {
+    grpc::ClientContext actx;
+    v1::AssignRequest areq;
+    areq.mutable_model()->set_name("clf");
+    areq.set_rows(n);
+    areq.set_cols(32);
+    areq.set_data(std::string(reinterpret_cast<const char*>(test_.x.data()), n * 32 * 4));
+    v1::AssignResponse aresp;
+    ASSERT_TRUE(models_->Assign(&actx, areq, &aresp).ok());
+    auto want = core->Predict(xtest, {});
+    ASSERT_TRUE(want.ok());
+    ASSERT_EQ(aresp.leaf_size(), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(aresp.leaf(i), want->classes[i]);
+  }
+
+  // After a restart the model is read back from disk and predicts the same.
+  StopServer();
+  StartServer();
+  v1::PredictResponse again;
+  ASSERT_TRUE(Predict(Request("clf", test_.x, 0, n, 0, 2, true), &again).ok());
+  for (int64_t i = 0; i < 2 * n; ++i) {
+    EXPECT_EQ(again.labels(i), flat.labels(i));
+    EXPECT_EQ(again.scores(i), flat.scores(i));
+  }
+}
+
+TEST_F(HppcaServerTest, GrowingMatchesTrainingOnAllClassesAtOnce) {
+  StartServer();
+  const LabelledData old_part = gen_->Sample(50, 1, 0, 48);
+  const LabelledData new_part = gen_->Sample(50, 1, 48, 64);
+  v1::Dataset all, base_ds, add_ds;
+  ASSERT_TRUE(Upload(train_.x, &train_.labels, &all).ok());
+  ASSERT_TRUE(Upload(old_part.x, &old_part.labels, &base_ds).ok());
+  ASSERT_TRUE(Upload(new_part.x, &new_part.labels, &add_ds).ok());
+  grpc::Status st;
+  ASSERT_EQ(Train(all.id(), "full", &st).state(), v1::JOB_STATE_SUCCEEDED);
+  ASSERT_EQ(Train(base_ds.id(), "grow", &st).state(), v1::JOB_STATE_SUCCEEDED);
+  v1::JobSpec spec;
+  spec.set_dataset_id(add_ds.id());
+  spec.mutable_hppca_add()->mutable_base()->set_name("grow");
+  v1::Job job = Run(spec, &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+  EXPECT_EQ(job.model_name(), "grow");
+  EXPECT_EQ(job.model_version(), 2);
+  const int64_t n = test_.x.rows();
+  for (int32_t t : {1, 3, 5}) {
+    v1::PredictResponse a, b;
+    ASSERT_TRUE(Predict(Request("full", test_.x, 0, n, t, 1, false), &a).ok());
+    ASSERT_TRUE(Predict(Request("grow", test_.x, 0, n, t, 1, false), &b).ok());
+    EXPECT_NEAR(Accuracy(b), Accuracy(a), t == 1 ? 0.03 : 0.015) << "T=" << t;
+  }
+  // The grown model knows all 64 classes; version 1 still only 48.
+  v1::PredictResponse flat_full, flat_grown, flat_v1;
+  ASSERT_TRUE(Predict(Request("full", test_.x, 0, n, 0, 1, true), &flat_full).ok());
+  ASSERT_TRUE(Predict(Request("grow", test_.x, 0, n, 0, 1, true), &flat_grown).ok());
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(flat_grown.labels(i), flat_full.labels(i));
+  auto v1_req = Request("grow", test_.x, 0, n, 0, 1, true);
+  v1_req.mutable_model()->set_version(1);
+  ASSERT_TRUE(Predict(v1_req, &flat_v1).ok());
+  std::set<int64_t> v1_labels(flat_v1.labels().begin(), flat_v1.labels().end());
+  EXPECT_LE(v1_labels.size(), 48u);
+
+  // Adding labels the model already has fails the job with a clear error.
+  spec.set_dataset_id(base_ds.id());
+  job = Run(spec, &st);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.error().message(), HasSubstr("already a class of the model"));
+  // Unknown base model: refused at submit.
+  spec.mutable_hppca_add()->mutable_base()->set_name("nope");
+  Run(spec, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(HppcaServerTest, BadInputGetsCleanErrors) {
+  StartServer();
+  grpc::Status st;
+  // Unlabelled dataset: refused at submit.
+  v1::Dataset unlabelled;
+  ASSERT_TRUE(Upload(train_.x, nullptr, &unlabelled).ok());
+  Train(unlabelled.id(), "x", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("labelled dataset"));
+  // q larger than d: refused at submit.
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(train_.x, &train_.labels, &ds).ok());
+  {
+    v1::JobSpec spec;
+    spec.set_dataset_id(ds.id());
+    spec.set_model_name("x");
+    *spec.mutable_hppca() = Params();
+    spec.mutable_hppca()->set_q(40);
+    Run(spec, &st);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr("q = 40"));
+  }
+  // A class with a single point: the job fails naming the label.
+  {
+    std::vector<int64_t> labels = train_.labels;
+    labels[7] = 424242;
+    v1::Dataset one;
+    ASSERT_TRUE(Upload(train_.x, &labels, &one).ok());
+    v1::Job job = Train(one.id(), "x", &st);
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+    EXPECT_EQ(job.error().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(job.error().message(), HasSubstr("class label 424242 has 1 training point"));
+  }
+  ASSERT_EQ(Train(ds.id(), "clf", &st).state(), v1::JOB_STATE_SUCCEEDED);
+  v1::PredictResponse resp;
+  // Wrong d.
+  RowMatrixF narrow = RowMatrixF::Zero(3, 31);
+  st = Predict(Request("clf", narrow, 0, 3, 0, 1, false), &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // NaN.
+  RowMatrixF bad = test_.x.topRows(4);
+  bad(1, 6) = std::numeric_limits<float>::quiet_NaN();
+  st = Predict(Request("clf", bad, 0, 4, 0, 1, false), &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("NaN"));
+  // Unknown model.
+  st = Predict(Request("nope", test_.x, 0, 4, 0, 1, false), &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  // Streaming: a bad request ends the stream with its error.
+  {
+    grpc::ClientContext sctx;
+    auto stream = models_->PredictStream(&sctx);
+    ASSERT_TRUE(stream->Write(Request("clf", test_.x, 0, 4, 0, 1, false)));
+    v1::PredictResponse first;
+    ASSERT_TRUE(stream->Read(&first));
+    EXPECT_EQ(first.rows(), 4);
+    stream->Write(Request("clf", narrow, 0, 3, 0, 1, false));
+    stream->WritesDone();
+    v1::PredictResponse ignored;
+    while (stream->Read(&ignored)) {
+    }
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // Growing a model that is not a classifier.
+  {
+    std::vector<float> logits(40 * 4);
+    for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>((i * 7) % 5);
+    RowMatrixF lx = Eigen::Map<RowMatrixF>(logits.data(), 40, 4);
+    v1::Dataset lds;
+    ASSERT_TRUE(Upload(lx, nullptr, &lds).ok());
+    v1::JobSpec l2h;
+    l2h.set_dataset_id(lds.id());
+    l2h.set_model_name("tree");
+    l2h.mutable_l2h();
+    ASSERT_EQ(Run(l2h, &st).state(), v1::JOB_STATE_SUCCEEDED);
+    // Predict on a clustering model.
+    st = Predict(Request("tree", lx, 0, 4, 0, 1, false), &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    v1::JobSpec add;
+    add.set_dataset_id(ds.id());
+    add.mutable_hppca_add()->mutable_base()->set_name("tree");
+    v1::Job job = Run(add, &st);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+    EXPECT_THAT(job.error().message(), HasSubstr("only hppca classifiers can be grown"));
+  }
+}
+
+}  // namespace
+}  // namespace dendro::server

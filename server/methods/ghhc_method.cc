@@ -1,0 +1,150 @@
+// gHHC as a service method: embeddings dataset -> n-ary hierarchy whose leaf
+// clusters are the groups of points sharing a parent node; Assign places new
+// rows under the nearest node that holds training points (same rule).
+//
+// GhhcParams: every field left at 0 takes the core default (GhhcOptions):
+// internal_nodes 100, learning_rate 0.01, batch_size 100, triples
+// max(100,000, 2 N), neighbors 5, margin 0.25, seed 1, init_sample automatic,
+// point_norm 0.9, max_node_norm 0.8, gumbel_temperature 1. (So a margin or a
+// noise scale of exactly 0 cannot be requested through the service.)
+//
+// Artifacts: tree.json + point_leaf.npy (SaveTree) and the gHHC model files
+// (SaveGhhcModel: ghhc_model.json, ghhc_mean.npy, ghhc_nodes.npy,
+// ghhc_node_leaf.npy, ghhc_node_parent.npy).
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/common/status_macros.h"
+#include "core/ghhc/ghhc.h"
+#include "core/metrics/metrics.h"
+#include "server/methods/method.h"
+
+namespace dendro::server {
+namespace {
+
+class GhhcFitted final : public FittedModel {
+ public:
+  GhhcFitted(GhhcModel model, Hierarchy tree) : model_(std::move(model)), tree_(std::move(tree)) {}
+  std::string_view method() const override { return "ghhc"; }
+  const Hierarchy& tree() const override { return tree_; }
+  int64_t input_dim() const override { return model_.dim; }
+  std::map<std::string, std::string> metadata() const override { return tree_.metadata(); }
+  absl::Status Save(const std::string& dir) const override {
+    DENDRO_RETURN_IF_ERROR(SaveTree(tree_, dir));
+    return SaveGhhcModel(model_, dir);
+  }
+  absl::StatusOr<std::vector<int32_t>> AssignLeaves(const MatrixView& rows) const override {
+    return AssignGhhcLeaves(model_, rows);
+  }
+
+ private:
+  GhhcModel model_;
+  Hierarchy tree_;
+};
+
+absl::StatusOr<GhhcOptions> OptionsFromSpec(const v1::JobSpec& spec) {
+  const v1::GhhcParams& p = spec.ghhc();
+  GhhcOptions o;
+  auto positive_or_zero = [](auto v, const char* name) -> absl::Status {
+    if (v < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ghhc.", name, " must be >= 0 (0: default), got ", v));
+    }
+    return absl::OkStatus();
+  };
+  DENDRO_RETURN_IF_ERROR(positive_or_zero(p.internal_nodes(), "internal_nodes"));
+  DENDRO_RETURN_IF_ERROR(positive_or_zero(p.learning_rate(), "learning_rate"));
+  DENDRO_RETURN_IF_ERROR(positive_or_zero(p.batch_size(), "batch_size"));
+  DENDRO_RETURN_IF_ERROR(positive_or_zero(p.triples(), "triples"));
+  DENDRO_RETURN_IF_ERROR(positive_or_zero(p.neighbors(), "neighbors"));
+  DENDRO_RETURN_IF_ERROR(positive_or_zero(p.margin(), "margin"));
+  DENDRO_RETURN_IF_ERROR(positive_or_zero(p.init_sample(), "init_sample"));
+  DENDRO_RETURN_IF_ERROR(positive_or_zero(p.point_norm(), "point_norm"));
+  DENDRO_RETURN_IF_ERROR(positive_or_zero(p.max_node_norm(), "max_node_norm"));
+  DENDRO_RETURN_IF_ERROR(positive_or_zero(p.gumbel_temperature(), "gumbel_temperature"));
+  if (p.internal_nodes() > 0) o.internal_nodes = p.internal_nodes();
+  if (p.learning_rate() > 0) o.learning_rate = p.learning_rate();
+  if (p.batch_size() > 0) o.batch_size = p.batch_size();
+  if (p.triples() > 0) o.triples = p.triples();
+  if (p.neighbors() > 0) o.neighbors = p.neighbors();
+  if (p.margin() > 0) o.margin = p.margin();
+  if (p.seed() > 0) o.seed = p.seed();
+  if (p.init_sample() > 0) o.init_sample = p.init_sample();
+  if (p.point_norm() > 0) o.point_norm = p.point_norm();
+  if (p.max_node_norm() > 0) o.max_node_norm = p.max_node_norm();
+  if (p.gumbel_temperature() > 0) o.gumbel_temperature = p.gumbel_temperature();
+  DENDRO_RETURN_IF_ERROR(ValidateGhhcOptions(o));
+  return o;
+}
+
+class Ghhc final : public Method {
+ public:
+  std::string_view name() const override { return "ghhc"; }
+
+  absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset) const override {
+    if (dataset.rows() < 3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ghhc needs at least 3 points (one triple); dataset ", dataset.id(), " has ",
+                       dataset.rows()));
+    }
+    if (dataset.cols() < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ghhc needs at least 1 column; dataset ", dataset.id(), " has none"));
+    }
+    return OptionsFromSpec(spec).status();
+  }
+
+  absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset& dataset,
+                                                   const v1::JobSpec& spec,
+                                                   RunContext& ctx) const override {
+    DENDRO_ASSIGN_OR_RETURN(GhhcOptions options, OptionsFromSpec(spec));
+    DENDRO_ASSIGN_OR_RETURN(GhhcResult result, FitGhhc(dataset.matrix(), options, ctx));
+    Hierarchy tree = std::move(result.hierarchy);
+    auto& md = tree.mutable_metadata();
+    md["dataset_rows"] = absl::StrCat(dataset.info().rows());
+    md["leaf_clusters"] = absl::StrCat(result.stats.leaf_clusters);
+    md["initial_objective"] = absl::StrCat(result.stats.initial_objective);
+    md["exact_knn"] = result.stats.exact_knn ? "true" : "false";
+    md["gumbel_temperature"] = absl::StrCat(options.gumbel_temperature);
+    md["init_sample"] = absl::StrCat(result.stats.init_sample);
+    md["seconds"] = absl::StrFormat("knn %.2f, init %.2f, train %.2f, extract %.2f",
+                                    result.stats.knn_seconds, result.stats.init_seconds,
+                                    result.stats.train_seconds, result.stats.extract_seconds);
+    // With labels: dendrogram purity over the points as leaves (the paper's
+    // evaluation; equal to the purity of this tree with its point_leaf).
+    const absl::Span<const int64_t> labels = dataset.labels();
+    if (!labels.empty()) {
+      absl::StatusOr<double> dp = DendrogramPurity(tree, {}, labels);
+      if (dp.ok()) md["dendrogram_purity"] = absl::StrFormat("%.6f", *dp);
+    }
+    return std::make_unique<GhhcFitted>(std::move(result.model), std::move(tree));
+  }
+
+  absl::StatusOr<std::unique_ptr<FittedModel>> Load(const std::string& dir) const override {
+    DENDRO_ASSIGN_OR_RETURN(Hierarchy tree, LoadTree(dir));
+    DENDRO_ASSIGN_OR_RETURN(GhhcModel model, LoadGhhcModel(dir));
+    int32_t leaves = 0, max_leaf = -1;
+    for (int32_t l : model.node_leaf) {
+      leaves += l >= 0 ? 1 : 0;
+      max_leaf = std::max(max_leaf, l);
+    }
+    if (leaves != tree.num_leaves() || max_leaf != leaves - 1) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, ": the gHHC model has ", leaves,
+                                                     " nodes holding leaves but tree.json has ",
+                                                     tree.num_leaves(), " leaves"));
+    }
+    return std::make_unique<GhhcFitted>(std::move(model), std::move(tree));
+  }
+};
+
+}  // namespace
+
+const Method& GhhcMethod() {
+  static const Ghhc* method = new Ghhc();
+  return *method;
+}
+
+}  // namespace dendro::server

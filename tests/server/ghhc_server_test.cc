@@ -1,0 +1,261 @@
+// The "ghhc" method through dendrod in-process over real gRPC: submit-time
+// validation, the served tree against the core algorithm, dendrogram purity
+// in the model metadata, Assign, cancellation, and reloading the model after
+// a restart.
+#include <grpcpp/grpcpp.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/ghhc/ghhc.h"
+#include "core/hierarchy/export.h"
+#include "core/metrics/metrics.h"
+#include "dendro/v1/dendro.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/server.h"
+
+namespace dendro::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Six Gaussian blobs in 8-D.
+std::vector<float> Blobs(int n, std::vector<int64_t>* labels) {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> nd;
+  std::vector<double> centres(6 * 8);
+  for (double& c : centres) c = 4.0 * nd(rng);
+  std::vector<float> x;
+  for (int i = 0; i < n; ++i) {
+    const int c = i % 6;
+    labels->push_back(c);
+    for (int j = 0; j < 8; ++j) x.push_back(static_cast<float>(centres[c * 8 + j] + nd(rng)));
+  }
+  return x;
+}
+
+class GhhcServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("dendro_ghhc_server_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override {
+    StopServer();
+    std::filesystem::remove_all(dir_);
+  }
+  void StartServer() {
+    ServerOptions opts;
+    opts.listen = "127.0.0.1:0";
+    opts.data_dir = dir_.string();
+    opts.drain_grace = absl::ZeroDuration();
+    server_ = std::make_unique<DendroServer>(opts);
+    ASSERT_TRUE(server_->Start().ok());
+    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                       grpc::InsecureChannelCredentials());
+    datasets_ = v1::DatasetService::NewStub(channel);
+    jobs_ = v1::JobService::NewStub(channel);
+    models_ = v1::ModelService::NewStub(channel);
+  }
+  void StopServer() {
+    if (server_) server_->Shutdown();
+    server_.reset();
+  }
+
+  grpc::Status Upload(const std::vector<float>& x, int64_t rows, int64_t cols,
+                      const std::vector<int64_t>* labels, v1::Dataset* out) {
+    grpc::ClientContext ctx;
+    auto writer = datasets_->UploadDataset(&ctx, out);
+    v1::UploadDatasetRequest req;
+    req.mutable_header()->set_rows(rows);
+    req.mutable_header()->set_cols(cols);
+    req.mutable_header()->set_has_labels(labels != nullptr);
+    writer->Write(req);
+    req.set_data(std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float)));
+    writer->Write(req);
+    if (labels) {
+      req.set_labels(std::string(reinterpret_cast<const char*>(labels->data()),
+                                 labels->size() * sizeof(int64_t)));
+      writer->Write(req);
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  v1::Job Submit(const std::string& dataset, const std::string& model, const v1::GhhcParams& p,
+                 grpc::Status* st) {
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    req.mutable_spec()->set_dataset_id(dataset);
+    req.mutable_spec()->set_model_name(model);
+    *req.mutable_spec()->mutable_ghhc() = p;
+    v1::Job job;
+    *st = jobs_->SubmitJob(&ctx, req, &job);
+    return job;
+  }
+
+  v1::Job Wait(const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::WaitJobRequest req;
+    req.set_id(id);
+    req.mutable_timeout()->set_seconds(120);
+    v1::Job job;
+    EXPECT_TRUE(jobs_->WaitJob(&ctx, req, &job).ok());
+    return job;
+  }
+
+  grpc::Status Assign(const std::string& model, const std::vector<float>& x, int64_t rows,
+                      int64_t cols, v1::AssignResponse* resp) {
+    grpc::ClientContext ctx;
+    v1::AssignRequest req;
+    req.mutable_model()->set_name(model);
+    req.set_rows(rows);
+    req.set_cols(cols);
+    req.set_data(std::string(reinterpret_cast<const char*>(x.data()), x.size() * 4));
+    return models_->Assign(&ctx, req, resp);
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<DendroServer> server_;
+  std::unique_ptr<v1::DatasetService::Stub> datasets_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::ModelService::Stub> models_;
+};
+
+v1::GhhcParams SmallParams() {
+  v1::GhhcParams p;
+  p.set_internal_nodes(30);
+  p.set_triples(6000);
+  p.set_batch_size(50);
+  p.set_seed(4);
+  return p;
+}
+
+TEST_F(GhhcServerTest, FitAssignAndReload) {
+  StartServer();
+  const int n = 900;
+  std::vector<int64_t> labels;
+  const std::vector<float> x = Blobs(n, &labels);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, n, 8, &labels, &ds).ok());
+  grpc::Status st;
+  v1::Job job = Submit(ds.id(), "blobs", SmallParams(), &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  job = Wait(job.id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+  EXPECT_DOUBLE_EQ(job.progress(), 1.0);
+
+  // The served tree is what the core computes with the same options (the
+  // exact neighbour search makes it independent of the thread count).
+  GhhcOptions o;
+  o.internal_nodes = 30;
+  o.triples = 6000;
+  o.batch_size = 50;
+  o.seed = 4;
+  NullRunContext null_ctx;
+  auto expected = FitGhhc(MatrixView(x.data(), n, 8), o, null_ctx);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  grpc::ClientContext tctx;
+  v1::GetTreeRequest treq;
+  treq.mutable_model()->set_name("blobs");
+  treq.set_format(v1::TREE_FORMAT_JSON);
+  treq.set_include_points(true);
+  v1::GetTreeResponse tresp;
+  ASSERT_TRUE(models_->GetTree(&tctx, treq, &tresp).ok());
+  auto tree = ParseJson(tresp.content());
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  EXPECT_EQ(tree->num_leaves(), expected->hierarchy.num_leaves());
+  EXPECT_EQ(tree->num_nodes(), expected->hierarchy.num_nodes());
+  EXPECT_EQ(tree->point_leaf(), expected->hierarchy.point_leaf());
+  const auto& md = tree->metadata();
+  EXPECT_EQ(md.at("method"), "ghhc");
+  EXPECT_EQ(md.at("internal_nodes"), "30");
+  EXPECT_EQ(md.at("triples"), "6000");
+  auto dp = DendrogramPurity(expected->hierarchy, {}, labels);
+  ASSERT_TRUE(dp.ok());
+  EXPECT_NEAR(std::stod(md.at("dendrogram_purity")), *dp, 1e-6);
+
+  // Assign: the training rows land in their training leaves.
+  v1::AssignResponse aresp;
+  ASSERT_TRUE(Assign("blobs", x, n, 8, &aresp).ok());
+  ASSERT_EQ(aresp.leaf_size(), n);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(aresp.leaf(i), tree->point_leaf()[i]);
+  v1::AssignResponse bad;
+  EXPECT_EQ(Assign("blobs", std::vector<float>(8, 0.f), 2, 4, &bad).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  // After a restart the model is loaded from disk and assigns the same way.
+  StopServer();
+  StartServer();
+  v1::AssignResponse again;
+  ASSERT_TRUE(Assign("blobs", x, n, 8, &again).ok());
+  ASSERT_EQ(again.leaf_size(), n);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(again.leaf(i), aresp.leaf(i));
+}
+
+TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {
+  StartServer();
+  std::vector<int64_t> labels;
+  const std::vector<float> x = Blobs(30, &labels);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, 30, 8, nullptr, &ds).ok());
+  grpc::Status st;
+  v1::GhhcParams p = SmallParams();
+  p.set_internal_nodes(-2);
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("ghhc.internal_nodes must be >= 0"));
+  p = SmallParams();
+  p.set_internal_nodes(1);
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("internal_nodes (M) must be >= 2"));
+  p = SmallParams();
+  p.set_max_node_norm(0.95);
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("max_node_norm"));
+  v1::Dataset two_rows;
+  ASSERT_TRUE(Upload(std::vector<float>(16, 1.f), 2, 8, nullptr, &two_rows).ok());
+  Submit(two_rows.id(), "bad", SmallParams(), &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("at least 3 points"));
+  // A zero row after centring fails the job with a message naming the row.
+  std::vector<float> same(8 * 5, 2.f);
+  v1::Dataset constant;
+  ASSERT_TRUE(Upload(same, 5, 8, nullptr, &constant).ok());
+  v1::Job job = Submit(constant.id(), "bad", SmallParams(), &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  job = Wait(job.id());
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.error().message(), HasSubstr("row 0"));
+}
+
+TEST_F(GhhcServerTest, CancelStopsTheJob) {
+  StartServer();
+  const int n = 3000;
+  std::vector<int64_t> labels;
+  const std::vector<float> x = Blobs(n, &labels);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, n, 8, nullptr, &ds).ok());
+  v1::GhhcParams p = SmallParams();
+  p.set_triples(int64_t{1} << 40);  // would run for days
+  grpc::Status st;
+  v1::Job job = Submit(ds.id(), "long", p, &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  grpc::ClientContext cctx;
+  v1::CancelJobRequest creq;
+  creq.set_id(job.id());
+  v1::Job cancelled;
+  ASSERT_TRUE(jobs_->CancelJob(&cctx, creq, &cancelled).ok());
+  job = Wait(job.id());
+  EXPECT_EQ(job.state(), v1::JOB_STATE_CANCELLED);
+}
+
+}  // namespace
+}  // namespace dendro::server

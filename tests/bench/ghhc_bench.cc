@@ -1,0 +1,240 @@
+// gHHC benchmark: time, peak RSS and dendrogram purity on synthetic
+// hierarchical Gaussian data (or on given .npy files). A CLI, not a ctest:
+//
+//   ghhc_bench --n=100000 [--dim=64] [--m=1000] [--triples=0] [--threads=0]
+//              [--branching=4,5,5] [--point-scale=0.35] [--seed=1]
+//              [--batch=100] [--lr=0.01] [--k=5] [--margin=0.25]
+//              [--margin-every=10] [--margin-steps=1] [--margin-lr=0.001]
+//              [--gumbel=1] [--init-sample=0] [--hnsw-m=12] [--hnsw-ef=40]
+//              [--link=sigmoid]
+//              [--hac]            also run Dendro's O(N^2) average linkage
+//              [--write-npy=PREFIX]  write PREFIX_x.npy / PREFIX_y.npy and exit
+//   ghhc_bench --x=X.npy --y=Y.npy [...]   data from files (labels int)
+//
+// Prints one line of key=value pairs; peak_rss_mb is this process's
+// getrusage maximum resident set (the data generation is included; run with
+// /usr/bin/time -v for an outside view). tests/bench/ghhc_fastcluster.py runs
+// fastcluster's average linkage on the same data.
+// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
+// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
+// 105593, fixed in 12.3/13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/common/run_context.h"
+#include "core/ghhc/ghhc.h"
+#include "core/ghhc/init.h"
+#include "core/ghhc/synthetic.h"
+#include "core/io/npy.h"
+#include "core/metrics/metrics.h"
+
+namespace dendro {
+namespace {
+
+double PeakRssMb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss / 1024.0;
+}
+
+bool Flag(std::string_view arg, std::string_view name, std::string* value) {
+  if (arg.substr(0, name.size()) != name) return false;
+  if (arg.size() == name.size()) {
+    *value = "1";
+    return true;
+  }
+  if (arg[name.size()] != '=') return false;
+  *value = std::string(arg.substr(name.size() + 1));
+  return true;
+}
+
+int Main(int argc, char** argv) {
+  HierarchicalGaussianSpec spec;
+  // 100 leaf classes; points spread so that average linkage reaches a
+  // dendrogram purity of about 0.99 at N = 10,000 but a truncated tree does not
+  // come for free.
+  spec.point_scale = 0.35;
+  GhhcOptions opt;
+  std::string x_path, y_path, write_prefix;
+  bool run_hac = false;
+  for (int a = 1; a < argc; ++a) {
+    std::string v;
+    const std::string_view arg = argv[a];
+    if (Flag(arg, "--n", &v))
+      spec.n = std::atoll(v.c_str());
+    else if (Flag(arg, "--dim", &v))
+      spec.dim = std::atoi(v.c_str());
+    else if (Flag(arg, "--branching", &v)) {
+      if (std::sscanf(v.c_str(), "%d,%d,%d", &spec.branching[0], &spec.branching[1],
+                      &spec.branching[2]) != 3) {
+        std::fprintf(stderr, "--branching wants b0,b1,b2\n");
+        return 2;
+      }
+    } else if (Flag(arg, "--point-scale", &v))
+      spec.point_scale = std::atof(v.c_str());
+    else if (Flag(arg, "--seed", &v))
+      spec.seed = opt.seed = std::strtoull(v.c_str(), nullptr, 10);
+    else if (Flag(arg, "--m", &v))
+      opt.internal_nodes = std::atoi(v.c_str());
+    else if (Flag(arg, "--triples", &v))
+      opt.triples = std::atoll(v.c_str());
+    else if (Flag(arg, "--batch", &v))
+      opt.batch_size = std::atoi(v.c_str());
+    else if (Flag(arg, "--lr", &v))
+      opt.learning_rate = std::atof(v.c_str());
+    else if (Flag(arg, "--k", &v))
+      opt.neighbors = std::atoi(v.c_str());
+    else if (Flag(arg, "--margin", &v))
+      opt.margin = std::atof(v.c_str());
+    else if (Flag(arg, "--margin-every", &v))
+      opt.margin_every = std::atoi(v.c_str());
+    else if (Flag(arg, "--margin-steps", &v))
+      opt.margin_steps = std::atoi(v.c_str());
+    else if (Flag(arg, "--margin-lr", &v))
+      opt.margin_learning_rate = std::atof(v.c_str());
+    else if (Flag(arg, "--gumbel", &v))
+      opt.gumbel_temperature = std::atof(v.c_str());
+    else if (Flag(arg, "--init-sample", &v))
+      opt.init_sample = std::atoi(v.c_str());
+    else if (Flag(arg, "--threads", &v))
+      opt.num_threads = std::atoi(v.c_str());
+    else if (Flag(arg, "--hnsw-m", &v))
+      opt.hnsw_m = std::atoi(v.c_str());
+    else if (Flag(arg, "--hnsw-ef", &v))
+      opt.hnsw_ef_construction = std::atoi(v.c_str());
+    else if (Flag(arg, "--link", &v)) {
+      if (v == "sigmoid")
+        opt.link = GhhcLink::kSigmoid;
+      else if (v == "softplus")
+        opt.link = GhhcLink::kSoftplus;
+      else {
+        std::fprintf(stderr, "--link: sigmoid or softplus\n");
+        return 2;
+      }
+    } else if (Flag(arg, "--hac", &v))
+      run_hac = true;
+    else if (Flag(arg, "--write-npy", &v))
+      write_prefix = v;
+    else if (Flag(arg, "--x", &v))
+      x_path = v;
+    else if (Flag(arg, "--y", &v))
+      y_path = v;
+    else {
+      std::fprintf(stderr, "unknown flag %s (see the comment at the top of ghhc_bench.cc)\n",
+                   argv[a]);
+      return 2;
+    }
+  }
+  std::vector<float> x;
+  std::vector<int64_t> y;
+  int64_t n = 0, d = 0;
+  if (!x_path.empty()) {
+    auto xa = ReadNpyFloat32(x_path);
+    if (!xa.ok() || xa->shape.size() != 2) {
+      std::fprintf(stderr, "%s: %s\n", x_path.c_str(),
+                   xa.ok() ? "need a 2-D array" : std::string(xa.status().message()).c_str());
+      return 1;
+    }
+    n = xa->shape[0];
+    d = xa->shape[1];
+    x = std::move(xa->data);
+    if (!y_path.empty()) {
+      auto ya = ReadNpyInt(y_path);
+      if (!ya.ok() || static_cast<int64_t>(ya->data.size()) != n) {
+        std::fprintf(stderr, "%s: bad labels\n", y_path.c_str());
+        return 1;
+      }
+      y = std::move(ya->data);
+    }
+  } else {
+    HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
+    n = spec.n;
+    d = spec.dim;
+    x = std::move(data.x);
+    y = std::move(data.leaf);
+  }
+  if (!write_prefix.empty()) {
+    const int64_t xs[2] = {n, d};
+    const int64_t ys[1] = {n};
+    absl::Status s = WriteNpy(write_prefix + "_x.npy", absl::MakeConstSpan(x), xs);
+    if (s.ok()) s = WriteNpy(write_prefix + "_y.npy", absl::MakeConstSpan(y), ys);
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+    std::printf("wrote %s_x.npy (%lld x %lld) and %s_y.npy\n", write_prefix.c_str(),
+                static_cast<long long>(n), static_cast<long long>(d), write_prefix.c_str());
+    return 0;
+  }
+  const MatrixView view(x.data(), n, d);
+  NullRunContext ctx;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<GhhcResult> r = FitGhhc(view, opt, ctx);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!r.ok()) {
+    std::fprintf(stderr, "FitGhhc: %s\n", std::string(r.status().message()).c_str());
+    return 1;
+  }
+  double dp = -1, leaf_purity = -1;
+  if (!y.empty()) {
+    auto v = DendrogramPurity(r->hierarchy, {}, y);
+    if (v.ok()) dp = *v;
+    const std::vector<int64_t> pl(r->hierarchy.point_leaf().begin(),
+                                  r->hierarchy.point_leaf().end());
+    auto lp = LeafPurity(y, pl);
+    if (lp.ok()) leaf_purity = *lp;
+  }
+  const GhhcStats& s = r->stats;
+  std::printf(
+      "ghhc n=%lld d=%lld m=%d triples=%lld seconds=%.2f knn_s=%.2f init_s=%.2f train_s=%.2f "
+      "extract_s=%.2f peak_rss_mb=%.0f dp=%.4f leaf_purity=%.4f leaves=%d pruned=%d obj0=%.5g "
+      "obj1=%.5g "
+      "exact_knn=%d\n",
+      static_cast<long long>(n), static_cast<long long>(d), opt.internal_nodes,
+      static_cast<long long>(s.triples), secs, s.knn_seconds, s.init_seconds, s.train_seconds,
+      s.extract_seconds, PeakRssMb(), dp, leaf_purity, s.leaf_clusters, s.pruned_nodes,
+      s.initial_objective, s.final_objective, s.exact_knn ? 1 : 0);
+  std::fflush(stdout);
+  if (run_hac && !y.empty()) {
+    // Average linkage on the same preprocessed points (centred, unit length).
+    const auto h0 = std::chrono::steady_clock::now();
+    ghhc::RowMat<double> p(n, d);
+    Eigen::RowVectorXd mean = view.cast<double>().colwise().mean();
+    for (int64_t i = 0; i < n; ++i) {
+      Eigen::RowVectorXd v = view.row(i).cast<double>() - mean;
+      p.row(i) = v / v.norm();
+    }
+    const std::vector<ghhc::LinkageStep> steps = ghhc::AverageLinkage(p);
+    std::vector<Merge> merges;
+    for (const auto& st : steps) merges.push_back({st.a, st.b, st.height});
+    auto tree = Hierarchy::FromMerges(static_cast<int32_t>(n), merges);
+    std::vector<int32_t> ident(n);
+    for (int64_t i = 0; i < n; ++i) ident[i] = static_cast<int32_t>(i);
+    const double hsecs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
+    double hdp = -1;
+    if (tree.ok()) {
+      auto v = DendrogramPurity(*tree, ident, y);
+      if (v.ok()) hdp = *v;
+    }
+    std::printf("hac_average n=%lld seconds=%.2f peak_rss_mb=%.0f dp=%.4f\n",
+                static_cast<long long>(n), hsecs, PeakRssMb(), hdp);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dendro
+
+int main(int argc, char** argv) { return dendro::Main(argc, argv); }

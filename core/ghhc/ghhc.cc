@@ -74,7 +74,7 @@ class Progress {
   double last_ = 0.0;
 };
 
-absl::Status ValidateOptions(const GhhcOptions& o) {
+absl::Status ValidateOptionsImpl(const GhhcOptions& o) {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
   if (o.internal_nodes < 2) {
     return bad("internal_nodes (M) must be >= 2, got ", o.internal_nodes);
@@ -213,6 +213,10 @@ float SqDist(const RowMat<float>& p, int64_t a, int64_t b) {
 
 }  // namespace
 
+absl::Status ValidateGhhcOptions(const GhhcOptions& options) {
+  return ValidateOptionsImpl(options);
+}
+
 absl::StatusOr<Hierarchy> ExtractGhhcTree(const std::vector<double>& nodes, int64_t dim,
                                           double point_norm,
                                           const std::vector<int32_t>& node_parent,
@@ -295,7 +299,7 @@ absl::StatusOr<Hierarchy> ExtractGhhcTree(const std::vector<double>& nodes, int6
 
 absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& options,
                                    RunContext& ctx) {
-  DENDRO_RETURN_IF_ERROR(ValidateOptions(options));
+  DENDRO_RETURN_IF_ERROR(ValidateGhhcOptions(options));
   const int64_t n = x.rows();
   const int64_t d = x.cols();
   if (n < 3) {
@@ -348,7 +352,7 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   progress.Report(0.30, 0.32, 0.0, "initialisation (HAC on a sample)");
   int64_t s = options.init_sample > 0
                   ? options.init_sample
-                  : std::max<int64_t>(1000, std::min<int64_t>(4000, 4 * int64_t{m}));
+                  : std::max<int64_t>(1000, std::min<int64_t>(kGhhcMaxInitSample, 4 * int64_t{m}));
   s = std::min(s, n);
   stats.init_sample = static_cast<int32_t>(s);
   RowMat<double> z;
@@ -379,8 +383,10 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   std::vector<ghhc::TripleWorkspace<float>> chunk_ws(num_chunks);
   std::vector<double> chunk_loss(num_chunks);
   std::vector<Triple> triples(batch);
-  std::vector<double> batch_loss;
-  batch_loss.reserve(steps);
+  // Per-batch objectives: the first `window` batches and a ring of the last.
+  const int64_t window = std::clamp<int64_t>(steps / 20, 1, 1000);
+  double first_sum = 0.0, batch_objective = 0.0;
+  std::vector<double> last_losses(window, 0.0);
   RowMat<float> zf;
   RowMat<double> grad(m, d);
   std::vector<int32_t> parents;
@@ -450,11 +456,13 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
     }
     RsgdStep(z, grad, options.learning_rate, options.max_node_norm, threads.threads());
     seen += bsize;
-    batch_loss.push_back(loss / static_cast<double>(bsize));
+    batch_objective = loss / static_cast<double>(bsize);
+    if (step < window) first_sum += batch_objective;
+    last_losses[step % window] = batch_objective;
 
     if (options.margin_every > 0 && options.margin_steps > 0 &&
         (step + 1) % options.margin_every == 0) {
-      parents = ghhc::NodeParents(z, threads.threads());
+      parents = ghhc::NodeParents(z, threads.threads(), /*float_products=*/true);
       for (int32_t r = 0; r < options.margin_steps; ++r) {
         grad.setZero();
         ghhc::MarginObjective(z, parents, options.margin, &grad);
@@ -462,23 +470,16 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
       }
     }
     if ((step + 1) % report_every == 0 || step + 1 == steps) {
-      progress.Report(0.32, 0.95, static_cast<double>(seen) / total,
-                      absl::StrFormat("training: %d/%d triples, objective %.5g", seen, total,
-                                      batch_loss.back()));
+      progress.Report(
+          0.32, 0.95, static_cast<double>(seen) / total,
+          absl::StrFormat("training: %d/%d triples, objective %.5g", seen, total, batch_objective));
     }
   }
   stats.triples = seen;
   stats.batches = steps;
-  {
-    const int64_t w = std::max<int64_t>(1, steps / 20);
-    double first = 0, last = 0;
-    for (int64_t q = 0; q < w; ++q) {
-      first += batch_loss[q];
-      last += batch_loss[steps - 1 - q];
-    }
-    stats.initial_objective = first / w;
-    stats.final_objective = last / w;
-  }
+  stats.initial_objective = first_sum / window;
+  for (double v : last_losses) stats.final_objective += v;
+  stats.final_objective /= window;
   stats.train_seconds = Seconds(t0);
 
   // 5. Extraction.

@@ -103,8 +103,9 @@ struct GhhcOptions {
   double gumbel_temperature = 1.0;  // scale of the Gumbel noise; 0: none
   GhhcLink link = GhhcLink::kSigmoid;
   uint64_t seed = 1;
-  // Sample for the HAC initialisation; 0: min(N, max(1000, min(4000, 4 M))).
-  // At most kGhhcMaxInitSample.
+  // Sample for the HAC initialisation; 0: min(N, max(1000, min(8192, 4 M))).
+  // At most kGhhcMaxInitSample = 8192 (its condensed distance matrix takes
+  // s (s - 1) / 2 doubles: 268 MB).
   int32_t init_sample = 0;
   bool center = true;          // subtract the mean before normalising
   double point_norm = 0.9;     // radius of the points' sphere
@@ -143,7 +144,7 @@ struct GhhcStats {
   bool exact_knn = false;
   int32_t init_sample = 0;
   // Mean eq. 15 value per triple over the first and the last 5% of batches
-  // (with the training noise).
+  // (at most 1000 batches each; with the training noise).
   double initial_objective = 0.0;
   double final_objective = 0.0;
   int32_t leaf_clusters = 0;  // nodes with points
@@ -156,6 +157,10 @@ struct GhhcResult {
   Hierarchy hierarchy;  // point_leaf = the training points' leaves
   GhhcStats stats;
 };
+
+// InvalidArgument naming the first bad option (what FitGhhc checks before
+// looking at the data).
+absl::Status ValidateGhhcOptions(const GhhcOptions& options);
 
 // Validates the input and options and runs gHHC. Errors: InvalidArgument for
 // N < 3, M < 2, non-finite entries (naming row and column), a row that is

@@ -175,9 +175,11 @@ template double TripleObjective<double>(const Eigen::Ref<const RowMat<double>>&,
                                         const Eigen::Ref<const RowMat<double>>&, Link,
                                         RowMat<double>*, TripleWorkspace<double>*);
 
-std::vector<int32_t> NodeParents(const RowMat<double>& nodes, int num_threads) {
+std::vector<int32_t> NodeParents(const RowMat<double>& nodes, int num_threads,
+                                 bool float_products) {
   const Eigen::Index m = nodes.rows();
   const Eigen::VectorXd sq = nodes.rowwise().squaredNorm();
+  const RowMat<float> nodes_f = float_products ? nodes.cast<float>() : RowMat<float>();
   std::vector<int32_t> parent(m, -1);
   constexpr Eigen::Index kBlock = 256;
   const Eigen::Index blocks = (m + kBlock - 1) / kBlock;
@@ -185,7 +187,10 @@ std::vector<int32_t> NodeParents(const RowMat<double>& nodes, int num_threads) {
   for (Eigen::Index blk = 0; blk < blocks; ++blk) {
     const Eigen::Index c0 = blk * kBlock;
     const Eigen::Index cn = std::min(kBlock, m - c0);
-    const RowMat<double> s = nodes.middleRows(c0, cn) * nodes.transpose();
+    const RowMat<double> s =
+        float_products
+            ? RowMat<double>((nodes_f.middleRows(c0, cn) * nodes_f.transpose()).cast<double>())
+            : RowMat<double>(nodes.middleRows(c0, cn) * nodes.transpose());
     for (Eigen::Index ci = 0; ci < cn; ++ci) {
       const Eigen::Index c = c0 + ci;
       double best = std::numeric_limits<double>::infinity();

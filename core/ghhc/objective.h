@@ -58,8 +58,11 @@ double TripleObjective(const Eigen::Ref<const RowMat<T>>& points,
 // rule -- and picks the eligible p with the smallest d_cp(z_c, z_p), which for
 // an eligible parent equals the Poincaré distance (lowest index on ties). The
 // first node in that order (smallest norm) is the root and gets -1. Uses up
-// to `num_threads` threads for M >= 512.
-std::vector<int32_t> NodeParents(const RowMat<double>& nodes, int num_threads = 1);
+// to `num_threads` threads for M >= 512. With `float_products` the distances
+// come from float32 products (about twice as fast; near-ties may resolve
+// differently), as in the margin phases of training.
+std::vector<int32_t> NodeParents(const RowMat<double>& nodes, int num_threads = 1,
+                                 bool float_products = false);
 
 // Eq. 17 with parents `parent` (-1 = none). Adds the Euclidean gradient with
 // respect to every node to `grad` (M x d) if non-null.

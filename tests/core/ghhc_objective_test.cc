@@ -184,7 +184,8 @@ TEST(NodeParentsTest, MatchesBruteForceAndOrdersNorms) {
     RowMat<double> nodes = RandomRows(rng, m, 6, 0.0, 0.8);
     // Ties in norm: copy some norms exactly (clipped nodes share 0.8).
     for (int n = 0; n < m; n += 3) nodes.row(n) *= 0.8 / nodes.row(n).norm();
-    const std::vector<int32_t> parent = NodeParents(nodes);
+    const std::vector<int32_t> parent = NodeParents(nodes, 2);
+    const std::vector<int32_t> parent_f = NodeParents(nodes, 2, /*float_products=*/true);
     int roots = 0;
     for (int c = 0; c < m; ++c) {
       const double nc = nodes.row(c).squaredNorm();
@@ -201,6 +202,15 @@ TEST(NodeParentsTest, MatchesBruteForceAndOrdersNorms) {
         }
       }
       EXPECT_EQ(parent[c], arg) << "trial " << trial << " node " << c;
+      // float32 products: the same choice unless near-tied.
+      if (arg >= 0) {
+        const int32_t pf = parent_f[c];
+        ASSERT_GE(pf, 0);
+        EXPECT_NEAR(ChildParentDissimilarity(nodes.row(c).transpose(), nodes.row(pf).transpose()),
+                    best, 1e-3 * (1 + best));
+      } else {
+        EXPECT_EQ(parent_f[c], -1);
+      }
       if (parent[c] < 0) {
         ++roots;
       } else {

@@ -16,7 +16,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mkdir -p "$work"
 logits="$work/logits_${n}x${k}.npy"
 [ -f "$logits" ] || /usr/bin/python3 "$here/make_logits.py" "$n" "$k" "$logits"
-size=$(stat -c %s "$logits")
+size=$(stat -L -c %s "$logits")
 
 data="$work/data_$$"
 rm -rf "$data"; mkdir -p "$data"

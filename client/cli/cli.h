@@ -136,6 +136,8 @@ enum class OutputKind { kLinkageNpy, kNewick, kJson };
 absl::StatusOr<OutputKind> OutputKindFor(const std::string& path);
 // Checks every --out: known extension and an existing, writable directory.
 absl::Status CheckOutputs(const std::vector<std::string>& outs);
+// 1-D (or N x 1) int32/int64 labels from a .npy file.
+absl::StatusOr<std::vector<int64_t>> ReadLabels(const std::string& path);
 // Fetches the tree in the format each output's extension asks for and writes
 // the files atomically. Returns the model that was served.
 absl::StatusOr<v1::Model> FetchTrees(client::Client& client, const v1::ModelRef& ref,
@@ -146,6 +148,9 @@ absl::Status RunUpload(Context& ctx, const Args& args);
 absl::Status RunL2h(Context& ctx, const Args& args);
 absl::Status RunTneb(Context& ctx, const Args& args);
 absl::Status RunGhhc(Context& ctx, const Args& args);
+absl::Status RunHppcaTrain(Context& ctx, const Args& args);
+absl::Status RunHppcaAdd(Context& ctx, const Args& args);
+absl::Status RunPredict(Context& ctx, const Args& args);
 absl::Status RunTree(Context& ctx, const Args& args);
 absl::Status RunAssign(Context& ctx, const Args& args);
 absl::Status RunEval(Context& ctx, const Args& args);

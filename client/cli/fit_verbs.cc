@@ -56,16 +56,6 @@ std::string ModelNameFromPath(const std::string& path) {
   return stem.empty() ? "model" : stem;
 }
 
-// 1-D (or N x 1) integer labels.
-absl::StatusOr<std::vector<int64_t>> ReadLabels(const std::string& path) {
-  DENDRO_ASSIGN_OR_RETURN(NpyArrayI64 y, ReadNpyInt(path));
-  if (y.shape.size() == 2 && y.shape[1] != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": labels must be a 1-D array, got shape (",
-                                                   y.shape[0], ", ", y.shape[1], ")"));
-  }
-  return std::move(y.data);
-}
-
 nlohmann::ordered_json MetricsJson(const MetricsReport& r) {
   nlohmann::ordered_json j;
   j["level"] = r.level;

@@ -89,6 +89,29 @@ const std::vector<Verb>& Verbs() {
         {"no-wait", false}, {"keep-dataset", false}, {"internal-nodes", true},
         {"triples", true}, {"seed", true}},
        1, 1, RunGhhc},
+      {"hppca", "train", "train a hierarchical PPCA classifier on labelled features",
+       "dendro hppca train FEATURES.npy LABELS.npy --name NAME [--superclasses S] [--q Q]\n"
+       "                   [--r R] [--seed S] [--flat] [--keep-dataset]\n"
+       "  Per-class PPCA (q components, paper default 50) grouped into S super-classes\n"
+       "  (default about sqrt(K * 5)) with their own PPCA (r components). --flat: S = 0.\n",
+       {{"name", true}, {"superclasses", true}, {"q", true}, {"r", true}, {"seed", true},
+        {"flat", false}, {"keep-dataset", false}},
+       2, 2, RunHppcaTrain},
+      {"hppca", "add", "add the classes of a labelled dataset to a classifier",
+       "dendro hppca add NAME[:VERSION] FEATURES.npy LABELS.npy [--recluster]\n"
+       "  Fits only the new classes and joins each to its nearest super-class; the result\n"
+       "  is a new version of NAME. --recluster re-runs the super-class k-means.\n",
+       {{"recluster", false}, {"keep-dataset", false}},
+       3, 3, RunHppcaAdd},
+      {"", "predict", "classify rows with a classifier model",
+       "dendro predict --model NAME[:VERSION] FEATURES.npy --out PRED.npy [--top-t T]\n"
+       "               [--top-k K] [--flat] [--labels Y.npy]\n"
+       "  Writes the predicted original labels: shape (N,), or (N, K) best first.\n"
+       "  --labels: also print accuracy, classes evaluated per row, and the measured\n"
+       "  speed-up over the flat classifier on the same rows (JSON).\n",
+       {{"model", true}, {"out", true}, {"top-t", true}, {"top-k", true}, {"flat", false},
+        {"labels", true}},
+       1, 1, RunPredict},
       {"", "tree", "download a model's hierarchy",
        "dendro tree NAME[:VERSION] --out FILE [--out FILE ...]\n"
        "  Writes each --out by extension: .npy SciPy linkage, .nwk/.newick, .json.\n",

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "client/cli/cli.h"
+#include "core/io/npy.h"
 #include "core/common/status_macros.h"
 #include "core/io/atomic_file.h"
 #include "google/protobuf/util/json_util.h"
@@ -358,6 +359,16 @@ absl::StatusOr<v1::Model> FetchTrees(client::Client& client, const v1::ModelRef&
     DENDRO_ASSIGN_OR_RETURN(model, client.GetModel(ref));
   }
   return model;
+}
+
+// 1-D (or N x 1) integer labels.
+absl::StatusOr<std::vector<int64_t>> ReadLabels(const std::string& path) {
+  DENDRO_ASSIGN_OR_RETURN(NpyArrayI64 y, ReadNpyInt(path));
+  if (y.shape.size() == 2 && y.shape[1] != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": labels must be a 1-D array, got shape (",
+                                                   y.shape[0], ", ", y.shape[1], ")"));
+  }
+  return std::move(y.data);
 }
 
 }  // namespace dendro::cli

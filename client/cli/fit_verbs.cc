@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/cli.h"
@@ -220,6 +221,18 @@ absl::Status RunTneb(Context& ctx, const Args& args) {
   p->set_seed(static_cast<uint64_t>(seed));
   p->set_standardize(args.Has("standardize"));
   p->set_gaussian(args.Has("gaussian"));
+  p->set_learn_dof(args.Has("learn-dof"));
+  DENDRO_ASSIGN_OR_RETURN(int64_t neighbors, IntFlag(args, "neighbors", 1, 100000));
+  p->set_neighbors(static_cast<int32_t>(neighbors));
+  for (const char* name : {"dof", "ridge"}) {
+    std::optional<std::string> v = args.Get(name);
+    if (!v.has_value()) continue;
+    double x = 0;
+    if (!absl::SimpleAtod(*v, &x) || !(x > 0)) {
+      return UsageError(absl::StrCat("--", name, " must be a positive number, got '", *v, "'"));
+    }
+    std::string(name) == "dof" ? p->set_dof(x) : p->set_ridge(x);
+  }
   return FitAndReport(ctx, args, std::move(spec), 2, "t-NEB needs embeddings with");
 }
 

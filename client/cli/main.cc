@@ -73,11 +73,15 @@ const std::vector<Verb>& Verbs() {
        "  --standardize   zero mean, unit variance per feature (kept with the model and\n"
        "                  applied by 'dendro assign')\n"
        "  --gaussian      g-NEB: Gaussian components\n"
+       "  --dof NU / --learn-dof   fixed degrees of freedom (default 1) or learned\n"
+       "  --ridge R       added to each scale matrix (default 1e-4)\n"
+       "  --neighbors K   nearest components to link by paths (default 10)\n"
        "  --labels Y.npy  print NMI/ARI/... at --level K (default: the number of labels)\n"
        "  Other flags as for 'dendro l2h'.\n",
        {{"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
         {"no-wait", false}, {"keep-dataset", false}, {"components", true}, {"restarts", true},
-        {"standardize", false}, {"gaussian", false}, {"seed", true}},
+        {"standardize", false}, {"gaussian", false}, {"seed", true}, {"dof", true},
+        {"learn-dof", false}, {"ridge", true}, {"neighbors", true}},
        1, 1, RunTneb},
       {"", "ghhc", "fit a gHHC tree (hyperbolic, gradient-based) to embeddings",
        "dendro ghhc EMBEDDINGS.npy --out FILE [--out FILE ...] [--labels Y.npy] [--name NAME]\n"

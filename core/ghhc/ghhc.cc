@@ -339,12 +339,30 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   knn_options.seed = options.seed;
   knn_options.num_threads = threads.threads();
   const int32_t k = static_cast<int32_t>(std::min<int64_t>(options.neighbors, n - 1));
+  // The anchors x_i of all triples come from their own random stream, so the
+  // points whose neighbours are needed are known before the search.
+  const int64_t batch = options.batch_size;
+  const int64_t total = options.triples > 0 ? options.triples : kGhhcDefaultTriples;
+  const int64_t steps = (total + batch - 1) / batch;
+  auto anchor_rng = [&](int64_t step) {
+    return ghhc::Rng(ghhc::StreamSeed(options.seed, 3, static_cast<uint64_t>(step)));
+  };
+  std::vector<uint8_t> anchor_mask;
+  if (total < 2 * n) {  // otherwise nearly every point is an anchor
+    anchor_mask.assign(n, 0);
+    for (int64_t step = 0; step < steps; ++step) {
+      ghhc::Rng ri = anchor_rng(step);
+      const int64_t bsize = std::min(batch, total - step * batch);
+      for (int64_t t = 0; t < bsize; ++t) anchor_mask[ri.Below(n)] = 1;
+    }
+  }
   stats.neighbors = k;
   stats.exact_knn = n <= options.exact_knn_max_points;
-  DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> knn,
-                          ghhc::NearestNeighborTable(pts, knn_options, ctx, [&](double f) {
-                            progress.Report(0.02, 0.30, f, "nearest neighbours");
-                          }));
+  DENDRO_ASSIGN_OR_RETURN(
+      std::vector<int32_t> knn,
+      ghhc::NearestNeighborTable(
+          pts, knn_options, ctx,
+          [&](double f) { progress.Report(0.02, 0.30, f, "nearest neighbours"); }, anchor_mask));
   stats.knn_seconds = Seconds(t0);
 
   // 3. Initialisation.
@@ -360,18 +378,16 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
     const std::vector<int64_t> idx = SampleIndices(n, s, options.seed);
     RowMat<double> sample(s, d);
     for (int64_t r = 0; r < s; ++r) sample.row(r) = pts.row(idx[r]).cast<double>();
-    z = ghhc::InitialNodes(sample, m, options.max_node_norm, options.seed);
+    z = ghhc::InitialNodes(sample, m, options.max_node_norm, options.seed,
+                           [&ctx]() { return ctx.Cancelled(); });
   }
+  if (z.rows() == 0) return absl::CancelledError("job cancelled");
   for (Eigen::Index r = 0; r < z.rows(); ++r) ghhc::Retract(z.row(r), options.max_node_norm);
   stats.init_seconds = Seconds(t0);
   DENDRO_RETURN_IF_ERROR(ctx.CheckCancelled());
 
   // 4. Training.
   t0 = Clock::now();
-  const int64_t batch = options.batch_size;
-  int64_t total = options.triples > 0 ? options.triples : std::max<int64_t>(100000, 2 * n);
-  if (options.triples == 0) total = (total + batch - 1) / batch * batch;
-  const int64_t steps = (total + batch - 1) / batch;
   const int num_chunks = static_cast<int>(std::min<int64_t>(batch, 8));
   const ghhc::Link link =
       options.link == GhhcLink::kSigmoid ? ghhc::Link::kSigmoid : ghhc::Link::kSoftplus;
@@ -396,8 +412,9 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
     if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
     const int64_t bsize = std::min(batch, total - seen);
     ghhc::Rng rng(ghhc::StreamSeed(options.seed, 1, static_cast<uint64_t>(step)));
+    ghhc::Rng ri = anchor_rng(step);
     for (int64_t t = 0; t < bsize; ++t) {
-      const int64_t i = static_cast<int64_t>(rng.Below(n));
+      const int64_t i = static_cast<int64_t>(ri.Below(n));
       const int64_t j = knn[i * k + static_cast<int64_t>(rng.Below(k))];
       int64_t l;
       do {
@@ -491,7 +508,7 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   std::vector<int32_t> point_node(n);
   {
     constexpr int64_t kBlock = 2048;
-    constexpr int64_t kSuper = 64 * kBlock;
+    constexpr int64_t kSuper = 16 * kBlock;
     for (int64_t s0 = 0; s0 < n; s0 += kSuper) {
       if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
       const int64_t s1 = std::min(n, s0 + kSuper);

@@ -16,7 +16,9 @@
 
 namespace dendro::ghhc {
 
-std::vector<LinkageStep> AverageLinkage(const RowMat<double>& points) {
+std::vector<LinkageStep> AverageLinkage(const RowMat<double>& points,
+                                        const std::function<bool()>& cancelled) {
+  auto stop = [&]() { return cancelled && cancelled(); };
   const int64_t s = points.rows();
   std::vector<LinkageStep> merges;
   if (s < 2) return merges;
@@ -31,6 +33,7 @@ std::vector<LinkageStep> AverageLinkage(const RowMat<double>& points) {
     constexpr int64_t kBlock = 256;
     RowMat<double> g;
     for (int64_t r0 = 0; r0 < s; r0 += kBlock) {
+      if (stop()) return {};
       const int64_t rn = std::min(kBlock, s - r0);
       g.noalias() = points.middleRows(r0, rn) * points.transpose();
       for (int64_t i = r0; i < r0 + rn; ++i) {
@@ -57,6 +60,7 @@ std::vector<LinkageStep> AverageLinkage(const RowMat<double>& points) {
   std::vector<Raw> raw;
   raw.reserve(s - 1);
   for (int64_t step = 0; step < s - 1; ++step) {
+    if (step % 256 == 0 && stop()) return {};
     if (chain.empty()) {
       for (int64_t i = 0; i < s; ++i) {
         if (size[i] > 0) {
@@ -132,11 +136,12 @@ std::vector<LinkageStep> AverageLinkage(const RowMat<double>& points) {
 }
 
 RowMat<double> InitialNodes(const RowMat<double>& sample, int32_t num_nodes, double max_node_norm,
-                            uint64_t seed) {
+                            uint64_t seed, const std::function<bool()>& cancelled) {
   const int64_t s = sample.rows();
   const int64_t d = sample.cols();
   RowMat<double> nodes = RowMat<double>::Zero(num_nodes, d);
-  const std::vector<LinkageStep> merges = AverageLinkage(sample);
+  const std::vector<LinkageStep> merges = AverageLinkage(sample, cancelled);
+  if (s >= 2 && merges.empty()) return RowMat<double>(0, d);  // cancelled
   const int64_t num_merges = static_cast<int64_t>(merges.size());
   // c leaf nodes (the clusters of the cut into c) and the c - 1 merges above.
   const int64_t c = std::min<int64_t>((int64_t{num_nodes} + 1) / 2, s);

@@ -6,6 +6,7 @@
 #define DENDRO_CORE_GHHC_INIT_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/ghhc/objective.h"
@@ -26,8 +27,10 @@ struct LinkageStep {
 // nearest-neighbour-chain algorithm: O(s^2) time, s (s - 1) / 2 doubles of
 // memory. Returns s - 1 merges sorted by height (stable), relabelled as
 // scipy.cluster.hierarchy.linkage(method="average") does; on inputs without
-// distance ties the result equals SciPy's.
-std::vector<LinkageStep> AverageLinkage(const RowMat<double>& points);
+// distance ties the result equals SciPy's. If `cancelled` is set and returns
+// true (it is polled every few milliseconds), returns an empty vector.
+std::vector<LinkageStep> AverageLinkage(const RowMat<double>& points,
+                                        const std::function<bool()>& cancelled = nullptr);
 
 // The M initial internal nodes from `sample` (s rows, the preprocessed
 // points of a random sample), following section 4.2: "leaf" internal nodes,
@@ -47,8 +50,9 @@ std::vector<LinkageStep> AverageLinkage(const RowMat<double>& points);
 // Rows: leaf nodes first (in the order the top merges reference them), then
 // the merges in order. Any remaining rows (M even: one; or s < ceil(M / 2))
 // are sample points chosen with `seed`, scaled to norm max_node_norm.
+// Returns a matrix with 0 rows if `cancelled` fires (see AverageLinkage).
 RowMat<double> InitialNodes(const RowMat<double>& sample, int32_t num_nodes, double max_node_norm,
-                            uint64_t seed);
+                            uint64_t seed, const std::function<bool()>& cancelled = nullptr);
 
 }  // namespace dendro::ghhc
 

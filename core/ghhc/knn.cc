@@ -65,7 +65,8 @@ absl::Status ExactTable(const RowMat<float>& x, int32_t k, int threads, RunConte
 }
 
 absl::Status HnswTable(const RowMat<float>& x, const KnnOptions& options, int32_t k,
-                       RunContext& ctx, const std::function<void(double)>& progress, int32_t* out) {
+                       RunContext& ctx, const std::function<void(double)>& progress,
+                       absl::Span<const uint8_t> query_mask, int32_t* out) {
   const int64_t n = x.rows();
   const int64_t d = x.cols();
   const int32_t ef = options.hnsw_ef_search > 0 ? std::max(options.hnsw_ef_search, k + 1)
@@ -110,6 +111,10 @@ absl::Status HnswTable(const RowMat<float>& x, const KnnOptions& options, int32_
 #pragma omp parallel for num_threads(options.num_threads) schedule(dynamic, 64)
       for (int64_t i = s0; i < s1; ++i) {
         if (failed.load(std::memory_order_relaxed)) continue;
+        if (!query_mask.empty() && query_mask[i] == 0) {
+          std::fill(out + i * k, out + (i + 1) * k, -1);
+          continue;
+        }
         try {
           auto result = index->searchKnn(x.row(i).data(), static_cast<size_t>(k + 1));
           // The queue yields the farthest first.
@@ -150,8 +155,11 @@ absl::Status HnswTable(const RowMat<float>& x, const KnnOptions& options, int32_
 
 absl::StatusOr<std::vector<int32_t>> NearestNeighborTable(
     const RowMat<float>& x, const KnnOptions& options, RunContext& ctx,
-    const std::function<void(double)>& progress) {
+    const std::function<void(double)>& progress, absl::Span<const uint8_t> query_mask) {
   const int64_t n = x.rows();
+  if (!query_mask.empty() && static_cast<int64_t>(query_mask.size()) != n) {
+    return absl::InvalidArgumentError("query_mask must have one entry per point");
+  }
   if (n < 2) return absl::InvalidArgumentError("nearest neighbours need at least 2 points");
   if (options.k < 1) {
     return absl::InvalidArgumentError(absl::StrCat("neighbors must be >= 1, got ", options.k));
@@ -162,7 +170,7 @@ absl::StatusOr<std::vector<int32_t>> NearestNeighborTable(
     absl::Status s = ExactTable(x, k, options.num_threads, ctx, progress, table.data());
     if (!s.ok()) return s;
   } else {
-    absl::Status s = HnswTable(x, options, k, ctx, progress, table.data());
+    absl::Status s = HnswTable(x, options, k, ctx, progress, query_mask, table.data());
     if (!s.ok()) return s;
   }
   return table;

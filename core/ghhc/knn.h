@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "core/common/run_context.h"
 #include "core/ghhc/objective.h"
 
@@ -30,9 +31,12 @@ struct KnnOptions {
 // more than one thread its graph (hence the table) depends on thread timing.
 // `progress(f)` is called from the calling thread with f in [0, 1]
 // non-decreasing; cancellation is polled between blocks.
+// With a non-empty `query_mask` (one entry per point), the HNSW search only
+// answers the points with a non-zero entry; the rows of the others are -1.
+// (The exact search always answers every point.)
 absl::StatusOr<std::vector<int32_t>> NearestNeighborTable(
     const RowMat<float>& x, const KnnOptions& options, RunContext& ctx,
-    const std::function<void(double)>& progress);
+    const std::function<void(double)>& progress, absl::Span<const uint8_t> query_mask = {});
 
 }  // namespace dendro::ghhc
 

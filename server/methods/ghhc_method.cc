@@ -4,7 +4,7 @@
 //
 // GhhcParams: every field left at 0 takes the core default (GhhcOptions):
 // internal_nodes 100, learning_rate 0.01, batch_size 100, triples
-// max(100,000, 2 N), neighbors 5, margin 0.25, seed 1, init_sample automatic,
+// 200,000, neighbors 5, margin 0.25, seed 1, init_sample automatic,
 // point_norm 0.9, max_node_norm 0.8, gumbel_temperature 1. (So a margin or a
 // noise scale of exactly 0 cannot be requested through the service.)
 //

@@ -571,6 +571,26 @@ TEST(NeighborTableTest, ExactMatchesBruteForceAndHnswRecalls) {
     }
   }
   EXPECT_GT(hits, 0.9 * 3000 * 6);
+  // Only the masked points are answered.
+  std::vector<uint8_t> mask(3000, 0);
+  for (int i = 0; i < 3000; i += 7) mask[i] = 1;
+  auto some = ghhc::NearestNeighborTable(
+      x, o, ctx, [](double) {}, mask);
+  ASSERT_TRUE(some.ok()) << some.status();
+  for (int i = 0; i < 3000; ++i) {
+    for (int t = 0; t < 6; ++t) {
+      const int j = (*some)[i * 6 + t];
+      if (mask[i]) {
+        EXPECT_GE(j, 0);
+        EXPECT_NE(j, i);
+      } else {
+        EXPECT_EQ(j, -1);
+      }
+    }
+  }
+  EXPECT_FALSE(ghhc::NearestNeighborTable(
+                   x, o, ctx, [](double) {}, absl::MakeConstSpan(mask).first(5))
+                   .ok());
   // k larger than n - 1 is clamped.
   o.k = 50;
   o.exact_max_points = 5000;

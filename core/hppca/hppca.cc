@@ -422,6 +422,7 @@ absl::StatusOr<HppcaModel> FitHppca(const MatrixView& x, absl::Span<const int64_
     stats.reseeded_superclasses = km.reseeded;
     stats.dropped_superclasses = km.dropped;
     stats.kmeans_objective = km.objective;
+    stats.seed_seconds = km.seed_seconds;
     super_of = std::move(km.assignment);
     centroids = std::move(km.centroids);
     stats.cluster_seconds = Seconds(t1);

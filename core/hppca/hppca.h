@@ -19,23 +19,30 @@
 //   * Super-classes (section 4.4, Algorithms 2-3): k-means over the class
 //     Gaussians, seeded by k-means++ with the Bhattacharyya distance (eq. 14),
 //     assigning by KL divergence (eq. 15), centroids by Theorem 2 (eqs. 17,
-//     18), until no class moves or `kmeans_iterations` rounds. The paper
-//     clusters the full sample covariances C_k; K full d x d matrices do not
-//     fit in memory for K = 10,000 (and are singular when n_c <= d), so each
-//     class enters clustering as the maximum-likelihood PPCA approximation
-//     of C_k (Tipping & Bishop): its top-q eigenpairs plus, in the other
-//     directions, the mean of the discarded eigenvalues (at least lambda).
-//     Likewise a centroid enters the KL assignment as its ML PPCA
-//     approximation with r components. The KL
-//     assignment is exact: cheap bounds prune super-classes that cannot win.
-//     A super-class left empty is re-seeded with the class farthest (in KL)
-//     from its own centroid.
+//     18), until no class moves or `kmeans_iterations` rounds.
+//       - Seeding is the greedy form of k-means++ (as in scikit-learn): each
+//         step draws 2 + ln S candidates proportionally to their distance and
+//         keeps the one that lowers the summed distance most (with K > 256
+//         the candidates are compared on 256 sampled classes). Plain
+//         k-means++ often seeds two centroids in one true group, which Lloyd
+//         iterations with KL never undo. `kmeans_restarts` > 1 keeps the best
+//         of several runs by the summed KL.
+//       - The paper clusters the full sample covariances C_k. K full d x d
+//         matrices do not fit in memory for K = 10,000 (and are singular when
+//         n_c <= d), so each class enters clustering as the maximum-
+//         likelihood PPCA approximation of C_k (Tipping & Bishop): its top-q
+//         eigenpairs and, in the other directions, the mean of the discarded
+//         eigenvalues (at least lambda). Likewise a centroid enters the KL
+//         assignment as its ML PPCA approximation with r components.
+//       - The KL assignment is exact: cheap bounds prune super-classes that
+//         cannot win. A super-class left empty is re-seeded with the class
+//         farthest (in KL) from its own centroid.
 //   * Super-class PPCA models: top-r eigenpairs of the Theorem 2 covariance,
 //     scored like classes with the same lambda.
 //   * Optional "raw data" clustering (section 5.4): `raw_samples_per_class`
-//     random rows per class are clustered by Euclidean k-means (k-means++
-//     seeding); each class joins the cluster holding most of its samples
-//     (ties: lower cluster id); clusters that receive no class are dropped.
+//     random rows per class are clustered by Euclidean k-means (greedy
+//     k-means++ seeding); each class joins the cluster holding most of its
+//     samples (ties: lower cluster id); clusters no class chose are dropped.
 //   * S = kFlatClassifier gives the flat classifier (no super-classes); S =
 //     kAutoSuperclasses picks round(sqrt(K * default_top_t)) (section 4.3),
 //     clamped to [1, K].
@@ -108,6 +115,7 @@ struct HppcaFitStats {
   int32_t reduced_rank_classes = 0;  // classes with q_c < q
   double kmeans_objective = 0.0;     // sum_k KL(class k || its super-class); 0 if raw/flat
   double class_seconds = 0, cluster_seconds = 0, total_seconds = 0;
+  double seed_seconds = 0;  // k-means++ seeding, part of cluster_seconds
 };
 
 struct HppcaPredictOptions {
@@ -116,7 +124,10 @@ struct HppcaPredictOptions {
   int32_t top_t = 0;
   int32_t top_k = 1;   // classes returned per row, >= 1; clamped to K
   bool flat = false;   // score every class (always so for a flat model)
-  int32_t block_rows = 512;  // rows scored together (memory/speed trade-off)
+  // Rows scored together. 0: automatic -- 1024 when flat; hierarchical
+  // blocks hold about 64 rows per super-class opening (64 S / T, within
+  // [512, 8192]) so that each per-super-class GEMM has enough rows.
+  int32_t block_rows = 0;
   int num_threads = 0;       // 0: all cores
 };
 

@@ -112,6 +112,7 @@ struct KMeansResult {
   int32_t reseeded = 0;
   int32_t dropped = 0;
   double objective = 0.0;  // sum over classes of KL(class || its centroid)
+  double seed_seconds = 0.0;
 };
 
 // k-means++ seeds by Bhattacharyya distance (Algorithm 3): S distinct class

@@ -7,6 +7,7 @@
 #endif
 // Super-class clustering (paper section 4.4 and 5.4).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -149,7 +150,7 @@ absl::StatusOr<std::vector<int32_t>> BhattacharyyaSeeds(absl::Span<const Gaussia
   // of kPotentialSample classes; the winner is then evaluated on all.
   std::mt19937_64 rng(seed);
   const int32_t trials = 2 + static_cast<int32_t>(std::log(static_cast<double>(s)));
-  constexpr int64_t kPotentialSample = 1000;
+  constexpr int64_t kPotentialSample = 256;
   std::vector<char> sample;
   if (k > kPotentialSample) {
     std::vector<int64_t> idx(k);
@@ -261,8 +262,14 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
     mu_norm2[j] = mu_q.row(j).squaredNorm();
     mu_proj[j] = u.middleRows(off[j], rank[j]) * mu_q.row(j).transpose();
   }
-  std::vector<int32_t> best(k, 0);
-  std::vector<double> best_kl(k, 0.0);
+  // Phase 1: bounds for every (class, centroid); candidates are the
+  // centroids whose lower bound beats the class's best upper bound.
+  struct Cand {
+    int32_t j;
+    double base;
+    double kl;
+  };
+  std::vector<std::vector<Cand>> cands(k);
   constexpr int64_t kChunk = 128;
   const int64_t chunks = (k + kChunk - 1) / kChunk;
   DENDRO_RETURN_IF_ERROR(ParallelFor(chunks, threads, ctx, [&](int64_t ch) {
@@ -272,15 +279,11 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
     const RowMatrixDX proj = mu * u.transpose();   // classes x sum(rank)
     const RowMatrixDX dots = mu * mu_q.transpose();  // classes x s
     std::vector<double> base(s), lower(s);
-    std::vector<int32_t> cand;
     for (int64_t i = i0; i < i1; ++i) {
       const GaussianRef& p = classes[i];
       const int64_t row = i - i0;
       const double logdet_p = LogDet(p);
-      double tr_e = 0.0;
-      for (int32_t j = 0; j < p.rank(); ++j) {
-        tr_e += p.excess[j] * p.basis.row(j).cast<double>().squaredNorm();
-      }
+      const double tr_e = p.excess.sum();
       const double mn2 = mu.row(row).squaredNorm();
       double best_ub = std::numeric_limits<double>::infinity();
       for (int32_t j = 0; j < s; ++j) {
@@ -297,24 +300,58 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
         best_ub = std::min(best_ub, base[j]);
       }
       const double slack = 1e-6 * (std::fabs(best_ub) + 1.0);
-      double best_val = std::numeric_limits<double>::infinity();
-      int32_t best_j = -1;
       for (int32_t j = 0; j < s; ++j) {
-        if (lower[j] > best_ub + slack) continue;
-        const double v = KlDivergence(p, centroids[j].ref());
-        if (v < best_val) {
-          best_val = v;
-          best_j = j;
-        }
+        if (lower[j] <= best_ub + slack) cands[i].push_back({j, base[j], 0.0});
       }
-      if (best_j < 0) {  // unreachable unless NaN crept in; fall back to the bound
-        best_j = static_cast<int32_t>(std::min_element(base.begin(), base.end()) - base.begin());
-        best_val = 0.5 * base[best_j];
-      }
-      best[i] = best_j;
-      best_kl[i] = best_val;
     }
   }));
+  // Phase 2: 2 KL = base - F / noise_q with F = sum_{l,m} omega_l e_m (u_l . v_m)^2,
+  // one GEMM per centroid over the bases of its candidate classes.
+  std::vector<std::vector<std::pair<int64_t, size_t>>> by_centroid(s);
+  for (int64_t i = 0; i < k; ++i) {
+    for (size_t a = 0; a < cands[i].size(); ++a) by_centroid[cands[i][a].j].push_back({i, a});
+  }
+  DENDRO_RETURN_IF_ERROR(ParallelFor(s, threads, ctx, [&](int64_t j) {
+    const auto& list = by_centroid[j];
+    if (list.empty()) return;
+    std::vector<int64_t> row0(list.size() + 1, 0);
+    for (size_t t = 0; t < list.size(); ++t) row0[t + 1] = row0[t] + classes[list[t].first].rank();
+    RowMatrixF v(row0.back(), d);
+    for (size_t t = 0; t < list.size(); ++t) {
+      const GaussianRef& p = classes[list[t].first];
+      v.middleRows(row0[t], p.rank()) = p.basis;
+    }
+    const LowRankGaussian& c = centroids[j];
+    RowMatrixF g(row0.back(), rank[j]);
+    if (rank[j] > 0 && row0.back() > 0) g.noalias() = v * c.basis.transpose();
+    for (size_t t = 0; t < list.size(); ++t) {
+      const GaussianRef& p = classes[list[t].first];
+      double f = 0.0;
+      for (int32_t m = 0; m < p.rank(); ++m) {
+        double inner = 0.0;
+        for (int32_t l = 0; l < rank[j]; ++l) {
+          const double x = g(row0[t] + m, l);
+          inner += omega[off[j] + l] * x * x;
+        }
+        f += p.excess[m] * inner;
+      }
+      Cand& cand = cands[list[t].first][list[t].second];
+      cand.kl = 0.5 * (cand.base - f / noise_q[j]);
+    }
+  }));
+  // Phase 3: the best candidate (ties to the lower centroid index).
+  std::vector<int32_t> best(k, 0);
+  std::vector<double> best_kl(k, 0.0);
+  for (int64_t i = 0; i < k; ++i) {
+    double best_val = std::numeric_limits<double>::infinity();
+    for (const Cand& c : cands[i]) {
+      if (c.kl < best_val) {
+        best_val = c.kl;
+        best[i] = c.j;
+      }
+    }
+    best_kl[i] = best_val;
+  }
   if (kl != nullptr) *kl = std::move(best_kl);
   return best;
 }
@@ -361,8 +398,11 @@ absl::StatusOr<KMeansResult> GaussianKMeansOnce(absl::Span<const GaussianRef> cl
   RunContext* ctx = &progress.ctx();
   KMeansResult res;
   progress.Report(0.0);
+  const auto t0 = std::chrono::steady_clock::now();
   DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> seeds,
                           BhattacharyyaSeeds(classes, s, seed, threads, ctx));
+  res.seed_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   progress.Report(0.15);
   // Initial centroids: the seed classes themselves.
   res.centroids.resize(s);

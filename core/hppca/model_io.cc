@@ -84,6 +84,7 @@ absl::Status HppcaModel::Save(const std::string& dir) const {
                 {"kmeans_objective", st.kmeans_objective},
                 {"class_seconds", st.class_seconds},
                 {"cluster_seconds", st.cluster_seconds},
+                {"seed_seconds", st.seed_seconds},
                 {"total_seconds", st.total_seconds}};
   DENDRO_RETURN_IF_ERROR(Write(dir + "/labels.npy", t.labels.data(), k, -1));
   DENDRO_RETURN_IF_ERROR(Write(dir + "/class_counts.npy", t.counts.data(), k, -1));
@@ -162,16 +163,18 @@ absl::StatusOr<HppcaModel> HppcaModel::Load(const std::string& dir) {
     o.kmeans_restarts = jo.at("kmeans_restarts").get<int32_t>();
     o.seed = jo.at("seed").get<uint64_t>();
     o.default_top_t = jo.at("default_top_t").get<int32_t>();
-    const auto& js = j.at("stats");
-    st.kmeans_iterations = js.at("kmeans_iterations").get<int32_t>();
-    st.kmeans_converged = js.at("kmeans_converged").get<bool>();
-    st.reseeded_superclasses = js.at("reseeded_superclasses").get<int32_t>();
-    st.dropped_superclasses = js.at("dropped_superclasses").get<int32_t>();
-    st.reduced_rank_classes = js.at("reduced_rank_classes").get<int32_t>();
-    st.kmeans_objective = js.at("kmeans_objective").get<double>();
-    st.class_seconds = js.at("class_seconds").get<double>();
-    st.cluster_seconds = js.at("cluster_seconds").get<double>();
-    st.total_seconds = js.at("total_seconds").get<double>();
+    // Statistics are informational: missing ones read as zero.
+    const nlohmann::json js = j.value("stats", nlohmann::json::object());
+    st.kmeans_iterations = js.value("kmeans_iterations", 0);
+    st.kmeans_converged = js.value("kmeans_converged", false);
+    st.reseeded_superclasses = js.value("reseeded_superclasses", 0);
+    st.dropped_superclasses = js.value("dropped_superclasses", 0);
+    st.reduced_rank_classes = js.value("reduced_rank_classes", 0);
+    st.kmeans_objective = js.value("kmeans_objective", 0.0);
+    st.class_seconds = js.value("class_seconds", 0.0);
+    st.cluster_seconds = js.value("cluster_seconds", 0.0);
+    st.seed_seconds = js.value("seed_seconds", 0.0);
+    st.total_seconds = js.value("total_seconds", 0.0);
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(dir, "/hppca.json: ", e.what()));
   }

@@ -155,9 +155,9 @@ absl::StatusOr<HppcaPrediction> HppcaModel::Predict(const MatrixView& rows,
     return absl::InvalidArgumentError(
         absl::StrCat("top_t = ", opt.top_t, " must be >= 0 (0: the model's default)"));
   }
-  if (opt.block_rows < 1) {
+  if (opt.block_rows < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("block_rows = ", opt.block_rows, " must be >= 1"));
+        absl::StrCat("block_rows = ", opt.block_rows, " must be >= 0 (0: automatic)"));
   }
   const int32_t k_all = num_classes(), s_all = num_superclasses();
   const bool flat = opt.flat || s_all == 0;
@@ -165,6 +165,10 @@ absl::StatusOr<HppcaPrediction> HppcaModel::Predict(const MatrixView& rows,
   const int32_t kk = std::min(opt.top_k, k_all);
   const int threads = hppca_internal::ResolveThreads(opt.num_threads);
   const int64_t n = rows.rows();
+  int64_t block = opt.block_rows;
+  if (block == 0) {
+    block = flat ? 1024 : std::clamp<int64_t>(int64_t{256} * s_all / std::max(t, 1), 512, 16384);
+  }
 
   HppcaPrediction out;
   out.rows = n;
@@ -187,8 +191,8 @@ absl::StatusOr<HppcaPrediction> HppcaModel::Predict(const MatrixView& rows,
   std::vector<double> sup;
   std::vector<int32_t> opened;
 
-  for (int64_t r0 = 0; r0 < n; r0 += opt.block_rows) {
-    const int64_t nb = std::min<int64_t>(opt.block_rows, n - r0);
+  for (int64_t r0 = 0; r0 < n; r0 += block) {
+    const int64_t nb = std::min<int64_t>(block, n - r0);
     CenterRows(rows, r0, nb, m.center, main_ws);
     cand.resize(nb * lists * kk);
     cand_n.assign(nb * lists, 0);

@@ -472,6 +472,20 @@ absl::StatusOr<v1::Model> Client::GetModel(const v1::ModelRef& ref) {
   return resp;
 }
 
+absl::StatusOr<v1::GetClassesResponse> Client::GetClasses(const v1::ModelRef& ref) {
+  v1::GetClassesRequest req;
+  *req.mutable_model() = ref;
+  v1::GetClassesResponse resp;
+  DENDRO_RETURN_IF_ERROR(impl_->Unary("GetClasses", [&](grpc::ClientContext* c) {
+    return impl_->models->GetClasses(c, req, &resp);
+  }));
+  if (resp.superclasses_size() != resp.labels_size()) {
+    return absl::InternalError(absl::StrCat("GetClasses: ", resp.labels_size(), " labels but ",
+                                            resp.superclasses_size(), " super-classes"));
+  }
+  return resp;
+}
+
 absl::StatusOr<v1::ListModelsResponse> Client::ListModels(const std::string& name,
                                                           int32_t page_size,
                                                           const std::string& page_token) {

@@ -159,6 +159,8 @@ class Client {
   // the version the first one used, so one call never mixes versions.
   absl::StatusOr<AssignResult> Assign(const v1::ModelRef& ref, const MatrixView& rows,
                                       int32_t level = 0);
+  // Classifier models: each class's original label and super-class.
+  absl::StatusOr<v1::GetClassesResponse> GetClasses(const v1::ModelRef& ref);
   // Classifier models: top-k classes per row, batched like Assign.
   absl::StatusOr<PredictResult> Predict(const v1::ModelRef& ref, const MatrixView& rows,
                                         const PredictOptions& options);

@@ -363,6 +363,20 @@ class ModelServiceImpl final : public v1::ModelService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status GetClasses(grpc::ServerContext*, const v1::GetClassesRequest* req,
+                          v1::GetClassesResponse* resp) override {
+    auto loaded = deps_.models->Load(req->model().name(), req->model().version());
+    if (!loaded.ok()) return ToGrpc(loaded.status());
+    auto table = loaded->first->Classes();
+    if (!table.ok()) return ToGrpc(table.status());
+    resp->set_model_version(loaded->second.version());
+    resp->mutable_labels()->Add(table->labels.begin(), table->labels.end());
+    resp->mutable_superclasses()->Add(table->superclasses.begin(), table->superclasses.end());
+    resp->mutable_train_counts()->Add(table->train_counts.begin(), table->train_counts.end());
+    resp->set_num_superclasses(table->num_superclasses);
+    return grpc::Status::OK;
+  }
+
  private:
   absl::Status PredictOne(const v1::PredictRequest& req, v1::PredictResponse* resp) {
     DENDRO_ASSIGN_OR_RETURN(auto loaded,

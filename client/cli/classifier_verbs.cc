@@ -1,9 +1,11 @@
 // Verbs for classifier models: hppca train, hppca add, predict.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <limits>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
 #include "core/common/status_macros.h"
@@ -150,6 +152,29 @@ absl::Status RunPredict(Context& ctx, const Args& args) {
   report["top_t"] = pred.top_t;
   report["classes_evaluated_per_row"] = evaluated / f.rows;
   report["seconds"] = seconds;
+  if (!options.flat && pred.top_t > 0) {
+    // Super-class accuracy: the true class's super-class is among the T
+    // opened (and, separately, is the first one).
+    v1::ModelRef pinned = *ref;
+    pinned.set_version(pred.model_version);
+    DENDRO_ASSIGN_OR_RETURN(v1::GetClassesResponse classes, client->GetClasses(pinned));
+    absl::flat_hash_map<int64_t, int32_t> super_of;
+    for (int i = 0; i < classes.labels_size(); ++i) {
+      super_of[classes.labels(i)] = classes.superclasses(i);
+    }
+    int64_t known = 0, in_top_t = 0, first = 0;
+    for (int64_t i = 0; i < f.rows; ++i) {
+      auto it = super_of.find(truth[i]);
+      if (it == super_of.end()) continue;
+      ++known;
+      const int32_t* opened = pred.superclasses.data() + i * pred.top_t;
+      first += opened[0] == it->second;
+      in_top_t += std::find(opened, opened + pred.top_t, it->second) != opened + pred.top_t;
+    }
+    report["superclass_accuracy"] = known > 0 ? static_cast<double>(in_top_t) / known : 0.0;
+    report["superclass_top1_accuracy"] = known > 0 ? static_cast<double>(first) / known : 0.0;
+    if (known < f.rows) report["rows_with_unknown_label"] = f.rows - known;
+  }
   if (!options.flat) {
     client::PredictOptions flat = options;
     flat.flat = true;

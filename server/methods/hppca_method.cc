@@ -4,16 +4,17 @@
 // Method::BaseModel / FitFrom). Predict answers top-k classes per row;
 // AssignLeaves is the top-1 class (the leaf) at the model's default T.
 //
-// HppcaTrainParams: zero means the paper default for q (50), r (50), lambda
-// (0.01), kmeans_iterations (50) and default_top_t (5), so q = 0 (RBF
-// neurons) cannot be requested through the service; superclasses 0 = about
-// sqrt(K * default_top_t), -1 = flat. Artifacts: core/hppca's model
-// directory (which includes tree.json and point_leaf.npy as SaveTree writes
-// them).
+// HppcaTrainParams: zero means the paper default for q and r (50, capped at
+// the features' dimension d), lambda (0.01), kmeans_iterations (50) and
+// default_top_t (5), so q = 0 (RBF neurons) cannot be requested through the
+// service; superclasses 0 = about sqrt(K * default_top_t), -1 = flat.
+// Artifacts: core/hppca's model directory (which includes tree.json and
+// point_leaf.npy as SaveTree writes them).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593 (AVX-512 headers)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
+#include <algorithm>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -60,17 +61,33 @@ class HppcaFitted final : public FittedModel {
     return out;
   }
 
+  absl::StatusOr<ClassTable> Classes() const override {
+    ClassTable t;
+    const int32_t k = model_.num_classes();
+    t.labels.assign(model_.labels().begin(), model_.labels().end());
+    t.superclasses.resize(k);
+    t.train_counts.resize(k);
+    for (int32_t c = 0; c < k; ++c) {
+      t.superclasses[c] = model_.superclass_of(c);
+      t.train_counts[c] = model_.class_count(c);
+    }
+    t.num_superclasses = model_.num_superclasses();
+    return t;
+  }
+
   const HppcaModel& model() const { return model_; }
 
  private:
   HppcaModel model_;
 };
 
-HppcaOptions OptionsFrom(const v1::HppcaTrainParams& p) {
+// `cols`: the features' dimension d, which caps the default q and r (the
+// paper's 50 assumes d in the hundreds).
+HppcaOptions OptionsFrom(const v1::HppcaTrainParams& p, int64_t cols) {
   HppcaOptions o;
   o.superclasses = p.superclasses();
-  if (p.q() != 0) o.q = p.q();
-  if (p.r() != 0) o.r = p.r();
+  o.q = p.q() != 0 ? p.q() : static_cast<int32_t>(std::min<int64_t>(o.q, cols));
+  o.r = p.r() != 0 ? p.r() : static_cast<int32_t>(std::min<int64_t>(o.r, cols));
   if (p.lambda() != 0) o.lambda = p.lambda();
   o.score = p.log_det_score() ? PpcaScore::kLogDet : PpcaScore::kMahalanobis;
   o.raw_data_clustering = p.raw_data_clustering();
@@ -108,7 +125,7 @@ class Hppca final : public Method {
           "hppca: dataset ", dataset.id(), " has ", dataset.rows(),
           " rows; a classifier needs at least 2 classes of at least 2 rows"));
     }
-    return ValidateHppcaOptions(OptionsFrom(spec.hppca()), dataset.cols());
+    return ValidateHppcaOptions(OptionsFrom(spec.hppca(), dataset.cols()), dataset.cols());
   }
 
   absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset& dataset,
@@ -119,7 +136,7 @@ class Hppca final : public Method {
           "hppca_add grows an existing model: it runs through FitFrom with the base model");
     }
     DENDRO_RETURN_IF_ERROR(NeedLabels(dataset.info(), "hppca"));
-    const HppcaOptions o = OptionsFrom(spec.hppca());
+    const HppcaOptions o = OptionsFrom(spec.hppca(), dataset.info().cols());
     DENDRO_ASSIGN_OR_RETURN(HppcaModel model, FitHppca(dataset.matrix(), dataset.labels(), o, ctx));
     return Finish(std::move(model), dataset);
   }

@@ -50,6 +50,12 @@ absl::StatusOr<Prediction> FittedModel::Predict(const MatrixView&,
       "' is a clustering, not a classifier: use Assign instead of Predict"));
 }
 
+absl::StatusOr<ClassTable> FittedModel::Classes() const {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "model method '", std::string(method()),
+      "' is a clustering, not a classifier: it has no class table"));
+}
+
 absl::Status SaveTree(const Hierarchy& tree, const std::string& dir) {
   DENDRO_RETURN_IF_ERROR(WriteFileAtomic(dir + "/tree.json", ToJson(tree, false)));
   const auto& pl = tree.point_leaf();

@@ -34,6 +34,15 @@ struct Prediction {
   std::vector<int32_t> classes_evaluated;  // rows
 };
 
+// A classifier's classes: original label, super-class (-1 when flat) and
+// training rows of each class, in the model's internal order.
+struct ClassTable {
+  std::vector<int64_t> labels;
+  std::vector<int32_t> superclasses;
+  std::vector<int64_t> train_counts;
+  int32_t num_superclasses = 0;
+};
+
 struct PredictOptions {
   int32_t top_t = 0;  // 0: the model's default
   int32_t top_k = 1;
@@ -60,6 +69,9 @@ class FittedModel {
   // Classifiers override this; clustering models answer FailedPrecondition.
   virtual absl::StatusOr<Prediction> Predict(const MatrixView& rows,
                                              const PredictOptions& options) const;
+  // Classifiers override this too; clustering models answer
+  // FailedPrecondition.
+  virtual absl::StatusOr<ClassTable> Classes() const;
 };
 
 class Method {

@@ -8,54 +8,8 @@
 # (Debian's /usr/bin/python3) as independent references.
 set -euo pipefail
 
-DENDROD=${1:?usage: cli_test.sh DENDROD DENDRO}
-DENDRO=${2:?usage: cli_test.sh DENDROD DENDRO}
-PY=/usr/bin/python3
-DENDROD=$(realpath "$DENDROD")
-DENDRO=$(realpath "$DENDRO")
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh" "$@"
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/dendro-cli-test.XXXXXX")
-SERVER_PID=""
-TLS_PID=""
-cleanup() {
-  for pid in $SERVER_PID $TLS_PID; do
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  for log in "$WORK"/*.log; do
-    [[ -f "$log" ]] || continue
-    echo "--- $(basename "$log") (tail) ---" >&2
-    tail -20 "$log" >&2
-  done
-  exit 1
-}
-pass() { echo "ok: $*"; }
-
-cd "$WORK"
-
-# --- server --------------------------------------------------------------------
-# start_server NAME [FLAGS...]: starts dendrod with data dir and port file
-# $WORK/NAME.*, sets STARTED_PID and STARTED_PORT.
-start_server() {
-  local name=$1
-  shift
-  "$DENDROD" --listen 127.0.0.1:0 --data_dir "$WORK/$name.data" --port_file "$WORK/$name.port" \
-    "$@" >"$WORK/$name.log" 2>&1 &
-  STARTED_PID=$!
-  for _ in $(seq 1 300); do
-    [[ -s "$WORK/$name.port" ]] && break
-    kill -0 "$STARTED_PID" 2>/dev/null || fail "dendrod ($name) exited during startup"
-    sleep 0.1
-  done
-  [[ -s "$WORK/$name.port" ]] || fail "dendrod ($name) wrote no port file within 30 s"
-  STARTED_PORT=$(tr -d '[:space:]' <"$WORK/$name.port")
-}
 start_server server
 SERVER_PID=$STARTED_PID
 export DENDRO_SERVER="127.0.0.1:$STARTED_PORT"
@@ -83,13 +37,6 @@ raw = open("logits.npy", "rb").read()
 open("truncated.npy", "wb").write(raw[: len(raw) // 2])
 EOF
 
-# Runs the CLI; leaves exit code in RC, stdout in out.txt, stderr in err.txt.
-run() {
-  set +e
-  "$DENDRO" "$@" >out.txt 2>err.txt
-  RC=$?
-  set -e
-}
 
 # --- l2h with every output and metrics ------------------------------------------
 run l2h logits.npy --labels labels.npy --out t.npy --out t.nwk --out t.json
@@ -201,16 +148,6 @@ run jobs get "$JOB" --json
 pass "l2h --no-wait + jobs watch/get"
 
 # --- errors: one line "dendro: ...", non-zero exit -------------------------------
-expect_error() {  # expect_error WANT_RC GREP_PATTERN ARGS...
-  local want=$1 pattern=$2
-  shift 2
-  run "$@"
-  [[ $RC -ne 0 ]] || fail "'dendro $*' succeeded, expected an error"
-  [[ $want == any || $RC -eq $want ]] || fail "'dendro $*' exited $RC, expected $want"
-  [[ $(wc -l <err.txt) -eq 1 ]] || fail "'dendro $*' wrote $(wc -l <err.txt) stderr lines: $(cat err.txt)"
-  grep -q '^dendro: ' err.txt || fail "'dendro $*' stderr does not start with 'dendro: ': $(cat err.txt)"
-  grep -Eqi -- "$pattern" err.txt || fail "'dendro $*' stderr lacks /$pattern/: $(cat err.txt)"
-}
 expect_error 1 "missing\.npy" l2h missing.npy --out x.npy
 expect_error any "row 17.*column 5" l2h nan.npy --out x.npy
 expect_error any "column" l2h k1.npy --out x.npy
@@ -237,7 +174,7 @@ if command -v openssl >/dev/null; then
     -subj "/CN=localhost" -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null ||
     fail "openssl could not make a test certificate"
   start_server tls --tls_cert cert.pem --tls_key key.pem
-  TLS_PID=$STARTED_PID
+  EXTRA_PIDS=$STARTED_PID
   run --server "localhost:$STARTED_PORT" --tls-ca cert.pem l2h logits.npy --out tls.nwk
   [[ $RC -eq 0 ]] || fail "l2h over TLS exited $RC: $(cat err.txt)"
   cmp -s t.nwk tls.nwk || fail "l2h over TLS gave a different tree"

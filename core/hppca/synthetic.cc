@@ -39,6 +39,24 @@ uint64_t Mix(uint64_t a, uint64_t b) {
 
 }  // namespace
 
+TwoLevelSpec ImageNetLikeSpec(int32_t groups, int32_t classes_per_group, uint64_t seed) {
+  TwoLevelSpec spec;
+  spec.groups = groups;
+  spec.classes_per_group = classes_per_group;
+  spec.dim = 640;
+  spec.group_rank = 20;
+  spec.class_rank = 20;
+  spec.group_spread = 0.02;
+  spec.class_spread = 0.018;
+  spec.group_scale = 0.3;
+  spec.class_scale = 0.3;
+  spec.noise = 0.12;
+  spec.seed = seed;
+  spec.label_offset = 100;
+  spec.label_stride = 3;
+  return spec;
+}
+
 TwoLevelGenerator::TwoLevelGenerator(const TwoLevelSpec& spec) : spec_(spec) {
   std::mt19937_64 rng(Mix(spec.seed, 0xC0FFEE));
   centres_ = Gaussian(spec.groups, spec.dim, rng) * spec.group_spread;

@@ -42,7 +42,7 @@ double Since(Clock::time_point t0) {
 }
 
 struct Args {
-  int groups = 32, classes_per_group = 32, dim = 640;
+  int groups = 32, classes_per_group = 32;
   int train_per_class = 200, test_per_class = 50;
   int q = 50, r = 50, superclasses = 0, max_t = 5, kmeans_iterations = 50;
   int64_t eval_rows = 0;  // 0: all test rows
@@ -54,12 +54,10 @@ struct Args {
   uint64_t seed = 1;
   std::string export_dir;
   std::string load_dir;  // evaluate a model exported by an earlier run
-  // Generator difficulty.
-  // Defaults give paper-like behaviour at K = 1,000: flat accuracy ~0.63,
-  // super-class accuracy ~0.8 at T = 1 rising to ~0.99 at T = 5.
-  double group_spread = 0.02, class_spread = 0.018, group_scale = 0.3, class_scale = 0.3,
-         noise = 0.12;
-  int group_rank = 20, class_rank = 20;
+  // Generator difficulty: ImageNetLikeSpec unless overridden (paper-like
+  // behaviour at K = 1,000: flat accuracy ~0.63, super-class accuracy ~0.8
+  // at T = 1 rising to ~0.99 at T = 5).
+  dendro::TwoLevelSpec spec = dendro::ImageNetLikeSpec(32, 32);
 };
 
 void Usage() {
@@ -84,7 +82,7 @@ Args Parse(int argc, char** argv) {
     };
     if (k == "--groups") a.groups = std::stoi(next());
     else if (k == "--classes-per-group") a.classes_per_group = std::stoi(next());
-    else if (k == "--dim") a.dim = std::stoi(next());
+    else if (k == "--dim") a.spec.dim = std::stoi(next());
     else if (k == "--train-per-class") a.train_per_class = std::stoi(next());
     else if (k == "--test-per-class") a.test_per_class = std::stoi(next());
     else if (k == "--q") a.q = std::stoi(next());
@@ -101,13 +99,13 @@ Args Parse(int argc, char** argv) {
     else if (k == "--seed") a.seed = std::stoull(next());
     else if (k == "--export") a.export_dir = next();
     else if (k == "--load") a.load_dir = next();
-    else if (k == "--group-spread") a.group_spread = std::stod(next());
-    else if (k == "--class-spread") a.class_spread = std::stod(next());
-    else if (k == "--group-scale") a.group_scale = std::stod(next());
-    else if (k == "--class-scale") a.class_scale = std::stod(next());
-    else if (k == "--noise") a.noise = std::stod(next());
-    else if (k == "--group-rank") a.group_rank = std::stoi(next());
-    else if (k == "--class-rank") a.class_rank = std::stoi(next());
+    else if (k == "--group-spread") a.spec.group_spread = std::stod(next());
+    else if (k == "--class-spread") a.spec.class_spread = std::stod(next());
+    else if (k == "--group-scale") a.spec.group_scale = std::stod(next());
+    else if (k == "--class-scale") a.spec.class_scale = std::stod(next());
+    else if (k == "--noise") a.spec.noise = std::stod(next());
+    else if (k == "--group-rank") a.spec.group_rank = std::stoi(next());
+    else if (k == "--class-rank") a.spec.class_rank = std::stoi(next());
     else Usage();
   }
   return a;
@@ -150,23 +148,14 @@ void Check(const absl::Status& s, const char* what) {
 int main(int argc, char** argv) {
   const Args a = Parse(argc, argv);
   nlohmann::json out;
-  dendro::TwoLevelSpec spec;
+  dendro::TwoLevelSpec spec = a.spec;
   spec.groups = a.groups;
   spec.classes_per_group = a.classes_per_group;
-  spec.dim = a.dim;
-  spec.group_rank = a.group_rank;
-  spec.class_rank = a.class_rank;
-  spec.group_spread = a.group_spread;
-  spec.class_spread = a.class_spread;
-  spec.group_scale = a.group_scale;
-  spec.class_scale = a.class_scale;
-  spec.noise = a.noise;
   spec.seed = a.seed;
-  spec.label_offset = 100;
-  spec.label_stride = 3;
+  const int64_t dim = spec.dim;
   const dendro::TwoLevelGenerator gen(spec);
   out["threads"] = omp_get_max_threads();
-  out["dim"] = a.dim;
+  out["dim"] = dim;
   std::optional<dendro::HppcaModel> model_holder;
   dendro::LabelledData test;
   if (!a.load_dir.empty()) {
@@ -191,9 +180,9 @@ int main(int argc, char** argv) {
     const dendro::LabelledData train = gen.Sample(a.train_per_class, 11);
     test = gen.Sample(a.test_per_class, 22);
     out["generate_seconds"] = Since(t0);
-    std::fprintf(stderr, "data: %d classes, %lld train rows, %lld test rows, d=%d (%.1f s)\n",
+    std::fprintf(stderr, "data: %d classes, %lld train rows, %lld test rows, d=%lld (%.1f s)\n",
                  gen.num_classes(), static_cast<long long>(train.x.rows()),
-                 static_cast<long long>(test.x.rows()), a.dim, Since(t0));
+                 static_cast<long long>(test.x.rows()), static_cast<long long>(dim), Since(t0));
 
     dendro::HppcaOptions opt;
     opt.q = a.q;
@@ -249,7 +238,7 @@ int main(int argc, char** argv) {
   if (a.eval_rows > 0 && a.eval_rows < n_eval) {
     const int64_t stride = n_eval / a.eval_rows;
     dendro::LabelledData sub;
-    sub.x.resize(a.eval_rows, a.dim);
+    sub.x.resize(a.eval_rows, dim);
     for (int64_t i = 0; i < a.eval_rows; ++i) {
       sub.x.row(i) = test.x.row(i * stride);
       sub.labels.push_back(test.labels[i * stride]);
@@ -260,7 +249,7 @@ int main(int argc, char** argv) {
   out["eval_rows"] = n_eval;
   out["repeats"] = a.repeats;
   out["block_rows"] = a.block_rows;
-  const dendro::MatrixView xtest(test.x.data(), n_eval, a.dim);
+  const dendro::MatrixView xtest(test.x.data(), n_eval, dim);
   auto accuracy = [&](const dendro::HppcaPrediction& p) {
     int64_t ok = 0;
     for (int64_t i = 0; i < n_eval; ++i) ok += p.labels[i * p.top_k] == test.labels[i];
@@ -331,7 +320,7 @@ int main(int argc, char** argv) {
     dendro::HppcaPredictOptions one;
     const int64_t n = std::min<int64_t>(a.latency_rows, n_eval);
     for (int64_t i = 0; i < n; ++i) {
-      const dendro::MatrixView row(test.x.data() + i * a.dim, 1, a.dim);
+      const dendro::MatrixView row(test.x.data() + i * dim, 1, dim);
       const auto t1 = Clock::now();
       auto p = model.Predict(row, one);
       lat.push_back(Since(t1) * 1e3);
@@ -354,10 +343,10 @@ int main(int argc, char** argv) {
     Check(model.Save(dir + "/model"), "save");
     out["save_seconds"] = Since(t0);
     out["model_disk_bytes"] = DirBytes(dir + "/model");
-    const int64_t shape2[2] = {n_eval, a.dim};
+    const int64_t shape2[2] = {n_eval, dim};
     const int64_t shape1[1] = {n_eval};
     Check(dendro::WriteNpy(dir + "/eval_x.npy",
-                           absl::MakeConstSpan(test.x.data(), n_eval * a.dim), shape2),
+                           absl::MakeConstSpan(test.x.data(), n_eval * dim), shape2),
           "write eval_x");
     Check(dendro::WriteNpy(dir + "/eval_y.npy", absl::MakeConstSpan(test.labels), shape1),
           "write eval_y");

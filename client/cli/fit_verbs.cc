@@ -2,6 +2,7 @@
 // eval.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -194,6 +195,17 @@ absl::StatusOr<int64_t> IntFlag(const Args& args, const char* name, int64_t lo, 
   return args.GetInt(name, 0, lo, hi);
 }
 
+// Optional positive number flag; 0 (the proto's "default") if absent.
+absl::StatusOr<double> PositiveFlag(const Args& args, const char* name) {
+  std::optional<std::string> v = args.Get(name);
+  if (!v.has_value()) return 0.0;
+  double x = 0;
+  if (!absl::SimpleAtod(*v, &x) || !(x > 0) || !std::isfinite(x)) {
+    return UsageError(absl::StrCat("--", name, " must be a positive number, got '", *v, "'"));
+  }
+  return x;
+}
+
 }  // namespace
 
 absl::Status RunL2h(Context& ctx, const Args& args) {
@@ -224,15 +236,10 @@ absl::Status RunTneb(Context& ctx, const Args& args) {
   p->set_learn_dof(args.Has("learn-dof"));
   DENDRO_ASSIGN_OR_RETURN(int64_t neighbors, IntFlag(args, "neighbors", 1, 100000));
   p->set_neighbors(static_cast<int32_t>(neighbors));
-  for (const char* name : {"dof", "ridge"}) {
-    std::optional<std::string> v = args.Get(name);
-    if (!v.has_value()) continue;
-    double x = 0;
-    if (!absl::SimpleAtod(*v, &x) || !(x > 0)) {
-      return UsageError(absl::StrCat("--", name, " must be a positive number, got '", *v, "'"));
-    }
-    std::string(name) == "dof" ? p->set_dof(x) : p->set_ridge(x);
-  }
+  DENDRO_ASSIGN_OR_RETURN(double dof, PositiveFlag(args, "dof"));
+  DENDRO_ASSIGN_OR_RETURN(double ridge, PositiveFlag(args, "ridge"));
+  p->set_dof(dof);
+  p->set_ridge(ridge);
   return FitAndReport(ctx, args, std::move(spec), 2, "t-NEB needs embeddings with");
 }
 
@@ -242,9 +249,34 @@ absl::Status RunGhhc(Context& ctx, const Args& args) {
   DENDRO_ASSIGN_OR_RETURN(int64_t m, IntFlag(args, "internal-nodes", 2, 10000000));
   DENDRO_ASSIGN_OR_RETURN(int64_t triples, IntFlag(args, "triples", 1, int64_t{1} << 40));
   DENDRO_ASSIGN_OR_RETURN(int64_t seed, IntFlag(args, "seed", 0, kMaxInt32));
+  DENDRO_ASSIGN_OR_RETURN(int64_t projection, IntFlag(args, "projection-dim", 1, kMaxInt32));
+  DENDRO_ASSIGN_OR_RETURN(int64_t batch, IntFlag(args, "batch-size", 1, kMaxInt32));
+  DENDRO_ASSIGN_OR_RETURN(int64_t k, IntFlag(args, "neighbors", 1, 100000));
+  DENDRO_ASSIGN_OR_RETURN(int64_t margin_every, IntFlag(args, "margin-every", 1, kMaxInt32));
+  DENDRO_ASSIGN_OR_RETURN(double lr, PositiveFlag(args, "learning-rate"));
+  DENDRO_ASSIGN_OR_RETURN(double margin, PositiveFlag(args, "margin"));
   p->set_internal_nodes(static_cast<int32_t>(m));
   p->set_triples(triples);
   p->set_seed(static_cast<uint64_t>(seed));
+  p->set_projection_dim(static_cast<int32_t>(projection));
+  p->set_batch_size(static_cast<int32_t>(batch));
+  p->set_neighbors(static_cast<int32_t>(k));
+  p->set_margin_every(args.Has("no-margin") ? -1 : static_cast<int32_t>(margin_every));
+  p->set_learning_rate(lr);
+  p->set_margin(margin);
+  p->set_no_center(args.Has("no-center"));
+  if (std::optional<std::string> kind = args.Get("projection")) {
+    if (*kind != "pca" && *kind != "random") {
+      return UsageError(absl::StrCat("--projection must be pca or random, got '", *kind, "'"));
+    }
+    p->set_projection(*kind);
+  }
+  if (std::optional<std::string> link = args.Get("link")) {
+    if (*link != "sigmoid" && *link != "softplus") {
+      return UsageError(absl::StrCat("--link must be sigmoid or softplus, got '", *link, "'"));
+    }
+    p->set_link(*link);
+  }
   return FitAndReport(ctx, args, std::move(spec), 1, "gHHC needs embeddings with");
 }
 

@@ -86,12 +86,19 @@ const std::vector<Verb>& Verbs() {
       {"", "ghhc", "fit a gHHC tree (hyperbolic, gradient-based) to embeddings",
        "dendro ghhc EMBEDDINGS.npy --out FILE [--out FILE ...] [--labels Y.npy] [--name NAME]\n"
        "           [--internal-nodes M] [--triples T] [--seed S] [--level K] [--no-wait]\n"
-       "           [--keep-dataset]\n"
+       "           [--keep-dataset] [--projection-dim P] [--projection pca|random]\n"
+       "           [--no-center] [--learning-rate X] [--batch-size B] [--neighbors K]\n"
+       "           [--margin G] [--margin-every N] [--no-margin] [--link sigmoid|softplus]\n"
        "  Learns M internal nodes in the Poincare ball from sampled triples and extracts\n"
-       "  the tree; with --labels prints dendrogram purity and the flat metrics.\n",
+       "  the tree; with --labels prints dendrogram purity and the flat metrics.\n"
+       "  --projection-dim P: a P-dimensional ball, through PCA (default) or a seeded\n"
+       "  random projection; kept with the model for 'dendro assign'.\n",
        {{"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
         {"no-wait", false}, {"keep-dataset", false}, {"internal-nodes", true},
-        {"triples", true}, {"seed", true}},
+        {"triples", true}, {"seed", true}, {"projection-dim", true}, {"projection", true},
+        {"no-center", false},
+        {"learning-rate", true}, {"batch-size", true}, {"neighbors", true}, {"margin", true},
+        {"margin-every", true}, {"no-margin", false}, {"link", true}},
        1, 1, RunGhhc},
       {"hppca", "train", "train a hierarchical PPCA classifier on labelled features",
        "dendro hppca train FEATURES.npy LABELS.npy --name NAME [--superclasses S] [--q Q]\n"

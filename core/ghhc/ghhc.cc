@@ -14,10 +14,12 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "Eigen/Eigenvalues"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -117,39 +119,57 @@ absl::Status ValidateOptionsImpl(const GhhcOptions& o) {
   }
   if (o.hnsw_ef_search < 0) return bad("hnsw_ef_search must be >= 0, got ", o.hnsw_ef_search);
   if (o.num_threads < 0) return bad("num_threads must be >= 0, got ", o.num_threads);
+  if (o.projection_dim < 0) {
+    return bad("projection_dim must be >= 0 (0: no projection), got ", o.projection_dim);
+  }
   return absl::OkStatus();
 }
 
-// Centres (with `mean`), normalises and scales every row into `out`.
-// Returns InvalidArgument naming the first row that is zero after centring.
-absl::Status NormaliseRows(const MatrixView& x, const std::vector<double>& mean, double point_norm,
-                           int threads, RowMat<float>* out) {
+// Centres (with model.mean), projects (with model.projection, if any),
+// normalises and scales (model.point_norm) every row into `out`, which gets
+// model.ball_dim() columns. Returns InvalidArgument naming the first row
+// that has no direction left.
+absl::Status NormaliseRows(const MatrixView& x, const GhhcModel& model, int threads,
+                           RowMat<float>* out) {
   const int64_t n = x.rows();
   const int64_t d = x.cols();
-  out->resize(n, d);
-  const Eigen::Map<const Eigen::RowVectorXd> mu(mean.data(), d);
-  // A row within rounding of the mean has no direction.
+  const int64_t p = model.ball_dim();
+  out->resize(n, p);
+  const Eigen::Map<const Eigen::RowVectorXd> mu(model.mean.data(), d);
+  const bool project = !model.projection.empty();
+  const Eigen::Map<const RowMat<double>> proj(model.projection.data(), project ? d : 0,
+                                              project ? p : 0);
+  // A row within rounding of the mean has no direction. After a projection
+  // the scale is that of the projected mean (JL keeps norms in expectation).
   const double tol = 1e-6 * mu.norm();
   int64_t first_bad = std::numeric_limits<int64_t>::max();
 #pragma omp parallel for num_threads(threads) schedule(static, 4096) reduction(min : first_bad)
   for (int64_t i = 0; i < n; ++i) {
-    const Eigen::RowVectorXd v = x.row(i).cast<double>() - mu;
+    Eigen::RowVectorXd v = x.row(i).cast<double>() - mu;
+    if (project) v = (v * proj).eval();
     const double len = v.norm();
-    if (!(len > tol)) {
+    if (!(len > tol) || (project && !(len > 1e-12))) {
       first_bad = std::min(first_bad, i);
       continue;
     }
-    out->row(i) = (v * (point_norm / len)).cast<float>();
+    out->row(i) = (v * (model.point_norm / len)).cast<float>();
   }
   if (first_bad != std::numeric_limits<int64_t>::max()) {
+    const bool centred = mu.norm() > 0;
+    if (project && (x.row(first_bad).cast<double>() - mu).norm() > tol) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "row ", first_bad, " is zero after the projection to ", p,
+          " dimensions; use a larger projection_dim or none"));
+    }
     return absl::InvalidArgumentError(absl::StrCat(
         "row ", first_bad,
-        mu.norm() > 0 ? " equals the mean of the training data (it is zero after centring)"
-                      : " is a zero vector",
-        "; gHHC normalises every ", mu.norm() > 0 ? "centred " : "", "row to unit length"));
+        centred ? " equals the mean of the training data (it is zero after centring)"
+                : " is a zero vector",
+        "; gHHC normalises every ", centred ? "centred " : "", "row to unit length"));
   }
   return absl::OkStatus();
 }
+
 
 std::vector<double> ColumnMean(const MatrixView& x, int threads) {
   const int64_t n = x.rows();
@@ -185,6 +205,56 @@ std::vector<int64_t> SampleIndices(int64_t n, int64_t s, uint64_t seed) {
   }
   out.assign(chosen.begin(), chosen.end());
   std::sort(out.begin(), out.end());
+  return out;
+}
+
+// d x p Gaussian random projection with entries N(0, 1/p), from `seed`.
+std::vector<double> RandomProjection(int64_t d, int64_t p, uint64_t seed) {
+  std::mt19937_64 rng(ghhc::StreamSeed(seed, 4, 0));
+  std::normal_distribution<double> normal(0.0, 1.0 / std::sqrt(static_cast<double>(p)));
+  std::vector<double> out(static_cast<size_t>(d * p));
+  for (double& v : out) v = normal(rng);
+  return out;
+}
+
+// d x p row-major: the top-p principal directions (columns, by decreasing
+// variance) of the rows minus `mean`, from the scatter matrix of a sample of
+// at most kGhhcPcaSample rows. Each column's sign is fixed so that its
+// largest-magnitude entry is positive.
+std::vector<double> PcaProjection(const MatrixView& x, const std::vector<double>& mean, int64_t p,
+                                  uint64_t seed, int threads) {
+  const int64_t d = x.cols();
+  const std::vector<int64_t> idx = SampleIndices(x.rows(), kGhhcPcaSample, seed);
+  const Eigen::Map<const Eigen::RowVectorXd> mu(mean.data(), d);
+  constexpr int64_t kBlock = 2048;
+  const int64_t blocks = (static_cast<int64_t>(idx.size()) + kBlock - 1) / kBlock;
+  std::vector<Eigen::MatrixXd> partial(std::max(1, threads), Eigen::MatrixXd::Zero(d, d));
+#pragma omp parallel num_threads(threads)
+  {
+    Eigen::MatrixXd& acc = partial[omp_get_thread_num()];
+    RowMat<double> block;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t r0 = b * kBlock;
+      const int64_t rn = std::min<int64_t>(kBlock, static_cast<int64_t>(idx.size()) - r0);
+      block.resize(rn, d);
+      for (int64_t r = 0; r < rn; ++r) block.row(r) = x.row(idx[r0 + r]).cast<double>() - mu;
+      acc.selfadjointView<Eigen::Lower>().rankUpdate(block.transpose());
+    }
+  }
+  Eigen::MatrixXd scatter = Eigen::MatrixXd::Zero(d, d);
+  for (const Eigen::MatrixXd& a : partial) scatter += a;
+  const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(
+      scatter.selfadjointView<Eigen::Lower>().toDenseMatrix());
+  std::vector<double> out(static_cast<size_t>(d * p));
+  Eigen::Map<RowMat<double>> proj(out.data(), d, p);
+  for (int64_t j = 0; j < p; ++j) {
+    Eigen::VectorXd v = es.eigenvectors().col(d - 1 - j);  // ascending eigenvalues
+    Eigen::Index at = 0;
+    v.cwiseAbs().maxCoeff(&at);
+    if (v[at] < 0) v = -v;
+    proj.col(j) = v;
+  }
   return out;
 }
 
@@ -301,12 +371,17 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
                                    RunContext& ctx) {
   DENDRO_RETURN_IF_ERROR(ValidateGhhcOptions(options));
   const int64_t n = x.rows();
-  const int64_t d = x.cols();
+  const int64_t input_dim = x.cols();
   if (n < 3) {
     return absl::InvalidArgumentError(
         absl::StrCat("gHHC needs at least 3 points (one triple), got ", n));
   }
-  if (d < 1) return absl::InvalidArgumentError("gHHC needs at least 1 column");
+  if (input_dim < 1) return absl::InvalidArgumentError("gHHC needs at least 1 column");
+  if (options.projection_dim >= input_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "projection_dim must be below the data's dimension ", input_dim, " (0: no projection), got ",
+        options.projection_dim));
+  }
   if (n > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat("too many points: ", n));
   }
@@ -320,13 +395,22 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   DENDRO_RETURN_IF_ERROR(ValidateFinite(x));
   DENDRO_RETURN_IF_ERROR(ctx.CheckCancelled());
   GhhcModel model;
-  model.dim = d;
+  model.dim = input_dim;
   model.center = options.center;
   model.point_norm = options.point_norm;
-  model.mean = options.center ? ColumnMean(x, threads.threads()) : std::vector<double>(d, 0.0);
+  model.mean = options.center ? ColumnMean(x, threads.threads())
+                              : std::vector<double>(input_dim, 0.0);
+  if (options.projection_dim > 0) {
+    model.projection =
+        options.projection == GhhcProjection::kPca
+            ? PcaProjection(x, model.mean, options.projection_dim, options.seed, threads.threads())
+            : RandomProjection(input_dim, options.projection_dim, options.seed);
+  }
   RowMat<float> pts;
-  DENDRO_RETURN_IF_ERROR(NormaliseRows(x, model.mean, options.point_norm, threads.threads(), &pts));
+  DENDRO_RETURN_IF_ERROR(NormaliseRows(x, model, threads.threads(), &pts));
   DENDRO_RETURN_IF_ERROR(ctx.CheckCancelled());
+  // From here on everything lives in the ball, of dimension d.
+  const int64_t d = pts.cols();
 
   // 2. Neighbours.
   auto t0 = Clock::now();
@@ -538,6 +622,11 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   md["margin"] = absl::StrCat(options.margin);
   md["seed"] = absl::StrCat(options.seed);
   md["point_norm"] = absl::StrCat(options.point_norm);
+  md["ball_dim"] = absl::StrCat(d);
+  if (options.projection_dim > 0) {
+    md["projection"] = options.projection == GhhcProjection::kPca ? "pca" : "random";
+  }
+  md["center"] = options.center ? "true" : "false";
   md["max_node_norm"] = absl::StrCat(options.max_node_norm);
   md["final_objective"] = absl::StrCat(stats.final_objective);
   md["pruned_nodes"] = absl::StrCat(stats.pruned_nodes);
@@ -547,21 +636,21 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
 
 absl::StatusOr<std::vector<int32_t>> AssignGhhcLeaves(const GhhcModel& model,
                                                       const MatrixView& rows, int num_threads) {
-  const int64_t d = model.dim;
+  const int64_t d = model.ball_dim();
   const int32_t m = model.num_nodes();
-  if (rows.cols() != d) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rows have ", rows.cols(), " columns but the gHHC model was fitted on ", d));
+  if (rows.cols() != model.dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rows have ", rows.cols(), " columns but the gHHC model was fitted on ", model.dim));
   }
   if (static_cast<int64_t>(model.nodes.size()) != int64_t{m} * d ||
-      static_cast<int64_t>(model.mean.size()) != d || m < 1) {
-    return absl::InvalidArgumentError("inconsistent gHHC model (node or mean sizes)");
+      static_cast<int64_t>(model.mean.size()) != model.dim ||
+      static_cast<int64_t>(model.projection.size()) % model.dim != 0 || m < 1) {
+    return absl::InvalidArgumentError("inconsistent gHHC model (node, mean or projection sizes)");
   }
   DENDRO_RETURN_IF_ERROR(ValidateFinite(rows));
   ThreadScope threads(num_threads);
   RowMat<float> pts;
-  DENDRO_RETURN_IF_ERROR(
-      NormaliseRows(rows, model.mean, model.point_norm, threads.threads(), &pts));
+  DENDRO_RETURN_IF_ERROR(NormaliseRows(rows, model, threads.threads(), &pts));
   const RowMat<float> zf = Eigen::Map<const RowMat<double>>(model.nodes.data(), m, d).cast<float>();
   std::vector<uint8_t> allowed(m);
   bool any = false;

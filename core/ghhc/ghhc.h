@@ -88,6 +88,16 @@ enum class GhhcLink {
   kSoftplus,  // s(y) = log(1 + e^y): the BPR log-sigmoid loss of the authors' code
 };
 
+enum class GhhcProjection {
+  // Learned: the top-p principal directions of the centred rows (from a
+  // sample of at most kGhhcPcaSample rows), an orthonormal basis. Lossless
+  // for data whose rank is <= p.
+  kPca,
+  // Seeded Gaussian matrix with entries N(0, 1/p): keeps distances in
+  // expectation (Johnson-Lindenstrauss), needs no pass over the data.
+  kRandom,
+};
+
 struct GhhcOptions {
   int32_t internal_nodes = 100;  // M (>= 2); the paper uses 64 .. 40,000
   double learning_rate = 0.01;   // eta in eq. 18 (the paper's value)
@@ -111,6 +121,15 @@ struct GhhcOptions {
   // s (s - 1) / 2 doubles: 268 MB).
   int32_t init_sample = 0;
   bool center = true;          // subtract the mean before normalising
+  // Dimensions. 0: the ball has the data's dimension d (the paper: "a
+  // Poincaré ball of the same dimension d as the original space"). p in
+  // [1, d): every centred row is first mapped through a d x p projection
+  // (section 3: data "can be embedded into the space using a learned or
+  // random projection") and the ball has p dimensions. The matrix is part
+  // of the model, so new points are placed the same way. Training,
+  // neighbour search and memory then scale with p instead of d.
+  int32_t projection_dim = 0;
+  GhhcProjection projection = GhhcProjection::kPca;
   double point_norm = 0.9;     // radius of the points' sphere
   double max_node_norm = 0.8;  // nodes are clipped to this norm (< point_norm)
   // Neighbour search.
@@ -122,15 +141,19 @@ struct GhhcOptions {
 };
 
 inline constexpr int32_t kGhhcMaxInitSample = 8192;
+inline constexpr int64_t kGhhcPcaSample = 100000;
 inline constexpr int64_t kGhhcDefaultTriples = 200000;
 
 // What AssignGhhcLeaves needs to place new points; Save/Load persist it.
 struct GhhcModel {
-  int64_t dim = 0;
+  int64_t dim = 0;  // columns of the input rows
   bool center = true;
   double point_norm = 0.9;
-  std::vector<double> mean;  // d; zeros when !center
-  // M x d row-major internal nodes (float64).
+  std::vector<double> mean;  // dim; zeros when !center
+  // dim x p row-major projection (PCA or random, see GhhcProjection), or
+  // empty (the ball has dim dimensions).
+  std::vector<double> projection;
+  // M x ball_dim() row-major internal nodes (float64).
   std::vector<double> nodes;
   // For each node, the leaf cluster of the points that select it, or -1 when
   // no training point does (new points never go there).
@@ -139,6 +162,10 @@ struct GhhcModel {
   // before pruning.
   std::vector<int32_t> node_parent;
   int32_t num_nodes() const { return static_cast<int32_t>(node_leaf.size()); }
+  // Dimension of the Poincaré ball the nodes live in.
+  int64_t ball_dim() const {
+    return projection.empty() || dim == 0 ? dim : static_cast<int64_t>(projection.size()) / dim;
+  }
 };
 
 struct GhhcStats {
@@ -190,9 +217,11 @@ absl::StatusOr<Hierarchy> ExtractGhhcTree(const std::vector<double>& nodes, int6
                                           int32_t* pruned_nodes = nullptr);
 
 // Files in `dir` (which must exist): ghhc_model.json (format, dim, center,
-// point_norm, node count), ghhc_mean.npy (d float64), ghhc_nodes.npy (M x d
-// float64), ghhc_node_leaf.npy and ghhc_node_parent.npy (M int32). Written
-// atomically file by file. Load validates shapes and values.
+// point_norm, node count, projection_dim: 0 when none), ghhc_mean.npy (d
+// float64), ghhc_projection.npy (d x p float64, only with a projection),
+// ghhc_nodes.npy (M x ball_dim float64), ghhc_node_leaf.npy and
+// ghhc_node_parent.npy (M int32). Written atomically file by file. Load
+// validates shapes and values.
 absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir);
 absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir);
 

@@ -40,24 +40,32 @@ absl::Status CheckShape(const std::string& path, const std::vector<int64_t>& got
 
 absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir) {
   const int64_t m = model.num_nodes();
-  const int64_t d = model.dim;
-  if (static_cast<int64_t>(model.nodes.size()) != m * d ||
-      static_cast<int64_t>(model.mean.size()) != d ||
+  const int64_t d = model.ball_dim();
+  const int64_t projection_dim = model.projection.empty() ? 0 : d;
+  if (model.dim < 1 || static_cast<int64_t>(model.nodes.size()) != m * d ||
+      static_cast<int64_t>(model.mean.size()) != model.dim ||
+      static_cast<int64_t>(model.projection.size()) != model.dim * projection_dim ||
       static_cast<int64_t>(model.node_parent.size()) != m) {
     return absl::InvalidArgumentError("inconsistent gHHC model: array sizes do not match");
   }
   nlohmann::json j;
   j["format"] = kFormat;
   j["version"] = kFormatVersion;
-  j["dim"] = d;
+  j["dim"] = model.dim;
   j["internal_nodes"] = m;
   j["center"] = model.center;
   j["point_norm"] = model.point_norm;
+  j["projection_dim"] = projection_dim;
   DENDRO_RETURN_IF_ERROR(WriteFileAtomic(dir + "/ghhc_model.json", j.dump(2) + "\n"));
-  const int64_t vec_d[1] = {d};
+  const int64_t vec_d[1] = {model.dim};
   const int64_t mat[2] = {m, d};
   const int64_t vec_m[1] = {m};
   DENDRO_RETURN_IF_ERROR(WriteNpy(dir + "/ghhc_mean.npy", absl::MakeConstSpan(model.mean), vec_d));
+  if (projection_dim > 0) {
+    const int64_t proj[2] = {model.dim, projection_dim};
+    DENDRO_RETURN_IF_ERROR(
+        WriteNpy(dir + "/ghhc_projection.npy", absl::MakeConstSpan(model.projection), proj));
+  }
   DENDRO_RETURN_IF_ERROR(WriteNpy(dir + "/ghhc_nodes.npy", absl::MakeConstSpan(model.nodes), mat));
   DENDRO_RETURN_IF_ERROR(
       WriteNpy(dir + "/ghhc_node_leaf.npy", absl::MakeConstSpan(model.node_leaf), vec_m));
@@ -111,9 +119,31 @@ absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
   const std::string mean_path = dir + "/ghhc_mean.npy";
   DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 mean, ReadNpyFloat64(mean_path));
   DENDRO_RETURN_IF_ERROR(CheckShape(mean_path, mean.shape, {model.dim}));
+  // Models written before projections existed have no projection_dim.
+  int64_t projection_dim = 0;
+  if (const nlohmann::json* pd = field("projection_dim"); pd != nullptr) {
+    if (!pd->is_number_integer() || pd->get<int64_t>() < 0 ||
+        pd->get<int64_t>() >= model.dim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(meta_path, ": projection_dim must be in [0, dim)"));
+    }
+    projection_dim = pd->get<int64_t>();
+  }
+  if (projection_dim > 0) {
+    const std::string proj_path = dir + "/ghhc_projection.npy";
+    DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 proj, ReadNpyFloat64(proj_path));
+    DENDRO_RETURN_IF_ERROR(CheckShape(proj_path, proj.shape, {model.dim, projection_dim}));
+    for (double v : proj.data) {
+      if (!std::isfinite(v)) {
+        return absl::InvalidArgumentError(absl::StrCat(proj_path, ": non-finite value"));
+      }
+    }
+    model.projection = std::move(proj.data);
+  }
+  const int64_t bd = model.ball_dim();
   const std::string nodes_path = dir + "/ghhc_nodes.npy";
   DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 nodes, ReadNpyFloat64(nodes_path));
-  DENDRO_RETURN_IF_ERROR(CheckShape(nodes_path, nodes.shape, {m, model.dim}));
+  DENDRO_RETURN_IF_ERROR(CheckShape(nodes_path, nodes.shape, {m, bd}));
   for (size_t q = 0; q < nodes.data.size(); ++q) {
     if (!std::isfinite(nodes.data[q])) {
       return absl::InvalidArgumentError(absl::StrCat(nodes_path, ": non-finite value"));
@@ -121,8 +151,7 @@ absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
   }
   for (int64_t r = 0; r < m; ++r) {
     double sq = 0;
-    for (int64_t c = 0; c < model.dim; ++c)
-      sq += nodes.data[r * model.dim + c] * nodes.data[r * model.dim + c];
+    for (int64_t c = 0; c < bd; ++c) sq += nodes.data[r * bd + c] * nodes.data[r * bd + c];
     if (!(std::sqrt(sq) < model.point_norm)) {
       return absl::InvalidArgumentError(
           absl::StrCat(nodes_path, ": node ", r, " has norm >= point_norm ", model.point_norm));

@@ -5,8 +5,10 @@
 // GhhcParams: every field left at 0 takes the core default (GhhcOptions):
 // internal_nodes 100, learning_rate 0.01, batch_size 100, triples
 // 200,000, neighbors 5, margin 0.25, seed 1, init_sample automatic,
-// point_norm 0.9, max_node_norm 0.8, gumbel_temperature 1. (So a margin or a
-// noise scale of exactly 0 cannot be requested through the service.)
+// point_norm 0.9, max_node_norm 0.8, gumbel_temperature 1, projection_dim 0
+// (none; projection "pca" when set), margin_every 10 (-1: no margin phases), margin_steps 1,
+// margin_learning_rate learning_rate / 10, link "sigmoid". (So a margin or
+// a noise scale of exactly 0 cannot be requested through the service.)
 //
 // Artifacts: tree.json + point_leaf.npy (SaveTree) and the gHHC model files
 // (SaveGhhcModel: ghhc_model.json, ghhc_mean.npy, ghhc_nodes.npy,
@@ -76,6 +78,30 @@ absl::StatusOr<GhhcOptions> OptionsFromSpec(const v1::JobSpec& spec) {
   if (p.point_norm() > 0) o.point_norm = p.point_norm();
   if (p.max_node_norm() > 0) o.max_node_norm = p.max_node_norm();
   if (p.gumbel_temperature() > 0) o.gumbel_temperature = p.gumbel_temperature();
+  DENDRO_RETURN_IF_ERROR(positive_or_zero(p.projection_dim(), "projection_dim"));
+  DENDRO_RETURN_IF_ERROR(positive_or_zero(p.margin_steps(), "margin_steps"));
+  DENDRO_RETURN_IF_ERROR(positive_or_zero(p.margin_learning_rate(), "margin_learning_rate"));
+  if (p.margin_every() < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ghhc.margin_every must be >= -1 (0: default, -1: never), got ", p.margin_every()));
+  }
+  o.projection_dim = p.projection_dim();
+  o.center = !p.no_center();
+  if (p.margin_every() != 0) o.margin_every = p.margin_every() < 0 ? 0 : p.margin_every();
+  if (p.margin_steps() > 0) o.margin_steps = p.margin_steps();
+  if (p.margin_learning_rate() > 0) o.margin_learning_rate = p.margin_learning_rate();
+  if (p.link() == "softplus") {
+    o.link = GhhcLink::kSoftplus;
+  } else if (!p.link().empty() && p.link() != "sigmoid") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ghhc.link must be \"sigmoid\" or \"softplus\", got \"", p.link(), "\""));
+  }
+  if (p.projection() == "random") {
+    o.projection = GhhcProjection::kRandom;
+  } else if (!p.projection().empty() && p.projection() != "pca") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ghhc.projection must be \"pca\" or \"random\", got \"", p.projection(), "\""));
+  }
   DENDRO_RETURN_IF_ERROR(ValidateGhhcOptions(o));
   return o;
 }
@@ -94,7 +120,13 @@ class Ghhc final : public Method {
       return absl::InvalidArgumentError(
           absl::StrCat("ghhc needs at least 1 column; dataset ", dataset.id(), " has none"));
     }
-    return OptionsFromSpec(spec).status();
+    DENDRO_ASSIGN_OR_RETURN(GhhcOptions options, OptionsFromSpec(spec));
+    if (options.projection_dim >= dataset.cols()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ghhc.projection_dim must be below the dataset's ", dataset.cols(),
+          " columns (0: no projection), got ", options.projection_dim));
+    }
+    return absl::OkStatus();
   }
 
   absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset& dataset,
@@ -110,6 +142,9 @@ class Ghhc final : public Method {
     md["exact_knn"] = result.stats.exact_knn ? "true" : "false";
     md["gumbel_temperature"] = absl::StrCat(options.gumbel_temperature);
     md["init_sample"] = absl::StrCat(result.stats.init_sample);
+    md["margin_every"] = absl::StrCat(options.margin_every);
+    md["margin_steps"] = absl::StrCat(options.margin_steps);
+    md["link"] = options.link == GhhcLink::kSoftplus ? "softplus" : "sigmoid";
     md["seconds"] = absl::StrFormat("knn %.2f, init %.2f, train %.2f, extract %.2f",
                                     result.stats.knn_seconds, result.stats.init_seconds,
                                     result.stats.train_seconds, result.stats.extract_seconds);

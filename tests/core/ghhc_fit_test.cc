@@ -216,7 +216,7 @@ TEST(GhhcFitTest, LossDecreasesOnAToyMixture) {
 void ExpectValidFit(const GhhcResult& r, const MatrixView& x) {
   const GhhcModel& m = r.model;
   const int32_t num = m.num_nodes();
-  const int64_t d = m.dim;
+  const int64_t d = m.ball_dim();
   std::vector<double> norm(num);
   for (int32_t q = 0; q < num; ++q) {
     norm[q] = Eigen::Map<const Eigen::RowVectorXd>(&m.nodes[q * d], d).norm();
@@ -310,6 +310,86 @@ TEST(GhhcFitTest, AssignsNewPointsWithTheTrainingTransform) {
   y[3] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(AssignGhhcLeaves(r->model, MatrixView(y.data(), 5, 5)).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(GhhcFitTest, RandomProjectionSetsTheBallDimension) {
+  HierarchicalGaussianSpec spec;
+  spec.n = 1200;
+  spec.dim = 48;
+  spec.branching = {2, 3, 4};
+  spec.seed = 4;
+  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
+  const MatrixView v(data.x.data(), spec.n, spec.dim);
+  NullRunContext ctx;
+  GhhcOptions o;
+  o.internal_nodes = 60;
+  o.triples = 6000;
+  o.projection_dim = 12;
+  o.projection = GhhcProjection::kRandom;
+  auto r = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model.dim, 48);
+  EXPECT_EQ(r->model.ball_dim(), 12);
+  EXPECT_EQ(r->model.projection.size(), 48u * 12u);
+  EXPECT_EQ(r->model.nodes.size(), 60u * 12u);
+  EXPECT_EQ(r->hierarchy.metadata().at("ball_dim"), "12");
+  ExpectValidFit(*r, v);  // includes: Assign reproduces the training leaves
+  // The same seed draws the same projection; another seed another one.
+  auto again = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->model.projection, r->model.projection);
+  o.seed = 2;
+  auto other = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(other->model.projection, r->model.projection);
+  // The entries are N(0, 1/p): mean ~0, variance ~1/12 over 576 draws.
+  double sum = 0, sq = 0;
+  for (double w : r->model.projection) {
+    sum += w;
+    sq += w * w;
+  }
+  const double n = static_cast<double>(r->model.projection.size());
+  EXPECT_NEAR(sum / n, 0.0, 4.0 * std::sqrt(1.0 / 12.0 / n));
+  EXPECT_NEAR(sq / n, 1.0 / 12.0, 0.2 / 12.0);
+  // Errors: p must be below d; negative is a bad option.
+  o.projection_dim = 48;
+  EXPECT_THAT(FitGhhc(v, o, ctx).status().message(),
+              HasSubstr("projection_dim must be below the data's dimension 48"));
+  o.projection_dim = -1;
+  EXPECT_THAT(FitGhhc(v, o, ctx).status().message(), HasSubstr("projection_dim must be >= 0"));
+}
+
+TEST(GhhcFitTest, PcaProjectionIsAnOrthonormalBasisOfTheData) {
+  // Rank-3 data (plus the mean) in 10 dimensions: the top 3 principal
+  // directions span it, so the projection keeps every centred row's length
+  // and angles: the points in the ball are the same up to a rotation.
+  constexpr int n = 300, d = 10, rank = 3;
+  std::mt19937_64 rng(9);
+  std::normal_distribution<double> normal;
+  Eigen::MatrixXd basis(rank, d);
+  for (int i = 0; i < basis.size(); ++i) basis.data()[i] = normal(rng);
+  std::vector<float> x(n * d);
+  for (int i = 0; i < n; ++i) {
+    Eigen::RowVectorXd c(rank);
+    for (int j = 0; j < rank; ++j) c[j] = normal(rng) * (j + 1);
+    const Eigen::RowVectorXd row = c * basis + Eigen::RowVectorXd::Constant(d, 2.0);
+    for (int j = 0; j < d; ++j) x[i * d + j] = static_cast<float>(row[j]);
+  }
+  NullRunContext ctx;
+  GhhcOptions o = SmallOptions();
+  o.projection_dim = rank;
+  auto r = FitGhhc(MatrixView(x.data(), n, d), o, ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->hierarchy.metadata().at("projection"), "pca");
+  const Eigen::Map<const Eigen::MatrixXd> pt(r->model.projection.data(), rank, d);  // P^T
+  EXPECT_TRUE((pt * pt.transpose()).isApprox(Eigen::MatrixXd::Identity(rank, rank), 1e-9));
+  const Eigen::Map<const Eigen::RowVectorXd> mean(r->model.mean.data(), d);
+  for (int i = 0; i < 20; ++i) {
+    const Eigen::RowVectorXd v =
+        Eigen::Map<const Eigen::RowVectorXf>(&x[i * d], d).cast<double>() - mean;
+    EXPECT_NEAR((pt * v.transpose()).norm(), v.norm(), 1e-4 * v.norm()) << "row " << i;
+  }
+  ExpectValidFit(*r, MatrixView(x.data(), n, d));
 }
 
 class CancelAfter final : public RunContext {

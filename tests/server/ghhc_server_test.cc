@@ -198,6 +198,63 @@ TEST_F(GhhcServerTest, FitAssignAndReload) {
   for (int i = 0; i < n; ++i) EXPECT_EQ(again.leaf(i), aresp.leaf(i));
 }
 
+TEST_F(GhhcServerTest, ParametersReachTheCoreAndProjectionSurvivesReload) {
+  StartServer();
+  const int n = 600;
+  std::vector<int64_t> labels;
+  const std::vector<float> x = Blobs(n, &labels);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, n, 8, &labels, &ds).ok());
+  v1::GhhcParams p = SmallParams();
+  p.set_projection_dim(4);
+  p.set_projection("random");
+  p.set_no_center(true);
+  p.set_margin_every(-1);
+  p.set_link("softplus");
+  grpc::Status st;
+  v1::Job job = Submit(ds.id(), "projected", p, &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  job = Wait(job.id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+
+  GhhcOptions o;
+  o.internal_nodes = 30;
+  o.triples = 6000;
+  o.batch_size = 50;
+  o.seed = 4;
+  o.projection_dim = 4;
+  o.projection = GhhcProjection::kRandom;
+  o.center = false;
+  o.margin_every = 0;
+  o.link = GhhcLink::kSoftplus;
+  NullRunContext null_ctx;
+  auto expected = FitGhhc(MatrixView(x.data(), n, 8), o, null_ctx);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  grpc::ClientContext mctx;
+  v1::GetModelRequest mreq;
+  mreq.mutable_model()->set_name("projected");
+  v1::Model model;
+  ASSERT_TRUE(models_->GetModel(&mctx, mreq, &model).ok());
+  EXPECT_EQ(model.input_dim(), 8);
+  EXPECT_EQ(model.metadata().at("ball_dim"), "4");
+  EXPECT_EQ(model.metadata().at("projection"), "random");
+  EXPECT_EQ(model.metadata().at("center"), "false");
+  EXPECT_EQ(model.metadata().at("margin_every"), "0");
+  EXPECT_EQ(model.metadata().at("link"), "softplus");
+
+  v1::AssignResponse before;
+  ASSERT_TRUE(Assign("projected", x, n, 8, &before).ok());
+  ASSERT_EQ(before.leaf_size(), n);
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(before.leaf(i), expected->hierarchy.point_leaf()[i]) << "row " << i;
+  }
+  StopServer();
+  StartServer();
+  v1::AssignResponse after;
+  ASSERT_TRUE(Assign("projected", x, n, 8, &after).ok());
+  for (int i = 0; i < n; ++i) ASSERT_EQ(after.leaf(i), before.leaf(i)) << "row " << i;
+}
+
 TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {
   StartServer();
   std::vector<int64_t> labels;
@@ -220,6 +277,23 @@ TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {
   Submit(ds.id(), "bad", p, &st);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), HasSubstr("max_node_norm"));
+  p = SmallParams();
+  p.set_projection_dim(8);
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("projection_dim must be below the dataset's 8"));
+  p = SmallParams();
+  p.set_projection("svd");
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_THAT(st.error_message(), HasSubstr("ghhc.projection must be \"pca\" or \"random\""));
+  p = SmallParams();
+  p.set_link("relu");
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_THAT(st.error_message(), HasSubstr("ghhc.link must be"));
+  p = SmallParams();
+  p.set_margin_every(-3);
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_THAT(st.error_message(), HasSubstr("margin_every must be >= -1"));
   v1::Dataset two_rows;
   ASSERT_TRUE(Upload(std::vector<float>(16, 1.f), 2, 8, nullptr, &two_rows).ok());
   Submit(two_rows.id(), "bad", SmallParams(), &st);

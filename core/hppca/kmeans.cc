@@ -6,6 +6,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 // Super-class clustering (paper section 4.4 and 5.4).
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -124,18 +126,27 @@ absl::StatusOr<std::vector<int32_t>> BhattacharyyaSeeds(absl::Span<const Gaussia
     };
     const int64_t n = static_cast<int64_t>(todo.size());
     if (uniform_rank && q_max > 0 && gc.rank() > 0 && n > 0) {
-      gathered.resize(n * q_max, d);
-      for (int64_t t = 0; t < n; ++t) {
-        gathered.middleRows(t * q_max, q_max) = classes[todo[t]].basis;
+      // The cross products of the classes' bases with the seed's, one GEMM
+      // per chunk of classes into buffers of a fixed size (one buffer for all
+      // would be K q x d floats, reallocated at every step).
+      constexpr int64_t kChunk = 256;
+      gathered.resize(std::min(n, kChunk) * q_max, d);
+      cross.resize(gathered.rows(), gc.rank());
+      for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
+        const int64_t cn = std::min(kChunk, n - t0);
+        for (int64_t t = 0; t < cn; ++t) {
+          gathered.middleRows(t * q_max, q_max) = classes[todo[t0 + t]].basis;
+        }
+        cross.topRows(cn * q_max).noalias() = gathered.topRows(cn * q_max) * gc.basis.transpose();
+        DENDRO_RETURN_IF_ERROR(ParallelFor(cn, threads, ctx, [&](int64_t t) {
+          const int64_t i = todo[t0 + t];
+          const double v = BhattacharyyaFromParts(classes[i], gc,
+                                                  cross.middleRows(t * q_max, q_max), proj_i(i),
+                                                  proj_c(i), dist2(i));
+          (*out)[i] = std::min(cur[i], std::max(v, 0.0));
+        }));
       }
-      cross.resize(n * q_max, gc.rank());
-      cross.noalias() = gathered * gc.basis.transpose();
-      return ParallelFor(n, threads, ctx, [&](int64_t t) {
-        const int64_t i = todo[t];
-        const double v = BhattacharyyaFromParts(classes[i], gc, cross.middleRows(t * q_max, q_max),
-                                                proj_i(i), proj_c(i), dist2(i));
-        (*out)[i] = std::min(cur[i], std::max(v, 0.0));
-      });
+      return absl::OkStatus();
     }
     return ParallelFor(n, threads, ctx, [&](int64_t t) {
       const int64_t i = todo[t];
@@ -305,27 +316,59 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
       }
     }
   }));
-  // Phase 2: 2 KL = base - F / noise_q with F = sum_{l,m} omega_l e_m (u_l . v_m)^2,
-  // one GEMM per centroid over the bases of its candidate classes.
+  // Phase 2: 2 KL = base - F / noise_q with F = sum_{l,m} omega_l e_m (u_l . v_m)^2:
+  // per centroid, GEMMs of its basis against the bases of its candidate
+  // classes, kPhase2Classes classes at a time into per-thread buffers (a
+  // buffer for all candidates at once would be K q x d floats per centroid:
+  // 1.3 GB at K = 10,000, d = 640, allocated and zeroed S times a round).
   std::vector<std::vector<std::pair<int64_t, size_t>>> by_centroid(s);
   for (int64_t i = 0; i < k; ++i) {
     for (size_t a = 0; a < cands[i].size(); ++a) by_centroid[cands[i][a].j].push_back({i, a});
   }
-  DENDRO_RETURN_IF_ERROR(ParallelFor(s, threads, ctx, [&](int64_t j) {
+  constexpr size_t kPhase2Classes = 256;
+  struct Item {
+    int32_t j;
+    size_t begin, end;  // range of by_centroid[j]
+  };
+  std::vector<Item> items;
+  for (int32_t j = 0; j < s; ++j) {
+    for (size_t b = 0; b < by_centroid[j].size(); b += kPhase2Classes) {
+      items.push_back({j, b, std::min(by_centroid[j].size(), b + kPhase2Classes)});
+    }
+  }
+  int32_t max_rank = 0;
+  for (const GaussianRef& p : classes) max_rank = std::max(max_rank, p.rank());
+  const int pool = std::max(1, threads);
+  std::vector<RowMatrixF> v_buf(pool), g_buf(pool);
+  DENDRO_RETURN_IF_ERROR(ParallelFor(static_cast<int64_t>(items.size()), threads, ctx,
+                                     [&](int64_t item) {
+    const Item& it = items[item];
+    const int32_t j = it.j;
     const auto& list = by_centroid[j];
-    if (list.empty()) return;
-    std::vector<int64_t> row0(list.size() + 1, 0);
-    for (size_t t = 0; t < list.size(); ++t) row0[t + 1] = row0[t] + classes[list[t].first].rank();
-    RowMatrixF v(row0.back(), d);
-    for (size_t t = 0; t < list.size(); ++t) {
-      const GaussianRef& p = classes[list[t].first];
+    const size_t n = it.end - it.begin;
+    std::vector<int64_t> row0(n + 1, 0);
+    for (size_t t = 0; t < n; ++t) {
+      row0[t + 1] = row0[t] + classes[list[it.begin + t].first].rank();
+    }
+    RowMatrixF& v = v_buf[omp_get_thread_num() % pool];
+    RowMatrixF& g = g_buf[omp_get_thread_num() % pool];
+    if (v.rows() < static_cast<int64_t>(kPhase2Classes) * max_rank || v.cols() != d) {
+      v.resize(static_cast<int64_t>(kPhase2Classes) * max_rank, d);
+    }
+    for (size_t t = 0; t < n; ++t) {
+      const GaussianRef& p = classes[list[it.begin + t].first];
       v.middleRows(row0[t], p.rank()) = p.basis;
     }
     const LowRankGaussian& c = centroids[j];
-    RowMatrixF g(row0.back(), rank[j]);
-    if (rank[j] > 0 && row0.back() > 0) g.noalias() = v * c.basis.transpose();
-    for (size_t t = 0; t < list.size(); ++t) {
-      const GaussianRef& p = classes[list[t].first];
+    if (g.rows() < v.rows() || g.cols() != std::max(rank[j], 1)) {
+      g.resize(v.rows(), std::max(rank[j], 1));
+    }
+    if (rank[j] > 0 && row0.back() > 0) {
+      g.topLeftCorner(row0.back(), rank[j]).noalias() =
+          v.topRows(row0.back()) * c.basis.transpose();
+    }
+    for (size_t t = 0; t < n; ++t) {
+      const GaussianRef& p = classes[list[it.begin + t].first];
       double f = 0.0;
       for (int32_t m = 0; m < p.rank(); ++m) {
         double inner = 0.0;
@@ -335,7 +378,7 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
         }
         f += p.excess[m] * inner;
       }
-      Cand& cand = cands[list[t].first][list[t].second];
+      Cand& cand = cands[list[it.begin + t].first][list[it.begin + t].second];
       cand.kl = 0.5 * (cand.base - f / noise_q[j]);
     }
   }));

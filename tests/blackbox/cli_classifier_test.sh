@@ -12,10 +12,7 @@ set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh" "$@"
 
-start_server server
-SERVER_PID=$STARTED_PID
-export DENDRO_SERVER="127.0.0.1:$STARTED_PORT"
-pass "dendrod listening on $DENDRO_SERVER"
+start_main_server
 
 # --- inputs --------------------------------------------------------------------
 # 4 groups of 5 classes in 16 dimensions; labels 1000 + 7k (not 0..K-1, so

@@ -55,6 +55,14 @@ start_server() {
   STARTED_PORT=$(tr -d '[:space:]' <"$WORK/$name.port")
 }
 
+# start_main_server: the server the CLI talks to by default (DENDRO_SERVER).
+start_main_server() {
+  start_server server
+  SERVER_PID=$STARTED_PID
+  export DENDRO_SERVER="127.0.0.1:$STARTED_PORT"
+  pass "dendrod listening on $DENDRO_SERVER"
+}
+
 # Runs the CLI; leaves exit code in RC, stdout in out.txt, stderr in err.txt.
 run() {
   set +e

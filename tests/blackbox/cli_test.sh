@@ -10,10 +10,7 @@ set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh" "$@"
 
-start_server server
-SERVER_PID=$STARTED_PID
-export DENDRO_SERVER="127.0.0.1:$STARTED_PORT"
-pass "dendrod listening on $DENDRO_SERVER"
+start_main_server
 
 # --- inputs --------------------------------------------------------------------
 # Hierarchical synthetic logits: 12 classes in 3 super-groups of 4. A point's

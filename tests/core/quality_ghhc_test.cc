@@ -186,50 +186,34 @@ class GhhcModelIoTest : public ::testing::Test {
 
 TEST_F(GhhcModelIoTest, RoundTripPlacesPointsIdentically) {
   HierarchicalGaussianSpec spec;
-  spec.n = 800;
-  spec.dim = 8;
-  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
-  NullRunContext ctx;
-  GhhcOptions o;
-  o.internal_nodes = 30;
-  o.triples = 3000;
-  auto r = FitGhhc(MatrixView(data.x.data(), spec.n, spec.dim), o, ctx);
-  ASSERT_TRUE(r.ok()) << r.status();
-  ASSERT_TRUE(SaveGhhcModel(r->model, dir_.string()).ok());
-  auto loaded = LoadGhhcModel(dir_.string());
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_EQ(loaded->dim, r->model.dim);
-  EXPECT_EQ(loaded->center, r->model.center);
-  EXPECT_EQ(loaded->point_norm, r->model.point_norm);
-  EXPECT_EQ(loaded->mean, r->model.mean);
-  EXPECT_EQ(loaded->nodes, r->model.nodes);
-  EXPECT_EQ(loaded->node_leaf, r->model.node_leaf);
-  EXPECT_EQ(loaded->node_parent, r->model.node_parent);
-  auto a = AssignGhhcLeaves(*loaded, MatrixView(data.x.data(), spec.n, spec.dim));
-  ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_EQ(*a, r->hierarchy.point_leaf());
-}
-
-TEST_F(GhhcModelIoTest, RoundTripKeepsTheProjection) {
-  HierarchicalGaussianSpec spec;
   spec.n = 600;
   spec.dim = 20;
   const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
   NullRunContext ctx;
-  GhhcOptions o;
-  o.internal_nodes = 24;
-  o.triples = 2000;
-  o.projection_dim = 6;
-  auto r = FitGhhc(MatrixView(data.x.data(), spec.n, spec.dim), o, ctx);
-  ASSERT_TRUE(r.ok()) << r.status();
-  ASSERT_TRUE(SaveGhhcModel(r->model, dir_.string()).ok());
-  auto loaded = LoadGhhcModel(dir_.string());
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_EQ(loaded->projection, r->model.projection);
-  EXPECT_EQ(loaded->ball_dim(), 6);
-  auto a = AssignGhhcLeaves(*loaded, MatrixView(data.x.data(), spec.n, spec.dim));
-  ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_EQ(*a, r->hierarchy.point_leaf());
+  for (int32_t projection_dim : {0, 6}) {
+    SCOPED_TRACE(projection_dim);
+    GhhcOptions o;
+    o.internal_nodes = 24;
+    o.triples = 2000;
+    o.projection_dim = projection_dim;
+    auto r = FitGhhc(MatrixView(data.x.data(), spec.n, spec.dim), o, ctx);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(SaveGhhcModel(r->model, dir_.string()).ok());
+    auto loaded = LoadGhhcModel(dir_.string());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->dim, r->model.dim);
+    EXPECT_EQ(loaded->ball_dim(), projection_dim > 0 ? projection_dim : spec.dim);
+    EXPECT_EQ(loaded->center, r->model.center);
+    EXPECT_EQ(loaded->point_norm, r->model.point_norm);
+    EXPECT_EQ(loaded->mean, r->model.mean);
+    EXPECT_EQ(loaded->projection, r->model.projection);
+    EXPECT_EQ(loaded->nodes, r->model.nodes);
+    EXPECT_EQ(loaded->node_leaf, r->model.node_leaf);
+    EXPECT_EQ(loaded->node_parent, r->model.node_parent);
+    auto a = AssignGhhcLeaves(*loaded, MatrixView(data.x.data(), spec.n, spec.dim));
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(*a, r->hierarchy.point_leaf());
+  }
   // A projection file of the wrong shape is refused.
   std::filesystem::remove(dir_ / "ghhc_projection.npy");
   const std::vector<double> wrong(20 * 5, 0.1);
@@ -244,9 +228,9 @@ TEST(GhhcQualityTest, ProjectionKeepsThePurityOfLowRankData) {
   // Embeddings usually have a much lower intrinsic dimension than their
   // width: a three-level Gaussian tree in 16 dimensions, embedded in 256 by
   // a random orthonormal map. A smaller ball through a projection keeps the
-  // purity of the full 256-dimensional one. (Isotropic
-  // data spread over all 256 dimensions would lose separation: that is
-  // what a projection costs, and why the paper's full ball is the default.)
+  // purity of the full 256-dimensional one. (Isotropic data spread over all
+  // 256 dimensions would lose separation: that is what a projection costs,
+  // and why the paper's full ball is the default.)
   HierarchicalGaussianSpec spec;
   spec.n = 2000;
   spec.dim = 16;

@@ -222,6 +222,31 @@ TEST_F(HppcaServerTest, TrainPredictStreamAndReload) {
   auto core = FitHppca(MatrixView(train_.x.data(), train_.x.rows(), train_.x.cols()),
                        train_.labels, CoreOptions(), null_ctx);
   ASSERT_TRUE(core.ok());
+
+  // GetClasses: the core model's labels, super-classes and counts; classes
+  // that share a super-class share a parent in the served tree.
+  {
+    grpc::ClientContext cctx;
+    v1::GetClassesRequest creq;
+    creq.mutable_model()->set_name("clf");
+    v1::GetClassesResponse classes;
+    ASSERT_TRUE(models_->GetClasses(&cctx, creq, &classes).ok());
+    EXPECT_EQ(classes.model_version(), 1);
+    EXPECT_EQ(classes.num_superclasses(), 8);
+    ASSERT_EQ(classes.labels_size(), 64);
+    ASSERT_EQ(classes.superclasses_size(), 64);
+    ASSERT_EQ(classes.train_counts_size(), 64);
+    for (int32_t c = 0; c < 64; ++c) {
+      EXPECT_EQ(classes.labels(c), core->labels()[c]);
+      EXPECT_EQ(classes.superclasses(c), core->superclass_of(c));
+      EXPECT_EQ(classes.train_counts(c), core->class_count(c));
+      for (int32_t o = 0; o < c; ++o) {
+        if (classes.superclasses(o) == classes.superclasses(c)) {
+          EXPECT_EQ(tree->parent(o), tree->parent(c)) << "classes " << o << ", " << c;
+        }
+      }
+    }
+  }
   const MatrixView xtest(test_.x.data(), test_.x.rows(), test_.x.cols());
   const int64_t n = test_.x.rows();
 
@@ -446,6 +471,14 @@ TEST_F(HppcaServerTest, BadInputGetsCleanErrors) {
     // Predict on a clustering model.
     st = Predict(Request("tree", lx, 0, 4, 0, 1, false), &resp);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    // ... and its class table.
+    grpc::ClientContext cctx;
+    v1::GetClassesRequest creq;
+    creq.mutable_model()->set_name("tree");
+    v1::GetClassesResponse classes;
+    st = models_->GetClasses(&cctx, creq, &classes);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(st.error_message(), HasSubstr("not a classifier"));
     v1::JobSpec add;
     add.set_dataset_id(ds.id());
     add.mutable_hppca_add()->mutable_base()->set_name("tree");

@@ -3,8 +3,9 @@
 
 Generates Python stubs from proto/ with protoc, starts the real dendrod
 binary on a free loopback port, and checks health, reflection, the
-upload -> job -> model -> tree -> assign path, clean errors, a graceful
-SIGTERM and a restart on the same data directory.
+upload -> job -> model -> tree -> assign path, a classifier's Predict,
+PredictStream and GetClasses, clean errors, a graceful SIGTERM and a restart
+on the same data directory.
 
 Usage: grpc_blackbox_test.py DENDROD_BINARY
 """
@@ -187,6 +188,86 @@ class BlackBoxTest(unittest.TestCase):
             for b in range(20):
                 self.assertEqual(scipy_cut[a] == scipy_cut[b],
                                  leaf_to_cluster[a] == leaf_to_cluster[b])
+
+    def test_2c_classifier_predict_stream_and_classes(self):
+        s = self.server
+        # 3 groups of 4 classes in 12 dimensions; labels 50 + 10 k.
+        rng = np.random.default_rng(5)
+        groups, per, d = 3, 4, 12
+        k = groups * per
+        means = np.repeat(rng.normal(0, 3.0, (groups, d)), per, axis=0) + rng.normal(0, 0.8, (k, d))
+        labels = 50 + 10 * np.arange(k)
+
+        def sample(n, seed):
+            r = np.random.default_rng(seed)
+            c = np.repeat(np.arange(k), n)
+            return (means[c] + r.normal(0, 0.9, (len(c), d))).astype(np.float32), labels[c]
+
+        x, y = sample(60, 1)
+        xt, yt = sample(20, 2)
+        ds = upload(s, x, y)
+        job = s.jobs.SubmitJob(pb.SubmitJobRequest(spec=pb.JobSpec(
+            dataset_id=ds.id, model_name="clf",
+            hppca=pb.HppcaTrainParams(superclasses=3, q=4, r=4, seed=2))), timeout=10)
+        job = s.jobs.WaitJob(pb.WaitJobRequest(id=job.id), timeout=120)
+        self.assertEqual(job.state, pb.JOB_STATE_SUCCEEDED, job.error.message)
+
+        classes = s.models.GetClasses(pb.GetClassesRequest(model=pb.ModelRef(name="clf")),
+                                      timeout=10)
+        self.assertEqual(list(classes.labels), list(labels))
+        self.assertEqual(classes.num_superclasses, 3)
+        self.assertEqual(list(classes.train_counts), [60] * k)
+        super_of = dict(zip(classes.labels, classes.superclasses))
+
+        def predict(rows, **kw):
+            return pb.PredictRequest(model=pb.ModelRef(name="clf"), rows=rows.shape[0],
+                                     cols=d, data=rows.tobytes(), **kw)
+
+        flat = s.models.Predict(predict(xt, top_k=3, flat=True), timeout=10)
+        self.assertEqual((flat.rows, flat.top_k, flat.top_t), (len(xt), 3, 0))
+        top1 = np.array(flat.labels).reshape(-1, 3)[:, 0]
+        self.assertGreater((top1 == yt).mean(), 0.8)
+        scores = np.array(flat.scores).reshape(-1, 3)
+        self.assertTrue((np.diff(scores, axis=1) >= 0).all())  # best (smallest) first
+        every = s.models.Predict(predict(xt, top_k=3, top_t=3), timeout=10)
+        self.assertEqual(list(every.labels), list(flat.labels))  # T = S is flat
+        one = s.models.Predict(predict(xt, top_t=1), timeout=10)
+        opened = np.array(one.superclasses)
+        self.assertEqual(len(opened), len(xt))
+        # A predicted class always lies in an opened super-class.
+        for label, sc in zip(one.labels, opened):
+            self.assertEqual(super_of[label], sc)
+        self.assertLess(np.mean(one.classes_evaluated), k)
+
+        # Streaming: answers come back one per request, in order, equal to
+        # the unary answers; a bad request ends the stream with its error.
+        sizes = [1, 7, 30, 2, 200]
+        starts = np.cumsum([0] + sizes)
+        reqs = [predict(xt[a:b], top_k=2, top_t=2) for a, b in zip(starts, starts[1:])]
+        answers = list(s.models.PredictStream(iter(reqs), timeout=30))
+        self.assertEqual([a.rows for a in answers], sizes)
+        unary = s.models.Predict(predict(xt[:starts[-1]], top_k=2, top_t=2), timeout=10)
+        self.assertEqual([l for a in answers for l in a.labels], list(unary.labels))
+        bad = xt[:3].copy()
+        bad[1, 2] = np.inf
+        with self.assertRaises(grpc.RpcError) as err:
+            list(s.models.PredictStream(iter([reqs[0], predict(bad), reqs[1]]), timeout=30))
+        self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+
+        # Clustering models have no class table and do not predict.
+        for call in (lambda: s.models.GetClasses(
+                         pb.GetClassesRequest(model=pb.ModelRef(name="bb")), timeout=10),
+                     lambda: s.models.Predict(pb.PredictRequest(
+                         model=pb.ModelRef(name="bb"), rows=1, cols=20,
+                         data=np.zeros(20, np.float32).tobytes()), timeout=10)):
+            with self.assertRaises(grpc.RpcError) as err:
+                call()
+            self.assertEqual(err.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        with self.assertRaises(grpc.RpcError) as err:
+            s.models.Predict(pb.PredictRequest(model=pb.ModelRef(name="clf"), rows=2, cols=d - 1,
+                                               data=np.zeros(2 * (d - 1), np.float32).tobytes()),
+                             timeout=10)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
 
     def test_3_bad_input_keeps_server_serving(self):
         s = self.server

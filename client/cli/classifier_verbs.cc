@@ -24,7 +24,7 @@ absl::Status TrainAndReport(Context& ctx, const Args& args, const std::string& f
       v1::Dataset ds, client->UploadNpy(features, labels, spec.model_name(), nullptr,
                                         !args.Has("keep-dataset")));
   spec.set_dataset_id(ds.id());
-  DENDRO_ASSIGN_OR_RETURN(v1::Job job, client->SubmitJob(spec));
+  DENDRO_ASSIGN_OR_RETURN(v1::Job job, SubmitForUpload(*client, spec, ds));
   ProgressBar bar;
   DENDRO_ASSIGN_OR_RETURN(job, client->WatchJob(job.id(), [&](const v1::Job& j) {
     bar.Update(j.progress(), absl::StrCat(j.id(), "  ", JobStateName(j.state()),

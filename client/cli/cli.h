@@ -138,6 +138,12 @@ absl::StatusOr<OutputKind> OutputKindFor(const std::string& path);
 absl::Status CheckOutputs(const std::vector<std::string>& outs);
 // 1-D (or N x 1) int32/int64 labels from a .npy file.
 absl::StatusOr<std::vector<int64_t>> ReadLabels(const std::string& path);
+
+// Submits `spec` for a dataset the verb has just uploaded. If the server
+// refuses the job and the upload was transient, the upload is deleted
+// (best effort) so a rejected command leaves nothing behind.
+absl::StatusOr<v1::Job> SubmitForUpload(client::Client& client, const v1::JobSpec& spec,
+                                        const v1::Dataset& uploaded);
 // Fetches the tree in the format each output's extension asks for and writes
 // the files atomically. Returns the model that was served.
 absl::StatusOr<v1::Model> FetchTrees(client::Client& client, const v1::ModelRef& ref,

@@ -153,7 +153,7 @@ absl::Status FitAndReport(Context& ctx, const Args& args, v1::JobSpec spec,
                                                   !args.Has("keep-dataset")));
   }
   spec.set_dataset_id(ds.id());
-  DENDRO_ASSIGN_OR_RETURN(v1::Job job, client->SubmitJob(spec));
+  DENDRO_ASSIGN_OR_RETURN(v1::Job job, SubmitForUpload(*client, spec, ds));
   if (!wait) {
     std::cout << job.id() << std::endl;
     if (!outs.empty()) {

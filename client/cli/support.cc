@@ -305,6 +305,13 @@ absl::Status JobNotSucceeded(const v1::Job& job) {
   return absl::Status(code, absl::StrCat("job ", job.id(), " failed: ", msg));
 }
 
+absl::StatusOr<v1::Job> SubmitForUpload(client::Client& client, const v1::JobSpec& spec,
+                                        const v1::Dataset& uploaded) {
+  absl::StatusOr<v1::Job> job = client.SubmitJob(spec);
+  if (!job.ok() && uploaded.transient()) client.DeleteDataset(uploaded.id()).IgnoreError();
+  return job;
+}
+
 // --- Tree outputs -------------------------------------------------------------
 
 absl::StatusOr<OutputKind> OutputKindFor(const std::string& path) {

@@ -117,6 +117,31 @@ run eval t.json --labels labels.npy --level 3
 grep -q '"level":3' out.txt || fail "eval --level 3 printed $(cat out.txt)"
 pass "eval matches l2h's metrics and sklearn's NMI/ARI"
 
+# --- ghhc with its dimension and schedule flags ------------------------------------
+run ghhc logits.npy --name hyper --labels labels.npy --internal-nodes 24 --triples 3000 \
+  --projection-dim 6 --projection random --no-margin --link softplus --out g.json
+[[ $RC -eq 0 ]] || fail "ghhc exited $RC: $(cat err.txt)"
+[[ "$(head -1 out.txt)" == "model hyper version 1" ]] || fail "ghhc printed '$(head -1 out.txt)'"
+tail -1 out.txt >ghhc_metrics.json
+run models get hyper --json
+[[ $RC -eq 0 ]] || fail "models get hyper exited $RC: $(cat err.txt)"
+"$PY" - <<'EOF' || fail "ghhc flags did not reach the model: $(cat out.txt)"
+import json
+m = json.load(open("out.txt"))
+md = m["metadata"]
+assert m["method"] == "ghhc" and int(m["input_dim"]) == 12, m
+assert (md["ball_dim"], md["projection"], md["margin_every"], md["link"]) == \
+    ("6", "random", "0", "softplus"), md
+assert 0.0 < json.load(open("ghhc_metrics.json"))["dendrogram_purity"] <= 1.0
+EOF
+run assign --model hyper logits.npy --out ghhc_leaf.npy
+[[ $RC -eq 0 ]] || fail "assign on the projected gHHC model exited $RC: $(cat err.txt)"
+"$PY" -c 'import json, numpy as np; a = np.load("ghhc_leaf.npy"); t = json.load(open("g.json")); assert (a == np.array(t["point_leaf"])).all()' ||
+  fail "assign does not place the training rows in their training leaves"
+expect_error 1 "projection_dim must be below" ghhc logits.npy --projection-dim 12 --out x.json
+expect_error 2 "--link" ghhc logits.npy --link relu --out x.json
+pass "ghhc: projection, schedule and link flags reach the model; assign projects new rows"
+
 # --- registry ------------------------------------------------------------------
 run models list
 [[ $RC -eq 0 ]] || fail "models list exited $RC: $(cat err.txt)"
@@ -160,8 +185,11 @@ pass "errors are one 'dendro:' line with a non-zero exit"
 
 run models list
 [[ $RC -eq 0 ]] || fail "server stopped answering after the error cases: $(cat err.txt)"
+# The four successful fits (three l2h, one ghhc) keep their transient uploads
+# until a restart; rejected commands (including a ghhc refused at submit)
+# leave none.
 run datasets list --json
-"$PY" -c 'import json; d = json.load(open("out.txt"))["datasets"]; assert len(d) == 3, d' ||
+"$PY" -c 'import json; d = json.load(open("out.txt"))["datasets"]; assert len(d) == 4, d' ||
   fail "rejected uploads left datasets behind: $(cat out.txt)"
 pass "server still answers; rejected uploads left nothing behind"
 

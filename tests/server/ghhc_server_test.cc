@@ -120,12 +120,35 @@ class GhhcServerTest : public ::testing::Test {
     return models_->Assign(&ctx, req, resp);
   }
 
+  // Uploads n x 8 rows with labels and fits `model` with `p` to success.
+  void UploadAndFit(const std::vector<float>& x, int n, const std::vector<int64_t>& labels,
+                    const std::string& model, const v1::GhhcParams& p) {
+    v1::Dataset ds;
+    ASSERT_TRUE(Upload(x, n, 8, &labels, &ds).ok());
+    grpc::Status st;
+    v1::Job job = Submit(ds.id(), model, p, &st);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    job = Wait(job.id());
+    ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+    EXPECT_DOUBLE_EQ(job.progress(), 1.0);
+  }
+
   std::filesystem::path dir_;
   std::unique_ptr<DendroServer> server_;
   std::unique_ptr<v1::DatasetService::Stub> datasets_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
   std::unique_ptr<v1::ModelService::Stub> models_;
 };
+
+// The core options SmallParams() stands for.
+GhhcOptions SmallOptions() {
+  GhhcOptions o;
+  o.internal_nodes = 30;
+  o.triples = 6000;
+  o.batch_size = 50;
+  o.seed = 4;
+  return o;
+}
 
 v1::GhhcParams SmallParams() {
   v1::GhhcParams p;
@@ -141,24 +164,12 @@ TEST_F(GhhcServerTest, FitAssignAndReload) {
   const int n = 900;
   std::vector<int64_t> labels;
   const std::vector<float> x = Blobs(n, &labels);
-  v1::Dataset ds;
-  ASSERT_TRUE(Upload(x, n, 8, &labels, &ds).ok());
-  grpc::Status st;
-  v1::Job job = Submit(ds.id(), "blobs", SmallParams(), &st);
-  ASSERT_TRUE(st.ok()) << st.error_message();
-  job = Wait(job.id());
-  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
-  EXPECT_DOUBLE_EQ(job.progress(), 1.0);
+  ASSERT_NO_FATAL_FAILURE(UploadAndFit(x, n, labels, "blobs", SmallParams()));
 
   // The served tree is what the core computes with the same options (the
   // exact neighbour search makes it independent of the thread count).
-  GhhcOptions o;
-  o.internal_nodes = 30;
-  o.triples = 6000;
-  o.batch_size = 50;
-  o.seed = 4;
   NullRunContext null_ctx;
-  auto expected = FitGhhc(MatrixView(x.data(), n, 8), o, null_ctx);
+  auto expected = FitGhhc(MatrixView(x.data(), n, 8), SmallOptions(), null_ctx);
   ASSERT_TRUE(expected.ok()) << expected.status();
   grpc::ClientContext tctx;
   v1::GetTreeRequest treq;
@@ -203,25 +214,15 @@ TEST_F(GhhcServerTest, ParametersReachTheCoreAndProjectionSurvivesReload) {
   const int n = 600;
   std::vector<int64_t> labels;
   const std::vector<float> x = Blobs(n, &labels);
-  v1::Dataset ds;
-  ASSERT_TRUE(Upload(x, n, 8, &labels, &ds).ok());
   v1::GhhcParams p = SmallParams();
   p.set_projection_dim(4);
   p.set_projection("random");
   p.set_no_center(true);
   p.set_margin_every(-1);
   p.set_link("softplus");
-  grpc::Status st;
-  v1::Job job = Submit(ds.id(), "projected", p, &st);
-  ASSERT_TRUE(st.ok()) << st.error_message();
-  job = Wait(job.id());
-  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+  ASSERT_NO_FATAL_FAILURE(UploadAndFit(x, n, labels, "projected", p));
 
-  GhhcOptions o;
-  o.internal_nodes = 30;
-  o.triples = 6000;
-  o.batch_size = 50;
-  o.seed = 4;
+  GhhcOptions o = SmallOptions();
   o.projection_dim = 4;
   o.projection = GhhcProjection::kRandom;
   o.center = false;

@@ -122,13 +122,21 @@ absl::StatusOr<std::vector<int32_t>> BhattacharyyaSeeds(absl::Span<const Gaussia
                                                         int32_t s, uint64_t seed, int threads,
                                                         RunContext* ctx);
 
+// How AssignByKl computes the cross term F(P, Q) of the surviving pairs (see
+// kmeans.cc): per pair from the bases' products (q r d each), or for all
+// pairs at once as Frobenius products of d x d matrices (d^2 / 2 each plus
+// q d^2 / 2 per class), which is cheaper when q r is large against d / 2.
+// kAuto picks the one with fewer operations.
+enum class KlCrossTerm { kAuto, kBasisProducts, kGramProducts };
+
 // The index of the KL-nearest Gaussian (argmin_s KL(class_i || centroid_s),
 // ties to the lower s) for every class; exact, with cheap bounds pruning.
 // `kl` (optional) receives the winning divergences.
 absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> classes,
                                                 absl::Span<const LowRankGaussian> centroids,
                                                 int threads, RunContext* ctx,
-                                                std::vector<double>* kl = nullptr);
+                                                std::vector<double>* kl = nullptr,
+                                                KlCrossTerm cross = KlCrossTerm::kAuto);
 
 // Theorem 2 centroids (rank r) of the classes assigned to each of s groups.
 absl::StatusOr<std::vector<Centroid>> GroupCentroids(absl::Span<const GaussianRef> classes,

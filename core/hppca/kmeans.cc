@@ -232,10 +232,75 @@ absl::StatusOr<std::vector<int32_t>> BhattacharyyaSeeds(absl::Span<const Gaussia
   return seeds;
 }
 
+namespace {
+
+// Appends the upper triangle of the d x d matrix `m` (column-major; its
+// upper triangle is read), row by row, to `out`, the off-diagonal entries
+// multiplied by `off_diagonal`.
+void PackUpper(const Eigen::MatrixXd& m, double off_diagonal, double* out) {
+  const int64_t d = m.rows();
+  for (int64_t x = 0; x < d; ++x) {
+    *out++ = m(x, x);
+    for (int64_t y = x + 1; y < d; ++y) *out++ = off_diagonal * m(x, y);
+  }
+}
+
+// F(i, j) = <A_j, C_i>_F for every class i and centroid j (see AssignByKl):
+// A_j = U_j^T diag(omega_j) U_j from the stacked centroid bases `u` (rows
+// off[j] .. off[j + 1]) and C_i = V_i^T diag(e_i) V_i. Both are symmetric,
+// so each is packed as its upper triangle (the centroid side carries the
+// factor 2 of the off-diagonal entries) and F is a GEMM of the packed rows,
+// classes in chunks of about 64 MB of doubles per thread.
+absl::StatusOr<RowMatrixDX> GramCrossTerms(absl::Span<const GaussianRef> classes,
+                                           const RowMatrixDX& u, const Eigen::VectorXd& omega,
+                                           const std::vector<int64_t>& off, int threads,
+                                           RunContext* ctx) {
+  const int64_t k = static_cast<int64_t>(classes.size());
+  const int32_t s = static_cast<int32_t>(off.size()) - 1;
+  const int64_t d = u.cols();
+  const int64_t packed = d * (d + 1) / 2;
+  RowMatrixDX a(s, packed);
+  DENDRO_RETURN_IF_ERROR(ParallelFor(s, threads, ctx, [&](int64_t j) {
+    const int64_t r = off[j + 1] - off[j];
+    Eigen::MatrixXd full = Eigen::MatrixXd::Zero(d, d);
+    if (r > 0) {
+      const Eigen::MatrixXd w = u.middleRows(off[j], r).transpose() *
+                                omega.segment(off[j], r).cwiseMax(0.0).cwiseSqrt().asDiagonal();
+      full.selfadjointView<Eigen::Upper>().rankUpdate(w);
+    }
+    PackUpper(full, 2.0, a.row(j).data());
+  }));
+  const int64_t chunk = std::clamp<int64_t>((int64_t{8} << 20) / packed, 1, 256);
+  const int64_t chunks = (k + chunk - 1) / chunk;
+  const int pool = std::max(1, threads);
+  std::vector<RowMatrixDX> c_buf(pool);
+  RowMatrixDX f(k, s);
+  DENDRO_RETURN_IF_ERROR(ParallelFor(chunks, threads, ctx, [&](int64_t ch) {
+    const int64_t i0 = ch * chunk, n = std::min(chunk, k - i0);
+    RowMatrixDX& c = c_buf[omp_get_thread_num() % pool];
+    if (c.rows() != chunk || c.cols() != packed) c.resize(chunk, packed);
+    Eigen::MatrixXd full(d, d);
+    for (int64_t t = 0; t < n; ++t) {
+      const GaussianRef& p = classes[i0 + t];
+      full.setZero();
+      if (p.rank() > 0) {
+        const Eigen::MatrixXd w = p.basis.cast<double>().transpose() *
+                                  p.excess.cwiseMax(0.0).cwiseSqrt().asDiagonal();
+        full.selfadjointView<Eigen::Upper>().rankUpdate(w);
+      }
+      PackUpper(full, 1.0, c.row(t).data());
+    }
+    f.middleRows(i0, n).noalias() = c.topRows(n) * a.transpose();
+  }));
+  return f;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> classes,
                                                 absl::Span<const LowRankGaussian> centroids,
                                                 int threads, RunContext* ctx,
-                                                std::vector<double>* kl) {
+                                                std::vector<double>* kl, KlCrossTerm cross) {
   const int64_t k = static_cast<int64_t>(classes.size());
   const int32_t s = static_cast<int32_t>(centroids.size());
   if (s < 1) return absl::InvalidArgumentError("no centroids to assign to");
@@ -316,72 +381,97 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
       }
     }
   }));
-  // Phase 2: 2 KL = base - F / noise_q with F = sum_{l,m} omega_l e_m (u_l . v_m)^2:
-  // per centroid, GEMMs of its basis against the bases of its candidate
-  // classes, kPhase2Classes classes at a time into per-thread buffers (a
-  // buffer for all candidates at once would be K q x d floats per centroid:
-  // 1.3 GB at K = 10,000, d = 640, allocated and zeroed S times a round).
-  std::vector<std::vector<std::pair<int64_t, size_t>>> by_centroid(s);
-  for (int64_t i = 0; i < k; ++i) {
-    for (size_t a = 0; a < cands[i].size(); ++a) by_centroid[cands[i][a].j].push_back({i, a});
-  }
-  constexpr size_t kPhase2Classes = 256;
-  struct Item {
-    int32_t j;
-    size_t begin, end;  // range of by_centroid[j]
-  };
-  std::vector<Item> items;
-  for (int32_t j = 0; j < s; ++j) {
-    for (size_t b = 0; b < by_centroid[j].size(); b += kPhase2Classes) {
-      items.push_back({j, b, std::min(by_centroid[j].size(), b + kPhase2Classes)});
-    }
-  }
-  int32_t max_rank = 0;
+  // Phase 2: 2 KL = base - F / noise_q with F = sum_{l,m} omega_l e_m (u_l . v_m)^2
+  // for every surviving (class, centroid) pair. Two exact ways to get F:
+  //  * basis products: per centroid, GEMMs of its basis against the bases of
+  //    its candidate classes (q r d multiply-adds per pair);
+  //  * Gram products: F = <A_Q, C_P>_F with A_Q = U^T diag(omega) U and
+  //    C_P = V^T diag(e) V, both d x d and symmetric, so all K x S values
+  //    are one GEMM over packed upper triangles (d (d + 1) / 2 per pair, plus
+  //    q d^2 / 2 per class to form C_P, in double precision).
+  int64_t pairs = 0;
+  int32_t max_rank = 0, max_centroid_rank = 0;
+  for (const auto& c : cands) pairs += static_cast<int64_t>(c.size());
   for (const GaussianRef& p : classes) max_rank = std::max(max_rank, p.rank());
-  const int pool = std::max(1, threads);
-  std::vector<RowMatrixF> v_buf(pool), g_buf(pool);
-  DENDRO_RETURN_IF_ERROR(ParallelFor(static_cast<int64_t>(items.size()), threads, ctx,
-                                     [&](int64_t item) {
-    const Item& it = items[item];
-    const int32_t j = it.j;
-    const auto& list = by_centroid[j];
-    const size_t n = it.end - it.begin;
-    std::vector<int64_t> row0(n + 1, 0);
-    for (size_t t = 0; t < n; ++t) {
-      row0[t + 1] = row0[t] + classes[list[it.begin + t].first].rank();
+  for (int32_t j = 0; j < s; ++j) max_centroid_rank = std::max(max_centroid_rank, rank[j]);
+  const int64_t packed = d * (d + 1) / 2;
+  const double basis_ops = static_cast<double>(pairs) * max_rank * max_centroid_rank * d;
+  const double gram_ops = static_cast<double>(k) * (static_cast<double>(max_rank) * d * d / 2 +
+                                                    static_cast<double>(s) * packed) +
+                          static_cast<double>(s) * max_centroid_rank * d * d / 2;
+  // The packed centroid matrices are held at once: cap them at 512 MB.
+  const bool gram_fits = static_cast<double>(s) * packed * sizeof(double) <= 512.0 * (1 << 20);
+  const bool use_gram = cross == KlCrossTerm::kGramProducts ||
+                        (cross == KlCrossTerm::kAuto && gram_fits && gram_ops < basis_ops);
+  if (use_gram) {
+    DENDRO_ASSIGN_OR_RETURN(RowMatrixDX f, GramCrossTerms(classes, u, omega, off, threads, ctx));
+    for (int64_t i = 0; i < k; ++i) {
+      for (Cand& c : cands[i]) c.kl = 0.5 * (c.base - f(i, c.j) / noise_q[c.j]);
     }
-    RowMatrixF& v = v_buf[omp_get_thread_num() % pool];
-    RowMatrixF& g = g_buf[omp_get_thread_num() % pool];
-    if (v.rows() < static_cast<int64_t>(kPhase2Classes) * max_rank || v.cols() != d) {
-      v.resize(static_cast<int64_t>(kPhase2Classes) * max_rank, d);
+  } else {
+    // Basis products, kPhase2Classes classes at a time into per-thread
+    // buffers (one buffer for all candidates would be K q x d floats per
+    // centroid, allocated and zeroed S times a round).
+    std::vector<std::vector<std::pair<int64_t, size_t>>> by_centroid(s);
+    for (int64_t i = 0; i < k; ++i) {
+      for (size_t a = 0; a < cands[i].size(); ++a) by_centroid[cands[i][a].j].push_back({i, a});
     }
-    for (size_t t = 0; t < n; ++t) {
-      const GaussianRef& p = classes[list[it.begin + t].first];
-      v.middleRows(row0[t], p.rank()) = p.basis;
-    }
-    const LowRankGaussian& c = centroids[j];
-    if (g.rows() < v.rows() || g.cols() != std::max(rank[j], 1)) {
-      g.resize(v.rows(), std::max(rank[j], 1));
-    }
-    if (rank[j] > 0 && row0.back() > 0) {
-      g.topLeftCorner(row0.back(), rank[j]).noalias() =
-          v.topRows(row0.back()) * c.basis.transpose();
-    }
-    for (size_t t = 0; t < n; ++t) {
-      const GaussianRef& p = classes[list[it.begin + t].first];
-      double f = 0.0;
-      for (int32_t m = 0; m < p.rank(); ++m) {
-        double inner = 0.0;
-        for (int32_t l = 0; l < rank[j]; ++l) {
-          const double x = g(row0[t] + m, l);
-          inner += omega[off[j] + l] * x * x;
-        }
-        f += p.excess[m] * inner;
+    constexpr size_t kPhase2Classes = 256;
+    struct Item {
+      int32_t j;
+      size_t begin, end;  // range of by_centroid[j]
+    };
+    std::vector<Item> items;
+    for (int32_t j = 0; j < s; ++j) {
+      for (size_t b = 0; b < by_centroid[j].size(); b += kPhase2Classes) {
+        items.push_back({j, b, std::min(by_centroid[j].size(), b + kPhase2Classes)});
       }
-      Cand& cand = cands[list[it.begin + t].first][list[it.begin + t].second];
-      cand.kl = 0.5 * (cand.base - f / noise_q[j]);
     }
-  }));
+    const int pool = std::max(1, threads);
+    std::vector<RowMatrixF> v_buf(pool), g_buf(pool);
+    DENDRO_RETURN_IF_ERROR(ParallelFor(static_cast<int64_t>(items.size()), threads, ctx,
+                                       [&](int64_t item) {
+      const Item& it = items[item];
+      const int32_t j = it.j;
+      const auto& list = by_centroid[j];
+      const size_t n = it.end - it.begin;
+      std::vector<int64_t> row0(n + 1, 0);
+      for (size_t t = 0; t < n; ++t) {
+        row0[t + 1] = row0[t] + classes[list[it.begin + t].first].rank();
+      }
+      RowMatrixF& v = v_buf[omp_get_thread_num() % pool];
+      RowMatrixF& g = g_buf[omp_get_thread_num() % pool];
+      if (v.rows() < static_cast<int64_t>(kPhase2Classes) * max_rank || v.cols() != d) {
+        v.resize(static_cast<int64_t>(kPhase2Classes) * max_rank, d);
+      }
+      for (size_t t = 0; t < n; ++t) {
+        const GaussianRef& p = classes[list[it.begin + t].first];
+        v.middleRows(row0[t], p.rank()) = p.basis;
+      }
+      const LowRankGaussian& c = centroids[j];
+      if (g.rows() < v.rows() || g.cols() != std::max(rank[j], 1)) {
+        g.resize(v.rows(), std::max(rank[j], 1));
+      }
+      if (rank[j] > 0 && row0.back() > 0) {
+        g.topLeftCorner(row0.back(), rank[j]).noalias() =
+            v.topRows(row0.back()) * c.basis.transpose();
+      }
+      for (size_t t = 0; t < n; ++t) {
+        const GaussianRef& p = classes[list[it.begin + t].first];
+        double f = 0.0;
+        for (int32_t m = 0; m < p.rank(); ++m) {
+          double inner = 0.0;
+          for (int32_t l = 0; l < rank[j]; ++l) {
+            const double x = g(row0[t] + m, l);
+            inner += omega[off[j] + l] * x * x;
+          }
+          f += p.excess[m] * inner;
+        }
+        Cand& cand = cands[list[it.begin + t].first][list[it.begin + t].second];
+        cand.kl = 0.5 * (cand.base - f / noise_q[j]);
+      }
+    }));
+  }
   // Phase 3: the best candidate (ties to the lower centroid index).
   std::vector<int32_t> best(k, 0);
   std::vector<double> best_kl(k, 0.0);

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "core/hppca/hppca.h"
 #include "core/hppca/synthetic.h"
 #include "core/io/atomic_file.h"
@@ -308,9 +309,12 @@ int main(int argc, char** argv) {
                     {"measured_speedup", measured}});
     std::fprintf(stderr,
                  "T=%d: accuracy %.4f, super-accuracy %.4f, %.2f s, %.0f rows/s, op-count "
-                 "speed-up %.2f, measured %.2f (ratio %.2f)\n",
+                 "speed-up %.2f%s\n",
                  t, acc, static_cast<double>(super_ok) / n_eval, secs, n_eval / secs, ops,
-                 measured, ops > 0 ? measured / ops : 0.0);
+                 flat_seconds > 0 ? absl::StrFormat(", measured %.2f (ratio %.2f)", measured,
+                                                    ops > 0 ? measured / ops : 0.0)
+                                        .c_str()
+                                  : " (flat skipped: no measured speed-up)");
   }
   out["hierarchical"] = hier;
 

@@ -386,21 +386,27 @@ TEST(HppcaFitTest, KlAssignmentIsExactArgmin) {
     ASSERT_TRUE(single.ok());
     cents.push_back(CentroidGaussian(*single));
   }
-  std::vector<double> kl;
-  auto got = hppca_internal::AssignByKl(classes, cents, 2, &ctx, &kl);
-  ASSERT_TRUE(got.ok());
-  for (size_t i = 0; i < classes.size(); ++i) {
-    int32_t best = 0;
-    double best_v = std::numeric_limits<double>::infinity();
-    for (size_t j = 0; j < cents.size(); ++j) {
-      const double v = KlDivergence(classes[i], cents[j].ref());
-      if (v < best_v) {
-        best_v = v;
-        best = static_cast<int32_t>(j);
+  // Both ways of computing the cross term, and the automatic choice.
+  using hppca_internal::KlCrossTerm;
+  for (KlCrossTerm how :
+       {KlCrossTerm::kAuto, KlCrossTerm::kBasisProducts, KlCrossTerm::kGramProducts}) {
+    SCOPED_TRACE(static_cast<int>(how));
+    std::vector<double> kl;
+    auto got = hppca_internal::AssignByKl(classes, cents, 2, &ctx, &kl, how);
+    ASSERT_TRUE(got.ok());
+    for (size_t i = 0; i < classes.size(); ++i) {
+      int32_t best = 0;
+      double best_v = std::numeric_limits<double>::infinity();
+      for (size_t j = 0; j < cents.size(); ++j) {
+        const double v = KlDivergence(classes[i], cents[j].ref());
+        if (v < best_v) {
+          best_v = v;
+          best = static_cast<int32_t>(j);
+        }
       }
+      EXPECT_EQ((*got)[i], best) << "class " << i;
+      EXPECT_NEAR(kl[i], best_v, 1e-6 * std::fabs(best_v) + 1e-5);
     }
-    EXPECT_EQ((*got)[i], best) << "class " << i;
-    EXPECT_NEAR(kl[i], best_v, 1e-6 * std::fabs(best_v) + 1e-5);
   }
   // Converged k-means: every class already sits in its KL-nearest super-class.
   ASSERT_TRUE(model->fit_stats().kmeans_converged);

@@ -102,11 +102,15 @@ const std::vector<Verb>& Verbs() {
        1, 1, RunGhhc},
       {"hppca", "train", "train a hierarchical PPCA classifier on labelled features",
        "dendro hppca train FEATURES.npy LABELS.npy --name NAME [--superclasses S] [--q Q]\n"
-       "                   [--r R] [--seed S] [--flat] [--keep-dataset]\n"
+       "                   [--r R] [--lambda L] [--top-t T] [--log-det] [--raw-data]\n"
+       "                   [--seed S] [--flat] [--keep-dataset]\n"
        "  Per-class PPCA (q components, paper default 50) grouped into S super-classes\n"
-       "  (default about sqrt(K * 5)) with their own PPCA (r components). --flat: S = 0.\n",
+       "  (default about sqrt(K * T)) with their own PPCA (r components). --flat: S = 0.\n"
+       "  --lambda: PPCA noise (0.01); --top-t: the T predictions use by default (5);\n"
+       "  --log-det: score with eq. 1; --raw-data: cluster samples of rows, not Gaussians.\n",
        {{"name", true}, {"superclasses", true}, {"q", true}, {"r", true}, {"seed", true},
-        {"flat", false}, {"keep-dataset", false}},
+        {"flat", false}, {"keep-dataset", false}, {"lambda", true}, {"top-t", true},
+        {"log-det", false}, {"raw-data", false}},
        2, 2, RunHppcaTrain},
       {"hppca", "add", "add the classes of a labelled dataset to a classifier",
        "dendro hppca add NAME[:VERSION] FEATURES.npy LABELS.npy [--recluster]\n"

@@ -127,6 +127,24 @@ cmp -s <("$PY" -c 'import numpy as np; print(np.load("all_t.npy").tolist())') \
   fail "opening every super-class (T = S) does not give the flat predictions"
 pass "T = S gives exactly the flat predictions"
 
+# --- training options reach the model ----------------------------------------------
+run hppca train train_x.npy train_y.npy --name raw --superclasses 4 --q 5 --r 5 --raw-data \
+  --log-det --lambda 0.05 --top-t 2
+[[ $RC -eq 0 ]] || fail "hppca train --raw-data --log-det exited $RC: $(cat err.txt)"
+run models get raw --json
+"$PY" - <<'EOF' || fail "training flags did not reach the model: $(cat out.txt)"
+import json
+md = json.load(open("out.txt"))["metadata"]
+assert (md["clustering"], md["score"], float(md["lambda"]), md["default_top_t"]) == \
+    ("raw_data", "log_det", 0.05, "2"), md
+EOF
+run predict --model raw test_x.npy --out raw_pred.npy --labels test_y.npy
+[[ $RC -eq 0 ]] || fail "predict on the raw-data model exited $RC: $(cat err.txt)"
+"$PY" -c 'import json; r = json.loads(open("out.txt").read().splitlines()[-1]); assert r["top_t"] == 2 and r["accuracy"] > 0.6, r' ||
+  fail "the raw-data model's default T or accuracy: $(cat out.txt)"
+expect_error 2 "--lambda" hppca train train_x.npy train_y.npy --name bad --lambda -1
+pass "hppca train: --raw-data, --log-det, --lambda and --top-t reach the model"
+
 # --- growing a model -------------------------------------------------------------
 run hppca train old_x.npy old_y.npy --name grow --superclasses 4 --q 5 --r 5 --seed 3
 [[ $RC -eq 0 ]] || fail "hppca train (groups 0-2) exited $RC: $(cat err.txt)"

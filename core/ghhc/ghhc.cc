@@ -139,8 +139,9 @@ absl::Status NormaliseRows(const MatrixView& x, const GhhcModel& model, int thre
   const bool project = !model.projection.empty();
   const Eigen::Map<const RowMat<double>> proj(model.projection.data(), project ? d : 0,
                                               project ? p : 0);
-  // A row within rounding of the mean has no direction. After a projection
-  // the scale is that of the projected mean (JL keeps norms in expectation).
+  // A row within rounding of the mean has no direction. The same tolerance
+  // is applied after a projection (a random one keeps norms in expectation,
+  // PCA can only shrink them); an exactly zero projection is always refused.
   const double tol = 1e-6 * mu.norm();
   int64_t first_bad = std::numeric_limits<int64_t>::max();
 #pragma omp parallel for num_threads(threads) schedule(static, 4096) reduction(min : first_bad)
@@ -169,7 +170,6 @@ absl::Status NormaliseRows(const MatrixView& x, const GhhcModel& model, int thre
   }
   return absl::OkStatus();
 }
-
 
 std::vector<double> ColumnMean(const MatrixView& x, int threads) {
   const int64_t n = x.rows();

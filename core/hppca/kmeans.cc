@@ -130,8 +130,12 @@ absl::StatusOr<std::vector<int32_t>> BhattacharyyaSeeds(absl::Span<const Gaussia
       // per chunk of classes into buffers of a fixed size (one buffer for all
       // would be K q x d floats, reallocated at every step).
       constexpr int64_t kChunk = 256;
-      gathered.resize(std::min(n, kChunk) * q_max, d);
-      cross.resize(gathered.rows(), gc.rank());
+      if (gathered.rows() < std::min(n, kChunk) * q_max || gathered.cols() != d) {
+        gathered.resize(std::min(n, kChunk) * q_max, d);
+      }
+      if (cross.rows() != gathered.rows() || cross.cols() != gc.rank()) {
+        cross.resize(gathered.rows(), gc.rank());
+      }
       for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
         const int64_t cn = std::min(kChunk, n - t0);
         for (int64_t t = 0; t < cn; ++t) {

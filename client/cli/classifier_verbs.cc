@@ -1,13 +1,11 @@
 // Verbs for classifier models: hppca train, hppca add, predict.
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
 #include "core/common/status_macros.h"
@@ -90,13 +88,8 @@ absl::Status RunHppcaTrain(Context& ctx, const Args& args) {
   p->set_seed(static_cast<uint64_t>(seed));
   DENDRO_ASSIGN_OR_RETURN(int64_t top_t, args.GetInt("top-t", 0, 1, 1000000));
   p->set_default_top_t(static_cast<int32_t>(top_t));
-  if (std::optional<std::string> lambda = args.Get("lambda")) {
-    double v = 0;
-    if (!absl::SimpleAtod(*lambda, &v) || !(v > 0) || !std::isfinite(v)) {
-      return UsageError(absl::StrCat("--lambda must be a positive number, got '", *lambda, "'"));
-    }
-    p->set_lambda(v);
-  }
+  DENDRO_ASSIGN_OR_RETURN(double lambda, PositiveFlag(args, "lambda"));
+  p->set_lambda(lambda);
   p->set_log_det_score(args.Has("log-det"));
   p->set_raw_data_clustering(args.Has("raw-data"));
   if (args.Has("flat")) p->set_superclasses(-1);

@@ -139,6 +139,10 @@ absl::Status CheckOutputs(const std::vector<std::string>& outs);
 // 1-D (or N x 1) int32/int64 labels from a .npy file.
 absl::StatusOr<std::vector<int64_t>> ReadLabels(const std::string& path);
 
+// Optional positive, finite number flag --NAME; 0 (the proto's "use the
+// default") when absent, a usage error when not a positive number.
+absl::StatusOr<double> PositiveFlag(const Args& args, const char* name);
+
 // Submits `spec` for a dataset the verb has just uploaded. If the server
 // refuses the job and the upload was transient, the upload is deleted
 // (best effort) so a rejected command leaves nothing behind.

@@ -2,18 +2,17 @@
 // eval.
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <limits>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/cli.h"
 #include "core/common/status_macros.h"
+#include "core/ghhc/ghhc.h"
 #include "core/hierarchy/export.h"
 #include "core/io/atomic_file.h"
 #include "core/io/npy.h"
@@ -195,16 +194,6 @@ absl::StatusOr<int64_t> IntFlag(const Args& args, const char* name, int64_t lo, 
   return args.GetInt(name, 0, lo, hi);
 }
 
-// Optional positive number flag; 0 (the proto's "default") if absent.
-absl::StatusOr<double> PositiveFlag(const Args& args, const char* name) {
-  std::optional<std::string> v = args.Get(name);
-  if (!v.has_value()) return 0.0;
-  double x = 0;
-  if (!absl::SimpleAtod(*v, &x) || !(x > 0) || !std::isfinite(x)) {
-    return UsageError(absl::StrCat("--", name, " must be a positive number, got '", *v, "'"));
-  }
-  return x;
-}
 
 }  // namespace
 
@@ -266,15 +255,13 @@ absl::Status RunGhhc(Context& ctx, const Args& args) {
   p->set_margin(margin);
   p->set_no_center(args.Has("no-center"));
   if (std::optional<std::string> kind = args.Get("projection")) {
-    if (*kind != "pca" && *kind != "random") {
-      return UsageError(absl::StrCat("--projection must be pca or random, got '", *kind, "'"));
-    }
+    const absl::Status parsed = ParseGhhcProjection(*kind).status();
+    if (!parsed.ok()) return UsageError(absl::StrCat("--", parsed.message()));
     p->set_projection(*kind);
   }
   if (std::optional<std::string> link = args.Get("link")) {
-    if (*link != "sigmoid" && *link != "softplus") {
-      return UsageError(absl::StrCat("--link must be sigmoid or softplus, got '", *link, "'"));
-    }
+    const absl::Status parsed = ParseGhhcLink(*link).status();
+    if (!parsed.ok()) return UsageError(absl::StrCat("--", parsed.message()));
     p->set_link(*link);
   }
   return FitAndReport(ctx, args, std::move(spec), 1, "gHHC needs embeddings with");

@@ -305,6 +305,16 @@ absl::Status JobNotSucceeded(const v1::Job& job) {
   return absl::Status(code, absl::StrCat("job ", job.id(), " failed: ", msg));
 }
 
+absl::StatusOr<double> PositiveFlag(const Args& args, const char* name) {
+  std::optional<std::string> v = args.Get(name);
+  if (!v.has_value()) return 0.0;
+  double x = 0;
+  if (!absl::SimpleAtod(*v, &x) || !(x > 0) || !std::isfinite(x)) {
+    return UsageError(absl::StrCat("--", name, " must be a positive number, got '", *v, "'"));
+  }
+  return x;
+}
+
 absl::StatusOr<v1::Job> SubmitForUpload(client::Client& client, const v1::JobSpec& spec,
                                         const v1::Dataset& uploaded) {
   absl::StatusOr<v1::Job> job = client.SubmitJob(spec);

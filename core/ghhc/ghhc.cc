@@ -283,6 +283,30 @@ float SqDist(const RowMat<float>& p, int64_t a, int64_t b) {
 
 }  // namespace
 
+std::string_view GhhcLinkName(GhhcLink link) {
+  return link == GhhcLink::kSoftplus ? "softplus" : "sigmoid";
+}
+
+absl::StatusOr<GhhcLink> ParseGhhcLink(std::string_view name) {
+  for (GhhcLink l : {GhhcLink::kSigmoid, GhhcLink::kSoftplus}) {
+    if (name == GhhcLinkName(l)) return l;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("link must be sigmoid or softplus, got '", std::string(name), "'"));
+}
+
+std::string_view GhhcProjectionName(GhhcProjection projection) {
+  return projection == GhhcProjection::kRandom ? "random" : "pca";
+}
+
+absl::StatusOr<GhhcProjection> ParseGhhcProjection(std::string_view name) {
+  for (GhhcProjection p : {GhhcProjection::kPca, GhhcProjection::kRandom}) {
+    if (name == GhhcProjectionName(p)) return p;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("projection must be pca or random, got '", std::string(name), "'"));
+}
+
 absl::Status ValidateGhhcOptions(const GhhcOptions& options) {
   return ValidateOptionsImpl(options);
 }
@@ -624,9 +648,10 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   md["point_norm"] = absl::StrCat(options.point_norm);
   md["ball_dim"] = absl::StrCat(d);
   if (options.projection_dim > 0) {
-    md["projection"] = options.projection == GhhcProjection::kPca ? "pca" : "random";
+    md["projection"] = std::string(GhhcProjectionName(options.projection));
   }
   md["center"] = options.center ? "true" : "false";
+  md["link"] = std::string(GhhcLinkName(options.link));
   md["max_node_norm"] = absl::StrCat(options.max_node_norm);
   md["final_objective"] = absl::StrCat(stats.final_objective);
   md["pruned_nodes"] = absl::StrCat(stats.pruned_nodes);

@@ -74,6 +74,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -97,6 +98,13 @@ enum class GhhcProjection {
   // expectation (Johnson-Lindenstrauss), needs no pass over the data.
   kRandom,
 };
+
+// "sigmoid", "softplus"; "pca", "random". Parse* accept exactly those names
+// and answer InvalidArgument listing them otherwise.
+std::string_view GhhcLinkName(GhhcLink link);
+absl::StatusOr<GhhcLink> ParseGhhcLink(std::string_view name);
+std::string_view GhhcProjectionName(GhhcProjection projection);
+absl::StatusOr<GhhcProjection> ParseGhhcProjection(std::string_view name);
 
 struct GhhcOptions {
   int32_t internal_nodes = 100;  // M (>= 2); the paper uses 64 .. 40,000

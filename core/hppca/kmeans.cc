@@ -453,8 +453,8 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
         v.middleRows(row0[t], p.rank()) = p.basis;
       }
       const LowRankGaussian& c = centroids[j];
-      if (g.rows() < v.rows() || g.cols() != std::max(rank[j], 1)) {
-        g.resize(v.rows(), std::max(rank[j], 1));
+      if (g.rows() < v.rows() || g.cols() < std::max(max_centroid_rank, 1)) {
+        g.resize(v.rows(), std::max(max_centroid_rank, 1));
       }
       if (rank[j] > 0 && row0.back() > 0) {
         g.topLeftCorner(row0.back(), rank[j]).noalias() =

@@ -6,9 +6,10 @@
 // internal_nodes 100, learning_rate 0.01, batch_size 100, triples
 // 200,000, neighbors 5, margin 0.25, seed 1, init_sample automatic,
 // point_norm 0.9, max_node_norm 0.8, gumbel_temperature 1, projection_dim 0
-// (none; projection "pca" when set), margin_every 10 (-1: no margin phases), margin_steps 1,
-// margin_learning_rate learning_rate / 10, link "sigmoid". (So a margin or
-// a noise scale of exactly 0 cannot be requested through the service.)
+// (none; projection "pca" when set), margin_every 10 (-1: no margin
+// phases), margin_steps 1, margin_learning_rate learning_rate / 10, link
+// "sigmoid". (So a margin or a noise scale of exactly 0 cannot be requested
+// through the service.)
 //
 // Artifacts: tree.json + point_leaf.npy (SaveTree) and the gHHC model files
 // (SaveGhhcModel: ghhc_model.json, ghhc_mean.npy, ghhc_nodes.npy,
@@ -90,17 +91,18 @@ absl::StatusOr<GhhcOptions> OptionsFromSpec(const v1::JobSpec& spec) {
   if (p.margin_every() != 0) o.margin_every = p.margin_every() < 0 ? 0 : p.margin_every();
   if (p.margin_steps() > 0) o.margin_steps = p.margin_steps();
   if (p.margin_learning_rate() > 0) o.margin_learning_rate = p.margin_learning_rate();
-  if (p.link() == "softplus") {
-    o.link = GhhcLink::kSoftplus;
-  } else if (!p.link().empty() && p.link() != "sigmoid") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ghhc.link must be \"sigmoid\" or \"softplus\", got \"", p.link(), "\""));
+  auto named = [](const absl::Status& s) {
+    return absl::InvalidArgumentError(absl::StrCat("ghhc.", s.message()));
+  };
+  if (!p.link().empty()) {
+    absl::StatusOr<GhhcLink> link = ParseGhhcLink(p.link());
+    if (!link.ok()) return named(link.status());
+    o.link = *link;
   }
-  if (p.projection() == "random") {
-    o.projection = GhhcProjection::kRandom;
-  } else if (!p.projection().empty() && p.projection() != "pca") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ghhc.projection must be \"pca\" or \"random\", got \"", p.projection(), "\""));
+  if (!p.projection().empty()) {
+    absl::StatusOr<GhhcProjection> projection = ParseGhhcProjection(p.projection());
+    if (!projection.ok()) return named(projection.status());
+    o.projection = *projection;
   }
   DENDRO_RETURN_IF_ERROR(ValidateGhhcOptions(o));
   return o;
@@ -144,7 +146,6 @@ class Ghhc final : public Method {
     md["init_sample"] = absl::StrCat(result.stats.init_sample);
     md["margin_every"] = absl::StrCat(options.margin_every);
     md["margin_steps"] = absl::StrCat(options.margin_steps);
-    md["link"] = options.link == GhhcLink::kSoftplus ? "softplus" : "sigmoid";
     md["seconds"] = absl::StrFormat("knn %.2f, init %.2f, train %.2f, extract %.2f",
                                     result.stats.knn_seconds, result.stats.init_seconds,
                                     result.stats.train_seconds, result.stats.extract_seconds);

@@ -43,7 +43,6 @@ double Since(Clock::time_point t0) {
 }
 
 struct Args {
-  int groups = 32, classes_per_group = 32;
   int train_per_class = 200, test_per_class = 50;
   int q = 50, r = 50, superclasses = 0, max_t = 5, kmeans_iterations = 50;
   int64_t eval_rows = 0;  // 0: all test rows
@@ -81,8 +80,8 @@ Args Parse(int argc, char** argv) {
       if (i + 1 >= argc) Usage();
       return argv[++i];
     };
-    if (k == "--groups") a.groups = std::stoi(next());
-    else if (k == "--classes-per-group") a.classes_per_group = std::stoi(next());
+    if (k == "--groups") a.spec.groups = std::stoi(next());
+    else if (k == "--classes-per-group") a.spec.classes_per_group = std::stoi(next());
     else if (k == "--dim") a.spec.dim = std::stoi(next());
     else if (k == "--train-per-class") a.train_per_class = std::stoi(next());
     else if (k == "--test-per-class") a.test_per_class = std::stoi(next());
@@ -150,8 +149,6 @@ int main(int argc, char** argv) {
   const Args a = Parse(argc, argv);
   nlohmann::json out;
   dendro::TwoLevelSpec spec = a.spec;
-  spec.groups = a.groups;
-  spec.classes_per_group = a.classes_per_group;
   spec.seed = a.seed;
   const int64_t dim = spec.dim;
   const dendro::TwoLevelGenerator gen(spec);

@@ -286,7 +286,7 @@ TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {
   p = SmallParams();
   p.set_projection("svd");
   Submit(ds.id(), "bad", p, &st);
-  EXPECT_THAT(st.error_message(), HasSubstr("ghhc.projection must be \"pca\" or \"random\""));
+  EXPECT_THAT(st.error_message(), HasSubstr("ghhc.projection must be pca or random"));
   p = SmallParams();
   p.set_link("relu");
   Submit(ds.id(), "bad", p, &st);

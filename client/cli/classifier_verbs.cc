@@ -15,16 +15,23 @@
 namespace dendro::cli {
 namespace {
 
-// Uploads features + labels (transient unless --keep-dataset), submits
-// `spec`, waits, and prints the registered model.
-absl::Status TrainAndReport(Context& ctx, const Args& args, const std::string& features,
-                            const std::string& labels, v1::JobSpec spec) {
+// Uploads features + labels (transient unless --keep-dataset) or looks up
+// the existing dataset, submits `spec`, waits, and prints the registered
+// model. `labels` is the labels file of an upload.
+absl::Status TrainAndReport(Context& ctx, const Args& args, const FitInput& input,
+                            const std::optional<std::string>& labels, v1::JobSpec spec) {
+  spec.set_allow_method_change(args.Has("allow-method-change"));
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
-  DENDRO_ASSIGN_OR_RETURN(
-      v1::Dataset ds, client->UploadNpy(features, labels, spec.model_name(), nullptr,
-                                        !args.Has("keep-dataset")));
+  v1::Dataset ds;
+  if (input.existing()) {
+    DENDRO_ASSIGN_OR_RETURN(ds, GetExistingDataset(*client, input.dataset_id));
+  } else {
+    DENDRO_ASSIGN_OR_RETURN(ds, client->UploadNpy(input.path, labels, spec.model_name(), nullptr,
+                                                  !args.Has("keep-dataset")));
+  }
   spec.set_dataset_id(ds.id());
-  DENDRO_ASSIGN_OR_RETURN(v1::Job job, SubmitForUpload(*client, spec, ds));
+  DENDRO_ASSIGN_OR_RETURN(v1::Job job,
+                          SubmitFit(*client, spec, input.existing() ? nullptr : &ds));
   ProgressBar bar;
   DENDRO_ASSIGN_OR_RETURN(job, client->WatchJob(job.id(), [&](const v1::Job& j) {
     bar.Update(j.progress(), absl::StrCat(j.id(), "  ", JobStateName(j.state()),
@@ -34,6 +41,32 @@ absl::Status TrainAndReport(Context& ctx, const Args& args, const std::string& f
   if (job.state() != v1::JOB_STATE_SUCCEEDED) return JobNotSucceeded(job);
   std::cout << "model " << job.model_name() << " version " << job.model_version() << std::endl;
   return absl::OkStatus();
+}
+
+// What a classifier verb trains on: FEATURES.npy with LABELS.npy, or a
+// dataset id (or --dataset ID) whose labels were uploaded with it.
+struct TrainingData {
+  FitInput input;
+  std::optional<std::string> labels;  // the labels file of an upload
+};
+
+absl::StatusOr<TrainingData> TrainingDataFrom(const Args& args,
+                                              const std::vector<std::string>& data_args) {
+  std::optional<std::string> first;
+  if (!data_args.empty()) first = data_args[0];
+  DENDRO_ASSIGN_OR_RETURN(FitInput input, FitInputFrom(args, first, "FEATURES.npy LABELS.npy"));
+  if (input.existing()) {
+    if (data_args.size() > 1) {
+      return LabelsWithDataset(input, absl::StrCat("LABELS.npy '", data_args[1], "'"));
+    }
+    return TrainingData{std::move(input), std::nullopt};
+  }
+  if (data_args.size() < 2) {
+    return UsageError(absl::StrCat("'", args.verb(), "' needs LABELS.npy after ", input.path,
+                                   " (or a dataset id uploaded with labels; see 'dendro ",
+                                   args.verb(), " --help')"));
+  }
+  return TrainingData{std::move(input), data_args[1]};
 }
 
 // A 2-D float32 view of a .npy file (float64 converted), kept alive by the
@@ -71,8 +104,7 @@ absl::StatusOr<Features> ReadFeatures(const std::string& path) {
 }  // namespace
 
 absl::Status RunHppcaTrain(Context& ctx, const Args& args) {
-  const std::string features = args.positional()[0];
-  const std::string labels = args.positional()[1];
+  DENDRO_ASSIGN_OR_RETURN(TrainingData data, TrainingDataFrom(args, args.positional()));
   const std::optional<std::string> name = args.Get("name");
   if (!name.has_value()) return UsageError("'hppca train' needs --name NAME");
   v1::JobSpec spec;
@@ -93,17 +125,20 @@ absl::Status RunHppcaTrain(Context& ctx, const Args& args) {
   p->set_log_det_score(args.Has("log-det"));
   p->set_raw_data_clustering(args.Has("raw-data"));
   if (args.Has("flat")) p->set_superclasses(-1);
-  return TrainAndReport(ctx, args, features, labels, std::move(spec));
+  return TrainAndReport(ctx, args, data.input, data.labels, std::move(spec));
 }
 
 absl::Status RunHppcaAdd(Context& ctx, const Args& args) {
   absl::StatusOr<v1::ModelRef> base = client::ParseModelRef(args.positional()[0]);
   if (!base.ok()) return UsageError(std::string(base.status().message()));
+  const std::vector<std::string> data_args(args.positional().begin() + 1,
+                                           args.positional().end());
+  DENDRO_ASSIGN_OR_RETURN(TrainingData data, TrainingDataFrom(args, data_args));
   v1::JobSpec spec;
   spec.set_model_name(base->name());
   *spec.mutable_hppca_add()->mutable_base() = *base;
   spec.mutable_hppca_add()->set_recluster(args.Has("recluster"));
-  return TrainAndReport(ctx, args, args.positional()[1], args.positional()[2], std::move(spec));
+  return TrainAndReport(ctx, args, data.input, data.labels, std::move(spec));
 }
 
 absl::Status RunPredict(Context& ctx, const Args& args) {

@@ -61,6 +61,7 @@ class Args {
   absl::StatusOr<int64_t> GetInt(const std::string& flag, int64_t fallback, int64_t min,
                                  int64_t max) const;
   const std::vector<std::string>& positional() const { return positional_; }
+  const std::string& verb() const { return verb_; }
 
  private:
   std::string verb_;
@@ -125,7 +126,8 @@ std::string FormatTime(const google::protobuf::Timestamp& ts);  // "" when unset
 std::string FormatBytes(int64_t bytes);                          // "1.5 MiB"
 std::string JobStateName(v1::JobState state);                    // "running"
 std::string DescribeJob(const v1::Job& job);  // one line: id, state, progress, stage
-// The error for a FAILED ("job ID failed: ...") or CANCELLED job.
+// The error for a FAILED ("job ID failed: ...") or CANCELLED job; a refused
+// method change names --allow-method-change (see WithMethodChangeHint).
 absl::Status JobNotSucceeded(const v1::Job& job);
 
 // --- Shared verb helpers ------------------------------------------------------
@@ -143,11 +145,42 @@ absl::StatusOr<std::vector<int64_t>> ReadLabels(const std::string& path);
 // default") when absent, a usage error when not a positive number.
 absl::StatusOr<double> PositiveFlag(const Args& args, const char* name);
 
-// Submits `spec` for a dataset the verb has just uploaded. If the server
-// refuses the job and the upload was transient, the upload is deleted
-// (best effort) so a rejected command leaves nothing behind.
-absl::StatusOr<v1::Job> SubmitForUpload(client::Client& client, const v1::JobSpec& spec,
-                                        const v1::Dataset& uploaded);
+// What a fit verb trains on: a .npy file it uploads, or a dataset already on
+// the server, named by a "ds-…" argument or --dataset ID.
+struct FitInput {
+  std::string path;        // the file to upload; empty for a dataset
+  std::string dataset_id;  // the existing dataset; empty for a file
+  bool existing() const { return !dataset_id.empty(); }
+};
+// A "ds-…" argument that is not an existing file names a dataset.
+bool IsDatasetId(const std::string& arg);
+// The input from the verb's data argument (nullopt when absent) and
+// --dataset. Both, neither, or --keep-dataset with a dataset are usage
+// errors; `file_arg` ("EMBEDDINGS.npy") names the argument in them.
+absl::StatusOr<FitInput> FitInputFrom(const Args& args, const std::optional<std::string>& data_arg,
+                                      std::string_view file_arg);
+// The usage error for a labels file given with an existing dataset, whose
+// labels are the ones uploaded with it. `given` names the argument.
+absl::Status LabelsWithDataset(const FitInput& input, std::string_view given);
+// The dataset `id`; NOT_FOUND reads "dataset 'ID' not found".
+absl::StatusOr<v1::Dataset> GetExistingDataset(client::Client& client, const std::string& id);
+// A model name from free text (a file stem, a dataset's display name): every
+// character outside [A-Za-z0-9._-] becomes '_', a leading '.' too, at most
+// 128 characters; "model" if empty.
+std::string ModelNameFrom(std::string text);
+
+// Submits `spec`. `upload` is the dataset the verb has just uploaded, or
+// null when the job uses an existing dataset. If the server refuses the job
+// and the upload was transient, the upload is deleted (best effort) so a
+// rejected command leaves nothing behind; an existing dataset is never
+// touched. A refused method change names --allow-method-change.
+absl::StatusOr<v1::Job> SubmitFit(client::Client& client, const v1::JobSpec& spec,
+                                  const v1::Dataset* upload);
+// `status` unchanged, unless it is the server's refusal to register a
+// different method under an existing name (FAILED_PRECONDITION naming the
+// method) for a spec without allow_method_change: then it also names the
+// flag that allows it.
+absl::Status WithMethodChangeHint(const absl::Status& status, const v1::JobSpec& spec);
 // Fetches the tree in the format each output's extension asks for and writes
 // the files atomically. Returns the model that was served.
 absl::StatusOr<v1::Model> FetchTrees(client::Client& client, const v1::ModelRef& ref,

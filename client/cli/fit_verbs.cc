@@ -43,20 +43,6 @@ bool ValidModelName(const std::string& name) {
   });
 }
 
-// The file's stem with every character outside [A-Za-z0-9._-] replaced by
-// '_' (and no leading '.'), as the server accepts model names.
-std::string ModelNameFromPath(const std::string& path) {
-  std::string stem = std::filesystem::path(path).stem().string();
-  for (char& c : stem) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) c = '_';
-  }
-  if (!stem.empty() && stem[0] == '.') stem[0] = '_';
-  if (stem.size() > 128) stem.resize(128);
-  return stem.empty() ? "model" : stem;
-}
-
 nlohmann::ordered_json MetricsJson(const MetricsReport& r) {
   nlohmann::ordered_json j;
   j["level"] = r.level;
@@ -101,39 +87,45 @@ absl::Status RunUpload(Context& ctx, const Args& args) {
 namespace {
 
 // The common tail of every fit verb: checks the flags all of them share,
-// uploads `path` (transient unless --keep-dataset), submits `spec`, waits
-// with a progress bar (unless --no-wait), writes every --out, prints the
-// model and, with --labels, the metrics at --level (default: the number of
-// distinct labels). `spec` carries the method's parameters already.
+// uploads the file (transient unless --keep-dataset) or looks up the
+// existing dataset, submits `spec`, waits with a progress bar (unless
+// --no-wait), writes every --out, prints the model and, with --labels, the
+// metrics at --level (default: the number of distinct labels). `spec` carries
+// the method's parameters already.
 absl::Status FitAndReport(Context& ctx, const Args& args, v1::JobSpec spec,
-                          int64_t min_cols, const char* what) {
-  const std::string path = args.positional()[0];
+                          int64_t min_cols, const char* what, const char* file_arg) {
+  std::optional<std::string> data_arg;
+  if (!args.positional().empty()) data_arg = args.positional()[0];
+  DENDRO_ASSIGN_OR_RETURN(FitInput input, FitInputFrom(args, data_arg, file_arg));
   const std::vector<std::string> outs = args.GetAll("out");
   const bool wait = !args.Has("no-wait");
   const std::optional<std::string> labels_path = args.Get("labels");
 
   // Everything that can be checked locally is checked before uploading.
-  std::string model_name = ModelNameFromPath(path);
-  if (std::optional<std::string> name = args.Get("name")) {
-    if (!ValidModelName(*name)) {
-      return UsageError(absl::StrCat("--name '", *name,
-                                     "': a model name is 1-128 letters, digits, '.', '_' or '-' "
-                                     "and does not start with '.'"));
-    }
-    model_name = *name;
+  if (input.existing() && labels_path.has_value()) {
+    return LabelsWithDataset(input, absl::StrCat("--labels ", *labels_path));
   }
-  spec.set_model_name(model_name);
+  std::optional<std::string> model_name = args.Get("name");
+  if (model_name.has_value() && !ValidModelName(*model_name)) {
+    return UsageError(absl::StrCat("--name '", *model_name,
+                                   "': a model name is 1-128 letters, digits, '.', '_' or '-' "
+                                   "and does not start with '.'"));
+  }
+  if (!input.existing() && !model_name.has_value()) {
+    model_name = ModelNameFrom(std::filesystem::path(input.path).stem().string());
+  }
+  spec.set_allow_method_change(args.Has("allow-method-change"));
   DENDRO_ASSIGN_OR_RETURN(int32_t level, LevelFlag(args));
   if (level > 0 && !labels_path.has_value()) {
     return UsageError("--level only applies with --labels (it sets the metrics' cut)");
   }
   if (wait) DENDRO_RETURN_IF_ERROR(CheckOutputs(outs));
-  {
-    DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(path));
+  if (!input.existing()) {
+    DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(input.path));
     const NpyHeader& h = npy->header();
     if (h.shape.size() == 2 && h.cols() < min_cols) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": ", what, " at least ", min_cols,
-                                                     " columns, got ", h.cols()));
+      return absl::InvalidArgumentError(absl::StrCat(input.path, ": ", what, " at least ",
+                                                     min_cols, " columns, got ", h.cols()));
     }
   }
   std::vector<int64_t> labels;
@@ -143,23 +135,35 @@ absl::Status FitAndReport(Context& ctx, const Args& args, v1::JobSpec spec,
 
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
   v1::Dataset ds;
-  {
+  if (input.existing()) {
+    DENDRO_ASSIGN_OR_RETURN(ds, GetExistingDataset(*client, input.dataset_id));
+    if (ds.cols() < min_cols) {
+      return absl::InvalidArgumentError(absl::StrCat("dataset ", ds.id(), ": ", what,
+                                                     " at least ", min_cols, " columns, got ",
+                                                     ds.cols()));
+    }
+    if (!model_name.has_value()) {
+      model_name = ModelNameFrom(ds.display_name().empty() ? ds.id() : ds.display_name());
+    }
+  } else {
     ProgressBar bar;
     // The input only matters until the model exists: upload it as a
     // transient dataset unless asked to keep it.
-    DENDRO_ASSIGN_OR_RETURN(ds, client->UploadNpy(path, labels_path, model_name,
-                                                  UploadBar(&bar, path),
+    DENDRO_ASSIGN_OR_RETURN(ds, client->UploadNpy(input.path, labels_path, *model_name,
+                                                  UploadBar(&bar, input.path),
                                                   !args.Has("keep-dataset")));
   }
+  spec.set_model_name(*model_name);
   spec.set_dataset_id(ds.id());
-  DENDRO_ASSIGN_OR_RETURN(v1::Job job, SubmitForUpload(*client, spec, ds));
+  DENDRO_ASSIGN_OR_RETURN(v1::Job job,
+                          SubmitFit(*client, spec, input.existing() ? nullptr : &ds));
   if (!wait) {
     std::cout << job.id() << std::endl;
     if (!outs.empty()) {
       std::fprintf(stderr,
                    "--no-wait: --out files are not written; fetch them when the job is done "
                    "with 'dendro tree %s --out FILE'\n",
-                   model_name.c_str());
+                   model_name->c_str());
     }
     return absl::OkStatus();
   }
@@ -208,7 +212,7 @@ absl::Status RunL2h(Context& ctx, const Args& args) {
   } else {
     spec.mutable_l2h();
   }
-  return FitAndReport(ctx, args, std::move(spec), 2, "l2h needs logits with");
+  return FitAndReport(ctx, args, std::move(spec), 2, "l2h needs logits with", "LOGITS.npy");
 }
 
 absl::Status RunTneb(Context& ctx, const Args& args) {
@@ -229,7 +233,8 @@ absl::Status RunTneb(Context& ctx, const Args& args) {
   DENDRO_ASSIGN_OR_RETURN(double ridge, PositiveFlag(args, "ridge"));
   p->set_dof(dof);
   p->set_ridge(ridge);
-  return FitAndReport(ctx, args, std::move(spec), 2, "t-NEB needs embeddings with");
+  return FitAndReport(ctx, args, std::move(spec), 2, "t-NEB needs embeddings with",
+                      "EMBEDDINGS.npy");
 }
 
 absl::Status RunGhhc(Context& ctx, const Args& args) {
@@ -264,7 +269,8 @@ absl::Status RunGhhc(Context& ctx, const Args& args) {
     if (!parsed.ok()) return UsageError(absl::StrCat("--", parsed.message()));
     p->set_link(*link);
   }
-  return FitAndReport(ctx, args, std::move(spec), 1, "gHHC needs embeddings with");
+  return FitAndReport(ctx, args, std::move(spec), 1, "gHHC needs embeddings with",
+                      "EMBEDDINGS.npy");
 }
 
 absl::Status RunTree(Context& ctx, const Args& args) {

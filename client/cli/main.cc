@@ -50,24 +50,33 @@ const std::vector<Verb>& Verbs() {
        {{"labels", true}, {"name", true}, {"transient", false}},
        1, 1, RunUpload},
       {"", "l2h", "fit an L2H hierarchy to a logits matrix and fetch it",
-       "dendro l2h LOGITS.npy --out FILE [--out FILE ...] [--labels Y.npy] [--name NAME]\n"
-       "          [--aggregation sum_of_means|mean_of_means|sum_of_sums] [--level K] [--no-wait]\n"
+       "dendro l2h LOGITS.npy|DATASET_ID --out FILE [--out FILE ...] [--labels Y.npy]\n"
+       "          [--name NAME] [--aggregation sum_of_means|mean_of_means|sum_of_sums]\n"
+       "          [--level K] [--no-wait] [--keep-dataset] [--allow-method-change]\n"
        "  Uploads LOGITS.npy (N x K), fits L2H and waits for the job; then writes each\n"
        "  --out by extension: .npy SciPy linkage, .nwk/.newick Newick, .json the full tree\n"
        "  with point assignments. Prints \"model NAME version V\".\n"
+       "  DATASET_ID      a dataset already uploaded ('dendro upload'; also --dataset ID)\n"
+       "                  instead of a file: nothing is uploaded and the dataset is kept\n"
        "  --labels Y.npy  also upload labels and print metrics (JSON) for the fitted tree\n"
+       "                  (not with a dataset: it has the labels uploaded with it)\n"
        "  --level K       clusters for the flat metrics (default: number of label values)\n"
-       "  --name NAME     model name (default: the file's stem)\n"
+       "  --name NAME     model name (default: the file's stem, or the dataset's display\n"
+       "                  name, else its id)\n"
        "  --no-wait       print the job id and exit; no outputs are written\n"
        "  --keep-dataset  upload the logits durably (by default they are a transient\n"
-       "                  dataset: not fsynced, dropped when the server restarts)\n",
+       "                  dataset: not fsynced, dropped when the server restarts)\n"
+       "  --allow-method-change  register under NAME even if its latest version was\n"
+       "                  fitted with another method (refused otherwise)\n",
        {{"labels", true}, {"name", true}, {"aggregation", true}, {"out", true, true},
-        {"level", true}, {"no-wait", false}, {"keep-dataset", false}},
-       1, 1, RunL2h},
+        {"level", true}, {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
+        {"allow-method-change", false}},
+       0, 1, RunL2h},
       {"", "tneb", "fit a t-NEB hierarchy (Student-t mixture, density paths) to embeddings",
-       "dendro tneb EMBEDDINGS.npy --out FILE [--out FILE ...] [--labels Y.npy] [--name NAME]\n"
-       "           [--components M] [--restarts R] [--standardize] [--gaussian] [--seed S]\n"
-       "           [--level K] [--no-wait] [--keep-dataset]\n"
+       "dendro tneb EMBEDDINGS.npy|DATASET_ID --out FILE [--out FILE ...] [--labels Y.npy]\n"
+       "           [--name NAME] [--components M] [--restarts R] [--standardize]\n"
+       "           [--gaussian] [--seed S] [--level K] [--no-wait] [--keep-dataset]\n"
+       "           [--allow-method-change]\n"
        "  Fits the mixture (paper defaults: M = 25, 20 restarts, nu = 1), links components\n"
        "  by maximum-density paths and merges them along the maximum spanning tree.\n"
        "  --standardize   zero mean, unit variance per feature (kept with the model and\n"
@@ -79,45 +88,57 @@ const std::vector<Verb>& Verbs() {
        "  --labels Y.npy  print NMI/ARI/... at --level K (default: the number of labels)\n"
        "  Other flags as for 'dendro l2h'.\n",
        {{"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
-        {"no-wait", false}, {"keep-dataset", false}, {"components", true}, {"restarts", true},
+        {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
+        {"allow-method-change", false}, {"components", true}, {"restarts", true},
         {"standardize", false}, {"gaussian", false}, {"seed", true}, {"dof", true},
         {"learn-dof", false}, {"ridge", true}, {"neighbors", true}},
-       1, 1, RunTneb},
+       0, 1, RunTneb},
       {"", "ghhc", "fit a gHHC tree (hyperbolic, gradient-based) to embeddings",
-       "dendro ghhc EMBEDDINGS.npy --out FILE [--out FILE ...] [--labels Y.npy] [--name NAME]\n"
-       "           [--internal-nodes M] [--triples T] [--seed S] [--level K] [--no-wait]\n"
-       "           [--keep-dataset] [--projection-dim P] [--projection pca|random]\n"
+       "dendro ghhc EMBEDDINGS.npy|DATASET_ID --out FILE [--out FILE ...] [--labels Y.npy]\n"
+       "           [--name NAME] [--internal-nodes M] [--triples T] [--seed S] [--level K]\n"
+       "           [--no-wait] [--keep-dataset] [--allow-method-change]\n"
+       "           [--projection-dim P] [--projection pca|random]\n"
        "           [--no-center] [--learning-rate X] [--batch-size B] [--neighbors K]\n"
        "           [--margin G] [--margin-every N] [--no-margin] [--link sigmoid|softplus]\n"
        "  Learns M internal nodes in the Poincare ball from sampled triples and extracts\n"
        "  the tree; with --labels prints dendrogram purity and the flat metrics.\n"
        "  --projection-dim P: a P-dimensional ball, through PCA (default) or a seeded\n"
-       "  random projection; kept with the model for 'dendro assign'.\n",
+       "  random projection; kept with the model for 'dendro assign'.\n"
+       "  Other flags as for 'dendro l2h'.\n",
        {{"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
-        {"no-wait", false}, {"keep-dataset", false}, {"internal-nodes", true},
+        {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
+        {"allow-method-change", false}, {"internal-nodes", true},
         {"triples", true}, {"seed", true}, {"projection-dim", true}, {"projection", true},
         {"no-center", false},
         {"learning-rate", true}, {"batch-size", true}, {"neighbors", true}, {"margin", true},
         {"margin-every", true}, {"no-margin", false}, {"link", true}},
-       1, 1, RunGhhc},
+       0, 1, RunGhhc},
       {"hppca", "train", "train a hierarchical PPCA classifier on labelled features",
-       "dendro hppca train FEATURES.npy LABELS.npy --name NAME [--superclasses S] [--q Q]\n"
-       "                   [--r R] [--lambda L] [--top-t T] [--log-det] [--raw-data]\n"
-       "                   [--seed S] [--flat] [--keep-dataset]\n"
+       "dendro hppca train (FEATURES.npy LABELS.npy | DATASET_ID) --name NAME [--superclasses S]\n"
+       "                   [--q Q] [--r R] [--lambda L] [--top-t T] [--log-det] [--raw-data]\n"
+       "                   [--seed S] [--flat] [--keep-dataset] [--allow-method-change]\n"
        "  Per-class PPCA (q components, paper default 50) grouped into S super-classes\n"
        "  (default about sqrt(K * T)) with their own PPCA (r components). --flat: S = 0.\n"
        "  --lambda: PPCA noise (0.01); --top-t: the T predictions use by default (5);\n"
-       "  --log-det: score with eq. 1; --raw-data: cluster samples of rows, not Gaussians.\n",
+       "  --log-det: score with eq. 1; --raw-data: cluster samples of rows, not Gaussians.\n"
+       "  DATASET_ID (or --dataset ID): a dataset uploaded with labels, used instead of\n"
+       "  the two files; nothing is uploaded and the dataset is kept.\n"
+       "  --allow-method-change: register under NAME even if its latest version was\n"
+       "  fitted with another method (refused otherwise).\n",
        {{"name", true}, {"superclasses", true}, {"q", true}, {"r", true}, {"seed", true},
-        {"flat", false}, {"keep-dataset", false}, {"lambda", true}, {"top-t", true},
+        {"flat", false}, {"keep-dataset", false}, {"dataset", true},
+        {"allow-method-change", false}, {"lambda", true}, {"top-t", true},
         {"log-det", false}, {"raw-data", false}},
-       2, 2, RunHppcaTrain},
+       0, 2, RunHppcaTrain},
       {"hppca", "add", "add the classes of a labelled dataset to a classifier",
-       "dendro hppca add NAME[:VERSION] FEATURES.npy LABELS.npy [--recluster]\n"
+       "dendro hppca add NAME[:VERSION] (FEATURES.npy LABELS.npy | DATASET_ID) [--recluster]\n"
+       "                 [--keep-dataset] [--allow-method-change]\n"
        "  Fits only the new classes and joins each to its nearest super-class; the result\n"
-       "  is a new version of NAME. --recluster re-runs the super-class k-means.\n",
-       {{"recluster", false}, {"keep-dataset", false}},
-       3, 3, RunHppcaAdd},
+       "  is a new version of NAME. --recluster re-runs the super-class k-means.\n"
+       "  DATASET_ID (or --dataset ID), --allow-method-change: as for 'dendro hppca train'.\n",
+       {{"recluster", false}, {"keep-dataset", false}, {"dataset", true},
+        {"allow-method-change", false}},
+       1, 3, RunHppcaAdd},
       {"", "predict", "classify rows with a classifier model",
        "dendro predict --model NAME[:VERSION] FEATURES.npy --out PRED.npy [--top-t T]\n"
        "               [--top-k K] [--flat] [--labels Y.npy]\n"

@@ -11,9 +11,11 @@
 #include <iostream>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
 #include "client/cli/cli.h"
 #include "core/io/npy.h"
@@ -302,7 +304,8 @@ absl::Status JobNotSucceeded(const v1::Job& job) {
     return absl::Status(absl::StatusCode::kCancelled,
                         absl::StrCat("job ", job.id(), " was cancelled: ", msg));
   }
-  return absl::Status(code, absl::StrCat("job ", job.id(), " failed: ", msg));
+  return WithMethodChangeHint(absl::Status(code, absl::StrCat("job ", job.id(), " failed: ", msg)),
+                              job.spec());
 }
 
 absl::StatusOr<double> PositiveFlag(const Args& args, const char* name) {
@@ -315,11 +318,89 @@ absl::StatusOr<double> PositiveFlag(const Args& args, const char* name) {
   return x;
 }
 
-absl::StatusOr<v1::Job> SubmitForUpload(client::Client& client, const v1::JobSpec& spec,
-                                        const v1::Dataset& uploaded) {
+// --- Fit inputs ---------------------------------------------------------------
+
+bool IsDatasetId(const std::string& arg) {
+  std::error_code ec;
+  return absl::StartsWith(arg, "ds-") && !std::filesystem::exists(arg, ec);
+}
+
+absl::StatusOr<FitInput> FitInputFrom(const Args& args, const std::optional<std::string>& data_arg,
+                                      std::string_view file_arg) {
+  FitInput input;
+  if (std::optional<std::string> id = args.Get("dataset")) {
+    if (data_arg.has_value()) {
+      return UsageError(absl::StrCat("'", args.verb(), "' takes ", std::string(file_arg),
+                                     " or --dataset, not both (got '", *data_arg,
+                                     "' and --dataset ", *id, ")"));
+    }
+    if (id->empty()) return UsageError("--dataset needs a dataset id (ds-...)");
+    input.dataset_id = *id;
+  } else if (!data_arg.has_value()) {
+    return UsageError(absl::StrCat("'", args.verb(), "' needs ", std::string(file_arg),
+                                   ", a dataset id or --dataset ID (see 'dendro ", args.verb(),
+                                   " --help')"));
+  } else if (IsDatasetId(*data_arg)) {
+    input.dataset_id = *data_arg;
+  } else {
+    input.path = *data_arg;
+  }
+  if (input.existing() && args.Has("keep-dataset")) {
+    return UsageError(absl::StrCat("--keep-dataset applies to uploads; dataset ", input.dataset_id,
+                                   " is already on the server"));
+  }
+  return input;
+}
+
+absl::Status LabelsWithDataset(const FitInput& input, std::string_view given) {
+  return UsageError(absl::StrCat(std::string(given), " cannot be used with dataset ",
+                                 input.dataset_id, ": its labels are the ones uploaded with it "
+                                 "('dendro upload X.npy --labels Y.npy')"));
+}
+
+absl::StatusOr<v1::Dataset> GetExistingDataset(client::Client& client, const std::string& id) {
+  absl::StatusOr<v1::Dataset> ds = client.GetDataset(id);
+  if (absl::IsNotFound(ds.status())) {
+    return absl::NotFoundError(absl::StrCat("dataset '", id, "' not found"));
+  }
+  return ds;
+}
+
+std::string ModelNameFrom(std::string text) {
+  for (char& c : text) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) c = '_';
+  }
+  if (!text.empty() && text[0] == '.') text[0] = '_';
+  if (text.size() > 128) text.resize(128);
+  return text.empty() ? "model" : text;
+}
+
+absl::Status WithMethodChangeHint(const absl::Status& status, const v1::JobSpec& spec) {
+  if (spec.allow_method_change() || status.code() != absl::StatusCode::kFailedPrecondition ||
+      !absl::StrContains(status.message(), "method") ||
+      absl::StrContains(status.message(), "--allow-method-change")) {
+    return status;
+  }
+  // The server names the proto field; the CLI's spelling of it is the flag.
+  if (absl::StrContains(status.message(), "allow_method_change")) {
+    return absl::Status(status.code(), absl::StrReplaceAll(status.message(),
+                                                           {{"allow_method_change",
+                                                             "--allow-method-change"}}));
+  }
+  return absl::Status(status.code(),
+                      absl::StrCat(status.message(),
+                                   "; rerun with --allow-method-change to register it under '",
+                                   spec.model_name(), "' anyway"));
+}
+
+absl::StatusOr<v1::Job> SubmitFit(client::Client& client, const v1::JobSpec& spec,
+                                  const v1::Dataset* upload) {
   absl::StatusOr<v1::Job> job = client.SubmitJob(spec);
-  if (!job.ok() && uploaded.transient()) client.DeleteDataset(uploaded.id()).IgnoreError();
-  return job;
+  if (job.ok()) return job;
+  if (upload != nullptr && upload->transient()) client.DeleteDataset(upload->id()).IgnoreError();
+  return WithMethodChangeHint(job.status(), spec);
 }
 
 // --- Tree outputs -------------------------------------------------------------

@@ -127,6 +127,33 @@ cmp -s <("$PY" -c 'import numpy as np; print(np.load("all_t.npy").tolist())') \
   fail "opening every super-class (T = S) does not give the flat predictions"
 pass "T = S gives exactly the flat predictions"
 
+# --- training on uploaded datasets -----------------------------------------------
+run upload train_x.npy --labels train_y.npy
+[[ $RC -eq 0 && "$(cat out.txt)" == ds-* ]] || fail "upload train_x.npy: exit $RC, $(cat err.txt)"
+TRAIN_DS=$(cat out.txt)
+run hppca train "$TRAIN_DS" --name by_id --superclasses 4 --q 5 --r 5 --seed 3
+[[ $RC -eq 0 && "$(tail -1 out.txt)" == "model by_id version 1" ]] ||
+  fail "hppca train DATASET_ID: exit $RC, stdout '$(cat out.txt)', stderr '$(cat err.txt)'"
+run predict --model by_id test_x.npy --flat --out by_id_flat.npy
+[[ $RC -eq 0 ]] || fail "predict on by_id exited $RC: $(cat err.txt)"
+cmp -s <("$PY" -c 'import numpy as np; print(np.load("by_id_flat.npy").tolist())') \
+  <("$PY" -c 'import numpy as np; print(np.load("flat.npy").tolist())') ||
+  fail "training on the uploaded dataset predicts differently from training on the files"
+run upload old_x.npy --labels old_y.npy
+OLD_DS=$(cat out.txt)
+run upload new_x.npy --labels new_y.npy
+NEW_DS=$(cat out.txt)
+run hppca train "$OLD_DS" --name grow_by_id --superclasses 4 --q 5 --r 5 --seed 3
+[[ $RC -eq 0 ]] || fail "hppca train $OLD_DS exited $RC: $(cat err.txt)"
+run hppca add grow_by_id --dataset "$NEW_DS"
+[[ $RC -eq 0 && "$(tail -1 out.txt)" == "model grow_by_id version 2" ]] ||
+  fail "hppca add --dataset: exit $RC, stdout '$(cat out.txt)', stderr '$(cat err.txt)'"
+run datasets get "$NEW_DS"
+[[ $RC -eq 0 ]] || fail "dataset $NEW_DS is gone after hppca add used it: $(cat err.txt)"
+expect_error any "labels.*$TRAIN_DS" hppca train "$TRAIN_DS" train_y.npy --name x
+expect_error any "LABELS\.npy" hppca train train_x.npy --name x
+pass "hppca train DATASET_ID and hppca add --dataset use the uploaded labels"
+
 # --- training options reach the model ----------------------------------------------
 run hppca train train_x.npy train_y.npy --name raw --superclasses 4 --q 5 --r 5 --raw-data \
   --log-det --lambda 0.05 --top-t 2

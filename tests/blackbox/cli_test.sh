@@ -193,6 +193,73 @@ run datasets list --json
   fail "rejected uploads left datasets behind: $(cat out.txt)"
 pass "server still answers; rejected uploads left nothing behind"
 
+# --- fits on an uploaded dataset ------------------------------------------------
+# dataset_ids: the sorted ids of every dataset on the server, one per line.
+dataset_ids() {
+  run datasets list --json
+  [[ $RC -eq 0 ]] || fail "datasets list exited $RC: $(cat err.txt)"
+  "$PY" -c 'import json; print("\n".join(sorted(d["id"] for d in json.load(open("out.txt")).get("datasets", []))))'
+}
+run upload logits.npy --labels labels.npy --name emb
+[[ $RC -eq 0 && "$(cat out.txt)" == ds-* ]] || fail "upload: exit $RC, '$(cat out.txt)', $(cat err.txt)"
+DS=$(cat out.txt)
+BEFORE=$(dataset_ids)
+
+# By id in the file's slot; the model is named after the dataset's display name.
+run l2h "$DS" --out ds_l2h.nwk
+[[ $RC -eq 0 && "$(cat out.txt)" == "model emb version 1" ]] ||
+  fail "l2h DATASET_ID: exit $RC, stdout '$(cat out.txt)', stderr '$(cat err.txt)'"
+cmp -s t.nwk ds_l2h.nwk || fail "l2h on the uploaded logits gave a different tree than on the file"
+run tneb --dataset "$DS" --name ds_tneb --components 6 --restarts 2 --seed 1 --out ds_tneb.json
+[[ $RC -eq 0 && "$(cat out.txt)" == "model ds_tneb version 1" ]] ||
+  fail "tneb --dataset: exit $RC, stdout '$(cat out.txt)', stderr '$(cat err.txt)'"
+[[ -s ds_tneb.json ]] || fail "tneb --dataset did not write ds_tneb.json"
+run models get ds_tneb --json
+"$PY" -c 'import json, sys; m = json.load(open("out.txt")); assert m["dataset_id"] == sys.argv[1] and m["method"] == "tneb", m' "$DS" ||
+  fail "the tneb model does not reference $DS: $(cat out.txt)"
+run datasets get "$DS"
+[[ $RC -eq 0 ]] || fail "dataset $DS is gone after fitting on it: $(cat err.txt)"
+[[ "$(dataset_ids)" == "$BEFORE" ]] || fail "fitting by dataset id created or removed datasets: $(dataset_ids)"
+pass "l2h DATASET_ID and tneb --dataset fit the uploaded dataset, which stays and is not copied"
+
+expect_error 1 "^dendro: dataset 'ds-0000deadbeef' not found$" l2h ds-0000deadbeef --out x.nwk
+expect_error 1 "^dendro: dataset 'ds-0000deadbeef' not found$" tneb --dataset ds-0000deadbeef
+expect_error 1 "^dendro: dataset 'ds-0000deadbeef' not found$" hppca train ds-0000deadbeef --name c
+expect_error any "--labels.*$DS" l2h "$DS" --labels labels.npy
+expect_error any "labels.*$DS" hppca train "$DS" labels.npy --name c
+expect_error any "not both" ghhc logits.npy --dataset "$DS"
+[[ "$(dataset_ids)" == "$BEFORE" ]] || fail "rejected dataset-id commands changed the datasets: $(dataset_ids)"
+[[ ! -e x.nwk ]] || fail "a failed command left an output file"
+pass "an unknown dataset id, or labels given with one, is one error line"
+
+# A name holds one method unless a change is asked for.
+expect_error any "--allow-method-change" ghhc "$DS" --name ds_tneb --internal-nodes 16 --triples 2000
+run models list --name ds_tneb --json
+"$PY" -c 'import json; m = json.load(open("out.txt"))["models"]; assert len(m) == 1, m' ||
+  fail "the refused ghhc registered a version: $(cat out.txt)"
+run ghhc "$DS" --name ds_tneb --internal-nodes 16 --triples 2000 --allow-method-change
+[[ $RC -eq 0 && "$(cat out.txt)" == "model ds_tneb version 2" ]] ||
+  fail "ghhc --allow-method-change: exit $RC, stdout '$(cat out.txt)', stderr '$(cat err.txt)'"
+run models get ds_tneb --json
+"$PY" -c 'import json; m = json.load(open("out.txt")); assert m["method"] == "ghhc" and m["version"] == "2", m' ||
+  fail "ds_tneb:2 is not the ghhc fit: $(cat out.txt)"
+# The same from a file: tneb, then ghhc under the file's stem.
+cp logits.npy two.npy
+run tneb two.npy --components 6 --restarts 2 --seed 1
+[[ $RC -eq 0 && "$(cat out.txt)" == "model two version 1" ]] || fail "tneb two.npy: exit $RC, $(cat err.txt)"
+expect_error any "--allow-method-change" ghhc two.npy --internal-nodes 16 --triples 2000
+run ghhc two.npy --internal-nodes 16 --triples 2000 --allow-method-change
+[[ $RC -eq 0 && "$(cat out.txt)" == "model two version 2" ]] ||
+  fail "ghhc two.npy --allow-method-change: exit $RC, $(cat err.txt)"
+pass "a method change under one name is refused, naming --allow-method-change, and allowed with it"
+
+# A "ds-…" argument that is an existing file is a file.
+cp logits.npy ds-local.npy
+run l2h ds-local.npy --out local.nwk
+[[ $RC -eq 0 && "$(cat out.txt)" == "model ds-local version 1" ]] ||
+  fail "l2h ds-local.npy: exit $RC, stdout '$(cat out.txt)', stderr '$(cat err.txt)'"
+pass "an existing file named ds-… is uploaded as a file"
+
 # --- TLS -----------------------------------------------------------------------
 if command -v openssl >/dev/null; then
   openssl req -x509 -newkey rsa:2048 -nodes -keyout key.pem -out cert.pem -days 2 \

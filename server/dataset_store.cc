@@ -1,11 +1,14 @@
 #include "server/dataset_store.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +18,10 @@ namespace dendro::server {
 namespace {
 
 constexpr int64_t kMaxElements = int64_t{1} << 40;
+// Left free after an upload, for the catalogue and job outputs.
+constexpr int64_t kDiskHeadroomBytes = int64_t{64} << 20;
+
+int64_t MiB(int64_t bytes) { return (bytes + (int64_t{1} << 20) - 1) >> 20; }
 
 }  // namespace
 
@@ -75,6 +82,25 @@ absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
   if (header.rows() > kMaxElements / header.cols()) {
     return absl::InvalidArgumentError(absl::StrCat("upload header: ", header.rows(), " x ",
                                                    header.cols(), " is too large"));
+  }
+  // kMaxElements keeps these products far from overflow.
+  const int64_t total_bytes =
+      header.rows() * header.cols() * 4 + (header.has_labels() ? header.rows() * 8 : 0);
+  if (total_bytes > store_->max_dataset_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "upload header: ", header.rows(), " x ", header.cols(), " is ", MiB(total_bytes),
+        " MiB, over this server's limit of ", MiB(store_->max_dataset_bytes_),
+        " MiB per dataset (dendrod --max_dataset_mb)"));
+  }
+  const std::string parent = header.transient() ? store_->transient_root_ : store_->root_;
+  DENDRO_RETURN_IF_ERROR(MakeDirs(parent));
+  if (struct statvfs fs; ::statvfs(parent.c_str(), &fs) == 0) {
+    const int64_t free_bytes = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+    if (total_bytes + kDiskHeadroomBytes > free_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "upload: the dataset needs ", MiB(total_bytes), " MiB but the server has ",
+          MiB(free_bytes), " MiB of disk free; delete datasets or models to free space"));
+    }
   }
   begun_ = true;
   header_ = header;
@@ -215,8 +241,11 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
 
 // --- DatasetStore -------------------------------------------------------------
 
-DatasetStore::DatasetStore(std::string data_dir, MetadataStore* meta)
-    : root_(data_dir + "/datasets"), transient_root_(data_dir + "/transient"), meta_(meta) {}
+DatasetStore::DatasetStore(std::string data_dir, MetadataStore* meta, int64_t max_dataset_bytes)
+    : root_(data_dir + "/datasets"),
+      transient_root_(data_dir + "/transient"),
+      meta_(meta),
+      max_dataset_bytes_(max_dataset_bytes) {}
 
 std::string DatasetStore::DirFor(const std::string& id, bool transient) const {
   return absl::StrCat(transient ? transient_root_ : root_, "/", id);
@@ -259,22 +288,29 @@ absl::Status DatasetStore::Delete(const std::string& id) {
   return absl::OkStatus();
 }
 
-void DatasetStore::RemoveOrphans() {
-  std::error_code ec;
-  // Transient datasets do not outlive the process that received them.
-  std::filesystem::remove_all(transient_root_, ec);
-  for (const std::string& id : meta_->AllDatasetIds()) {
-    auto info = meta_->GetDataset(id);
-    if (info.ok() && info->transient()) (void)meta_->DeleteDataset(id);
+absl::Status DatasetStore::RemoveOrphans() {
+  // Read the whole catalogue before touching a file: a catalogue that cannot
+  // be read must not make every dataset look like an orphan.
+  DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> ids, meta_->AllDatasetIds());
+  std::set<std::string> durable;
+  for (const std::string& id : ids) {
+    DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, meta_->GetDataset(id));
+    if (info.transient()) {
+      // Transient datasets do not outlive the process that received them.
+      DENDRO_RETURN_IF_ERROR(meta_->DeleteDataset(id));
+    } else {
+      durable.insert(id);
+    }
   }
-  if (!std::filesystem::exists(root_, ec)) return;
-  const std::vector<std::string> ids = meta_->AllDatasetIds();
+  std::error_code ec;
+  std::filesystem::remove_all(transient_root_, ec);
+  if (!std::filesystem::exists(root_, ec)) return absl::OkStatus();
   for (const auto& entry : std::filesystem::directory_iterator(root_, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (std::find(ids.begin(), ids.end(), name) == ids.end()) {
+    if (!durable.count(entry.path().filename().string())) {
       std::filesystem::remove_all(entry.path(), ec);
     }
   }
+  return absl::OkStatus();
 }
 
 }  // namespace dendro::server

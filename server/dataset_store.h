@@ -76,7 +76,11 @@ class DatasetUpload {
 
 class DatasetStore {
  public:
-  DatasetStore(std::string data_dir, MetadataStore* meta);
+  // Uploads whose data and labels together exceed `max_dataset_bytes` are
+  // refused at the header, as are uploads the disk has no room for.
+  DatasetStore(std::string data_dir, MetadataStore* meta,
+               int64_t max_dataset_bytes = kDefaultMaxDatasetBytes);
+  static constexpr int64_t kDefaultMaxDatasetBytes = int64_t{64} << 30;
 
   std::unique_ptr<DatasetUpload> StartUpload() {
     return std::unique_ptr<DatasetUpload>(new DatasetUpload(this));
@@ -90,8 +94,8 @@ class DatasetStore {
   absl::Status Delete(const std::string& id);
   // At start-up: removes dataset directories with no metadata row (left by
   // a crash between writing files and recording them) and every transient
-  // dataset.
-  void RemoveOrphans();
+  // dataset. Removes nothing, and fails, if the catalogue cannot be read.
+  absl::Status RemoveOrphans();
 
  private:
   friend class DatasetUpload;
@@ -100,6 +104,7 @@ class DatasetStore {
   std::string root_;            // <data_dir>/datasets
   std::string transient_root_;  // <data_dir>/transient
   MetadataStore* meta_;
+  const int64_t max_dataset_bytes_;
   std::mutex mu_;
   std::map<std::string, std::weak_ptr<const LoadedDataset>> open_;
 };

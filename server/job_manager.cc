@@ -56,6 +56,34 @@ absl::Status JobManager::Start() {
     std::lock_guard<std::mutex> lock(mu_);
     for (v1::Job& job : unfinished) {
       auto entry = std::make_shared<Entry>();
+      if (job.cancel_requested()) {
+        // The cancel was recorded but the server stopped before the job did.
+        job.set_state(v1::JOB_STATE_CANCELLED);
+        job.set_stage("cancelled");
+        job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kCancelled));
+        job.mutable_error()->set_message(
+            "cancelled by request (the server stopped before the job did)");
+        SetNow(job.mutable_end_time());
+        entry->job = std::move(job);
+        DENDRO_RETURN_IF_ERROR(PublishLocked(*entry));
+        continue;
+      }
+      if (job.attempts() >= options_.max_attempts) {
+        // Started this often and never finished: the job itself is the
+        // likely reason the server went down. Never run it again.
+        job.set_state(v1::JOB_STATE_FAILED);
+        job.set_stage("failed");
+        job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kAborted));
+        job.mutable_error()->set_message(absl::StrCat(
+            "the job was started ", job.attempts(),
+            " times and the server stopped before it finished each time; it is not retried "
+            "again (dendrod --max_job_attempts)"));
+        SetNow(job.mutable_end_time());
+        spdlog::warn("job {}: failed after {} attempts", job.id(), job.attempts());
+        entry->job = std::move(job);
+        DENDRO_RETURN_IF_ERROR(PublishLocked(*entry));
+        continue;
+      }
       if (absl::IsNotFound(datasets_->Get(job.spec().dataset_id()).status())) {
         // Its dataset was transient (or deleted): nothing to re-run.
         job.set_state(v1::JOB_STATE_FAILED);
@@ -87,10 +115,10 @@ absl::Status JobManager::Start() {
   return absl::OkStatus();
 }
 
-void JobManager::Shutdown(absl::Duration grace) {
+bool JobManager::Shutdown(absl::Duration grace) {
   std::unique_lock<std::mutex> lock(mu_);
   accepting_ = false;
-  if (workers_.empty()) return;
+  if (workers_.empty()) return !abandoned_;
   const absl::Time deadline = absl::Now() + grace;
   while (running_ > 0 && absl::Now() < deadline) {
     changed_cv_.wait_for(lock, std::chrono::milliseconds(50));
@@ -103,22 +131,52 @@ void JobManager::Shutdown(absl::Duration grace) {
     }
   }
   queue_cv_.notify_all();
+  const absl::Time stop_deadline = absl::Now() + options_.stop_timeout;
+  while (running_ > 0 && absl::Now() < stop_deadline) {
+    changed_cv_.wait_for(lock, std::chrono::milliseconds(20));
+  }
+  if (running_ > 0) {
+    // A method that ignores cancellation must not hold the process: record
+    // each such job as interrupted (or cancelled), stop publishing for it,
+    // and let the caller exit without joining its thread.
+    abandoned_ = true;
+    for (auto& [id, entry] : active_) {
+      if (entry->job.state() != v1::JOB_STATE_RUNNING) continue;
+      spdlog::error("job {}: did not stop within {} of the shutdown interrupt; abandoned", id,
+                    absl::FormatDuration(options_.stop_timeout));
+      RecordStopLocked(*entry, absl::CancelledError("interrupted"));
+      absl::Status s = meta_->PutJob(entry->job);
+      if (!s.ok()) spdlog::error("job {}: cannot record interruption: {}", id, s.ToString());
+    }
+    lock.unlock();
+    for (auto& t : workers_) t.detach();
+    workers_.clear();
+    return false;
+  }
   lock.unlock();
   for (auto& t : workers_) t.join();
   workers_.clear();
+  return true;
 }
 
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted) {
   v1::JobSpec spec = submitted;
   DENDRO_ASSIGN_OR_RETURN(const Method* method, options_.resolve_method(spec));
+  if (spec.dataset_id().empty()) return absl::InvalidArgumentError("job spec: dataset_id is empty");
+  DENDRO_ASSIGN_OR_RETURN(v1::Dataset dataset, datasets_->Get(spec.dataset_id()));
+  DENDRO_RETURN_IF_ERROR(method->Validate(spec, dataset, options_.limits));
   if (std::optional<v1::ModelRef> base = method->BaseModel(spec)) {
-    DENDRO_RETURN_IF_ERROR(models_->Get(base->name(), base->version()).status());
+    DENDRO_ASSIGN_OR_RETURN(v1::Model base_model, models_->Get(base->name(), base->version()));
+    if (base_model.method() != std::string(method->name())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model '", base_model.name(), "' v", base_model.version(), " is a ",
+          base_model.method(), " model; only ", std::string(method->name()),
+          " models can be extended this way"));
+    }
     if (spec.model_name().empty()) spec.set_model_name(base->name());
   }
   DENDRO_RETURN_IF_ERROR(ValidateModelName(spec.model_name()));
-  if (spec.dataset_id().empty()) return absl::InvalidArgumentError("job spec: dataset_id is empty");
-  DENDRO_ASSIGN_OR_RETURN(v1::Dataset dataset, datasets_->Get(spec.dataset_id()));
-  DENDRO_RETURN_IF_ERROR(method->Validate(spec, dataset));
+  DENDRO_RETURN_IF_ERROR(CheckMethodChange(spec, *method));
 
   auto entry = std::make_shared<Entry>();
   v1::Job& job = entry->job;
@@ -140,6 +198,18 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted) {
   active_[job.id()] = entry;
   queue_cv_.notify_one();
   return job;
+}
+
+absl::Status JobManager::CheckMethodChange(const v1::JobSpec& spec, const Method& method) {
+  if (spec.allow_method_change()) return absl::OkStatus();
+  absl::StatusOr<v1::Model> latest = models_->Get(spec.model_name(), 0);
+  if (absl::IsNotFound(latest.status())) return absl::OkStatus();
+  DENDRO_RETURN_IF_ERROR(latest.status());
+  if (latest->method() == std::string(method.name())) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "model name '", spec.model_name(), "' holds ", latest->method(), " models (latest v",
+      latest->version(), "); refusing to add a ", std::string(method.name()),
+      " version under it unless allow_method_change is set"));
 }
 
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {
@@ -168,7 +238,15 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
     active_.erase(it);
     return job;
   }
-  return entry.job;  // running: the worker records CANCELLED when the loop stops
+  // Running: record the request at once so it survives a shutdown or crash
+  // before the algorithm stops; the worker records CANCELLED when it does.
+  if (!entry.user_cancel) {
+    entry.user_cancel = true;
+    entry.job.set_cancel_requested(true);
+    entry.job.set_stage("cancelling");
+    if (!abandoned_) DENDRO_RETURN_IF_ERROR(PublishLocked(entry));
+  }
+  return entry.job;
 }
 
 absl::StatusOr<v1::Job> JobManager::WaitForChange(const std::string& id, uint64_t* seen,
@@ -227,24 +305,18 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
   const v1::JobSpec spec = entry->job.spec();
   spdlog::info("job {}: running for model {} on dataset {}", id, spec.model_name(), spec.dataset_id());
   Context ctx(this, entry);
-  absl::StatusOr<std::unique_ptr<FittedModel>> fitted = [&]()
-      -> absl::StatusOr<std::unique_ptr<FittedModel>> {
-    DENDRO_ASSIGN_OR_RETURN(const Method* method, options_.resolve_method(spec));
-    DENDRO_ASSIGN_OR_RETURN(auto dataset, datasets_->Open(spec.dataset_id()));
-    if (std::optional<v1::ModelRef> base = method->BaseModel(spec)) {
-      DENDRO_ASSIGN_OR_RETURN(auto loaded, models_->Load(base->name(), base->version()));
-      return method->FitFrom(*loaded.first, *dataset, spec, ctx);
-    }
-    return method->Fit(*dataset, spec, ctx);
-  }();
+  absl::StatusOr<std::unique_ptr<FittedModel>> fitted = Fit(spec, ctx);
 
   absl::Status outcome = fitted.status();
-  if (fitted.ok()) {
-    v1::Job done;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done = entry->job;
-    }
+  v1::Job done;
+  bool cancel_requested = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (abandoned_) return;  // its record already says interrupted
+    cancel_requested = entry->user_cancel;
+    done = entry->job;
+  }
+  if (fitted.ok() && !cancel_requested) {
     done.set_state(v1::JOB_STATE_SUCCEEDED);
     done.set_stage("done");
     done.set_progress(1.0);
@@ -263,21 +335,52 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
       return;
     }
     outcome = model.status();
+  } else if (fitted.ok()) {
+    outcome = absl::CancelledError("job cancelled");  // finished after a cancel: drop the result
   }
 
   std::lock_guard<std::mutex> lock(mu_);
-  v1::Job& job = entry->job;
-  if (outcome.code() == absl::StatusCode::kCancelled && entry->interrupted) {
-    job.set_state(v1::JOB_STATE_QUEUED);
-    job.set_stage("interrupted by shutdown; re-queued at next start");
-    spdlog::warn("job {}: interrupted by shutdown", id);
-  } else if (outcome.code() == absl::StatusCode::kCancelled && entry->cancel) {
+  if (abandoned_) return;  // its record already says interrupted
+  RecordStopLocked(*entry, outcome);
+  absl::Status s = PublishLocked(*entry);
+  if (!s.ok()) spdlog::error("job {}: cannot record outcome: {}", id, s.ToString());
+  --running_;
+  active_.erase(id);
+}
+
+absl::StatusOr<std::unique_ptr<FittedModel>> JobManager::Fit(const v1::JobSpec& spec,
+                                                            RunContext& ctx) {
+  try {
+    DENDRO_ASSIGN_OR_RETURN(const Method* method, options_.resolve_method(spec));
+    DENDRO_ASSIGN_OR_RETURN(auto dataset, datasets_->Open(spec.dataset_id()));
+    if (std::optional<v1::ModelRef> base = method->BaseModel(spec)) {
+      DENDRO_ASSIGN_OR_RETURN(auto loaded, models_->Load(base->name(), base->version()));
+      return method->FitFrom(*loaded.first, *dataset, spec, ctx);
+    }
+    return method->Fit(*dataset, spec, ctx);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        "the job ran out of memory; use smaller parameters or a smaller dataset");
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("the job failed with an internal error: ", e.what()));
+  }
+}
+
+void JobManager::RecordStopLocked(Entry& entry, const absl::Status& outcome) {
+  v1::Job& job = entry.job;
+  const std::string& id = job.id();
+  if (outcome.code() == absl::StatusCode::kCancelled && entry.user_cancel) {
+    // A requested cancel wins over a shutdown interrupt.
     job.set_state(v1::JOB_STATE_CANCELLED);
     job.set_stage("cancelled");
     job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kCancelled));
     job.mutable_error()->set_message("cancelled by request");
     SetNow(job.mutable_end_time());
     spdlog::info("job {}: cancelled", id);
+  } else if (outcome.code() == absl::StatusCode::kCancelled && entry.interrupted) {
+    job.set_state(v1::JOB_STATE_QUEUED);
+    job.set_stage("interrupted by shutdown; re-queued at next start");
+    spdlog::warn("job {}: interrupted by shutdown", id);
   } else {
     job.set_state(v1::JOB_STATE_FAILED);
     job.set_stage("failed");
@@ -286,10 +389,6 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
     SetNow(job.mutable_end_time());
     spdlog::warn("job {}: failed: {}", id, outcome.ToString());
   }
-  absl::Status s = PublishLocked(*entry);
-  if (!s.ok()) spdlog::error("job {}: cannot record outcome: {}", id, s.ToString());
-  --running_;
-  active_.erase(id);
 }
 
 }  // namespace dendro::server

@@ -4,16 +4,23 @@
 // Every state transition is written to the MetadataStore before it becomes
 // visible; progress and stage text are kept in memory only. On Start(), jobs
 // the store still lists as QUEUED or RUNNING (the server stopped while they
-// were pending) are queued again, in submission order. Shutdown() drains:
-// new submissions are refused, running jobs get a grace period, then are
-// interrupted and left QUEUED for the next start.
+// were pending) are queued again, in submission order, unless a cancel was
+// recorded for them (then CANCELLED) or they were already started
+// max_attempts times (then FAILED: a job that kills the process cannot
+// crash-loop it). Shutdown() drains: new submissions are refused, running
+// jobs get a grace period, then are interrupted and left QUEUED for the next
+// start; a job that does not stop within stop_timeout of the interrupt is
+// recorded as interrupted and abandoned (the caller then ends the process).
 //
 // Invariants:
 //   * at most queue_capacity jobs wait in the queue (recovered jobs may
 //     exceed it once at start-up);
 //   * a job's progress never decreases while it runs;
 //   * a cancel request reaches the running algorithm through
-//     RunContext::Cancelled().
+//     RunContext::Cancelled(), and a requested cancel always wins over a
+//     shutdown interrupt: a cancelled job never runs again;
+//   * an exception thrown by a method (std::bad_alloc included) fails that
+//     job only.
 #ifndef DENDRO_SERVER_JOB_MANAGER_H_
 #define DENDRO_SERVER_JOB_MANAGER_H_
 
@@ -44,6 +51,13 @@ class JobManager {
   struct Options {
     int workers = 1;
     int queue_capacity = 64;
+    // Starts without finishing after which a recovered job is FAILED.
+    int max_attempts = 3;
+    // After the shutdown interrupt, how long running jobs may take to stop
+    // before they are abandoned.
+    absl::Duration stop_timeout = absl::Seconds(10);
+    // Submit-time resource limits, passed to Method::Validate.
+    JobLimits limits;
     // Maps a spec to its Method; MethodForSpec unless a test substitutes
     // one (e.g. a method that blocks until cancelled).
     std::function<absl::StatusOr<const Method*>(const v1::JobSpec&)> resolve_method;
@@ -56,8 +70,12 @@ class JobManager {
   // Re-queues unfinished jobs and starts the workers.
   absl::Status Start();
   // Refuses new jobs, waits up to `grace` for running ones, interrupts the
-  // rest (they stay QUEUED in the store) and joins the workers.
-  void Shutdown(absl::Duration grace);
+  // rest (they stay QUEUED in the store, or become CANCELLED if a cancel was
+  // asked for) and joins the workers. Returns false if some job did not stop
+  // within stop_timeout of the interrupt: its record is already written as
+  // interrupted, its worker thread is detached and must not outlive the
+  // process for long (dendrod exits at once; see DendroServer::Shutdown).
+  bool Shutdown(absl::Duration grace);
 
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> Get(const std::string& id);
@@ -79,11 +97,20 @@ class JobManager {
     uint64_t version = 1;             // guarded by mu_; bumps on each change
     std::atomic<bool> cancel{false};  // user cancel or shutdown interrupt
     std::atomic<bool> interrupted{false};
+    bool user_cancel = false;         // guarded by mu_; a cancel was requested
   };
   class Context;
 
   void WorkerLoop();
   void Run(const std::shared_ptr<Entry>& entry);
+  // Runs the method; exceptions become a failed status.
+  absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const v1::JobSpec& spec, RunContext& ctx);
+  // Refuses a job whose model name already holds another method's versions,
+  // unless the spec allows it.
+  absl::Status CheckMethodChange(const v1::JobSpec& spec, const Method& method);
+  // Sets the terminal (or re-queued) state of an interrupted or failed job.
+  // Requires mu_ held.
+  void RecordStopLocked(Entry& entry, const absl::Status& outcome);
   // Persists entry->job and publishes the change. Requires mu_ held.
   absl::Status PublishLocked(Entry& entry);
 
@@ -100,6 +127,7 @@ class JobManager {
   int running_ = 0;
   bool accepting_ = false;
   bool stopping_ = false;
+  bool abandoned_ = false;  // jobs outlived stop_timeout; workers detached
   std::vector<std::thread> workers_;
 };
 

@@ -21,6 +21,21 @@ ABSL_FLAG(int, workers, 1, "jobs run at the same time (each uses all cores)");
 ABSL_FLAG(int, queue_size, 64, "jobs that may wait; more are refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_message_mb, 64, "largest gRPC message accepted or sent, in MiB");
 ABSL_FLAG(int, drain_seconds, 30, "on SIGTERM, how long running jobs may finish");
+ABSL_FLAG(int, job_stop_seconds, 10,
+          "after the drain, how long an interrupted job may take to stop before the process "
+          "exits without it (it is re-queued)");
+ABSL_FLAG(int, max_job_attempts, 3,
+          "a job started this many times without finishing (the server went down under it) "
+          "is FAILED instead of re-queued");
+ABSL_FLAG(int64_t, max_job_memory_mb, 0,
+          "estimated peak memory one job may need; larger specs are refused at submit "
+          "(0: three quarters of the machine's or cgroup's memory)");
+ABSL_FLAG(int64_t, max_dataset_mb, 65536, "largest dataset an upload may declare, in MiB");
+ABSL_FLAG(int, max_streams, 64,
+          "concurrent streaming calls (uploads, job watches, prediction streams); more are "
+          "refused with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, upload_idle_seconds, 60,
+          "an upload or prediction stream that sends nothing for this long is cancelled");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain; enables TLS with --tls_key");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key");
 ABSL_FLAG(std::string, port_file, "",
@@ -35,7 +50,12 @@ void WaitForSignalThenShutdown(dendro::server::DendroServer* server, sigset_t se
   int sig = 0;
   sigwait(&set, &sig);
   spdlog::info("received signal {}", sig);
-  server->Shutdown();
+  if (!server->Shutdown()) {
+    // A job ignored the interrupt; its record says so and it re-runs at the
+    // next start. Its thread must not keep the process alive.
+    spdlog::shutdown();
+    std::_Exit(1);
+  }
 }
 
 }  // namespace
@@ -72,10 +92,22 @@ int main(int argc, char** argv) {
   options.queue_capacity = absl::GetFlag(FLAGS_queue_size);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
   options.drain_grace = absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
+  options.job_stop_timeout = absl::Seconds(absl::GetFlag(FLAGS_job_stop_seconds));
+  options.max_job_attempts = absl::GetFlag(FLAGS_max_job_attempts);
+  options.max_job_memory_bytes = absl::GetFlag(FLAGS_max_job_memory_mb) << 20;
+  options.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_mb) << 20;
+  options.max_streams = absl::GetFlag(FLAGS_max_streams);
+  options.upload_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_upload_idle_seconds));
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
-  if (options.workers < 1 || options.queue_capacity < 1 || options.max_message_bytes <= 0) {
-    fprintf(stderr, "dendrod: --workers, --queue_size and --max_message_mb must be >= 1\n");
+  if (options.workers < 1 || options.queue_capacity < 1 || options.max_message_bytes <= 0 ||
+      options.max_job_attempts < 1 || options.max_dataset_bytes <= 0 || options.max_streams < 1 ||
+      options.upload_idle_timeout <= absl::ZeroDuration() ||
+      options.job_stop_timeout < absl::ZeroDuration() || options.max_job_memory_bytes < 0) {
+    fprintf(stderr,
+            "dendrod: --workers, --queue_size, --max_message_mb, --max_job_attempts, "
+            "--max_dataset_mb, --max_streams and --upload_idle_seconds must be >= 1; "
+            "--job_stop_seconds and --max_job_memory_mb >= 0\n");
     return 2;
   }
 

@@ -1,14 +1,37 @@
 #include "server/metadata_store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace dendro::server {
 namespace {
+
+// The status for a failed SQLite call. A full disk is RESOURCE_EXHAUSTED
+// (the client can free space by deleting), contention UNAVAILABLE, anything
+// else INTERNAL.
+absl::Status SqliteError(sqlite3* db, int rc, std::string_view what) {
+  const int primary = rc & 0xff;
+  const int os_errno = sqlite3_system_errno(db);
+  const std::string detail = absl::StrCat(std::string(what), ": ", sqlite3_errmsg(db));
+  if (primary == SQLITE_FULL ||
+      (primary == SQLITE_IOERR && (os_errno == ENOSPC || os_errno == EDQUOT))) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the server's disk is full (", detail, "); delete datasets or models to free space"));
+  }
+  if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) {
+    return absl::UnavailableError(detail);
+  }
+  return absl::InternalError(detail);
+}
 
 // RAII prepared statement. Bind* take 1-based indices like SQLite.
 class Stmt {
@@ -22,7 +45,7 @@ class Stmt {
 
   absl::Status prepared() const {
     if (rc_ == SQLITE_OK) return absl::OkStatus();
-    return absl::InternalError(absl::StrCat("sqlite prepare: ", sqlite3_errmsg(db_)));
+    return SqliteError(db_, rc_, "sqlite prepare");
   }
   Stmt& Bind(int i, const std::string& s) {
     sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
@@ -41,7 +64,7 @@ class Stmt {
     const int rc = sqlite3_step(stmt_);
     if (rc == SQLITE_ROW) return true;
     if (rc == SQLITE_DONE) return false;
-    return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));
+    return SqliteError(db_, rc, "sqlite");
   }
   absl::Status Run() {
     auto r = Step();
@@ -90,29 +113,49 @@ absl::StatusOr<Page<Msg>> ReadPage(Stmt& st, int limit, const char* what) {
   return page;
 }
 
+// The first column of every row of `sql`; any SQLite error is returned,
+// never a partial list.
+absl::StatusOr<std::vector<std::string>> ReadColumn(sqlite3* db, const char* sql) {
+  Stmt st(db, sql);
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  std::vector<std::string> values;
+  for (;;) {
+    DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) return values;
+    values.push_back(st.Text(0));
+  }
+}
+
 // A transaction that rolls back unless committed.
 class Txn {
  public:
   explicit Txn(sqlite3* db) : db_(db) {
-    ok_ = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK;
+    rc_ = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+    ok_ = rc_ == SQLITE_OK;
   }
   ~Txn() {
     if (ok_ && !done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
   }
   absl::Status began() const {
-    return ok_ ? absl::OkStatus()
-               : absl::InternalError(absl::StrCat("sqlite begin: ", sqlite3_errmsg(db_)));
+    return ok_ ? absl::OkStatus() : SqliteError(db_, rc_, "sqlite begin");
   }
   absl::Status Commit() {
     done_ = true;
-    if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
-      return absl::InternalError(absl::StrCat("sqlite commit: ", sqlite3_errmsg(db_)));
+    if (const int rc = sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr); rc != SQLITE_OK) {
+      absl::Status s = SqliteError(db_, rc, "sqlite commit");
+      // A failed COMMIT can leave the transaction open; end it so the
+      // connection can start the next one.
+      if (!sqlite3_get_autocommit(db_)) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      }
+      return s;
     }
     return absl::OkStatus();
   }
 
  private:
   sqlite3* db_;
+  int rc_ = SQLITE_OK;
   bool ok_ = false;
   bool done_ = false;
 };
@@ -155,9 +198,49 @@ absl::StatusOr<std::unique_ptr<MetadataStore>> MetadataStore::Open(const std::st
     return absl::UnavailableError(absl::StrCat("cannot open metadata db ", path, ": ", msg));
   }
   sqlite3_busy_timeout(db, 5000);
-  std::unique_ptr<MetadataStore> store(new MetadataStore(db));
+  std::unique_ptr<MetadataStore> store(new MetadataStore(db, path + ".reserve"));
   DENDRO_RETURN_IF_ERROR(store->Exec(kSchema));
+  store->RestoreReserveLocked();
   return store;
+}
+
+namespace {
+constexpr off_t kReserveBytes = off_t{8} << 20;
+
+const absl::Status& StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+}  // namespace
+
+void MetadataStore::RestoreReserveLocked() {
+  if (reserve_present_) return;
+  const int fd = ::open(reserve_path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  const bool ok = posix_fallocate(fd, 0, kReserveBytes) == 0 && ::fsync(fd) == 0;
+  ::close(fd);
+  if (ok) {
+    reserve_present_ = true;
+  } else {
+    ::unlink(reserve_path_.c_str());  // a partial reserve only wastes space
+  }
+}
+
+template <typename Fn>
+auto MetadataStore::DeleteWithReserveLocked(Fn fn) -> decltype(fn()) {
+  RestoreReserveLocked();
+  auto result = fn();
+  if (StatusOf(result).code() != absl::StatusCode::kResourceExhausted || !reserve_present_) {
+    return result;
+  }
+  // The disk is full. Give SQLite the reserved space so the delete (which
+  // is how space gets freed) can go through; the reserve is made again by
+  // the next write once there is room.
+  ::unlink(reserve_path_.c_str());
+  reserve_present_ = false;
+  spdlog::warn("metadata: disk full; released the reserve file to complete a delete");
+  return fn();
 }
 
 MetadataStore::~MetadataStore() { sqlite3_close(db_); }
@@ -202,26 +285,20 @@ absl::StatusOr<Page<v1::Dataset>> MetadataStore::ListDatasets(int64_t after_seq,
 
 absl::Status MetadataStore::DeleteDataset(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt st(db_, "DELETE FROM datasets WHERE id = ?");
-  DENDRO_RETURN_IF_ERROR(st.prepared());
-  DENDRO_RETURN_IF_ERROR(st.Bind(1, id).Run());
-  if (sqlite3_changes(db_) == 0) {
-    return absl::NotFoundError(absl::StrCat("dataset '", id, "' not found"));
-  }
-  return absl::OkStatus();
+  return DeleteWithReserveLocked([&]() -> absl::Status {
+    Stmt st(db_, "DELETE FROM datasets WHERE id = ?");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    DENDRO_RETURN_IF_ERROR(st.Bind(1, id).Run());
+    if (sqlite3_changes(db_) == 0) {
+      return absl::NotFoundError(absl::StrCat("dataset '", id, "' not found"));
+    }
+    return absl::OkStatus();
+  });
 }
 
-std::vector<std::string> MetadataStore::AllDatasetIds() {
+absl::StatusOr<std::vector<std::string>> MetadataStore::AllDatasetIds() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::string> ids;
-  Stmt st(db_, "SELECT id FROM datasets");
-  if (!st.prepared().ok()) return ids;
-  while (true) {
-    auto row = st.Step();
-    if (!row.ok() || !*row) break;
-    ids.push_back(st.Text(0));
-  }
-  return ids;
+  return ReadColumn(db_, "SELECT id FROM datasets");
 }
 
 // --- jobs -------------------------------------------------------------------
@@ -357,46 +434,40 @@ absl::StatusOr<Page<v1::Model>> MetadataStore::ListModels(const std::string& nam
 absl::StatusOr<std::vector<StoredModel>> MetadataStore::DeleteModels(const std::string& name,
                                                                      int64_t version) {
   std::lock_guard<std::mutex> lock(mu_);
-  Txn txn(db_);
-  DENDRO_RETURN_IF_ERROR(txn.began());
-  std::vector<StoredModel> removed;
-  {
-    Stmt st(db_,
-            "SELECT record, dir FROM models WHERE name = ? AND (? = 0 OR version = ?)");
-    DENDRO_RETURN_IF_ERROR(st.prepared());
-    st.Bind(1, name).Bind(2, version).Bind(3, version);
-    for (;;) {
-      auto row = st.Step();
-      if (!row.ok()) return row.status();
-      if (!*row) break;
-      auto m = Decode<v1::Model>(st.Text(0), "model");
-      if (!m.ok()) return m.status();
-      removed.push_back(StoredModel{*std::move(m), st.Text(1)});
+  return DeleteWithReserveLocked([&]() -> absl::StatusOr<std::vector<StoredModel>> {
+    Txn txn(db_);
+    DENDRO_RETURN_IF_ERROR(txn.began());
+    std::vector<StoredModel> removed;
+    {
+      Stmt st(db_,
+              "SELECT record, dir FROM models WHERE name = ? AND (? = 0 OR version = ?)");
+      DENDRO_RETURN_IF_ERROR(st.prepared());
+      st.Bind(1, name).Bind(2, version).Bind(3, version);
+      for (;;) {
+        auto row = st.Step();
+        if (!row.ok()) return row.status();
+        if (!*row) break;
+        auto m = Decode<v1::Model>(st.Text(0), "model");
+        if (!m.ok()) return m.status();
+        removed.push_back(StoredModel{*std::move(m), st.Text(1)});
+      }
     }
-  }
-  if (removed.empty()) {
-    return absl::NotFoundError(version > 0 ? absl::StrCat("model '", name, "' version ",
-                                                          version, " not found")
-                                           : absl::StrCat("model '", name, "' not found"));
-  }
-  Stmt st(db_, "DELETE FROM models WHERE name = ? AND (? = 0 OR version = ?)");
-  DENDRO_RETURN_IF_ERROR(st.prepared());
-  DENDRO_RETURN_IF_ERROR(st.Bind(1, name).Bind(2, version).Bind(3, version).Run());
-  DENDRO_RETURN_IF_ERROR(txn.Commit());
-  return removed;
+    if (removed.empty()) {
+      return absl::NotFoundError(version > 0 ? absl::StrCat("model '", name, "' version ",
+                                                            version, " not found")
+                                             : absl::StrCat("model '", name, "' not found"));
+    }
+    Stmt st(db_, "DELETE FROM models WHERE name = ? AND (? = 0 OR version = ?)");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    DENDRO_RETURN_IF_ERROR(st.Bind(1, name).Bind(2, version).Bind(3, version).Run());
+    DENDRO_RETURN_IF_ERROR(txn.Commit());
+    return removed;
+  });
 }
 
-std::vector<std::string> MetadataStore::AllModelDirs() {
+absl::StatusOr<std::vector<std::string>> MetadataStore::AllModelDirs() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::string> dirs;
-  Stmt st(db_, "SELECT dir FROM models");
-  if (!st.prepared().ok()) return dirs;
-  while (true) {
-    auto row = st.Step();
-    if (!row.ok() || !*row) break;
-    dirs.push_back(st.Text(0));
-  }
-  return dirs;
+  return ReadColumn(db_, "SELECT dir FROM models");
 }
 
 }  // namespace dendro::server

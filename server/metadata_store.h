@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -45,7 +46,9 @@ class MetadataStore {
   absl::StatusOr<v1::Dataset> GetDataset(const std::string& id);
   absl::StatusOr<Page<v1::Dataset>> ListDatasets(int64_t after_seq, int limit);
   absl::Status DeleteDataset(const std::string& id);
-  std::vector<std::string> AllDatasetIds();
+  // Every dataset id. An error (never an empty list) when the catalogue
+  // cannot be read: callers sweep files that are not listed here.
+  absl::StatusOr<std::vector<std::string>> AllDatasetIds();
 
   // Insert or replace by id.
   absl::Status PutJob(const v1::Job& job);
@@ -67,14 +70,26 @@ class MetadataStore {
   // NotFound if nothing matched.
   absl::StatusOr<std::vector<StoredModel>> DeleteModels(const std::string& name,
                                                         int64_t version);
-  std::vector<std::string> AllModelDirs();
+  // Every model's artifact directory; an error when unreadable (as above).
+  absl::StatusOr<std::vector<std::string>> AllModelDirs();
 
  private:
-  explicit MetadataStore(sqlite3* db) : db_(db) {}
+  MetadataStore(sqlite3* db, std::string reserve_path)
+      : db_(db), reserve_path_(std::move(reserve_path)) {}
   absl::Status Exec(const char* sql);
+
+  // Full-disk handling. A few MiB are kept allocated in `reserve_path_`;
+  // when a delete fails because the disk is full, the reserve is released
+  // and the delete retried once, so space can always be freed. The reserve
+  // is re-created (if there is room) before later deletes and at start.
+  void RestoreReserveLocked();
+  template <typename Fn>
+  auto DeleteWithReserveLocked(Fn fn) -> decltype(fn());
 
   std::mutex mu_;
   sqlite3* db_;
+  const std::string reserve_path_;
+  bool reserve_present_ = false;  // guarded by mu_
 };
 
 }  // namespace dendro::server

@@ -62,13 +62,23 @@ absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Jo
   return m;
 }
 
+namespace {
+absl::Status ValidateVersion(int64_t version) {
+  if (version >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("model version must be >= 0 (0: the latest), got ", version));
+}
+}  // namespace
+
 absl::StatusOr<v1::Model> ModelRegistry::Get(const std::string& name, int64_t version) {
+  DENDRO_RETURN_IF_ERROR(ValidateVersion(version));
   DENDRO_ASSIGN_OR_RETURN(StoredModel stored, meta_->GetModel(name, version));
   return stored.model;
 }
 
 absl::StatusOr<std::pair<std::shared_ptr<const FittedModel>, v1::Model>> ModelRegistry::Load(
     const std::string& name, int64_t version) {
+  DENDRO_RETURN_IF_ERROR(ValidateVersion(version));
   DENDRO_ASSIGN_OR_RETURN(StoredModel stored, meta_->GetModel(name, version));
   const auto key = std::make_pair(name, stored.model.version());
   {
@@ -91,6 +101,7 @@ absl::StatusOr<std::pair<std::shared_ptr<const FittedModel>, v1::Model>> ModelRe
 }
 
 absl::StatusOr<int> ModelRegistry::Delete(const std::string& name, int64_t version) {
+  DENDRO_RETURN_IF_ERROR(ValidateVersion(version));
   DENDRO_ASSIGN_OR_RETURN(std::vector<StoredModel> removed, meta_->DeleteModels(name, version));
   for (const auto& r : removed) {
     {
@@ -103,12 +114,12 @@ absl::StatusOr<int> ModelRegistry::Delete(const std::string& name, int64_t versi
   return static_cast<int>(removed.size());
 }
 
-void ModelRegistry::RemoveOrphans() {
+absl::Status ModelRegistry::RemoveOrphans() {
+  DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> dirs, meta_->AllModelDirs());
+  const std::set<std::string> live(dirs.begin(), dirs.end());
   std::error_code ec;
   const std::string root = data_dir_ + "/models";
-  if (!std::filesystem::exists(root, ec)) return;
-  std::set<std::string> live;
-  for (const auto& d : meta_->AllModelDirs()) live.insert(d);
+  if (!std::filesystem::exists(root, ec)) return absl::OkStatus();
   for (const auto& name_dir : std::filesystem::directory_iterator(root, ec)) {
     for (const auto& version_dir : std::filesystem::directory_iterator(name_dir.path(), ec)) {
       const std::string rel = absl::StrCat("models/", name_dir.path().filename().string(), "/",
@@ -116,6 +127,7 @@ void ModelRegistry::RemoveOrphans() {
       if (!live.count(rel)) std::filesystem::remove_all(version_dir.path(), ec);
     }
   }
+  return absl::OkStatus();
 }
 
 }  // namespace dendro::server

@@ -38,8 +38,9 @@ class ModelRegistry {
   absl::StatusOr<Page<v1::Model>> List(const std::string& name, int64_t after_seq, int limit) {
     return meta_->ListModels(name, after_seq, limit);
   }
-  // Removes artifact directories no metadata row points at.
-  void RemoveOrphans();
+  // Removes artifact directories no metadata row points at. Removes
+  // nothing, and fails, if the catalogue cannot be read.
+  absl::Status RemoveOrphans();
 
  private:
   std::string data_dir_;

@@ -16,6 +16,7 @@
 #include "server/metadata_store.h"
 #include "server/model_registry.h"
 #include "server/services.h"
+#include "server/stream_limiter.h"
 #include "spdlog/spdlog.h"
 
 namespace dendro::server {
@@ -25,29 +26,47 @@ struct DendroServer::State {
   std::unique_ptr<DatasetStore> datasets;
   std::unique_ptr<ModelRegistry> models;
   std::unique_ptr<JobManager> jobs;
+  std::unique_ptr<StreamLimiter> streams;
   std::vector<std::unique_ptr<grpc::Service>> services;
   std::unique_ptr<grpc::Server> grpc_server;
   int port = 0;
   std::mutex mu;
   bool shut_down = false;
+  bool abandoned = false;
 };
 
 DendroServer::DendroServer(ServerOptions options)
     : options_(std::move(options)), state_(std::make_unique<State>()) {}
 
-DendroServer::~DendroServer() { Shutdown(); }
+DendroServer::~DendroServer() {
+  // With abandoned jobs the stores stay allocated: their threads still run.
+  if (!Shutdown()) state_.release();
+}
 
 absl::Status DendroServer::Start() {
   State& s = *state_;
   DENDRO_RETURN_IF_ERROR(MakeDirs(options_.data_dir));
   DENDRO_ASSIGN_OR_RETURN(s.meta, MetadataStore::Open(options_.data_dir + "/metadata.db"));
-  s.datasets = std::make_unique<DatasetStore>(options_.data_dir, s.meta.get());
+  s.datasets = std::make_unique<DatasetStore>(options_.data_dir, s.meta.get(),
+                                              options_.max_dataset_bytes);
   s.models = std::make_unique<ModelRegistry>(options_.data_dir, s.meta.get());
-  s.datasets->RemoveOrphans();
-  s.models->RemoveOrphans();
+  // A catalogue that cannot be read stops the start: sweeping against it
+  // would delete every dataset and model as an orphan.
+  if (absl::Status swept = s.datasets->RemoveOrphans(); !swept.ok()) {
+    return absl::DataLossError(absl::StrCat("cannot read the dataset catalogue; refusing to start ",
+                                            "(nothing was deleted): ", swept.message()));
+  }
+  if (absl::Status swept = s.models->RemoveOrphans(); !swept.ok()) {
+    return absl::DataLossError(absl::StrCat("cannot read the model catalogue; refusing to start ",
+                                            "(nothing was deleted): ", swept.message()));
+  }
   JobManager::Options jopts;
   jopts.workers = options_.workers;
   jopts.queue_capacity = options_.queue_capacity;
+  jopts.max_attempts = options_.max_job_attempts;
+  jopts.stop_timeout = options_.job_stop_timeout;
+  jopts.limits.memory_bytes = options_.max_job_memory_bytes > 0 ? options_.max_job_memory_bytes
+                                                                : DefaultJobMemoryBytes();
   jopts.resolve_method = options_.resolve_method;
   s.jobs = std::make_unique<JobManager>(jopts, s.meta.get(), s.datasets.get(), s.models.get());
 
@@ -72,7 +91,15 @@ absl::Status DendroServer::Start() {
   builder.AddListeningPort(options_.listen, creds, &s.port);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
-  s.services = MakeServices({s.datasets.get(), s.jobs.get(), s.models.get()});
+  s.streams = std::make_unique<StreamLimiter>(options_.max_streams, options_.upload_idle_timeout);
+  ServiceDeps deps;
+  deps.datasets = s.datasets.get();
+  deps.jobs = s.jobs.get();
+  deps.models = s.models.get();
+  deps.streams = s.streams.get();
+  deps.data_dir = options_.data_dir;
+  deps.max_message_bytes = options_.max_message_bytes;
+  s.services = MakeServices(std::move(deps));
   for (auto& svc : s.services) builder.RegisterService(svc.get());
   s.grpc_server = builder.BuildAndStart();
   if (!s.grpc_server || s.port == 0) {
@@ -92,11 +119,11 @@ void DendroServer::Wait() {
   if (state_->grpc_server) state_->grpc_server->Wait();
 }
 
-void DendroServer::Shutdown() {
+bool DendroServer::Shutdown() {
   State& s = *state_;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    if (s.shut_down || !s.grpc_server) return;
+    if (s.shut_down || !s.grpc_server) return !s.abandoned;
     s.shut_down = true;
   }
   spdlog::info("shutting down: draining RPCs and jobs");
@@ -106,9 +133,17 @@ void DendroServer::Shutdown() {
   // Stop accepting jobs and let running ones finish (or be interrupted and
   // left queued), then close the RPC server with a short deadline for
   // in-flight calls (watchers end when their job does).
-  s.jobs->Shutdown(options_.drain_grace);
+  const bool stopped = s.jobs->Shutdown(options_.drain_grace);
   s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (!stopped) {
+    // A detached job thread still uses the stores: never free them.
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.abandoned = true;
+    spdlog::error("shutdown complete with abandoned jobs (recorded as interrupted)");
+    return false;
+  }
   spdlog::info("shutdown complete");
+  return true;
 }
 
 }  // namespace dendro::server

@@ -22,6 +22,12 @@ struct ServerOptions {
   std::string data_dir = "./dendro-data";
   int workers = 1;
   int queue_capacity = 64;
+  int max_job_attempts = 3;                     // see JobManager::Options
+  absl::Duration job_stop_timeout = absl::Seconds(10);
+  int64_t max_job_memory_bytes = 0;             // 0: DefaultJobMemoryBytes()
+  int64_t max_dataset_bytes = int64_t{64} << 30;  // one upload's data + labels
+  int max_streams = 64;                         // concurrent streaming RPCs
+  absl::Duration upload_idle_timeout = absl::Seconds(60);
   int max_message_bytes = 64 << 20;
   absl::Duration drain_grace = absl::Seconds(30);
   // TLS: both set to PEM file paths to serve TLS; both empty for plaintext.
@@ -41,7 +47,11 @@ class DendroServer {
   int port() const;
   // Blocks until Shutdown() completes.
   void Wait();
-  void Shutdown();
+  // Drains (see above). Returns false if a job ignored the interrupt past
+  // job_stop_timeout: its record already says it was interrupted, but its
+  // thread still runs, so the process must exit promptly (the server's
+  // state is then deliberately kept alive, never freed under that thread).
+  bool Shutdown();
 
  private:
   struct State;

@@ -3,13 +3,16 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "dendro/v1/dendro.grpc.pb.h"
+#include "server/client_status.h"
 #include "core/common/status_macros.h"
 #include "core/hierarchy/export.h"
 #include "core/io/npy.h"
@@ -18,10 +21,40 @@
 namespace dendro::server {
 namespace {
 
-grpc::Status ToGrpc(const absl::Status& s) {
+// The status a client sees: paths cut from the message (see ForClient).
+// Server-side faults are logged in full first.
+grpc::Status ToGrpc(const absl::Status& s, const ServiceDeps& deps) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+  if (s.code() == absl::StatusCode::kInternal || s.code() == absl::StatusCode::kDataLoss ||
+      s.code() == absl::StatusCode::kUnknown) {
+    spdlog::error("request failed: {}", std::string(s.message()));
+  }
+  const absl::Status out = ForClient(s, deps.data_dir);
+  return grpc::Status(static_cast<grpc::StatusCode>(out.code()), std::string(out.message()));
 }
+
+// Base of the three services: holds the dependencies and converts statuses.
+class ServiceBase {
+ protected:
+  explicit ServiceBase(ServiceDeps deps) : deps_(std::move(deps)) {}
+  grpc::Status ToGrpc(const absl::Status& s) const { return server::ToGrpc(s, deps_); }
+  // A slot for a stream. With `idle` the stream is cancelled once its client
+  // has sent nothing for the idle timeout (the slot must be Touch()ed).
+  absl::StatusOr<std::unique_ptr<StreamLimiter::Slot>> AcquireStream(
+      const std::string& rpc, grpc::ServerContext* ctx, bool idle) const {
+    std::function<void()> on_idle;
+    if (idle) on_idle = [ctx] { ctx->TryCancel(); };
+    return deps_.streams->Acquire(rpc, std::move(on_idle));
+  }
+  grpc::Status IdleTimeout(const std::string& rpc) const {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        absl::StrCat(rpc, ": nothing received for ",
+                                     absl::FormatDuration(deps_.streams->idle_timeout()),
+                                     "; the stream was closed"));
+  }
+
+  ServiceDeps deps_;
+};
 
 constexpr int kDefaultPageSize = 50;
 constexpr int kMaxPageSize = 1000;
@@ -56,6 +89,9 @@ void FillPage(const Page<T>& page, std::string_view kind, std::string_view scope
   if (page.more) resp->set_next_page_token(MakeToken(kind, scope, page.last_seq));
 }
 
+// No request message can be larger than this (gRPC's own ceiling is 2 GiB).
+constexpr int64_t kMaxRequestBytes = int64_t{2} << 30;
+
 // Checks a request's rows x cols float32 payload against the model and
 // returns a view of it (copying into `aligned` only if the bytes are not
 // float-aligned).
@@ -70,8 +106,13 @@ absl::StatusOr<MatrixView> DecodeRows(const std::string& what, const v1::Model& 
                                                    model.version(), " expects ",
                                                    fitted.input_dim(), " columns, got ", cols));
   }
-  if (rows > (int64_t{1} << 40) / cols ||
-      static_cast<int64_t>(data.size()) != rows * cols * 4) {
+  // cols >= 1 here (it equals the model's input dimension).
+  if (rows > kMaxRequestBytes / 4 / cols) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", rows, " rows x ", cols, " columns is over the ",
+                     kMaxRequestBytes >> 30, " GiB a request can carry"));
+  }
+  if (static_cast<int64_t>(data.size()) != rows * cols * 4) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": data has ", data.size(),
                                                    " bytes, expected rows x cols x 4 = ",
                                                    rows * cols * 4));
@@ -88,17 +129,20 @@ absl::StatusOr<MatrixView> DecodeRows(const std::string& what, const v1::Model& 
 
 // ---------------------------------------------------------------------------
 
-class DatasetServiceImpl final : public v1::DatasetService::Service {
+class DatasetServiceImpl final : public v1::DatasetService::Service, private ServiceBase {
  public:
-  explicit DatasetServiceImpl(ServiceDeps deps) : deps_(deps) {}
+  explicit DatasetServiceImpl(ServiceDeps deps) : ServiceBase(std::move(deps)) {}
 
   grpc::Status UploadDataset(grpc::ServerContext* ctx,
                              grpc::ServerReader<v1::UploadDatasetRequest>* reader,
                              v1::Dataset* response) override {
+    auto slot = AcquireStream("upload", ctx, /*idle=*/true);
+    if (!slot.ok()) return ToGrpc(slot.status());
     auto upload = deps_.datasets->StartUpload();
     v1::UploadDatasetRequest req;
     bool first = true;
     while (reader->Read(&req)) {
+      (*slot)->Touch();
       absl::Status s;
       switch (req.part_case()) {
         case v1::UploadDatasetRequest::kHeader:
@@ -118,8 +162,13 @@ class DatasetServiceImpl final : public v1::DatasetService::Service {
       }
       first = false;
       if (!s.ok()) return ToGrpc(s);
-      if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled");
+      if (ctx->IsCancelled()) break;
     }
+    if ((*slot)->timed_out()) {
+      spdlog::warn("upload abandoned: idle for {}", absl::FormatDuration(deps_.streams->idle_timeout()));
+      return IdleTimeout("upload");
+    }
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled");
     auto d = upload->Finish();
     if (!d.ok()) return ToGrpc(d.status());
     spdlog::info("dataset {}: {} x {} uploaded{}", d->id(), d->rows(), d->cols(),
@@ -155,16 +204,13 @@ class DatasetServiceImpl final : public v1::DatasetService::Service {
     }
     return ToGrpc(deps_.datasets->Delete(req->id()));
   }
-
- private:
-  ServiceDeps deps_;
 };
 
 // ---------------------------------------------------------------------------
 
-class JobServiceImpl final : public v1::JobService::Service {
+class JobServiceImpl final : public v1::JobService::Service, private ServiceBase {
  public:
-  explicit JobServiceImpl(ServiceDeps deps) : deps_(deps) {}
+  explicit JobServiceImpl(ServiceDeps deps) : ServiceBase(std::move(deps)) {}
 
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
                          v1::Job* resp) override {
@@ -202,6 +248,8 @@ class JobServiceImpl final : public v1::JobService::Service {
 
   grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                         grpc::ServerWriter<v1::Job>* writer) override {
+    auto slot = AcquireStream("watch", ctx, /*idle=*/false);
+    if (!slot.ok()) return ToGrpc(slot.status());
     uint64_t seen = 0;
     uint64_t sent = 0;
     for (;;) {
@@ -245,14 +293,13 @@ class JobServiceImpl final : public v1::JobService::Service {
     return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
            s == v1::JOB_STATE_CANCELLED;
   }
-  ServiceDeps deps_;
 };
 
 // ---------------------------------------------------------------------------
 
-class ModelServiceImpl final : public v1::ModelService::Service {
+class ModelServiceImpl final : public v1::ModelService::Service, private ServiceBase {
  public:
-  explicit ModelServiceImpl(ServiceDeps deps) : deps_(deps) {}
+  explicit ModelServiceImpl(ServiceDeps deps) : ServiceBase(std::move(deps)) {}
 
   grpc::Status GetModel(grpc::ServerContext*, const v1::GetModelRequest* req,
                         v1::Model* resp) override {
@@ -325,6 +372,15 @@ class ModelServiceImpl final : public v1::ModelService::Service {
     auto rows = DecodeRows("assign", loaded->second, model, req->rows(), req->cols(),
                            req->data(), &aligned);
     if (!rows.ok()) return ToGrpc(rows.status());
+    // Two int32 varints (<= 5 bytes each) per row come back.
+    if (rows->rows() > deps_.max_message_bytes / 10) {
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("assign: the answer for ", rows->rows(), " rows could exceed the ",
+                       deps_.max_message_bytes >> 20,
+                       " MiB message limit; send at most ", deps_.max_message_bytes / 10,
+                       " rows per request"));
+    }
     auto leaves = model.AssignLeaves(*rows);
     if (!leaves.ok()) return ToGrpc(leaves.status());
     std::vector<int32_t> cut;
@@ -352,14 +408,19 @@ class ModelServiceImpl final : public v1::ModelService::Service {
   grpc::Status PredictStream(
       grpc::ServerContext* ctx,
       grpc::ServerReaderWriter<v1::PredictResponse, v1::PredictRequest>* stream) override {
+    // Capped, but never timed out: a client may keep a prediction stream
+    // open between sporadic batches.
+    auto slot = AcquireStream("predict stream", ctx, /*idle=*/false);
+    if (!slot.ok()) return ToGrpc(slot.status());
     v1::PredictRequest req;
     while (stream->Read(&req)) {
-      if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+      if (ctx->IsCancelled()) break;
       v1::PredictResponse resp;
       absl::Status s = PredictOne(req, &resp);
       if (!s.ok()) return ToGrpc(s);
       if (!stream->Write(resp)) return grpc::Status::OK;
     }
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
     return grpc::Status::OK;
   }
 
@@ -393,6 +454,16 @@ class ModelServiceImpl final : public v1::ModelService::Service {
     options.top_t = req.top_t();
     options.top_k = req.top_k() == 0 ? 1 : req.top_k();
     options.flat = req.flat();
+    // Refuse before computing an answer that could not be sent. Per row:
+    // top_k labels (varint int64, <= 10 bytes) and scores (4 bytes), top_t
+    // super-classes (<= 5 bytes) and one evaluated count.
+    const int64_t classes = std::max<int64_t>(1, model.tree().num_leaves());
+    const int64_t k = std::min<int64_t>(options.top_k, classes);
+    const int64_t t = std::min<int64_t>(options.top_t, classes);
+    const int64_t per_row = k * 14 + t * 5 + 5;
+    if (rows.rows() > deps_.max_message_bytes / per_row) {
+      return ResponseTooLarge(rows.rows(), rows.rows() * per_row);
+    }
     DENDRO_ASSIGN_OR_RETURN(Prediction p, model.Predict(rows, options));
     resp->set_rows(req.rows());
     resp->set_top_k(p.top_k);
@@ -403,10 +474,22 @@ class ModelServiceImpl final : public v1::ModelService::Service {
     resp->mutable_classes_evaluated()->Add(p.classes_evaluated.begin(),
                                            p.classes_evaluated.end());
     resp->set_model_version(loaded.second.version());
+    if (const int64_t size = static_cast<int64_t>(resp->ByteSizeLong());
+        size > deps_.max_message_bytes) {
+      resp->Clear();
+      return ResponseTooLarge(req.rows(), size);
+    }
     return absl::OkStatus();
   }
 
-  ServiceDeps deps_;
+  absl::Status ResponseTooLarge(int64_t rows, int64_t bytes) const {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "predict: the answer for ", rows, " rows would be about ", bytes >> 20,
+        " MiB, over the ", deps_.max_message_bytes >> 20,
+        " MiB message limit; send fewer rows per request (PredictStream takes them in "
+        "batches over one stream)"));
+  }
+
 };
 
 }  // namespace

@@ -4,12 +4,15 @@
 #ifndef DENDRO_SERVER_SERVICES_H_
 #define DENDRO_SERVER_SERVICES_H_
 
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "server/dataset_store.h"
 #include "server/job_manager.h"
 #include "server/model_registry.h"
+#include "server/stream_limiter.h"
 
 namespace grpc {
 class Service;
@@ -21,6 +24,12 @@ struct ServiceDeps {
   DatasetStore* datasets;
   JobManager* jobs;
   ModelRegistry* models;
+  // Caps concurrent streams; times out idle uploads and prediction streams.
+  StreamLimiter* streams;
+  // Paths under it are cut from every message sent to a client.
+  std::string data_dir;
+  // The largest response a unary call may return (the server's send limit).
+  int64_t max_message_bytes = 64 << 20;
 };
 
 // The three dendro.v1 services, ready to register with a ServerBuilder.

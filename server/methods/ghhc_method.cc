@@ -52,7 +52,7 @@ absl::StatusOr<GhhcOptions> OptionsFromSpec(const v1::JobSpec& spec) {
   const v1::GhhcParams& p = spec.ghhc();
   GhhcOptions o;
   auto positive_or_zero = [](auto v, const char* name) -> absl::Status {
-    if (v < 0) {
+    if (!(v >= 0)) {  // NaN is refused too, never replaced by the default
       return absl::InvalidArgumentError(
           absl::StrCat("ghhc.", name, " must be >= 0 (0: default), got ", v));
     }
@@ -108,11 +108,39 @@ absl::StatusOr<GhhcOptions> OptionsFromSpec(const v1::JobSpec& spec) {
   return o;
 }
 
+// Upper bounds on the parameters whose size drives time or memory. A tree
+// needs no more internal nodes than points (beyond the default's 100), and
+// each bound is far above the paper's settings (M <= 2,000, batches of 100).
+absl::Status CheckBounds(const GhhcOptions& o, const v1::Dataset& dataset,
+                         const JobLimits& limits) {
+  DENDRO_RETURN_IF_ERROR(CheckAtMost("ghhc.internal_nodes", o.internal_nodes,
+                                     std::max<int64_t>(100, dataset.rows()),
+                                     "no more internal nodes than the dataset's rows"));
+  DENDRO_RETURN_IF_ERROR(CheckAtMost("ghhc.batch_size", o.batch_size, 1000000,
+                                     "triples per mini-batch"));
+  // (The triple count drives time only; a long job is stopped by a cancel.)
+  DENDRO_RETURN_IF_ERROR(CheckAtMost("ghhc.neighbors", o.neighbors, 1000,
+                                     "nearest neighbours per point"));
+  DENDRO_RETURN_IF_ERROR(CheckAtMost("ghhc.margin_steps", o.margin_steps, 1000000,
+                                     "RSGD steps per margin phase"));
+  // Peak memory: the centred (and projected) copy of the data, the kNN
+  // lists, the nodes with their gradients, and a batch's triples.
+  const double n = static_cast<double>(dataset.rows());
+  const double d = static_cast<double>(dataset.cols());
+  const double p = o.projection_dim > 0 ? o.projection_dim : d;
+  const double k = std::min<double>(o.neighbors, n - 1);  // the core's clamp
+  const double bytes = 4 * n * d + 8 * n * p + 12.0 * n * k +
+                       8.0 * 4 * o.internal_nodes * p + 8.0 * 3 * o.batch_size * p * 2;
+  return CheckMemory("ghhc", bytes, limits,
+                     "the data copy, kNN lists, internal nodes and a batch of triples");
+}
+
 class Ghhc final : public Method {
  public:
   std::string_view name() const override { return "ghhc"; }
 
-  absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset) const override {
+  absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
+                        const JobLimits& limits) const override {
     if (dataset.rows() < 3) {
       return absl::InvalidArgumentError(
           absl::StrCat("ghhc needs at least 3 points (one triple); dataset ", dataset.id(), " has ",
@@ -128,7 +156,7 @@ class Ghhc final : public Method {
           "ghhc.projection_dim must be below the dataset's ", dataset.cols(),
           " columns (0: no projection), got ", options.projection_dim));
     }
-    return absl::OkStatus();
+    return CheckBounds(options, dataset, limits);
   }
 
   absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset& dataset,
@@ -168,7 +196,7 @@ class Ghhc final : public Method {
       max_leaf = std::max(max_leaf, l);
     }
     if (leaves != tree.num_leaves() || max_leaf != leaves - 1) {
-      return absl::InvalidArgumentError(absl::StrCat(dir, ": the gHHC model has ", leaves,
+      return absl::InvalidArgumentError(absl::StrCat("model files: the gHHC model has ", leaves,
                                                      " nodes holding leaves but tree.json has ",
                                                      tree.num_leaves(), " leaves"));
     }

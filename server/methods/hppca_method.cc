@@ -110,13 +110,18 @@ class Hppca final : public Method {
  public:
   std::string_view name() const override { return "hppca"; }
 
-  absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset) const override {
+  absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
+                        const JobLimits& limits) const override {
     if (spec.has_hppca_add()) {
-      DENDRO_RETURN_IF_ERROR(NeedLabels(dataset, "hppca_add"));
       if (spec.hppca_add().base().name().empty()) {
         return absl::InvalidArgumentError("hppca_add: base.name (the model to grow) is required");
       }
-      return absl::OkStatus();
+      if (spec.hppca_add().base().version() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "hppca_add: base.version must be >= 0 (0: latest), got ",
+            spec.hppca_add().base().version()));
+      }
+      return NeedLabels(dataset, "hppca_add");
     }
     if (!spec.has_hppca()) return absl::InvalidArgumentError("job spec has no hppca parameters");
     DENDRO_RETURN_IF_ERROR(NeedLabels(dataset, "hppca"));
@@ -125,7 +130,19 @@ class Hppca final : public Method {
           "hppca: dataset ", dataset.id(), " has ", dataset.rows(),
           " rows; a classifier needs at least 2 classes of at least 2 rows"));
     }
-    return ValidateHppcaOptions(OptionsFrom(spec.hppca(), dataset.cols()), dataset.cols());
+    const HppcaOptions o = OptionsFrom(spec.hppca(), dataset.cols());
+    DENDRO_RETURN_IF_ERROR(ValidateHppcaOptions(o, dataset.cols()));
+    DENDRO_RETURN_IF_ERROR(CheckAtMost("hppca.superclasses", o.superclasses, dataset.rows() / 2,
+                                       "at most one super-class per two training rows"));
+    DENDRO_RETURN_IF_ERROR(CheckAtMost("hppca.kmeans_iterations", o.kmeans_iterations, 10000,
+                                       "super-class k-means rounds"));
+    // (The class count, which sets the model's size, is known only once the
+    // labels are read; q and r are already capped at d.)
+    const double d = static_cast<double>(dataset.cols());
+    DENDRO_RETURN_IF_ERROR(CheckMemory("hppca", 8.0 * 8 * d * d, limits,
+                                       "per-thread d x d covariance buffers"));
+    return CheckAtMost("hppca.default_top_t", o.default_top_t, 100000,
+                       "super-classes opened per prediction");
   }
 
   absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset& dataset,

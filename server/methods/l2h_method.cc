@@ -31,12 +31,17 @@ class L2h final : public Method {
  public:
   std::string_view name() const override { return "l2h"; }
 
-  absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset) const override {
+  absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
+                        const JobLimits& limits) const override {
     if (dataset.cols() < 2) {
       return absl::InvalidArgumentError(absl::StrCat(
           "l2h needs logits with at least 2 columns (clusters); dataset ", dataset.id(),
           " has ", dataset.cols()));
     }
+    // The K x K statistics and merge tables dominate; the logits are mapped.
+    const double k = static_cast<double>(dataset.cols());
+    DENDRO_RETURN_IF_ERROR(CheckMemory("l2h", 4 * 8 * k * k, limits,
+                                       "K x K pairwise statistics for K = the dataset's columns"));
     return ParseAggregation(spec).status();
   }
 

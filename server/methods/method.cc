@@ -1,8 +1,14 @@
 #include "server/methods/method.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <filesystem>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/common/status_macros.h"
 #include "core/hierarchy/export.h"
 #include "core/io/atomic_file.h"
@@ -41,6 +47,38 @@ absl::StatusOr<const Method*> MethodByName(std::string_view name) {
     if (m->name() == name) return m;
   }
   return absl::NotFoundError(absl::StrCat("unknown method '", std::string(name), "'"));
+}
+
+int64_t DefaultJobMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGE_SIZE);
+  int64_t total = pages > 0 && page_size > 0 ? int64_t{pages} * page_size : int64_t{8} << 30;
+  // cgroup v2 limit of this process ("max" when unlimited).
+  std::string limit;
+  if (ReadFileToString("/sys/fs/cgroup/memory.max", &limit).ok()) {
+    int64_t bytes = 0;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(limit), &bytes) && bytes > 0) {
+      total = std::min(total, bytes);
+    }
+  }
+  return total / 4 * 3;
+}
+
+absl::Status CheckAtMost(std::string_view field, int64_t value, int64_t limit,
+                         std::string_view why) {
+  if (value <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(std::string(field), " must be <= ", limit,
+                                                 " (", std::string(why), "), got ", value));
+}
+
+absl::Status CheckMemory(std::string_view method, double estimate_bytes,
+                         const JobLimits& limits, std::string_view what) {
+  if (estimate_bytes <= static_cast<double>(limits.memory_bytes)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s: this job would need about %.1f GiB (%s), more than the server's per-job limit of "
+      "%.1f GiB (dendrod --max_job_memory_mb); use smaller parameters or a smaller dataset",
+      std::string(method), estimate_bytes / double(1 << 30), std::string(what),
+      static_cast<double>(limits.memory_bytes) / double(1 << 30)));
 }
 
 absl::StatusOr<Prediction> FittedModel::Predict(const MatrixView&,

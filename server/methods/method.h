@@ -74,13 +74,36 @@ class FittedModel {
   virtual absl::StatusOr<ClassTable> Classes() const;
 };
 
+// Submit-time resource limits. A spec must fit them before it is queued:
+// a job that cannot fit would only fail (or take the process down) later.
+struct JobLimits {
+  // Estimated peak memory one job may use, in bytes.
+  int64_t memory_bytes = int64_t{16} << 30;
+};
+
+// Three quarters of the memory this process may use: the smaller of the
+// machine's physical memory and its cgroup's memory.max.
+int64_t DefaultJobMemoryBytes();
+
+// InvalidArgument "<field> must be <= <limit> (<why>), got <value>" when
+// value > limit.
+absl::Status CheckAtMost(std::string_view field, int64_t value, int64_t limit,
+                         std::string_view why);
+// InvalidArgument naming the method, the estimate and the limit when
+// `estimate_bytes` exceeds limits.memory_bytes; `what` says what dominates
+// the estimate (e.g. "rows x components responsibilities").
+absl::Status CheckMemory(std::string_view method, double estimate_bytes,
+                         const JobLimits& limits, std::string_view what);
+
 class Method {
  public:
   virtual ~Method() = default;
   virtual std::string_view name() const = 0;
   // Called at submit time: InvalidArgument / FailedPrecondition if `spec`
-  // cannot run on `dataset`.
-  virtual absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset) const = 0;
+  // cannot run on `dataset`, including every parameter whose size drives
+  // memory or time beyond `limits` (the message names the field and limit).
+  virtual absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
+                                const JobLimits& limits) const = 0;
   virtual absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset& dataset,
                                                            const v1::JobSpec& spec,
                                                            RunContext& ctx) const = 0;

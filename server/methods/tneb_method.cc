@@ -65,13 +65,47 @@ TnebOptions OptionsFrom(const v1::TnebParams& p) {
   return o;
 }
 
+// Upper bounds on the parameters whose size drives time or memory. Each is
+// far above any useful value (the paper uses m = 25, 20 restarts, 100 path
+// points, 200 steps, 1,024 evaluation points).
+absl::Status CheckBounds(const TnebOptions& o, const v1::Dataset& dataset,
+                         const JobLimits& limits) {
+  DENDRO_RETURN_IF_ERROR(CheckAtMost("tneb.components", o.components, 10000,
+                                     "mixture components"));
+  DENDRO_RETURN_IF_ERROR(CheckAtMost("tneb.restarts", o.restarts, 1000, "EM restarts"));
+  DENDRO_RETURN_IF_ERROR(CheckAtMost("tneb.max_iterations", o.max_iterations, 100000,
+                                     "EM iterations per restart"));
+  DENDRO_RETURN_IF_ERROR(CheckAtMost("tneb.neighbors", o.neighbors, 1000,
+                                     "nearest components per component"));
+  DENDRO_RETURN_IF_ERROR(CheckAtMost("tneb.path_points", o.path_points, 100000,
+                                     "points per density path"));
+  DENDRO_RETURN_IF_ERROR(CheckAtMost("tneb.path_steps", o.path_steps, 1000000,
+                                     "optimisation steps per path"));
+  DENDRO_RETURN_IF_ERROR(CheckAtMost("tneb.eval_points", o.eval_points, 10000000,
+                                     "evaluation points per path"));
+  // Peak memory: the responsibilities and log-densities (rows x m, a few
+  // copies), m scale matrices with their factors and inverses, the
+  // standardised copy of the data, and per-thread path buffers.
+  const double n = static_cast<double>(dataset.rows());
+  const double d = static_cast<double>(dataset.cols());
+  const double m = o.components;
+  const double threads = 64;
+  const double bytes = 8 * (4 * n * m + 4 * m * d * d + n * d) +
+                       threads * 8 * d * 4 * (o.path_points + o.eval_points);
+  return CheckMemory("tneb", bytes, limits,
+                     "rows x components responsibilities, components x d x d scale matrices "
+                     "and the path buffers");
+}
+
 class Tneb final : public Method {
  public:
   std::string_view name() const override { return "tneb"; }
 
-  absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset) const override {
+  absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
+                        const JobLimits& limits) const override {
     const TnebOptions o = OptionsFrom(spec.tneb());
     DENDRO_RETURN_IF_ERROR(ValidateTnebOptions(o));
+    DENDRO_RETURN_IF_ERROR(CheckBounds(o, dataset, limits));
     if (dataset.cols() < 2) {
       return absl::InvalidArgumentError(
           absl::StrCat("tneb needs embeddings with at least 2 columns; dataset ", dataset.id(),
@@ -119,7 +153,7 @@ class Tneb final : public Method {
     DENDRO_ASSIGN_OR_RETURN(TnebModel model, LoadTnebModel(dir));
     if (model.mixture.num_components() != tree.num_leaves()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(dir, ": the t-NEB model has ", model.mixture.num_components(),
+          absl::StrCat("model files: the t-NEB model has ", model.mixture.num_components(),
                        " components but its tree has ", tree.num_leaves(), " leaves"));
     }
     return std::make_unique<TnebModelImpl>(std::move(tree), std::move(model));

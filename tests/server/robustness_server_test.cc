@@ -1,0 +1,701 @@
+// Regression tests for defects found by adversarial use: parameters that
+// would exhaust memory or never end, allocation failures, jobs that crash
+// the server at every start, cancels lost over a shutdown, jobs that ignore
+// an interrupt, an unreadable catalogue at start-up, stream exhaustion, a
+// full disk, and statuses that named the wrong problem.
+#include <grpcpp/grpcpp.h>
+#include <sqlite3.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dendro/v1/dendro.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/client_status.h"
+#include "server/metadata_store.h"
+#include "server/server.h"
+#include "tests/server/server_fixture.h"
+
+namespace dendro::server {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// Fails every fit with an allocation failure, the way a job that asks for
+// more memory than the machine has does.
+class ThrowingMethod final : public TestMethod {
+ public:
+  absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset&, const v1::JobSpec&,
+                                                   RunContext&) const override {
+    throw std::bad_alloc();
+  }
+};
+
+// Sees a cancel at once but takes `stop_delay` to wind down.
+class SlowStopMethod final : public TestMethod {
+ public:
+  explicit SlowStopMethod(std::chrono::milliseconds stop_delay) : stop_delay_(stop_delay) {}
+  absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset&, const v1::JobSpec&,
+                                                   RunContext& ctx) const override {
+    started.fetch_add(1);
+    while (!ctx.Cancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(stop_delay_);
+    return absl::CancelledError("stopped");
+  }
+  mutable std::atomic<int> started{0};
+
+ private:
+  std::chrono::milliseconds stop_delay_;
+};
+
+// Never looks at its RunContext; runs until `release` is set.
+class DeafMethod final : public TestMethod {
+ public:
+  absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset&, const v1::JobSpec&,
+                                                   RunContext&) const override {
+    started.store(true);
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return absl::CancelledError("released");
+  }
+  mutable std::atomic<bool> started{false};
+  std::atomic<bool> release{false};
+};
+
+class RobustnessTest : public ServerTest {
+ protected:
+  // Uploads a small labelled dataset (12 columns, 12 classes).
+  std::string SmallDataset(int n = 600) {
+    std::vector<int64_t> labels;
+    const std::vector<float> x = MakeLogits(n, 3, 4, 5, &labels);
+    v1::Dataset ds;
+    grpc::Status st = Upload(x, n, 12, &ds, &labels);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return ds.id();
+  }
+
+  grpc::Status SubmitSpec(const v1::JobSpec& spec, v1::Job* job) {
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec;
+    return jobs_->SubmitJob(&ctx, req, job);
+  }
+
+  grpc::Status Cancel(const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_id(id);
+    v1::Job job;
+    return jobs_->CancelJob(&ctx, req, &job);
+  }
+
+  // The job as recorded in the catalogue (no server running).
+  v1::Job StoredJob(const std::string& id) {
+    auto meta = MetadataStore::Open((dir_ / "metadata.db").string());
+    EXPECT_TRUE(meta.ok()) << meta.status();
+    auto job = (*meta)->GetJob(id);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : v1::Job();
+  }
+
+  // A server whose jobs never look at their RunContext (the stop deadline
+  // is 300 ms), running one such job.
+  v1::Job StartDeafJob(const DeafMethod* method) {
+    ServerOptions opts = WithMethod(method);
+    opts.job_stop_timeout = absl::Milliseconds(300);
+    StartServer(opts);
+    const std::string ds = SmallDataset();
+    grpc::Status st;
+    v1::Job job = Submit(ds, "deaf", &st);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return WaitUntilState(job.id(), v1::JOB_STATE_RUNNING);
+  }
+
+  static ServerOptions WithMethod(const Method* method, ServerOptions opts = {}) {
+    opts.resolve_method = [method](const v1::JobSpec&) -> absl::StatusOr<const Method*> {
+      return method;
+    };
+    return opts;
+  }
+};
+
+// --- 1. Poison parameters --------------------------------------------------
+
+TEST_F(RobustnessTest, HugeParametersAreRefusedAtSubmitNamingFieldAndLimit) {
+  StartServer();
+  const std::string ds = SmallDataset();
+  struct Case {
+    std::function<void(v1::JobSpec*)> set;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::JobSpec* s) { s->mutable_tneb()->set_restarts(INT_MAX); }, "tneb.restarts"},
+      {[](v1::JobSpec* s) { s->mutable_tneb()->set_path_points(INT_MAX); }, "tneb.path_points"},
+      {[](v1::JobSpec* s) { s->mutable_tneb()->set_eval_points(INT_MAX); }, "tneb.eval_points"},
+      {[](v1::JobSpec* s) { s->mutable_tneb()->set_components(INT_MAX); }, "tneb.components"},
+      {[](v1::JobSpec* s) { s->mutable_ghhc()->set_internal_nodes(INT_MAX); },
+       "ghhc.internal_nodes"},
+      {[](v1::JobSpec* s) { s->mutable_ghhc()->set_internal_nodes(100000); },
+       "ghhc.internal_nodes"},
+      {[](v1::JobSpec* s) { s->mutable_ghhc()->set_batch_size(INT_MAX); }, "ghhc.batch_size"},
+      {[](v1::JobSpec* s) { s->mutable_ghhc()->set_margin_steps(INT_MAX); },
+       "ghhc.margin_steps"},
+      {[](v1::JobSpec* s) { s->mutable_ghhc()->set_learning_rate(std::nan("")); },
+       "ghhc.learning_rate"},
+      {[](v1::JobSpec* s) { s->mutable_hppca()->set_kmeans_iterations(INT_MAX); },
+       "hppca.kmeans_iterations"},
+  };
+  for (const Case& c : cases) {
+    v1::JobSpec spec;
+    spec.set_dataset_id(ds);
+    spec.set_model_name("poison");
+    c.set(&spec);
+    v1::Job job;
+    grpc::Status st = SubmitSpec(spec, &job);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.field;
+    EXPECT_THAT(st.error_message(), HasSubstr(c.field));
+  }
+  // Nothing was queued.
+  grpc::ClientContext ctx;
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(jobs_->ListJobs(&ctx, v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 0);
+}
+
+TEST_F(RobustnessTest, MemoryEstimateOverTheJobLimitIsRefused) {
+  ServerOptions opts;
+  opts.max_job_memory_bytes = 1 << 20;  // 1 MiB
+  StartServer(opts);
+  const std::string ds = SmallDataset();
+  v1::JobSpec spec;
+  spec.set_dataset_id(ds);
+  spec.set_model_name("big");
+  spec.mutable_ghhc()->set_internal_nodes(600);
+  spec.mutable_ghhc()->set_batch_size(100000);
+  v1::Job job;
+  grpc::Status st = SubmitSpec(spec, &job);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("max_job_memory_mb"));
+}
+
+TEST_F(RobustnessTest, AllocationFailureFailsTheJobNotTheServer) {
+  ThrowingMethod method;
+  StartServer(WithMethod(&method));
+  const std::string ds = SmallDataset();
+  grpc::Status st;
+  v1::Job job = Submit(ds, "oom", &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  job = Wait(job.id());
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.error().code(), static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  EXPECT_THAT(job.error().message(), HasSubstr("out of memory"));
+  // Still serving, and the next job runs too.
+  v1::Job again = Submit(ds, "oom", &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(Wait(again.id()).state(), v1::JOB_STATE_FAILED);
+}
+
+TEST_F(RobustnessTest, JobStartedMaxAttemptsTimesIsFailedNotRerun) {
+  BlockingMethod method;
+  StartServer(WithMethod(&method));
+  const std::string ds = SmallDataset();
+  grpc::Status st;
+  v1::Job job = Submit(ds, "loop", &st);
+  ASSERT_TRUE(st.ok());
+  WaitUntilState(job.id(), v1::JOB_STATE_RUNNING);
+  StopServer();  // interrupted: re-queued
+  // As if the server had crashed under the job at each of three starts.
+  {
+    auto meta = MetadataStore::Open((dir_ / "metadata.db").string());
+    ASSERT_TRUE(meta.ok());
+    v1::Job stored = *(*meta)->GetJob(job.id());
+    stored.set_state(v1::JOB_STATE_RUNNING);
+    stored.set_attempts(3);
+    ASSERT_TRUE((*meta)->PutJob(stored).ok());
+  }
+  const int started_before = method.started.load();
+  StartServer(WithMethod(&method));
+  v1::Job after = Wait(job.id(), 5);
+  EXPECT_EQ(after.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(after.error().code(), static_cast<int>(grpc::StatusCode::ABORTED));
+  EXPECT_THAT(after.error().message(), HasSubstr("max_job_attempts"));
+  EXPECT_EQ(method.started.load(), started_before);
+}
+
+TEST_F(RobustnessTest, AttemptsCountEachStart) {
+  BlockingMethod method;
+  StartServer(WithMethod(&method));
+  const std::string ds = SmallDataset();
+  grpc::Status st;
+  v1::Job job = Submit(ds, "twice", &st);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(WaitUntilState(job.id(), v1::JOB_STATE_RUNNING).attempts(), 1);
+  StopServer();
+  StartServer(WithMethod(&method));
+  EXPECT_EQ(WaitUntilState(job.id(), v1::JOB_STATE_RUNNING).attempts(), 2);
+  ASSERT_TRUE(Cancel(job.id()).ok());
+  EXPECT_EQ(Wait(job.id()).state(), v1::JOB_STATE_CANCELLED);
+}
+
+// --- 2 and 3. Cancel and drain ----------------------------------------------
+
+TEST_F(RobustnessTest, CancelledJobSlowToStopStaysCancelledOverARestart) {
+  SlowStopMethod method(std::chrono::milliseconds(300));
+  ServerOptions opts = WithMethod(&method);
+  opts.job_stop_timeout = absl::Seconds(20);
+  StartServer(opts);
+  const std::string ds = SmallDataset();
+  grpc::Status st;
+  v1::Job job = Submit(ds, "slow", &st);
+  ASSERT_TRUE(st.ok());
+  WaitUntilState(job.id(), v1::JOB_STATE_RUNNING);
+  ASSERT_TRUE(Cancel(job.id()).ok());
+  StopServer();  // while the job is still winding down
+  EXPECT_EQ(StoredJob(job.id()).state(), v1::JOB_STATE_CANCELLED);
+  StartServer(WithMethod(&method));
+  EXPECT_EQ(Wait(job.id(), 2).state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(method.started.load(), 1);
+}
+
+TEST_F(RobustnessTest, CancelRecordedBeforeACrashIsHonouredAtStart) {
+  BlockingMethod method;
+  StartServer(WithMethod(&method));
+  const std::string ds = SmallDataset();
+  grpc::Status st;
+  v1::Job job = Submit(ds, "crash", &st);
+  ASSERT_TRUE(st.ok());
+  WaitUntilState(job.id(), v1::JOB_STATE_RUNNING);
+  StopServer();
+  {
+    // The record a crash right after CancelJob leaves behind.
+    auto meta = MetadataStore::Open((dir_ / "metadata.db").string());
+    ASSERT_TRUE(meta.ok());
+    v1::Job stored = *(*meta)->GetJob(job.id());
+    stored.set_state(v1::JOB_STATE_RUNNING);
+    stored.set_cancel_requested(true);
+    ASSERT_TRUE((*meta)->PutJob(stored).ok());
+  }
+  const int started_before = method.started.load();
+  StartServer(WithMethod(&method));
+  EXPECT_EQ(Wait(job.id(), 2).state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(method.started.load(), started_before);
+}
+
+TEST_F(RobustnessTest, DrainDeadlineIsEnforcedForAJobThatIgnoresCancel) {
+  // Deliberately leaked: after the abandoned shutdown its job thread still
+  // runs (until released below) and must never see a freed method.
+  static DeafMethod* method = new DeafMethod;
+  const v1::Job job = StartDeafJob(method);
+  ASSERT_TRUE(Cancel(job.id()).ok());
+  // Cancel was accepted and recorded, but the job keeps running.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_id(job.id());
+    v1::Job now;
+    ASSERT_TRUE(jobs_->GetJob(&ctx, req, &now).ok());
+    EXPECT_EQ(now.state(), v1::JOB_STATE_RUNNING);
+    EXPECT_TRUE(now.cancel_requested());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(server_->Shutdown());  // returns: the deadline was enforced
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "shutdown with a deaf job returned after " << seconds << " s\n";
+  server_.reset();  // keeps its state alive for the running thread
+  // The cancel wins: the record says CANCELLED, not re-queued.
+  EXPECT_EQ(StoredJob(job.id()).state(), v1::JOB_STATE_CANCELLED);
+  method->release.store(true);
+}
+
+TEST_F(RobustnessTest, DrainDeadlineRequeuesAnUncancelledJob) {
+  static DeafMethod* method = new DeafMethod;
+  const v1::Job job = StartDeafJob(method);
+  EXPECT_FALSE(server_->Shutdown());
+  server_.reset();
+  const v1::Job stored = StoredJob(job.id());
+  EXPECT_EQ(stored.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_THAT(stored.stage(), HasSubstr("interrupted"));
+  method->release.store(true);
+}
+
+// --- 4. Unreadable catalogue ------------------------------------------------
+
+TEST_F(RobustnessTest, UnreadableCatalogueStopsTheStartAndDeletesNothing) {
+  StartServer();
+  const std::string ds = SmallDataset();
+  FitModel("kept");
+  StopServer();
+  const std::filesystem::path ds_dir = dir_ / "datasets" / ds;
+  ASSERT_TRUE(std::filesystem::exists(ds_dir));
+  const int model_files = static_cast<int>(std::distance(
+      std::filesystem::recursive_directory_iterator(dir_ / "models"), {}));
+  ASSERT_GT(model_files, 0);
+
+  for (const char* table : {"datasets", "models"}) {
+    // Replace the table with one the catalogue queries cannot read.
+    const std::filesystem::path db = dir_ / "metadata.db";
+    const std::filesystem::path backup = dir_ / "metadata.db.bak";
+    std::filesystem::copy_file(db, backup, std::filesystem::copy_options::overwrite_existing);
+    sqlite3* h = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+    const std::string sql = std::string("ALTER TABLE ") + table + " RENAME TO saved; CREATE TABLE " +
+                            table + " (seq INTEGER PRIMARY KEY, other TEXT);";
+    ASSERT_EQ(sqlite3_exec(h, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(h);
+
+    ServerOptions opts;
+    opts.listen = "127.0.0.1:0";
+    opts.data_dir = dir_.string();
+    DendroServer broken(opts);
+    absl::Status s = broken.Start();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << table;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("refusing to start")) << table;
+    EXPECT_TRUE(std::filesystem::exists(ds_dir / "X.npy")) << table;
+    EXPECT_EQ(static_cast<int>(std::distance(
+                  std::filesystem::recursive_directory_iterator(dir_ / "models"), {})),
+              model_files)
+        << table;
+    std::filesystem::rename(backup, db);
+    std::filesystem::remove(dir_ / "metadata.db-wal");
+    std::filesystem::remove(dir_ / "metadata.db-shm");
+  }
+  // With the catalogue back, everything is still served.
+  StartServer();
+  grpc::ClientContext ctx;
+  v1::GetDatasetRequest req;
+  req.set_id(ds);
+  v1::Dataset got;
+  EXPECT_TRUE(datasets_->GetDataset(&ctx, req, &got).ok());
+}
+
+// --- 6. Streams, sizes, statuses --------------------------------------------
+
+TEST_F(RobustnessTest, ConcurrentStreamsAreCapped) {
+  BlockingMethod method;
+  ServerOptions opts = WithMethod(&method);
+  opts.max_streams = 2;
+  StartServer(opts);
+  const std::string ds = SmallDataset();
+  grpc::Status st;
+  v1::Job job = Submit(ds, "watched", &st);
+  ASSERT_TRUE(st.ok());
+  WaitUntilState(job.id(), v1::JOB_STATE_RUNNING);
+
+  v1::WatchJobRequest req;
+  req.set_id(job.id());
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::Job>>> watches;
+  for (int i = 0; i < 2; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    watches.push_back(jobs_->WatchJob(ctxs.back().get(), req));
+    v1::Job first;
+    ASSERT_TRUE(watches.back()->Read(&first));  // holds a slot now
+  }
+  {
+    grpc::ClientContext ctx;
+    auto third = jobs_->WatchJob(&ctx, req);
+    v1::Job msg;
+    EXPECT_FALSE(third->Read(&msg));
+    grpc::Status s = third->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(s.error_message(), HasSubstr("open streams"));
+  }
+  // Slots come back when streams end.
+  ASSERT_TRUE(Cancel(job.id()).ok());
+  for (auto& w : watches) {
+    v1::Job msg;
+    while (w->Read(&msg)) {
+    }
+    EXPECT_TRUE(w->Finish().ok());
+  }
+  v1::Dataset again;
+  std::vector<float> x = MakeLogits(50, 3, 4, 9);
+  EXPECT_TRUE(Upload(x, 50, 12, &again).ok());
+}
+
+TEST_F(RobustnessTest, IdleUploadIsClosedAndLeavesNothing) {
+  ServerOptions opts;
+  opts.upload_idle_timeout = absl::Milliseconds(300);
+  opts.max_streams = 1;
+  StartServer(opts);
+  grpc::ClientContext ctx;
+  v1::Dataset out;
+  auto writer = datasets_->UploadDataset(&ctx, &out);
+  v1::UploadDatasetRequest req;
+  req.mutable_header()->set_rows(1000);
+  req.mutable_header()->set_cols(1000);
+  ASSERT_TRUE(writer->Write(req));
+  req.set_data(std::string(4000, '\0'));
+  ASSERT_TRUE(writer->Write(req));
+  // The client goes quiet. The server closes the stream; a write after that
+  // fails, and Finish reports the stream as cancelled by the server.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  writer->Write(req);
+  writer->WritesDone();
+  grpc::Status s = writer->Finish();
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
+  // Its partial files are gone and its slot is free (max_streams = 1).
+  for (const char* sub : {"datasets", "transient"}) {
+    if (!std::filesystem::exists(dir_ / sub)) continue;
+    EXPECT_TRUE(std::filesystem::is_empty(dir_ / sub)) << sub;
+  }
+  v1::Dataset small;
+  std::vector<float> x = MakeLogits(50, 3, 4, 9);
+  EXPECT_TRUE(Upload(x, 50, 12, &small).ok());
+}
+
+TEST_F(RobustnessTest, UploadOverTheDatasetLimitIsRefusedAtTheHeader) {
+  ServerOptions opts;
+  opts.max_dataset_bytes = int64_t{1} << 20;
+  StartServer(opts);
+  // 4 TiB declared.
+  {
+    grpc::ClientContext ctx;
+    v1::Dataset out;
+    auto writer = datasets_->UploadDataset(&ctx, &out);
+    v1::UploadDatasetRequest req;
+    req.mutable_header()->set_rows(int64_t{1} << 20);
+    req.mutable_header()->set_cols(int64_t{1} << 20);
+    writer->Write(req);
+    writer->WritesDone();
+    grpc::Status s = writer->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("max_dataset_mb"));
+  }
+  // Just over the 1 MiB limit, counting labels.
+  std::vector<int64_t> labels(20000, 0);
+  std::vector<float> x(20000 * 12, 0.f);  // 960,000 + 160,000 bytes
+  v1::Dataset out;
+  grpc::Status s = Upload(x, 20000, 12, &out, &labels);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Under it.
+  EXPECT_TRUE(Upload(x, 20000, 12, &out).ok());
+}
+
+TEST_F(RobustnessTest, BadVersionsAndBasesAreInvalidArguments) {
+  StartServer();
+  FitModel("m");
+  for (int64_t version : {int64_t{-1}, int64_t{-7}}) {
+    grpc::ClientContext ctx;
+    v1::GetModelRequest req;
+    req.mutable_model()->set_name("m");
+    req.mutable_model()->set_version(version);
+    v1::Model model;
+    grpc::Status s = models_->GetModel(&ctx, req, &model);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("version"));
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::DeleteModelRequest req;
+    req.set_name("m");
+    req.set_version(-1);
+    v1::DeleteModelResponse resp;
+    EXPECT_EQ(models_->DeleteModel(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  const std::string ds = SmallDataset();
+  v1::JobSpec spec;
+  spec.set_dataset_id(ds);
+  spec.set_model_name("grown");
+  spec.mutable_hppca_add()->mutable_base();  // empty name
+  v1::Job job;
+  grpc::Status s = SubmitSpec(spec, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("base"));
+}
+
+TEST_F(RobustnessTest, AssignWithAHugeShapeGetsAnExactMessage) {
+  StartServer();
+  FitModel("m");
+  grpc::ClientContext ctx;
+  v1::AssignRequest req;
+  req.mutable_model()->set_name("m");
+  req.set_rows(INT64_MAX / 2);
+  req.set_cols(12);
+  req.set_data(std::string(48, '\0'));
+  v1::AssignResponse resp;
+  grpc::Status s = models_->Assign(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr(std::to_string(INT64_MAX / 2) + " rows"));
+  EXPECT_THAT(s.error_message(), Not(HasSubstr("-")));  // no overflowed product
+}
+
+TEST_F(RobustnessTest, PredictAnswerOverTheMessageLimitIsRefusedFirst) {
+  ServerOptions opts;
+  opts.max_message_bytes = 1 << 20;
+  StartServer(opts);
+  const int n = 1200;
+  std::vector<int64_t> labels;
+  const std::vector<float> x = MakeLogits(n, 3, 4, 2, &labels);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, n, 12, &ds, &labels).ok());
+  v1::JobSpec spec;
+  spec.set_dataset_id(ds.id());
+  spec.set_model_name("clf");
+  spec.mutable_hppca()->set_superclasses(3);
+  spec.mutable_hppca()->set_q(2);
+  spec.mutable_hppca()->set_r(2);
+  v1::Job job;
+  ASSERT_TRUE(SubmitSpec(spec, &job).ok());
+  job = Wait(job.id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+
+  // 20,000 rows x 12 floats = 960 KB in; 12 labels and scores per row out.
+  const int rows = 20000;
+  const std::vector<float> q = MakeLogits(rows, 3, 4, 8);
+  v1::PredictRequest req;
+  req.mutable_model()->set_name("clf");
+  req.set_rows(rows);
+  req.set_cols(12);
+  req.set_top_k(12);
+  req.set_data(std::string(reinterpret_cast<const char*>(q.data()), q.size() * 4));
+  grpc::ClientContext ctx;
+  v1::PredictResponse resp;
+  grpc::Status s = models_->Predict(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("PredictStream"));
+  // A batch that fits is answered.
+  req.set_rows(1000);
+  req.set_data(std::string(reinterpret_cast<const char*>(q.data()), 1000 * 12 * 4));
+  grpc::ClientContext ctx2;
+  ASSERT_TRUE(models_->Predict(&ctx2, req, &resp).ok());
+  EXPECT_EQ(resp.labels_size(), 1000 * 12);
+}
+
+TEST_F(RobustnessTest, MessagesNeverNameServerPaths) {
+  EXPECT_EQ(ScrubPaths("/var/lib/dendro/models/m/v1/tree.json: write: No space left", "/x"),
+            "tree.json: write: No space left");
+  EXPECT_EQ(ScrubPaths("cannot open 'data/datasets/ds-1/X.npy'", "data"),
+            "cannot open 'X.npy'");
+  EXPECT_EQ(ScrubPaths("rows x cols = 3/4", "/srv"), "rows x cols = 3/4");
+  EXPECT_EQ(ScrubPaths("dataset 'ds-1' not found", "/srv"), "dataset 'ds-1' not found");
+}
+
+// --- 7. One name, one method --------------------------------------------------
+
+TEST_F(RobustnessTest, AMethodChangeUnderAModelNameMustBeAskedFor) {
+  StartServer();
+  const std::string ds = FitModel("shared");  // l2h, version 1
+  v1::JobSpec spec;
+  spec.set_dataset_id(ds);
+  spec.set_model_name("shared");
+  spec.mutable_ghhc()->set_internal_nodes(20);
+  v1::Job job;
+  grpc::Status s = SubmitSpec(spec, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("allow_method_change"));
+  EXPECT_THAT(s.error_message(), HasSubstr("l2h"));
+  spec.set_allow_method_change(true);
+  ASSERT_TRUE(SubmitSpec(spec, &job).ok());
+  ASSERT_TRUE(Cancel(job.id()).ok());
+  Wait(job.id());
+}
+
+// --- 6. A full disk -----------------------------------------------------------
+
+// Mounts a small tmpfs as the data directory, so the disk can really fill.
+class FullDiskTest : public RobustnessTest {
+ protected:
+  void SetUp() override {
+    RobustnessTest::SetUp();
+    std::filesystem::create_directories(dir_);
+    if (::mount("dendro-test", dir_.c_str(), "tmpfs", 0, "size=96m") != 0) {
+      skip_reason_ = std::string("cannot mount a tmpfs (") + std::strerror(errno) +
+                     "); needs CAP_SYS_ADMIN, as CI has";
+      return;
+    }
+    mounted_ = true;
+  }
+  void TearDown() override {
+    StopServer();
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+    RobustnessTest::TearDown();
+  }
+
+  // Fills the file system until a write fails.
+  void FillDisk() {
+    std::FILE* f = std::fopen((dir_ / "filler").c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::string block(1 << 16, 'x');
+    while (std::fwrite(block.data(), 1, block.size(), f) == block.size() && std::fflush(f) == 0) {
+    }
+    std::fclose(f);
+    // Smaller writes too, so not even a page is left.
+    f = std::fopen((dir_ / "filler2").c_str(), "wb");
+    if (f) {
+      while (std::fwrite(block.data(), 1, 512, f) == 512 && std::fflush(f) == 0) {
+      }
+      std::fclose(f);
+    }
+  }
+
+  bool mounted_ = false;
+  std::string skip_reason_;
+};
+
+TEST_F(FullDiskTest, FullDiskGivesResourceExhaustedAndDeletesStillWork) {
+  if (!mounted_) GTEST_SKIP() << skip_reason_;
+  BlockingMethod method;
+  ServerOptions opts = WithMethod(&method);
+  opts.queue_capacity = 10000;
+  StartServer(opts);
+  const std::string used = SmallDataset();
+  const std::string spare = SmallDataset();
+  // A dataset bigger than what is left is refused at its header.
+  {
+    grpc::ClientContext ctx;
+    v1::Dataset out;
+    auto writer = datasets_->UploadDataset(&ctx, &out);
+    v1::UploadDatasetRequest req;
+    req.mutable_header()->set_rows(100000);
+    req.mutable_header()->set_cols(1000);  // 400 MB
+    writer->Write(req);
+    writer->WritesDone();
+    grpc::Status s = writer->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(s.error_message(), HasSubstr("disk"));
+  }
+  FillDisk();
+  grpc::Status st;
+  int submitted = 0;
+  for (; submitted < 500; ++submitted) {
+    Submit(used, "full", &st);
+    if (!st.ok()) break;
+  }
+  std::cout << "jobs accepted on the full disk before the first refusal: " << submitted << "\n";
+  ASSERT_FALSE(st.ok()) << "500 jobs were recorded on a full disk";
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("disk is full"));
+  EXPECT_THAT(st.error_message(), Not(HasSubstr(dir_.string())));
+
+  // Space can be freed while the disk is full.
+  grpc::ClientContext ctx;
+  v1::DeleteDatasetRequest req;
+  req.set_id(spare);
+  v1::DeleteDatasetResponse resp;
+  grpc::Status del = datasets_->DeleteDataset(&ctx, req, &resp);
+  EXPECT_TRUE(del.ok()) << del.error_code() << " " << del.error_message();
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "datasets" / spare));
+}
+
+}  // namespace
+}  // namespace dendro::server

@@ -23,7 +23,7 @@ RUN bash /tmp/deploy/install-deps.sh /tmp/deploy/runtime-packages.txt \
 COPY --from=build /out/dendrod /out/dendro /usr/local/bin/
 USER dendro
 VOLUME /var/lib/dendro
-EXPOSE 50051
+EXPOSE 50051 9464
 ENV DENDRO_SERVER=127.0.0.1:50051
 # The CLI's "models list" is a real RPC: healthy means serving requests.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \

@@ -332,6 +332,7 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
       active_.erase(id);
       changed_cv_.notify_all();
       spdlog::info("job {}: succeeded; model {} v{}", id, model->name(), model->version());
+      if (options_.on_finished) options_.on_finished(entry->job);
       return;
     }
     outcome = model.status();
@@ -346,6 +347,17 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
   if (!s.ok()) spdlog::error("job {}: cannot record outcome: {}", id, s.ToString());
   --running_;
   active_.erase(id);
+  const v1::JobState state = entry->job.state();
+  if (options_.on_finished && (state == v1::JOB_STATE_SUCCEEDED ||
+                               state == v1::JOB_STATE_FAILED ||
+                               state == v1::JOB_STATE_CANCELLED)) {
+    options_.on_finished(entry->job);
+  }
+}
+
+JobManager::Stats JobManager::GetStats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Stats{static_cast<int>(queue_.size()), running_};
 }
 
 absl::StatusOr<std::unique_ptr<FittedModel>> JobManager::Fit(const v1::JobSpec& spec,

@@ -61,6 +61,14 @@ class JobManager {
     // Maps a spec to its Method; MethodForSpec unless a test substitutes
     // one (e.g. a method that blocks until cancelled).
     std::function<absl::StatusOr<const Method*>(const v1::JobSpec&)> resolve_method;
+    // Called (with the manager's lock held: keep it cheap) when a job that
+    // ran has ended SUCCEEDED, FAILED or CANCELLED. Optional.
+    std::function<void(const v1::Job&)> on_finished;
+  };
+
+  struct Stats {
+    int queued = 0;
+    int running = 0;
   };
 
   JobManager(Options options, MetadataStore* meta, DatasetStore* datasets,
@@ -88,6 +96,8 @@ class JobManager {
   // returns the current job and updates `*seen`.
   absl::StatusOr<v1::Job> WaitForChange(const std::string& id, uint64_t* seen,
                                         absl::Time deadline);
+  Stats GetStats();
+
   // True if a queued or running job reads the dataset.
   bool DatasetInUse(const std::string& dataset_id);
 

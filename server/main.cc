@@ -36,6 +36,8 @@ ABSL_FLAG(int, max_streams, 64,
           "refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, upload_idle_seconds, 60,
           "an upload or prediction stream that sends nothing for this long is cancelled");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on at /metrics (off when empty)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain; enables TLS with --tls_key");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key");
 ABSL_FLAG(std::string, port_file, "",
@@ -97,6 +99,7 @@ int main(int argc, char** argv) {
   options.max_job_memory_bytes = absl::GetFlag(FLAGS_max_job_memory_mb) << 20;
   options.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_mb) << 20;
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.upload_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_upload_idle_seconds));
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);

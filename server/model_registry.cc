@@ -130,4 +130,9 @@ absl::Status ModelRegistry::RemoveOrphans() {
   return absl::OkStatus();
 }
 
+int ModelRegistry::CachedModels() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(cache_.size());
+}
+
 }  // namespace dendro::server

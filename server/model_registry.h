@@ -41,6 +41,8 @@ class ModelRegistry {
   // Removes artifact directories no metadata row points at. Removes
   // nothing, and fails, if the catalogue cannot be read.
   absl::Status RemoveOrphans();
+  // Models held in the load cache.
+  int CachedModels();
 
  private:
   std::string data_dir_;

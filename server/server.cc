@@ -14,6 +14,7 @@
 #include "server/dataset_store.h"
 #include "server/job_manager.h"
 #include "server/metadata_store.h"
+#include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/services.h"
 #include "server/stream_limiter.h"
@@ -22,6 +23,8 @@
 namespace dendro::server {
 
 struct DendroServer::State {
+  // First: destroyed last, after the gRPC server its interceptors serve.
+  std::unique_ptr<ServerMetrics> metrics;
   std::unique_ptr<MetadataStore> meta;
   std::unique_ptr<DatasetStore> datasets;
   std::unique_ptr<ModelRegistry> models;
@@ -40,7 +43,10 @@ DendroServer::DendroServer(ServerOptions options)
 
 DendroServer::~DendroServer() {
   // With abandoned jobs the stores stay allocated: their threads still run.
-  if (!Shutdown()) state_.release();
+  const bool clean = Shutdown();
+  // The exposer's threads read the stores through probes: stop it first.
+  if (state_->metrics) state_->metrics->StopServing();
+  if (!clean) state_.release();
 }
 
 absl::Status DendroServer::Start() {
@@ -68,6 +74,10 @@ absl::Status DendroServer::Start() {
   jopts.limits.memory_bytes = options_.max_job_memory_bytes > 0 ? options_.max_job_memory_bytes
                                                                 : DefaultJobMemoryBytes();
   jopts.resolve_method = options_.resolve_method;
+  if (!options_.metrics_listen.empty()) {
+    s.metrics = std::make_unique<ServerMetrics>();
+    jopts.on_finished = [m = s.metrics.get()](const v1::Job& job) { m->JobFinished(job); };
+  }
   s.jobs = std::make_unique<JobManager>(jopts, s.meta.get(), s.datasets.get(), s.models.get());
 
   std::shared_ptr<grpc::ServerCredentials> creds;
@@ -99,8 +109,26 @@ absl::Status DendroServer::Start() {
   deps.streams = s.streams.get();
   deps.data_dir = options_.data_dir;
   deps.max_message_bytes = options_.max_message_bytes;
+  deps.metrics = s.metrics.get();
   s.services = MakeServices(std::move(deps));
   for (auto& svc : s.services) builder.RegisterService(svc.get());
+  if (s.metrics) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(s.metrics->MakeInterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(creators));
+    JobManager* jobs = s.jobs.get();
+    ModelRegistry* models = s.models.get();
+    StreamLimiter* streams = s.streams.get();
+    s.metrics->AddProbe("dendro_job_queue_depth", "Jobs waiting in the queue.",
+                        [jobs] { return jobs->GetStats().queued; });
+    s.metrics->AddProbe("dendro_jobs_running", "Jobs running now.",
+                        [jobs] { return jobs->GetStats().running; });
+    s.metrics->AddProbe("dendro_model_cache_entries", "Models held in the load cache.",
+                        [models] { return models->CachedModels(); });
+    s.metrics->AddProbe("dendro_open_streams", "Streaming RPCs holding a slot.",
+                        [streams] { return streams->open_streams(); });
+    DENDRO_RETURN_IF_ERROR(s.metrics->Serve(options_.metrics_listen));
+  }
   s.grpc_server = builder.BuildAndStart();
   if (!s.grpc_server || s.port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen));
@@ -110,10 +138,15 @@ absl::Status DendroServer::Start() {
   health->SetServingStatus("", true);
   for (const auto& name : ServiceNames()) health->SetServingStatus(name, true);
   spdlog::info("dendrod serving on port {} (data dir {})", s.port, options_.data_dir);
+  if (s.metrics) spdlog::info("metrics on port {} at /metrics", s.metrics->port());
   return absl::OkStatus();
 }
 
 int DendroServer::port() const { return state_->port; }
+
+int DendroServer::metrics_port() const {
+  return state_->metrics ? state_->metrics->port() : 0;
+}
 
 void DendroServer::Wait() {
   if (state_->grpc_server) state_->grpc_server->Wait();

@@ -30,6 +30,8 @@ struct ServerOptions {
   absl::Duration upload_idle_timeout = absl::Seconds(60);
   int max_message_bytes = 64 << 20;
   absl::Duration drain_grace = absl::Seconds(30);
+  // HOST:PORT for Prometheus /metrics (port 0 picks one); empty: off.
+  std::string metrics_listen;
   // TLS: both set to PEM file paths to serve TLS; both empty for plaintext.
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -45,6 +47,8 @@ class DendroServer {
   absl::Status Start();
   // The port actually bound (useful with port 0).
   int port() const;
+  // The metrics port actually bound; 0 when metrics are off.
+  int metrics_port() const;
   // Blocks until Shutdown() completes.
   void Wait();
   // Drains (see above). Returns false if a job ignored the interrupt past

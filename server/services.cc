@@ -143,6 +143,10 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
     bool first = true;
     while (reader->Read(&req)) {
       (*slot)->Touch();
+      if (deps_.metrics != nullptr) {
+        deps_.metrics->AddUploadBytes(static_cast<int64_t>(req.data().size() +
+                                                           req.labels().size()));
+      }
       absl::Status s;
       switch (req.part_case()) {
         case v1::UploadDatasetRequest::kHeader:

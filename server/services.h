@@ -11,6 +11,7 @@
 
 #include "server/dataset_store.h"
 #include "server/job_manager.h"
+#include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/stream_limiter.h"
 
@@ -30,6 +31,8 @@ struct ServiceDeps {
   std::string data_dir;
   // The largest response a unary call may return (the server's send limit).
   int64_t max_message_bytes = 64 << 20;
+  // Optional (null when metrics are off).
+  ServerMetrics* metrics = nullptr;
 };
 
 // The three dendro.v1 services, ready to register with a ServerBuilder.

@@ -63,7 +63,7 @@ def hierarchical_logits(n, groups, per, seed):
 
 
 class Server:
-    def __init__(self, data_dir):
+    def __init__(self, data_dir, extra_args=("--drain_seconds", "5")):
         self.data_dir = data_dir
         port_file = os.path.join(data_dir, "port")
         if os.path.exists(port_file):
@@ -71,7 +71,7 @@ class Server:
         self.log = open(os.path.join(data_dir, "dendrod.log"), "ab")
         self.proc = subprocess.Popen(
             [DENDROD, "--listen", "127.0.0.1:0", "--data_dir", data_dir,
-             "--port_file", port_file, "--drain_seconds", "5"],
+             "--port_file", port_file, *extra_args],
             stdout=self.log, stderr=self.log)
         deadline = time.time() + 30
         while not os.path.exists(port_file):

@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+"""dendrod's Prometheus endpoint, read by a real Prometheus server.
+
+Starts dendrod with --metrics_listen, runs jobs and RPCs over gRPC, then
+  * parses /metrics with prometheus_client's parser (Debian's
+    python3-prometheus-client) and checks the counts it must show;
+  * starts the real `prometheus` binary scraping dendrod every second and
+    asks its HTTP API (PromQL) for the number of finished jobs.
+
+Usage: metrics_test.py DENDROD_BINARY
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.parse
+import urllib.request
+
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grpc_blackbox_test as bb  # noqa: E402  (generates the stubs)
+from grpc_blackbox_test import grpc, pb, Server, hierarchical_logits, upload  # noqa: E402
+
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+GUARD_SECONDS = 90
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fetch(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.read().decode()
+
+
+def samples(text):
+    """{(name, frozenset(labels)): value} for every sample in the exposition."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(all_samples, name, **labels):
+    return all_samples.get((name, frozenset(labels.items())))
+
+
+class MetricsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="dendro_metrics_")
+        cls.metrics_port = free_port()
+        cls.server = Server(cls.dir, ("--metrics_listen", f"127.0.0.1:{cls.metrics_port}"))
+        cls.url = f"http://127.0.0.1:{cls.metrics_port}/metrics"
+        x, _ = hierarchical_logits(800, 3, 4, seed=2)
+        cls.uploaded_bytes = x.size * 4
+        cls.ds = upload(cls.server, x).id
+        cls.jobs = []
+        for i in range(3):
+            spec = pb.JobSpec(dataset_id=cls.ds, model_name=f"m{i}", l2h=pb.L2hParams())
+            job = cls.server.jobs.SubmitJob(pb.SubmitJobRequest(spec=spec), timeout=10)
+            cls.jobs.append(job.id)
+        for job_id in cls.jobs:
+            done = cls.server.jobs.WaitJob(pb.WaitJobRequest(
+                id=job_id, timeout={"seconds": GUARD_SECONDS}), timeout=GUARD_SECONDS + 10)
+            assert done.state == pb.JOB_STATE_SUCCEEDED, done
+        # Two refused calls.
+        for _ in range(2):
+            try:
+                cls.server.models.GetModel(pb.GetModelRequest(
+                    model=pb.ModelRef(name="nope")), timeout=5)
+            except grpc.RpcError:
+                pass
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.server.proc.poll() is None:
+            cls.server.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_exposition_counts_rpcs_jobs_and_bytes(self):
+        s = samples(fetch(self.url))
+        rpc = "grpc_server_handled"  # the parser strips _total from counter samples
+        self.assertEqual(value(s, rpc + "_total", grpc_service="dendro.v1.JobService",
+                               grpc_method="SubmitJob", grpc_code="OK"), 3)
+        self.assertEqual(value(s, rpc + "_total", grpc_service="dendro.v1.ModelService",
+                               grpc_method="GetModel", grpc_code="NOT_FOUND"), 2)
+        self.assertEqual(value(s, rpc + "_total", grpc_service="dendro.v1.DatasetService",
+                               grpc_method="UploadDataset", grpc_code="OK"), 1)
+        self.assertEqual(value(s, "grpc_server_handling_seconds_count",
+                               grpc_service="dendro.v1.JobService", grpc_method="SubmitJob"), 3)
+        self.assertEqual(value(s, "dendro_jobs_finished_total", method="l2h",
+                               state="succeeded"), 3)
+        self.assertEqual(value(s, "dendro_job_duration_seconds_count", method="l2h"), 3)
+        self.assertEqual(value(s, "dendro_upload_bytes_total"), self.uploaded_bytes)
+        self.assertEqual(value(s, "dendro_job_queue_depth"), 0)
+        self.assertEqual(value(s, "dendro_jobs_running"), 0)
+        self.assertGreater(value(s, "process_resident_memory_bytes"), 1 << 20)
+        self.assertGreater(value(s, "process_open_fds"), 3)
+        self.assertGreater(value(s, "process_start_time_seconds"), time.time() - 3600)
+        self.assertLessEqual(value(s, "process_start_time_seconds"), time.time() + 1)
+
+    def test_a_real_prometheus_scrapes_it(self):
+        prom = shutil.which("prometheus")
+        if prom is None:
+            self.skipTest("the prometheus binary is not installed (Debian package prometheus)")
+        work = tempfile.mkdtemp(prefix="dendro_prom_")
+        config = os.path.join(work, "prometheus.yml")
+        with open(config, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n"
+                    "scrape_configs:\n  - job_name: dendro\n    static_configs:\n"
+                    f"      - targets: ['127.0.0.1:{self.metrics_port}']\n")
+        web_port = free_port()
+        log = open(os.path.join(work, "prometheus.log"), "wb")
+        proc = subprocess.Popen(
+            [prom, f"--config.file={config}", f"--storage.tsdb.path={work}/data",
+             f"--web.listen-address=127.0.0.1:{web_port}"],
+            stdout=log, stderr=log)
+        try:
+            query = urllib.parse.quote('sum(dendro_jobs_finished_total{state="succeeded"})')
+            url = f"http://127.0.0.1:{web_port}/api/v1/query?query={query}"
+            got = None
+            deadline = time.time() + GUARD_SECONDS
+            while time.time() < deadline:
+                try:
+                    body = json.loads(fetch(url))
+                    result = body["data"]["result"]
+                    if result:
+                        got = float(result[0]["value"][1])
+                        if got == 3:
+                            break
+                except OSError:
+                    pass  # not listening yet
+                time.sleep(0.5)
+            self.assertEqual(got, 3, "PromQL never saw the 3 finished jobs")
+            # The scrape itself is healthy.
+            up = json.loads(fetch(
+                f"http://127.0.0.1:{web_port}/api/v1/query?query=up%7Bjob%3D%22dendro%22%7D"))
+            self.assertEqual(up["data"]["result"][0]["value"][1], "1")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            log.close()
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    bb.DENDROD = sys.argv.pop(1)
+    unittest.main(verbosity=2)

@@ -14,6 +14,7 @@
 #include "core/common/status_macros.h"
 #include "core/ghhc/ghhc.h"
 #include "core/io/atomic_file.h"
+#include "core/io/json_fields.h"
 #include "core/io/npy.h"
 #include "nlohmann/json.hpp"
 
@@ -56,7 +57,7 @@ absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir) {
   j["center"] = model.center;
   j["point_norm"] = model.point_norm;
   j["projection_dim"] = projection_dim;
-  DENDRO_RETURN_IF_ERROR(WriteFileAtomic(dir + "/ghhc_model.json", j.dump(2) + "\n"));
+  DENDRO_RETURN_IF_ERROR(WriteFileAtomic(dir + "/ghhc_model.json", DumpJson(j, 2) + "\n"));
   const int64_t vec_d[1] = {model.dim};
   const int64_t mat[2] = {m, d};
   const int64_t vec_m[1] = {m};
@@ -78,40 +79,25 @@ absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
   const std::string meta_path = dir + "/ghhc_model.json";
   std::string text;
   DENDRO_RETURN_IF_ERROR(ReadFileToString(meta_path, &text));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(meta_path, ": not a JSON object"));
   }
-  auto field = [&](const char* key) -> const nlohmann::json* {
-    auto it = j.find(key);
-    return it == j.end() ? nullptr : &*it;
-  };
-  const nlohmann::json* format = field("format");
-  if (format == nullptr || !format->is_string() || format->get<std::string>() != kFormat) {
+  const JsonFields f(j, meta_path);
+  if (absl::StatusOr<std::string> format = f.GetString("format");
+      !format.ok() || *format != kFormat) {
     return absl::InvalidArgumentError(absl::StrCat(meta_path, ": not a gHHC model (format)"));
   }
-  const nlohmann::json* version = field("version");
-  if (version == nullptr || !version->is_number_integer() ||
-      version->get<int64_t>() != kFormatVersion) {
+  if (absl::StatusOr<int64_t> version = f.GetInt64("version");
+      !version.ok() || *version != kFormatVersion) {
     return absl::InvalidArgumentError(
         absl::StrCat(meta_path, ": unsupported version (this build reads ", kFormatVersion, ")"));
   }
-  const nlohmann::json* dim = field("dim");
-  const nlohmann::json* m_field = field("internal_nodes");
-  const nlohmann::json* center = field("center");
-  const nlohmann::json* point_norm = field("point_norm");
-  if (dim == nullptr || !dim->is_number_integer() || dim->get<int64_t>() < 1 ||
-      m_field == nullptr || !m_field->is_number_integer() || m_field->get<int64_t>() < 1 ||
-      center == nullptr || !center->is_boolean() || point_norm == nullptr ||
-      !point_norm->is_number()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        meta_path, ": needs dim >= 1, internal_nodes >= 1, center (bool), point_norm"));
-  }
   GhhcModel model;
-  model.dim = dim->get<int64_t>();
-  const int64_t m = m_field->get<int64_t>();
-  model.center = center->get<bool>();
-  model.point_norm = point_norm->get<double>();
+  DENDRO_ASSIGN_OR_RETURN(model.dim, f.GetInt64("dim", /*min=*/1));
+  DENDRO_ASSIGN_OR_RETURN(const int64_t m, f.GetInt64("internal_nodes", /*min=*/1));
+  DENDRO_ASSIGN_OR_RETURN(model.center, f.GetBool("center"));
+  DENDRO_ASSIGN_OR_RETURN(model.point_norm, f.GetDouble("point_norm"));
   if (!(model.point_norm > 0.0 && model.point_norm < 1.0)) {
     return absl::InvalidArgumentError(
         absl::StrCat(meta_path, ": point_norm must be in (0, 1), got ", model.point_norm));
@@ -120,15 +106,9 @@ absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
   DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 mean, ReadNpyFloat64(mean_path));
   DENDRO_RETURN_IF_ERROR(CheckShape(mean_path, mean.shape, {model.dim}));
   // Models written before projections existed have no projection_dim.
-  int64_t projection_dim = 0;
-  if (const nlohmann::json* pd = field("projection_dim"); pd != nullptr) {
-    if (!pd->is_number_integer() || pd->get<int64_t>() < 0 ||
-        pd->get<int64_t>() >= model.dim) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(meta_path, ": projection_dim must be in [0, dim)"));
-    }
-    projection_dim = pd->get<int64_t>();
-  }
+  DENDRO_ASSIGN_OR_RETURN(
+      const int64_t projection_dim,
+      f.GetInt64Or("projection_dim", 0, /*min=*/0, /*max=*/model.dim - 1));
   if (projection_dim > 0) {
     const std::string proj_path = dir + "/ghhc_projection.npy";
     DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 proj, ReadNpyFloat64(proj_path));

@@ -15,6 +15,13 @@ namespace {
 
 using OrderedJson = nlohmann::ordered_json;
 
+// Never throws: invalid UTF-8 in a string (e.g. a metadata value) is
+// replaced rather than raising type_error 316.
+template <typename Json>
+std::string Dump(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 // Shortest text that reads back as the same double.
 void AppendDouble(std::string* out, double x) {
   char buf[64];
@@ -34,20 +41,20 @@ absl::StatusOr<int64_t> LinkageInt(double x, size_t row, const char* what) {
 absl::StatusOr<int64_t> JsonInt(const OrderedJson& j, const std::string& what) {
   if (!j.is_number_integer()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("hierarchy JSON: ", what, " must be an integer, got ", j.dump()));
+        absl::StrCat("hierarchy JSON: ", what, " must be an integer, got ", Dump(j)));
   }
   if (j.is_number_unsigned()) {
     const uint64_t u = j.get<uint64_t>();
     if (u > static_cast<uint64_t>(INT32_MAX)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("hierarchy JSON: ", what, " is out of range: ", j.dump()));
+          absl::StrCat("hierarchy JSON: ", what, " is out of range: ", Dump(j)));
     }
     return static_cast<int64_t>(u);
   }
   const int64_t v = j.get<int64_t>();
   if (v < INT32_MIN || v > INT32_MAX) {
     return absl::InvalidArgumentError(
-        absl::StrCat("hierarchy JSON: ", what, " is out of range: ", j.dump()));
+        absl::StrCat("hierarchy JSON: ", what, " is out of range: ", Dump(j)));
   }
   return v;
 }
@@ -69,7 +76,7 @@ absl::StatusOr<Hierarchy> ParseJsonImpl(const OrderedJson& doc) {
   if (version == nullptr || !version->is_number_integer() || version->get<int64_t>() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "hierarchy JSON: unsupported \"version\" ",
-        version == nullptr ? std::string("(missing)") : version->dump(), " (expected 1)"));
+        version == nullptr ? std::string("(missing)") : Dump(*version), " (expected 1)"));
   }
   const OrderedJson* nl = Field(doc, "num_leaves");
   if (nl == nullptr) return absl::InvalidArgumentError("hierarchy JSON: \"num_leaves\" missing");
@@ -311,7 +318,7 @@ std::string ToJson(const Hierarchy& h, bool include_points) {
   }
   doc["merges"] = std::move(merges);
   if (include_points && !h.point_leaf().empty()) doc["point_leaf"] = h.point_leaf();
-  return doc.dump();
+  return Dump(doc);
 }
 
 absl::StatusOr<Hierarchy> ParseJson(std::string_view json) {

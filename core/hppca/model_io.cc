@@ -15,6 +15,7 @@
 #include "core/hppca/hppca.h"
 #include "core/hppca/internal.h"
 #include "core/io/atomic_file.h"
+#include "core/io/json_fields.h"
 #include "core/io/npy.h"
 #include "nlohmann/json.hpp"
 
@@ -126,61 +127,63 @@ absl::Status HppcaModel::Save(const std::string& dir) const {
   }
   DENDRO_RETURN_IF_ERROR(WriteFileAtomic(dir + "/tree.json", ToJson(hierarchy(), false)));
   // Last, so that a directory with hppca.json is complete.
-  return WriteFileAtomic(dir + "/hppca.json", j.dump(2));
+  return WriteFileAtomic(dir + "/hppca.json", DumpJson(j, 2));
 }
 
 absl::StatusOr<HppcaModel> HppcaModel::Load(const std::string& dir) {
+  const std::string json_path = dir + "/hppca.json";
   std::string text;
-  DENDRO_RETURN_IF_ERROR(ReadFileToString(dir + "/hppca.json", &text));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || j.value("format", "") != kFormat) {
-    return absl::DataLossError(absl::StrCat(dir, "/hppca.json is not a dendro.hppca model"));
+  DENDRO_RETURN_IF_ERROR(ReadFileToString(json_path, &text));
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const JsonFields f(j, json_path, absl::StatusCode::kDataLoss);
+  absl::StatusOr<std::string> format = f.GetStringOr("format", "");
+  if (j.is_discarded() || !f.is_object() || !format.ok() || *format != kFormat) {
+    return absl::DataLossError(absl::StrCat(json_path, " is not a dendro.hppca model"));
   }
-  if (j.value("version", 0) != kFormatVersion) {
-    return absl::DataLossError(absl::StrCat(dir, "/hppca.json: unsupported format version ",
-                                            j.value("version", 0)));
+  DENDRO_ASSIGN_OR_RETURN(const int64_t version, f.GetInt64Or("version", 0));
+  if (version != kFormatVersion) {
+    return absl::DataLossError(
+        absl::StrCat(json_path, ": unsupported format version ", version));
   }
   HppcaOptions o;
   HppcaFitStats st;
-  int64_t k = 0, d = 0, q = 0, s = 0, r = 0;
-  try {
-    k = j.at("classes").get<int64_t>();
-    d = j.at("dim").get<int64_t>();
-    q = j.at("q").get<int64_t>();
-    s = j.at("superclasses").get<int64_t>();
-    r = j.at("r").get<int64_t>();
-    const auto& jo = j.at("options");
-    o.q = jo.at("q").get<int32_t>();
-    o.r = jo.at("r").get<int32_t>();
-    o.lambda = jo.at("lambda").get<double>();
-    auto score = ParsePpcaScore(jo.at("score").get<std::string>());
-    if (!score.ok()) return score.status();
-    o.score = *score;
-    o.superclasses = jo.at("superclasses").get<int32_t>();
-    o.raw_data_clustering = jo.at("raw_data_clustering").get<bool>();
-    o.raw_samples_per_class = jo.at("raw_samples_per_class").get<int32_t>();
-    o.kmeans_iterations = jo.at("kmeans_iterations").get<int32_t>();
-    o.kmeans_restarts = jo.at("kmeans_restarts").get<int32_t>();
-    o.seed = jo.at("seed").get<uint64_t>();
-    o.default_top_t = jo.at("default_top_t").get<int32_t>();
+  DENDRO_ASSIGN_OR_RETURN(const int64_t k, f.GetInt64("classes"));
+  DENDRO_ASSIGN_OR_RETURN(const int64_t d, f.GetInt64("dim"));
+  DENDRO_ASSIGN_OR_RETURN(const int64_t q, f.GetInt64("q"));
+  DENDRO_ASSIGN_OR_RETURN(const int64_t s, f.GetInt64("superclasses"));
+  DENDRO_ASSIGN_OR_RETURN(const int64_t r, f.GetInt64("r"));
+  {
+    DENDRO_ASSIGN_OR_RETURN(const JsonFields jo, f.GetObject("options"));
+    DENDRO_ASSIGN_OR_RETURN(o.q, jo.GetInt("q"));
+    DENDRO_ASSIGN_OR_RETURN(o.r, jo.GetInt("r"));
+    DENDRO_ASSIGN_OR_RETURN(o.lambda, jo.GetDouble("lambda"));
+    DENDRO_ASSIGN_OR_RETURN(const std::string score_name, jo.GetString("score"));
+    DENDRO_ASSIGN_OR_RETURN(o.score, ParsePpcaScore(score_name));
+    DENDRO_ASSIGN_OR_RETURN(o.superclasses, jo.GetInt("superclasses"));
+    DENDRO_ASSIGN_OR_RETURN(o.raw_data_clustering, jo.GetBool("raw_data_clustering"));
+    DENDRO_ASSIGN_OR_RETURN(o.raw_samples_per_class, jo.GetInt("raw_samples_per_class"));
+    DENDRO_ASSIGN_OR_RETURN(o.kmeans_iterations, jo.GetInt("kmeans_iterations"));
+    DENDRO_ASSIGN_OR_RETURN(o.kmeans_restarts, jo.GetInt("kmeans_restarts"));
+    DENDRO_ASSIGN_OR_RETURN(o.seed, jo.GetUint64("seed"));
+    DENDRO_ASSIGN_OR_RETURN(o.default_top_t, jo.GetInt("default_top_t"));
+  }
+  {
     // Statistics are informational: missing ones read as zero.
-    const nlohmann::json js = j.value("stats", nlohmann::json::object());
-    st.kmeans_iterations = js.value("kmeans_iterations", 0);
-    st.kmeans_converged = js.value("kmeans_converged", false);
-    st.reseeded_superclasses = js.value("reseeded_superclasses", 0);
-    st.dropped_superclasses = js.value("dropped_superclasses", 0);
-    st.reduced_rank_classes = js.value("reduced_rank_classes", 0);
-    st.kmeans_objective = js.value("kmeans_objective", 0.0);
-    st.class_seconds = js.value("class_seconds", 0.0);
-    st.cluster_seconds = js.value("cluster_seconds", 0.0);
-    st.seed_seconds = js.value("seed_seconds", 0.0);
-    st.total_seconds = js.value("total_seconds", 0.0);
-  } catch (const nlohmann::json::exception& e) {
-    return absl::DataLossError(absl::StrCat(dir, "/hppca.json: ", e.what()));
+    DENDRO_ASSIGN_OR_RETURN(const JsonFields js, f.GetObjectOrEmpty("stats"));
+    DENDRO_ASSIGN_OR_RETURN(st.kmeans_iterations, js.GetIntOr("kmeans_iterations", 0));
+    DENDRO_ASSIGN_OR_RETURN(st.kmeans_converged, js.GetBoolOr("kmeans_converged", false));
+    DENDRO_ASSIGN_OR_RETURN(st.reseeded_superclasses, js.GetIntOr("reseeded_superclasses", 0));
+    DENDRO_ASSIGN_OR_RETURN(st.dropped_superclasses, js.GetIntOr("dropped_superclasses", 0));
+    DENDRO_ASSIGN_OR_RETURN(st.reduced_rank_classes, js.GetIntOr("reduced_rank_classes", 0));
+    DENDRO_ASSIGN_OR_RETURN(st.kmeans_objective, js.GetDoubleOr("kmeans_objective", 0.0));
+    DENDRO_ASSIGN_OR_RETURN(st.class_seconds, js.GetDoubleOr("class_seconds", 0.0));
+    DENDRO_ASSIGN_OR_RETURN(st.cluster_seconds, js.GetDoubleOr("cluster_seconds", 0.0));
+    DENDRO_ASSIGN_OR_RETURN(st.seed_seconds, js.GetDoubleOr("seed_seconds", 0.0));
+    DENDRO_ASSIGN_OR_RETURN(st.total_seconds, js.GetDoubleOr("total_seconds", 0.0));
   }
   if (k < 2 || d < 1 || q < 0 || q > d || s < 0 || s > k || r < 0 || r > d ||
       !(o.lambda > 0.0)) {
-    return absl::DataLossError(absl::StrCat(dir, "/hppca.json: inconsistent sizes"));
+    return absl::DataLossError(absl::StrCat(json_path, ": inconsistent sizes"));
   }
   hppca_internal::ClassTable t;
   t.d = d;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
 #include "core/io/atomic_file.h"
+#include "core/io/json_fields.h"
 #include "core/io/npy.h"
 #include "core/tneb/tneb.h"
 #include "nlohmann/json.hpp"
@@ -61,7 +62,7 @@ absl::Status SaveTnebModel(const TnebModel& model, const std::string& dir) {
   j["original_component"] = model.original_component;
   j["height_offset"] = model.height_offset;
   j["standardize"] = !model.transform.identity();
-  DENDRO_RETURN_IF_ERROR(WriteFileAtomic(dir + "/tneb_model.json", j.dump(2) + "\n"));
+  DENDRO_RETURN_IF_ERROR(WriteFileAtomic(dir + "/tneb_model.json", DumpJson(j, 2) + "\n"));
 
   const int64_t shape_l[1] = {l};
   DENDRO_RETURN_IF_ERROR(
@@ -91,53 +92,41 @@ absl::StatusOr<TnebModel> LoadTnebModel(const std::string& dir) {
   const std::string json_path = dir + "/tneb_model.json";
   std::string text;
   DENDRO_RETURN_IF_ERROR(ReadFileToString(json_path, &text));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(json_path, ": not a JSON object"));
   }
-  if (j.value("format", "") != kFormat || j.value("version", 0) != kFormatVersion) {
+  const JsonFields f(j, json_path);
+  absl::StatusOr<std::string> format = f.GetStringOr("format", "");
+  absl::StatusOr<int64_t> version = f.GetInt64Or("version", 0);
+  if (!format.ok() || *format != kFormat || !version.ok() || *version != kFormatVersion) {
     return absl::InvalidArgumentError(
         absl::StrCat(json_path, ": not a ", kFormat, " version ", kFormatVersion, " file"));
   }
   auto bad = [&](std::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(json_path, ": ", std::string(what)));
   };
-  if (!j.contains("dim") || !j["dim"].is_number_integer() || !j.contains("leaves") ||
-      !j["leaves"].is_number_integer()) {
-    return bad("missing integer 'dim' / 'leaves'");
-  }
-  const int64_t d = j["dim"].get<int64_t>();
-  const int64_t l = j["leaves"].get<int64_t>();
+  DENDRO_ASSIGN_OR_RETURN(const int64_t d, f.GetInt64("dim"));
+  DENDRO_ASSIGN_OR_RETURN(const int64_t l, f.GetInt64("leaves"));
   if (d < 1 || l < 1 || d > (int64_t{1} << 20) || l > (int64_t{1} << 20)) {
     return bad(absl::StrCat("implausible dim ", d, " / leaves ", l));
   }
-  if (!j.contains("dof") || !j["dof"].is_array() || static_cast<int64_t>(j["dof"].size()) != l) {
+  // JSON has no infinity: null stands for a Gaussian component.
+  DENDRO_ASSIGN_OR_RETURN(
+      std::vector<double> dof,
+      f.GetDoubleArray("dof", /*null_value=*/std::numeric_limits<double>::infinity()));
+  if (static_cast<int64_t>(dof.size()) != l) {
     return bad(absl::StrCat("'dof' must be an array of ", l, " numbers or nulls"));
   }
-  std::vector<double> dof;
-  for (const auto& v : j["dof"]) {
-    if (v.is_null()) {
-      dof.push_back(std::numeric_limits<double>::infinity());
-    } else if (v.is_number()) {
-      dof.push_back(v.get<double>());
-    } else {
-      return bad("'dof' entries must be numbers or null");
-    }
-  }
-  if (!j.contains("original_component") || !j["original_component"].is_array() ||
-      static_cast<int64_t>(j["original_component"].size()) != l) {
+  DENDRO_ASSIGN_OR_RETURN(
+      const std::vector<int64_t> original64,
+      f.GetInt64Array("original_component", JsonFields::kInt32Min, JsonFields::kInt32Max));
+  if (static_cast<int64_t>(original64.size()) != l) {
     return bad(absl::StrCat("'original_component' must be an array of ", l, " integers"));
   }
-  std::vector<int32_t> original;
-  for (const auto& v : j["original_component"]) {
-    if (!v.is_number_integer()) return bad("'original_component' entries must be integers");
-    original.push_back(v.get<int32_t>());
-  }
-  if (!j.contains("height_offset") || !j["height_offset"].is_number()) {
-    return bad("missing number 'height_offset'");
-  }
-  const double offset = j["height_offset"].get<double>();
-  const bool standardize = j.value("standardize", false);
+  std::vector<int32_t> original(original64.begin(), original64.end());
+  DENDRO_ASSIGN_OR_RETURN(const double offset, f.GetDouble("height_offset"));
+  DENDRO_ASSIGN_OR_RETURN(const bool standardize, f.GetBoolOr("standardize", false));
 
   DENDRO_ASSIGN_OR_RETURN(std::vector<double> w, ReadArray(dir + "/tneb_weights.npy", {l}));
   DENDRO_ASSIGN_OR_RETURN(std::vector<double> mu, ReadArray(dir + "/tneb_means.npy", {l, d}));

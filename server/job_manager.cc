@@ -221,6 +221,16 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {
 }
 
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
+  absl::StatusOr<v1::Job> job = CancelEntry(id);
+  // A job cancelled before it started never reaches a worker: release its
+  // transient dataset here.
+  if (job.ok() && job->state() == v1::JOB_STATE_CANCELLED) {
+    ReleaseTransientDataset(job->spec().dataset_id());
+  }
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobManager::CancelEntry(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = active_.find(id);
   if (it == active_.end()) return meta_->GetJob(id);  // finished (or NotFound)
@@ -297,6 +307,25 @@ void JobManager::WorkerLoop() {
       if (!s.ok()) spdlog::error("job {}: cannot record start: {}", id, s.ToString());
     }
     Run(entry);
+    ReleaseTransientDataset(entry->job.spec().dataset_id());
+  }
+}
+
+void JobManager::ReleaseTransientDataset(const std::string& dataset_id) {
+  auto info = datasets_->Get(dataset_id);
+  if (!info.ok() || !info->transient()) return;
+  // Under mu_, so no job can be queued on it between the check and the
+  // delete (Submit queues under mu_).
+  std::lock_guard<std::mutex> lock(mu_);
+  if (abandoned_) return;
+  for (const auto& [id, entry] : active_) {
+    if (entry->job.spec().dataset_id() == dataset_id) return;  // still needed
+  }
+  absl::Status s = datasets_->Delete(dataset_id);
+  if (s.ok()) {
+    spdlog::info("dataset {}: transient, removed after its last job", dataset_id);
+  } else if (!absl::IsNotFound(s)) {
+    spdlog::warn("dataset {}: cannot remove transient dataset: {}", dataset_id, s.ToString());
   }
 }
 

@@ -12,6 +12,9 @@
 // start; a job that does not stop within stop_timeout of the interrupt is
 // recorded as interrupted and abandoned (the caller then ends the process).
 //
+// A transient dataset is deleted as soon as the last job using it has
+// ended, whatever the outcome (and swept at start-up in any case).
+//
 // Invariants:
 //   * at most queue_capacity jobs wait in the queue (recovered jobs may
 //     exceed it once at start-up);
@@ -113,6 +116,10 @@ class JobManager {
 
   void WorkerLoop();
   void Run(const std::shared_ptr<Entry>& entry);
+  // Cancel() without the transient-dataset release (takes mu_ itself).
+  absl::StatusOr<v1::Job> CancelEntry(const std::string& id);
+  // Deletes a transient dataset once no queued or running job uses it.
+  void ReleaseTransientDataset(const std::string& dataset_id);
   // Runs the method; exceptions become a failed status.
   absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const v1::JobSpec& spec, RunContext& ctx);
   // Refuses a job whose model name already holds another method's versions,

@@ -5,6 +5,12 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/codegen/service_type.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -33,6 +39,7 @@ struct DendroServer::State {
   std::vector<std::unique_ptr<grpc::Service>> services;
   std::unique_ptr<grpc::Server> grpc_server;
   int port = 0;
+  int lock_fd = -1;  // flock on <data_dir>/LOCK; closed last
   std::mutex mu;
   bool shut_down = false;
   bool abandoned = false;
@@ -46,12 +53,52 @@ DendroServer::~DendroServer() {
   const bool clean = Shutdown();
   // The exposer's threads read the stores through probes: stop it first.
   if (state_->metrics) state_->metrics->StopServing();
-  if (!clean) state_.release();
+  if (!clean) {
+    state_.release();  // the process exits; the kernel drops the lock
+    return;
+  }
+  const int lock_fd = state_->lock_fd;
+  state_.reset();
+  if (lock_fd >= 0) ::close(lock_fd);
 }
+
+namespace {
+
+// Takes an exclusive flock on <data_dir>/LOCK (held until `*fd` is closed)
+// and writes this process's pid into it, so two servers never share one
+// data directory.
+absl::Status LockDataDir(const std::string& data_dir, int* fd) {
+  const std::string path = data_dir + "/LOCK";
+  *fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (*fd < 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot open ", path, ": ",
+                                                    std::strerror(errno)));
+  }
+  if (::flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+    char buf[32] = {0};
+    const ssize_t n = ::pread(*fd, buf, sizeof(buf) - 1, 0);
+    ::close(*fd);
+    *fd = -1;
+    std::string holder(buf, n > 0 ? static_cast<size_t>(n) : 0);
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data directory ", data_dir, " is in use by another dendrod",
+        holder.empty() ? "" : absl::StrCat(" (pid ", holder, ")"),
+        "; stop it or choose another --data_dir"));
+  }
+  const std::string pid = absl::StrCat(::getpid(), "\n");
+  if (::ftruncate(*fd, 0) != 0 || ::pwrite(*fd, pid.data(), pid.size(), 0) < 0) {
+    // The lock is what matters; the pid is only a hint for the message.
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status DendroServer::Start() {
   State& s = *state_;
   DENDRO_RETURN_IF_ERROR(MakeDirs(options_.data_dir));
+  DENDRO_RETURN_IF_ERROR(LockDataDir(options_.data_dir, &s.lock_fd));
   DENDRO_ASSIGN_OR_RETURN(s.meta, MetadataStore::Open(options_.data_dir + "/metadata.db"));
   s.datasets = std::make_unique<DatasetStore>(options_.data_dir, s.meta.get(),
                                               options_.max_dataset_bytes);
@@ -98,6 +145,9 @@ absl::Status DendroServer::Start() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // One server per address: without this, gRPC sets SO_REUSEPORT and a
+  // second dendrod on the same port starts and takes half the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options_.listen, creds, &s.port);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
@@ -131,7 +181,9 @@ absl::Status DendroServer::Start() {
   }
   s.grpc_server = builder.BuildAndStart();
   if (!s.grpc_server || s.port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", options_.listen,
+        " (is another server using the port? see the log above)"));
   }
   DENDRO_RETURN_IF_ERROR(s.jobs->Start());
   auto* health = s.grpc_server->GetHealthCheckService();

@@ -610,6 +610,38 @@ TEST_F(RobustnessTest, AMethodChangeUnderAModelNameMustBeAskedFor) {
   Wait(job.id());
 }
 
+// --- One owner per address and data directory ------------------------------
+
+TEST_F(RobustnessTest, ASecondServerOnTheSameDataDirectoryOrPortIsRefused) {
+  StartServer();
+  {
+    ServerOptions opts;
+    opts.listen = "127.0.0.1:0";
+    opts.data_dir = dir_.string();
+    DendroServer second(opts);
+    absl::Status s = second.Start();
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("in use by another dendrod (pid " + std::to_string(::getpid())));
+  }
+  {
+    ServerOptions opts;
+    opts.listen = "127.0.0.1:" + std::to_string(server_->port());
+    opts.data_dir = dir_.string() + "_other";
+    DendroServer second(opts);
+    absl::Status s = second.Start();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(std::string(s.message()), HasSubstr("cannot listen"));
+    std::filesystem::remove_all(opts.data_dir);
+  }
+  // The first server is unaffected, and its directory is free once it stops.
+  grpc::ClientContext ctx;
+  v1::ListDatasetsResponse list;
+  EXPECT_TRUE(datasets_->ListDatasets(&ctx, v1::ListDatasetsRequest(), &list).ok());
+  StopServer();
+  StartServer();
+}
+
 // --- 6. A full disk -----------------------------------------------------------
 
 // Mounts a small tmpfs as the data directory, so the disk can really fill.

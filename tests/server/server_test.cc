@@ -408,7 +408,7 @@ TEST_F(ServerTest, RestartKeepsStateAndRerunsInterruptedJobs) {
   EXPECT_EQ(versions, (std::set<int64_t>{1, 2}));
 }
 
-TEST_F(ServerTest, TransientDatasetsServeJobsButNotRestarts) {
+TEST_F(ServerTest, TransientDatasetsLastUntilTheirJobEndsOrARestart) {
   auto blocking = std::make_shared<BlockingMethod>();
   std::atomic<bool> block{false};
   ServerOptions opts;
@@ -426,19 +426,26 @@ TEST_F(ServerTest, TransientDatasetsServeJobsButNotRestarts) {
   v1::Job job = Submit(ds.id(), "from_transient", &st);
   ASSERT_TRUE(st.ok());
   ASSERT_EQ(Wait(job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+  // Its only job ended: the transient dataset is gone, row and files.
+  auto gone = [&](const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::GetDatasetRequest req;
+    req.set_id(id);
+    v1::Dataset d;
+    return datasets_->GetDataset(&ctx, req, &d).error_code() == grpc::StatusCode::NOT_FOUND &&
+           !std::filesystem::exists(dir_ / "transient" / id);
+  };
+  EXPECT_TRUE(gone(ds.id()));
 
   block = true;  // a job still running when the server stops
-  v1::Job pending = Submit(ds.id(), "from_transient", &st);
+  v1::Dataset ds2;
+  ASSERT_TRUE(Upload(x, 800, 6, &ds2, nullptr, 1 << 20, /*transient=*/true).ok());
+  v1::Job pending = Submit(ds2.id(), "from_transient", &st);
   ASSERT_TRUE(st.ok());
   WaitUntilState(pending.id(), v1::JOB_STATE_RUNNING);
   StopServer();
   StartServer();
-  EXPECT_FALSE(std::filesystem::exists(dir_ / "transient" / ds.id()));
-  grpc::ClientContext ctx;
-  v1::GetDatasetRequest req;
-  req.set_id(ds.id());
-  v1::Dataset gone;
-  EXPECT_EQ(datasets_->GetDataset(&ctx, req, &gone).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(gone(ds2.id()));
   // The model fitted from it persists; the interrupted job fails clearly.
   v1::AssignResponse aresp;
   EXPECT_TRUE(Assign("from_transient", x, 800, 6, 2, &aresp).ok());
@@ -446,6 +453,74 @@ TEST_F(ServerTest, TransientDatasetsServeJobsButNotRestarts) {
   EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(failed.error().code(), static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION));
   EXPECT_THAT(failed.error().message(), HasSubstr("transient"));
+}
+
+TEST_F(ServerTest, OneShotFitsLeaveNoDatasets) {
+  auto blocking = std::make_shared<BlockingMethod>();
+  std::atomic<bool> block{false};
+  ServerOptions opts;
+  opts.resolve_method = [&](const v1::JobSpec& spec) -> absl::StatusOr<const Method*> {
+    if (block) return blocking.get();
+    return MethodForSpec(spec);
+  };
+  StartServer(opts);
+  const std::vector<float> x = MakeLogits(400, 2, 3, 8);
+  for (int i = 0; i < 10; ++i) {
+    v1::Dataset ds;
+    ASSERT_TRUE(Upload(x, 400, 6, &ds, nullptr, 1 << 20, /*transient=*/true).ok());
+    grpc::Status st;
+    v1::Job job = Submit(ds.id(), "oneshot", &st);
+    ASSERT_TRUE(st.ok());
+    ASSERT_EQ(Wait(job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+  }
+  // A cancelled job releases its dataset too, but not while another job
+  // still needs it.
+  block = true;
+  v1::Dataset shared;
+  ASSERT_TRUE(Upload(x, 400, 6, &shared, nullptr, 1 << 20, /*transient=*/true).ok());
+  grpc::Status st;
+  v1::Job first = Submit(shared.id(), "oneshot", &st);
+  v1::Job second = Submit(shared.id(), "oneshot", &st);
+  WaitUntilState(first.id(), v1::JOB_STATE_RUNNING);
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_id(first.id());
+    v1::Job j;
+    ASSERT_TRUE(jobs_->CancelJob(&ctx, req, &j).ok());
+  }
+  EXPECT_EQ(Wait(first.id()).state(), v1::JOB_STATE_CANCELLED);
+  WaitUntilState(second.id(), v1::JOB_STATE_RUNNING);
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "transient" / shared.id() / "X.npy"));
+  // Cancelled while queued: released at once.
+  v1::Dataset queued_only;
+  ASSERT_TRUE(Upload(x, 400, 6, &queued_only, nullptr, 1 << 20, /*transient=*/true).ok());
+  v1::Job third = Submit(queued_only.id(), "oneshot", &st);
+  ASSERT_TRUE(st.ok());
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_id(third.id());
+    v1::Job j;
+    ASSERT_TRUE(jobs_->CancelJob(&ctx, req, &j).ok());
+    EXPECT_EQ(j.state(), v1::JOB_STATE_CANCELLED);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "transient" / queued_only.id()));
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_id(second.id());
+    v1::Job j;
+    ASSERT_TRUE(jobs_->CancelJob(&ctx, req, &j).ok());
+  }
+  EXPECT_EQ(Wait(second.id()).state(), v1::JOB_STATE_CANCELLED);
+
+  grpc::ClientContext ctx;
+  v1::ListDatasetsResponse list;
+  ASSERT_TRUE(datasets_->ListDatasets(&ctx, v1::ListDatasetsRequest(), &list).ok());
+  EXPECT_EQ(list.datasets_size(), 0);
+  EXPECT_TRUE(!std::filesystem::exists(dir_ / "transient") ||
+              std::filesystem::is_empty(dir_ / "transient"));
 }
 
 TEST_F(ServerTest, DeletesRemoveRowsAndFiles) {

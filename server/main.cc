@@ -1,6 +1,7 @@
 // dendrod: the Dendro model server.
 #include <algorithm>
 #include <csignal>
+#include <iostream>
 #include <string>
 #include <vector>
 #include <cstdlib>
@@ -8,8 +9,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "dendro/version.h"
 #include "core/io/atomic_file.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
@@ -60,9 +64,41 @@ void WaitForSignalThenShutdown(dendro::server::DendroServer* server, sigset_t se
   }
 }
 
+// dendrod's own flags (those defined in this file), sorted, with their
+// defaults. absl's --help looks for flags by file name heuristics and exits
+// 1; this lists exactly ours and exits 0.
+void PrintHelp() {
+  std::cout << "usage: dendrod [--listen HOST:PORT] [--data_dir DIR] [flags]\n"
+               "The Dendro model server. Flags may be spelt with '-' or '_'.\n\n";
+  std::vector<absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (absl::EndsWith(flag->Filename(), "server/main.cc")) flags.push_back(flag);
+  }
+  std::sort(flags.begin(), flags.end(),
+            [](const auto* a, const auto* b) { return a->Name() < b->Name(); });
+  for (const absl::CommandLineFlag* f : flags) {
+    std::string def = f->DefaultValue();
+    if (f->IsOfType<std::string>()) def = absl::StrCat("\"", def, "\"");
+    std::cout << "  --" << f->Name() << " (default " << def << ")\n      " << f->Help()
+              << "\n";
+  }
+  std::cout << "  --help, --version\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h" || a == "--helpfull") {
+      PrintHelp();
+      return 0;
+    }
+    if (a == "--version") {
+      std::cout << "dendrod " << DENDRO_VERSION << " (" << DENDRO_GIT_REVISION << ")\n";
+      return 0;
+    }
+  }
   // Idle OpenMP threads spinning between parallel regions steal the cores
   // that other jobs and RPC threads need; make them sleep unless the
   // operator chose otherwise.

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
+#include "dendro/version.h"
 
 namespace dendro::cli {
 namespace {
@@ -202,7 +203,8 @@ constexpr char kGlobalHelp[] =
     "  --server HOST:PORT  dendrod address (default: $DENDRO_SERVER, else 127.0.0.1:50051)\n"
     "  --timeout SECONDS   deadline of each call to the server (default 60)\n"
     "  --tls               connect with TLS, checking the server against the system roots\n"
-    "  --tls-ca FILE       connect with TLS, checking the server against this PEM CA\n";
+    "  --tls-ca FILE       connect with TLS, checking the server against this PEM CA\n"
+    "  --version           print the version and git revision, then exit\n";
 
 void PrintMainHelp() {
   std::cout << "usage: dendro [--server HOST:PORT] [--timeout SECONDS] [--tls | --tls-ca FILE]\n"
@@ -296,6 +298,10 @@ absl::Status Main(const std::vector<std::string>& argv) {
   for (; i < argv.size(); ++i) {
     if (IsHelp(argv[i])) {
       PrintMainHelp();
+      return absl::OkStatus();
+    }
+    if (argv[i] == "--version") {
+      std::cout << "dendro " << DENDRO_VERSION << " (" << DENDRO_GIT_REVISION << ")\n";
       return absl::OkStatus();
     }
     absl::StatusOr<bool> took = TakeGlobalFlag(argv, &i, &globals);

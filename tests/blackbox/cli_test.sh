@@ -10,6 +10,18 @@ set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh" "$@"
 
+# --- conventions: --help exits 0 and lists every flag; --version on both --------
+"$DENDROD" --help >help.txt || fail "dendrod --help exited $?"
+for flag in listen data_dir workers max_job_memory_mb max_streams metrics_listen tls_cert; do
+  grep -q -- "--$flag (default" help.txt || fail "dendrod --help does not list --$flag"
+done
+for bin in "$DENDROD" "$DENDRO"; do
+  v=$("$bin" --version) || fail "$(basename "$bin") --version exited $?"
+  [[ $v =~ ^dendrod?\ [0-9]+\.[0-9]+\.[0-9]+\ \((unknown|[0-9a-f]{12}(-dirty)?)\)$ ]] ||
+    fail "$(basename "$bin") --version printed '$v'"
+done
+pass "--help and --version"
+
 start_main_server
 
 # --- inputs --------------------------------------------------------------------
@@ -185,12 +197,14 @@ pass "errors are one 'dendro:' line with a non-zero exit"
 
 run models list
 [[ $RC -eq 0 ]] || fail "server stopped answering after the error cases: $(cat err.txt)"
-# The four successful fits (three l2h, one ghhc) keep their transient uploads
-# until a restart; rejected commands (including a ghhc refused at submit)
-# leave none.
+# One-shot fits upload transient datasets: the server deletes each when its
+# job ends, and rejected commands (including a ghhc refused at submit) leave
+# none, so nothing is left of any of them.
 run datasets list --json
-"$PY" -c 'import json; d = json.load(open("out.txt"))["datasets"]; assert len(d) == 4, d' ||
-  fail "rejected uploads left datasets behind: $(cat out.txt)"
+"$PY" -c 'import json; d = json.load(open("out.txt"))["datasets"]; assert len(d) == 0, d' ||
+  fail "one-shot fits left datasets behind: $(cat out.txt)"
+[[ ! -d server.data/transient ]] || [[ -z "$(ls -A server.data/transient)" ]] ||
+  fail "transient dataset files left: $(ls server.data/transient)"
 pass "server still answers; rejected uploads left nothing behind"
 
 # --- fits on an uploaded dataset ------------------------------------------------

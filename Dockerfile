@@ -29,3 +29,6 @@ ENV DENDRO_SERVER=127.0.0.1:50051
 HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
   CMD ["dendro", "models", "list", "--page-size", "1"]
 ENTRYPOINT ["dendrod", "--listen", "0.0.0.0:50051", "--data_dir", "/var/lib/dendro"]
+# Keys come from a mounted file (see README, "Securing Dendro"). Replacing
+# these arguments with --allow_insecure serves without authentication.
+CMD ["--auth_keys", "/etc/dendro/keys"]

@@ -221,6 +221,7 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
   v1::Dataset d;
   d.set_id(id_);
   d.set_display_name(header_.display_name());
+  d.set_owner(owner_);
   d.set_rows(header_.rows());
   d.set_cols(header_.cols());
   d.set_has_labels(header_.has_labels());

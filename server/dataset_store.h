@@ -50,6 +50,8 @@ class DatasetStore;
 class DatasetUpload {
  public:
   ~DatasetUpload();
+  // Recorded as the dataset's owner; call before Finish().
+  void set_owner(std::string owner) { owner_ = std::move(owner); }
   absl::Status Begin(const v1::DatasetHeader& header);
   absl::Status AppendData(std::string_view bytes);
   absl::Status AppendLabels(std::string_view bytes);
@@ -72,6 +74,7 @@ class DatasetUpload {
   int64_t label_bytes_ = 0;
   int64_t expected_data_bytes_ = 0;
   std::string carry_;        // < 4 bytes of a float split across chunks
+  std::string owner_;
 };
 
 class DatasetStore {

@@ -159,7 +159,8 @@ bool JobManager::Shutdown(absl::Duration grace) {
   return true;
 }
 
-absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted) {
+absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
+                                           const std::string& owner) {
   v1::JobSpec spec = submitted;
   DENDRO_ASSIGN_OR_RETURN(const Method* method, options_.resolve_method(spec));
   if (spec.dataset_id().empty()) return absl::InvalidArgumentError("job spec: dataset_id is empty");
@@ -181,6 +182,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted) {
   auto entry = std::make_shared<Entry>();
   v1::Job& job = entry->job;
   job.set_id(NewId("job"));
+  job.set_owner(owner);
   *job.mutable_spec() = spec;
   job.set_state(v1::JOB_STATE_QUEUED);
   job.set_stage("queued");
@@ -307,11 +309,11 @@ void JobManager::WorkerLoop() {
       if (!s.ok()) spdlog::error("job {}: cannot record start: {}", id, s.ToString());
     }
     Run(entry);
-    ReleaseTransientDataset(entry->job.spec().dataset_id());
   }
 }
 
-void JobManager::ReleaseTransientDataset(const std::string& dataset_id) {
+void JobManager::ReleaseTransientDataset(const std::string& dataset_id,
+                                         const std::string& except_job) {
   auto info = datasets_->Get(dataset_id);
   if (!info.ok() || !info->transient()) return;
   // Under mu_, so no job can be queued on it between the check and the
@@ -319,7 +321,7 @@ void JobManager::ReleaseTransientDataset(const std::string& dataset_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (abandoned_) return;
   for (const auto& [id, entry] : active_) {
-    if (entry->job.spec().dataset_id() == dataset_id) return;  // still needed
+    if (id != except_job && entry->job.spec().dataset_id() == dataset_id) return;  // still needed
   }
   absl::Status s = datasets_->Delete(dataset_id);
   if (s.ok()) {
@@ -335,6 +337,10 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
   spdlog::info("job {}: running for model {} on dataset {}", id, spec.model_name(), spec.dataset_id());
   Context ctx(this, entry);
   absl::StatusOr<std::unique_ptr<FittedModel>> fitted = Fit(spec, ctx);
+  // The fit no longer reads its dataset: a transient one goes now, before
+  // the outcome is visible, so a client that sees the job end never sees
+  // its dataset.
+  ReleaseTransientDataset(spec.dataset_id(), id);
 
   absl::Status outcome = fitted.status();
   v1::Job done;

@@ -88,7 +88,8 @@ class JobManager {
   // process for long (dendrod exits at once; see DendroServer::Shutdown).
   bool Shutdown(absl::Duration grace);
 
-  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
+  // `owner`: the submitting principal, recorded on the job and its model.
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& owner = "");
   absl::StatusOr<v1::Job> Get(const std::string& id);
   absl::StatusOr<Page<v1::Job>> List(int64_t after_seq, int limit) {
     return meta_->ListJobs(after_seq, limit);
@@ -118,8 +119,10 @@ class JobManager {
   void Run(const std::shared_ptr<Entry>& entry);
   // Cancel() without the transient-dataset release (takes mu_ itself).
   absl::StatusOr<v1::Job> CancelEntry(const std::string& id);
-  // Deletes a transient dataset once no queued or running job uses it.
-  void ReleaseTransientDataset(const std::string& dataset_id);
+  // Deletes a transient dataset unless a queued or running job other than
+  // `except_job` uses it.
+  void ReleaseTransientDataset(const std::string& dataset_id,
+                               const std::string& except_job = "");
   // Runs the method; exceptions become a failed status.
   absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const v1::JobSpec& spec, RunContext& ctx);
   // Refuses a job whose model name already holds another method's versions,

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "dendro/version.h"
 #include "core/io/atomic_file.h"
+#include "server/auth.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
@@ -42,6 +43,13 @@ ABSL_FLAG(int, upload_idle_seconds, 60,
           "an upload or prediction stream that sends nothing for this long is cancelled");
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus metrics on at /metrics (off when empty)");
+ABSL_FLAG(std::string, auth_keys, "",
+          "keys file: lines '<sha256-hex of key>|cn:<client cert CN>  <name>  <role>'; "
+          "reloaded on SIGHUP (see 'dendro keys hash')");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA that client certificates must chain to (mutual TLS; needs --tls_cert)");
+ABSL_FLAG(bool, allow_insecure, false,
+          "serve a non-loopback address without --auth_keys or --tls_client_ca");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain; enables TLS with --tls_key");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key");
 ABSL_FLAG(std::string, port_file, "",
@@ -50,11 +58,17 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 
 namespace {
 
-// Blocks SIGTERM/SIGINT in every thread and waits for them on a dedicated
-// one, so shutdown runs in ordinary code rather than a signal handler.
+// Blocks SIGTERM/SIGINT/SIGHUP in every thread and waits for them on a
+// dedicated one, so they are handled in ordinary code rather than a signal
+// handler: SIGHUP reloads the keys file, the others shut down.
 void WaitForSignalThenShutdown(dendro::server::DendroServer* server, sigset_t set) {
   int sig = 0;
-  sigwait(&set, &sig);
+  for (;;) {
+    sigwait(&set, &sig);
+    if (sig != SIGHUP) break;
+    spdlog::info("received SIGHUP: reloading the keys file");
+    server->ReloadKeys().IgnoreError();  // logged; the old keys stay in force
+  }
   spdlog::info("received signal {}", sig);
   if (!server->Shutdown()) {
     // A job ignored the interrupt; its record says so and it re-runs at the
@@ -82,7 +96,8 @@ void PrintHelp() {
     std::cout << "  --" << f->Name() << " (default " << def << ")\n      " << f->Help()
               << "\n";
   }
-  std::cout << "  --help, --version\n";
+  std::cout << "  --auth_rules\n      print the least role each RPC needs, then exit\n"
+               "  --help, --version\n";
 }
 
 }  // namespace
@@ -92,6 +107,13 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h" || a == "--helpfull") {
       PrintHelp();
+      return 0;
+    }
+    if (a == "--auth_rules" || a == "--auth-rules") {
+      // The rule table, one "<method> <least role>" line per RPC.
+      for (const dendro::server::RpcRule& rule : dendro::server::RpcRules()) {
+        std::cout << rule.method << " " << dendro::server::RoleName(rule.role) << "\n";
+      }
       return 0;
     }
     if (a == "--version") {
@@ -121,6 +143,7 @@ int main(int argc, char** argv) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   dendro::server::ServerOptions options;
@@ -136,6 +159,9 @@ int main(int argc, char** argv) {
   options.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_mb) << 20;
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.auth_keys_file = absl::GetFlag(FLAGS_auth_keys);
+  options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);
   options.upload_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_upload_idle_seconds));
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);

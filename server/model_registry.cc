@@ -48,6 +48,7 @@ absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Jo
   m.set_method(std::string(model.method()));
   m.set_dataset_id(job.spec().dataset_id());
   m.set_job_id(job.id());
+  m.set_owner(job.owner());
   m.set_num_leaves(model.tree().num_leaves());
   m.set_input_dim(model.input_dim());
   SetNow(m.mutable_create_time());

@@ -14,9 +14,11 @@
 #include <mutex>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
 #include "core/io/atomic_file.h"
+#include "server/auth.h"
 #include "server/dataset_store.h"
 #include "server/job_manager.h"
 #include "server/metadata_store.h"
@@ -29,8 +31,9 @@
 namespace dendro::server {
 
 struct DendroServer::State {
-  // First: destroyed last, after the gRPC server its interceptors serve.
+  // First: destroyed last, after the gRPC server whose calls use them.
   std::unique_ptr<ServerMetrics> metrics;
+  std::unique_ptr<Authenticator> auth;  // likewise used by the handlers
   std::unique_ptr<MetadataStore> meta;
   std::unique_ptr<DatasetStore> datasets;
   std::unique_ptr<ModelRegistry> models;
@@ -93,10 +96,35 @@ absl::Status LockDataDir(const std::string& data_dir, int* fd) {
   return absl::OkStatus();
 }
 
+// Whether HOST:PORT names a loopback address.
+bool IsLoopback(const std::string& listen) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (!host.empty() && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
 }  // namespace
 
 absl::Status DendroServer::Start() {
   State& s = *state_;
+  DENDRO_RETURN_IF_ERROR(CheckRulesCover(ServiceNames()));
+  if (!options_.tls_client_ca_file.empty() && options_.tls_cert_file.empty()) {
+    return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+  }
+  DENDRO_ASSIGN_OR_RETURN(s.auth, Authenticator::Create(options_.auth_keys_file,
+                                                        !options_.tls_client_ca_file.empty()));
+  if (!s.auth->enabled()) {
+    if (!IsLoopback(options_.listen) && !options_.allow_insecure) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refusing to serve ", options_.listen, " without authentication: give --auth_keys ",
+          "(or --tls_client_ca), or --allow_insecure to accept any client"));
+    }
+    spdlog::warn("authentication is off: every client that reaches {} may read, write and "
+                 "delete everything{}", options_.listen,
+                 options_.allow_insecure ? " (--allow_insecure)" : " (loopback only)");
+  }
   DENDRO_RETURN_IF_ERROR(MakeDirs(options_.data_dir));
   DENDRO_RETURN_IF_ERROR(LockDataDir(options_.data_dir, &s.lock_fd));
   DENDRO_ASSIGN_OR_RETURN(s.meta, MetadataStore::Open(options_.data_dir + "/metadata.db"));
@@ -137,6 +165,11 @@ absl::Status DendroServer::Start() {
     DENDRO_RETURN_IF_ERROR(ReadFileToString(options_.tls_key_file, &pair.private_key));
     DENDRO_RETURN_IF_ERROR(ReadFileToString(options_.tls_cert_file, &pair.cert_chain));
     ssl.pem_key_cert_pairs.push_back(std::move(pair));
+    if (!options_.tls_client_ca_file.empty()) {
+      DENDRO_RETURN_IF_ERROR(ReadFileToString(options_.tls_client_ca_file, &ssl.pem_root_certs));
+      ssl.client_certificate_request =
+          GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
     creds = grpc::SslServerCredentials(ssl);
   } else {
     creds = grpc::InsecureServerCredentials();
@@ -160,6 +193,7 @@ absl::Status DendroServer::Start() {
   deps.data_dir = options_.data_dir;
   deps.max_message_bytes = options_.max_message_bytes;
   deps.metrics = s.metrics.get();
+  deps.auth = s.auth.get();
   s.services = MakeServices(std::move(deps));
   for (auto& svc : s.services) builder.RegisterService(svc.get());
   if (s.metrics) {
@@ -195,6 +229,17 @@ absl::Status DendroServer::Start() {
 }
 
 int DendroServer::port() const { return state_->port; }
+
+absl::Status DendroServer::ReloadKeys() {
+  if (!state_->auth) return absl::FailedPreconditionError("the server has not started");
+  absl::Status s = state_->auth->Reload();
+  if (s.ok()) {
+    spdlog::info("keys file reloaded");
+  } else {
+    spdlog::error("keys file not reloaded (the previous keys stay in force): {}", s.ToString());
+  }
+  return s;
+}
 
 int DendroServer::metrics_port() const {
   return state_->metrics ? state_->metrics->port() : 0;

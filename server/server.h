@@ -35,6 +35,13 @@ struct ServerOptions {
   // TLS: both set to PEM file paths to serve TLS; both empty for plaintext.
   std::string tls_cert_file;
   std::string tls_key_file;
+  // Authentication (see server/auth.h): the keys file, and a PEM CA that
+  // client certificates must chain to (mutual TLS; needs the two above).
+  // With neither, every caller is an anonymous admin, which is allowed only
+  // on a loopback address unless allow_insecure.
+  std::string auth_keys_file;
+  std::string tls_client_ca_file;
+  bool allow_insecure = false;
   // Test hook, see JobManager::Options::resolve_method.
   std::function<absl::StatusOr<const Method*>(const v1::JobSpec&)> resolve_method;
 };
@@ -49,6 +56,8 @@ class DendroServer {
   int port() const;
   // The metrics port actually bound; 0 when metrics are off.
   int metrics_port() const;
+  // Re-reads the keys file (SIGHUP). On error the keys in force stay.
+  absl::Status ReloadKeys();
   // Blocks until Shutdown() completes.
   void Wait();
   // Drains (see above). Returns false if a job ignored the interrupt past

@@ -4,6 +4,8 @@
 
 #include <cstring>
 #include <functional>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <utility>
 
@@ -12,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "dendro/v1/dendro.grpc.pb.h"
+#include "server/auth.h"
 #include "server/client_status.h"
 #include "core/common/status_macros.h"
 #include "core/hierarchy/export.h"
@@ -38,6 +41,41 @@ class ServiceBase {
  protected:
   explicit ServiceBase(ServiceDeps deps) : deps_(std::move(deps)) {}
   grpc::Status ToGrpc(const absl::Status& s) const { return server::ToGrpc(s, deps_); }
+  // Who is calling and whether they may call `rpc` (see server/auth.h).
+  // Refusals are logged for the audit trail, with the peer.
+  absl::StatusOr<Principal> Authorize(grpc::ServerContext* ctx, Rpc rpc) const {
+    std::optional<std::string_view> bearer;
+    std::optional<std::string_view> common_name;
+    const auto& md = ctx->client_metadata();
+    if (auto it = md.find("authorization"); it != md.end()) {
+      bearer = std::string_view(it->second.data(), it->second.size());
+    }
+    std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+    if (auth && auth->IsPeerAuthenticated()) {
+      const std::vector<grpc::string_ref> cns = auth->FindPropertyValues("x509_common_name");
+      if (!cns.empty()) common_name = std::string_view(cns[0].data(), cns[0].size());
+    }
+    const char* method = RuleFor(rpc).method;
+    absl::StatusOr<Principal> who = deps_.auth->Identify(bearer, common_name);
+    if (!who.ok()) {
+      spdlog::warn("audit: {} refused: {} (peer {})", method, std::string(who.status().message()),
+                   ctx->peer());
+      return who.status();
+    }
+    if (absl::Status allowed = Authenticator::Authorize(*who, rpc); !allowed.ok()) {
+      spdlog::warn("audit: {} refused for '{}': {} (peer {})", method, who->name,
+                   std::string(allowed.message()), ctx->peer());
+      return allowed;
+    }
+    return who;
+  }
+  // Records a destructive call for the audit trail.
+  static void Audit(const Principal& who, const char* what, const std::string& target,
+                    grpc::ServerContext* ctx, const grpc::Status& outcome) {
+    spdlog::info("audit: '{}' {} {} (peer {}): {}", who.name, what, target, ctx->peer(),
+                 outcome.ok() ? std::string("OK") : outcome.error_message());
+  }
+
   // A slot for a stream. With `idle` the stream is cancelled once its client
   // has sent nothing for the idle timeout (the slot must be Touch()ed).
   absl::StatusOr<std::unique_ptr<StreamLimiter::Slot>> AcquireStream(
@@ -136,9 +174,12 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
   grpc::Status UploadDataset(grpc::ServerContext* ctx,
                              grpc::ServerReader<v1::UploadDatasetRequest>* reader,
                              v1::Dataset* response) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kUploadDataset);
+    if (!who.ok()) return ToGrpc(who.status());
     auto slot = AcquireStream("upload", ctx, /*idle=*/true);
     if (!slot.ok()) return ToGrpc(slot.status());
     auto upload = deps_.datasets->StartUpload();
+    upload->set_owner(who->name);
     v1::UploadDatasetRequest req;
     bool first = true;
     while (reader->Read(&req)) {
@@ -181,16 +222,20 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
     return grpc::Status::OK;
   }
 
-  grpc::Status GetDataset(grpc::ServerContext*, const v1::GetDatasetRequest* req,
+  grpc::Status GetDataset(grpc::ServerContext* ctx, const v1::GetDatasetRequest* req,
                           v1::Dataset* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kGetDataset);
+    if (!who.ok()) return ToGrpc(who.status());
     auto d = deps_.datasets->Get(req->id());
     if (!d.ok()) return ToGrpc(d.status());
     *resp = *std::move(d);
     return grpc::Status::OK;
   }
 
-  grpc::Status ListDatasets(grpc::ServerContext*, const v1::ListDatasetsRequest* req,
+  grpc::Status ListDatasets(grpc::ServerContext* ctx, const v1::ListDatasetsRequest* req,
                             v1::ListDatasetsResponse* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kListDatasets);
+    if (!who.ok()) return ToGrpc(who.status());
     auto after = ParseToken(req->page_token(), "ds", "");
     if (!after.ok()) return ToGrpc(after.status());
     auto page = deps_.datasets->List(*after, PageSize(req->page_size()));
@@ -199,14 +244,18 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
     return grpc::Status::OK;
   }
 
-  grpc::Status DeleteDataset(grpc::ServerContext*, const v1::DeleteDatasetRequest* req,
+  grpc::Status DeleteDataset(grpc::ServerContext* ctx, const v1::DeleteDatasetRequest* req,
                              v1::DeleteDatasetResponse*) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kDeleteDataset);
+    if (!who.ok()) return ToGrpc(who.status());
     if (deps_.jobs->DatasetInUse(req->id())) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           absl::StrCat("dataset '", req->id(),
                                        "' is used by a queued or running job"));
     }
-    return ToGrpc(deps_.datasets->Delete(req->id()));
+    const grpc::Status out = ToGrpc(deps_.datasets->Delete(req->id()));
+    Audit(*who, "deleted dataset", req->id(), ctx, out);
+    return out;
   }
 };
 
@@ -216,24 +265,30 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
  public:
   explicit JobServiceImpl(ServiceDeps deps) : ServiceBase(std::move(deps)) {}
 
-  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                          v1::Job* resp) override {
-    auto job = deps_.jobs->Submit(req->spec());
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kSubmitJob);
+    if (!who.ok()) return ToGrpc(who.status());
+    auto job = deps_.jobs->Submit(req->spec(), who->name);
     if (!job.ok()) return ToGrpc(job.status());
     *resp = *std::move(job);
     return grpc::Status::OK;
   }
 
-  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                       v1::Job* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kGetJob);
+    if (!who.ok()) return ToGrpc(who.status());
     auto job = deps_.jobs->Get(req->id());
     if (!job.ok()) return ToGrpc(job.status());
     *resp = *std::move(job);
     return grpc::Status::OK;
   }
 
-  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                         v1::ListJobsResponse* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kListJobs);
+    if (!who.ok()) return ToGrpc(who.status());
     auto after = ParseToken(req->page_token(), "job", "");
     if (!after.ok()) return ToGrpc(after.status());
     auto page = deps_.jobs->List(*after, PageSize(req->page_size()));
@@ -242,9 +297,25 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
     return grpc::Status::OK;
   }
 
-  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
                          v1::Job* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kCancelJob);
+    if (!who.ok()) return ToGrpc(who.status());
+    if (who->role < Role::kAdmin) {
+      // Writers cancel only their own jobs.
+      auto current = deps_.jobs->Get(req->id());
+      if (!current.ok()) return ToGrpc(current.status());
+      if (current->owner() != who->name) {
+        const grpc::Status denied(
+            grpc::StatusCode::PERMISSION_DENIED,
+            absl::StrCat("job '", req->id(), "' belongs to '", current->owner(),
+                         "'; cancelling another principal's job needs the admin role"));
+        Audit(*who, "was refused cancelling job", req->id(), ctx, denied);
+        return denied;
+      }
+    }
     auto job = deps_.jobs->Cancel(req->id());
+    Audit(*who, "cancelled job", req->id(), ctx, ToGrpc(job.status()));
     if (!job.ok()) return ToGrpc(job.status());
     *resp = *std::move(job);
     return grpc::Status::OK;
@@ -252,6 +323,8 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
 
   grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                         grpc::ServerWriter<v1::Job>* writer) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kWatchJob);
+    if (!who.ok()) return ToGrpc(who.status());
     auto slot = AcquireStream("watch", ctx, /*idle=*/false);
     if (!slot.ok()) return ToGrpc(slot.status());
     uint64_t seen = 0;
@@ -271,6 +344,8 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
 
   grpc::Status WaitJob(grpc::ServerContext* ctx, const v1::WaitJobRequest* req,
                        v1::Job* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kWaitJob);
+    if (!who.ok()) return ToGrpc(who.status());
     absl::Time deadline = absl::FromChrono(ctx->deadline());
     if (req->has_timeout()) {
       const absl::Duration t =
@@ -305,16 +380,20 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
  public:
   explicit ModelServiceImpl(ServiceDeps deps) : ServiceBase(std::move(deps)) {}
 
-  grpc::Status GetModel(grpc::ServerContext*, const v1::GetModelRequest* req,
+  grpc::Status GetModel(grpc::ServerContext* ctx, const v1::GetModelRequest* req,
                         v1::Model* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kGetModel);
+    if (!who.ok()) return ToGrpc(who.status());
     auto m = deps_.models->Get(req->model().name(), req->model().version());
     if (!m.ok()) return ToGrpc(m.status());
     *resp = *std::move(m);
     return grpc::Status::OK;
   }
 
-  grpc::Status ListModels(grpc::ServerContext*, const v1::ListModelsRequest* req,
+  grpc::Status ListModels(grpc::ServerContext* ctx, const v1::ListModelsRequest* req,
                           v1::ListModelsResponse* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kListModels);
+    if (!who.ok()) return ToGrpc(who.status());
     auto after = ParseToken(req->page_token(), "model", req->name());
     if (!after.ok()) return ToGrpc(after.status());
     auto page = deps_.models->List(req->name(), *after, PageSize(req->page_size()));
@@ -323,16 +402,24 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     return grpc::Status::OK;
   }
 
-  grpc::Status DeleteModel(grpc::ServerContext*, const v1::DeleteModelRequest* req,
+  grpc::Status DeleteModel(grpc::ServerContext* ctx, const v1::DeleteModelRequest* req,
                            v1::DeleteModelResponse* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kDeleteModel);
+    if (!who.ok()) return ToGrpc(who.status());
     auto n = deps_.models->Delete(req->name(), req->version());
+    Audit(*who, "deleted model", absl::StrCat(req->name(), req->version() > 0 ? ":" : "",
+                                              req->version() > 0 ? std::to_string(req->version())
+                                                                 : std::string()),
+          ctx, ToGrpc(n.status()));
     if (!n.ok()) return ToGrpc(n.status());
     resp->set_deleted(*n);
     return grpc::Status::OK;
   }
 
-  grpc::Status GetTree(grpc::ServerContext*, const v1::GetTreeRequest* req,
+  grpc::Status GetTree(grpc::ServerContext* ctx, const v1::GetTreeRequest* req,
                        v1::GetTreeResponse* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kGetTree);
+    if (!who.ok()) return ToGrpc(who.status());
     auto loaded = deps_.models->Load(req->model().name(), req->model().version());
     if (!loaded.ok()) return ToGrpc(loaded.status());
     const Hierarchy& tree = loaded->first->tree();
@@ -360,8 +447,10 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     return grpc::Status::OK;
   }
 
-  grpc::Status Assign(grpc::ServerContext*, const v1::AssignRequest* req,
+  grpc::Status Assign(grpc::ServerContext* ctx, const v1::AssignRequest* req,
                       v1::AssignResponse* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kAssign);
+    if (!who.ok()) return ToGrpc(who.status());
     auto loaded = deps_.models->Load(req->model().name(), req->model().version());
     if (!loaded.ok()) return ToGrpc(loaded.status());
     const FittedModel& model = *loaded->first;
@@ -404,14 +493,18 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     return grpc::Status::OK;
   }
 
-  grpc::Status Predict(grpc::ServerContext*, const v1::PredictRequest* req,
+  grpc::Status Predict(grpc::ServerContext* ctx, const v1::PredictRequest* req,
                        v1::PredictResponse* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kPredict);
+    if (!who.ok()) return ToGrpc(who.status());
     return ToGrpc(PredictOne(*req, resp));
   }
 
   grpc::Status PredictStream(
       grpc::ServerContext* ctx,
       grpc::ServerReaderWriter<v1::PredictResponse, v1::PredictRequest>* stream) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kPredictStream);
+    if (!who.ok()) return ToGrpc(who.status());
     // Capped, but never timed out: a client may keep a prediction stream
     // open between sporadic batches.
     auto slot = AcquireStream("predict stream", ctx, /*idle=*/false);
@@ -428,8 +521,10 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     return grpc::Status::OK;
   }
 
-  grpc::Status GetClasses(grpc::ServerContext*, const v1::GetClassesRequest* req,
+  grpc::Status GetClasses(grpc::ServerContext* ctx, const v1::GetClassesRequest* req,
                           v1::GetClassesResponse* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kGetClasses);
+    if (!who.ok()) return ToGrpc(who.status());
     auto loaded = deps_.models->Load(req->model().name(), req->model().version());
     if (!loaded.ok()) return ToGrpc(loaded.status());
     auto table = loaded->first->Classes();

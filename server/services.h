@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "server/auth.h"
 #include "server/dataset_store.h"
 #include "server/job_manager.h"
 #include "server/metrics.h"
@@ -31,6 +32,8 @@ struct ServiceDeps {
   std::string data_dir;
   // The largest response a unary call may return (the server's send limit).
   int64_t max_message_bytes = 64 << 20;
+  // Identifies callers and applies the rule table (never null).
+  const Authenticator* auth = nullptr;
   // Optional (null when metrics are off).
   ServerMetrics* metrics = nullptr;
 };

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/run_context.h"
 #include "core/common/status_macros.h"
+#include "server/logging.h"
 #include "server/methods/method.h"
 #include "spdlog/spdlog.h"
 
@@ -333,6 +334,7 @@ void JobManager::ReleaseTransientDataset(const std::string& dataset_id,
 
 void JobManager::Run(const std::shared_ptr<Entry>& entry) {
   const std::string id = entry->job.id();
+  const ScopedJobLogContext log_context(id);
   const v1::JobSpec spec = entry->job.spec();
   spdlog::info("job {}: running for model {} on dataset {}", id, spec.model_name(), spec.dataset_id());
   Context ctx(this, entry);

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include <grpc/support/log.h>
+
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
@@ -16,6 +18,7 @@
 #include "dendro/version.h"
 #include "core/io/atomic_file.h"
 #include "server/auth.h"
+#include "server/logging.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
@@ -55,8 +58,19 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key");
 ABSL_FLAG(std::string, port_file, "",
           "if set, write the bound port here once serving (for --listen HOST:0)");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+ABSL_FLAG(std::string, log_format, "text",
+          "text, or json: one object per line with time, level, message, request_id, "
+          "principal, rpc and job_id");
 
 namespace {
+
+void LogFromGrpc(gpr_log_func_args* args) {
+  const spdlog::level::level_enum level =
+      args->severity == GPR_LOG_SEVERITY_ERROR   ? spdlog::level::warn
+      : args->severity == GPR_LOG_SEVERITY_INFO  ? spdlog::level::info
+                                                  : spdlog::level::debug;
+  spdlog::log(level, "grpc: {}", args->message);
+}
 
 // Blocks SIGTERM/SIGINT/SIGHUP in every thread and waits for them on a
 // dedicated one, so they are handled in ordinary code rather than a signal
@@ -137,7 +151,14 @@ int main(int argc, char** argv) {
     argv2.push_back(a.data());
   }
   absl::ParseCommandLine(static_cast<int>(argv2.size()), argv2.data());
-  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  if (absl::Status s = dendro::server::SetupLogging(absl::GetFlag(FLAGS_log_format),
+                                                    absl::GetFlag(FLAGS_log_level));
+      !s.ok()) {
+    std::cerr << "dendrod: " << s.message() << "\n";
+    return 2;
+  }
+  // gRPC's own messages go through the same logger (and format).
+  gpr_set_log_function(&LogFromGrpc);
 
   sigset_t set;
   sigemptyset(&set);

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cctype>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "dendro/v1/dendro.grpc.pb.h"
 #include "server/auth.h"
 #include "server/client_status.h"
+#include "server/logging.h"
 #include "core/common/status_macros.h"
 #include "core/hierarchy/export.h"
 #include "core/io/npy.h"
@@ -28,9 +30,12 @@ namespace {
 // Server-side faults are logged in full first.
 grpc::Status ToGrpc(const absl::Status& s, const ServiceDeps& deps) {
   if (s.ok()) return grpc::Status::OK;
+  // Every failed call leaves one line (with the request id the client got).
   if (s.code() == absl::StatusCode::kInternal || s.code() == absl::StatusCode::kDataLoss ||
       s.code() == absl::StatusCode::kUnknown) {
-    spdlog::error("request failed: {}", std::string(s.message()));
+    spdlog::error("request failed: {}", s.ToString());
+  } else {
+    spdlog::info("request failed: {}", s.ToString());
   }
   const absl::Status out = ForClient(s, deps.data_dir);
   return grpc::Status(static_cast<grpc::StatusCode>(out.code()), std::string(out.message()));
@@ -44,9 +49,21 @@ class ServiceBase {
   // Who is calling and whether they may call `rpc` (see server/auth.h).
   // Refusals are logged for the audit trail, with the peer.
   absl::StatusOr<Principal> Authorize(grpc::ServerContext* ctx, Rpc rpc) const {
+    // Every call gets a request id, in its trailing metadata and on every
+    // log line the handler writes. A client may propose its own.
+    LogContext& log = ThreadLogContext();
+    log = LogContext();
+    const auto& md = ctx->client_metadata();
+    if (auto it = md.find("x-request-id"); it != md.end() && IsRequestId(it->second)) {
+      log.request_id.assign(it->second.data(), it->second.size());
+    } else {
+      log.request_id = NewRequestId();
+    }
+    ctx->AddTrailingMetadata("x-request-id", log.request_id);
+    std::string_view method_name = RuleFor(rpc).method;
+    log.rpc = std::string(method_name.substr(method_name.rfind('/') + 1));
     std::optional<std::string_view> bearer;
     std::optional<std::string_view> common_name;
-    const auto& md = ctx->client_metadata();
     if (auto it = md.find("authorization"); it != md.end()) {
       bearer = std::string_view(it->second.data(), it->second.size());
     }
@@ -67,7 +84,18 @@ class ServiceBase {
                    std::string(allowed.message()), ctx->peer());
       return allowed;
     }
+    log.principal = who->name;
     return who;
+  }
+  // A client-proposed request id: 1 to 64 characters [A-Za-z0-9._-].
+  static bool IsRequestId(const grpc::string_ref& v) {
+    if (v.empty() || v.size() > 64) return false;
+    for (char c : v) {
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) {
+        return false;
+      }
+    }
+    return true;
   }
   // Records a destructive call for the audit trail.
   static void Audit(const Principal& who, const char* what, const std::string& target,

@@ -1,7 +1,5 @@
 #include "server/dataset_store.h"
 
-#include <sys/statvfs.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,8 +16,6 @@ namespace dendro::server {
 namespace {
 
 constexpr int64_t kMaxElements = int64_t{1} << 40;
-// Left free after an upload, for the catalogue and job outputs.
-constexpr int64_t kDiskHeadroomBytes = int64_t{64} << 20;
 
 int64_t MiB(int64_t bytes) { return (bytes + (int64_t{1} << 20) - 1) >> 20; }
 
@@ -94,14 +90,7 @@ absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
   }
   const std::string parent = header.transient() ? store_->transient_root_ : store_->root_;
   DENDRO_RETURN_IF_ERROR(MakeDirs(parent));
-  if (struct statvfs fs; ::statvfs(parent.c_str(), &fs) == 0) {
-    const int64_t free_bytes = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
-    if (total_bytes + kDiskHeadroomBytes > free_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "upload: the dataset needs ", MiB(total_bytes), " MiB but the server has ",
-          MiB(free_bytes), " MiB of disk free; delete datasets or models to free space"));
-    }
-  }
+  DENDRO_RETURN_IF_ERROR(store_->disk_.Check(total_bytes, "upload"));
   begun_ = true;
   header_ = header;
   expected_data_bytes_ = header.rows() * header.cols() * 4;
@@ -242,11 +231,13 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
 
 // --- DatasetStore -------------------------------------------------------------
 
-DatasetStore::DatasetStore(std::string data_dir, MetadataStore* meta, int64_t max_dataset_bytes)
+DatasetStore::DatasetStore(std::string data_dir, MetadataStore* meta, int64_t max_dataset_bytes,
+                           MinFreeDisk min_free)
     : root_(data_dir + "/datasets"),
       transient_root_(data_dir + "/transient"),
       meta_(meta),
-      max_dataset_bytes_(max_dataset_bytes) {}
+      max_dataset_bytes_(max_dataset_bytes),
+      disk_(data_dir, min_free) {}
 
 std::string DatasetStore::DirFor(const std::string& id, bool transient) const {
   return absl::StrCat(transient ? transient_root_ : root_, "/", id);

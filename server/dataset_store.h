@@ -24,6 +24,7 @@
 #include "core/io/npy.h"
 #include "core/matrix/matrix.h"
 #include "dendro/v1/dendro.pb.h"
+#include "server/disk_guard.h"
 #include "server/metadata_store.h"
 
 namespace dendro::server {
@@ -80,9 +81,12 @@ class DatasetUpload {
 class DatasetStore {
  public:
   // Uploads whose data and labels together exceed `max_dataset_bytes` are
-  // refused at the header, as are uploads the disk has no room for.
+  // refused at the header, as are uploads that would leave less than
+  // `min_free` of the disk free (see DiskGuard).
   DatasetStore(std::string data_dir, MetadataStore* meta,
-               int64_t max_dataset_bytes = kDefaultMaxDatasetBytes);
+               int64_t max_dataset_bytes = kDefaultMaxDatasetBytes, MinFreeDisk min_free = {});
+  // The data volume's guard, shared with the job manager.
+  const DiskGuard& disk() const { return disk_; }
   static constexpr int64_t kDefaultMaxDatasetBytes = int64_t{64} << 30;
 
   std::unique_ptr<DatasetUpload> StartUpload() {
@@ -108,6 +112,7 @@ class DatasetStore {
   std::string transient_root_;  // <data_dir>/transient
   MetadataStore* meta_;
   const int64_t max_dataset_bytes_;
+  const DiskGuard disk_;
   std::mutex mu_;
   std::map<std::string, std::weak_ptr<const LoadedDataset>> open_;
 };

@@ -167,6 +167,8 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
   if (spec.dataset_id().empty()) return absl::InvalidArgumentError("job spec: dataset_id is empty");
   DENDRO_ASSIGN_OR_RETURN(v1::Dataset dataset, datasets_->Get(spec.dataset_id()));
   DENDRO_RETURN_IF_ERROR(method->Validate(spec, dataset, options_.limits));
+  // A fit writes a model: refuse it while the disk is at its floor.
+  DENDRO_RETURN_IF_ERROR(datasets_->disk().Check(0, "job"));
   if (std::optional<v1::ModelRef> base = method->BaseModel(spec)) {
     DENDRO_ASSIGN_OR_RETURN(v1::Model base_model, models_->Get(base->name(), base->version()));
     if (base_model.method() != std::string(method->name())) {

@@ -39,6 +39,9 @@ ABSL_FLAG(int64_t, max_job_memory_mb, 0,
           "estimated peak memory one job may need; larger specs are refused at submit "
           "(0: three quarters of the machine's or cgroup's memory)");
 ABSL_FLAG(int64_t, max_dataset_mb, 65536, "largest dataset an upload may declare, in MiB");
+ABSL_FLAG(std::string, min_free_disk, "",
+          "free space the data volume keeps: uploads and jobs are refused below it "
+          "(a percentage like 5%, or MiB; at least 64 MiB in any case)");
 ABSL_FLAG(int, max_streams, 64,
           "concurrent streaming calls (uploads, job watches, prediction streams); more are "
           "refused with RESOURCE_EXHAUSTED");
@@ -179,6 +182,7 @@ int main(int argc, char** argv) {
   options.max_job_memory_bytes = absl::GetFlag(FLAGS_max_job_memory_mb) << 20;
   options.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_mb) << 20;
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
+  options.min_free_disk = absl::GetFlag(FLAGS_min_free_disk);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.auth_keys_file = absl::GetFlag(FLAGS_auth_keys);
   options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

@@ -128,8 +128,9 @@ absl::Status DendroServer::Start() {
   DENDRO_RETURN_IF_ERROR(MakeDirs(options_.data_dir));
   DENDRO_RETURN_IF_ERROR(LockDataDir(options_.data_dir, &s.lock_fd));
   DENDRO_ASSIGN_OR_RETURN(s.meta, MetadataStore::Open(options_.data_dir + "/metadata.db"));
+  DENDRO_ASSIGN_OR_RETURN(MinFreeDisk min_free, ParseMinFreeDisk(options_.min_free_disk));
   s.datasets = std::make_unique<DatasetStore>(options_.data_dir, s.meta.get(),
-                                              options_.max_dataset_bytes);
+                                              options_.max_dataset_bytes, min_free);
   s.models = std::make_unique<ModelRegistry>(options_.data_dir, s.meta.get());
   // A catalogue that cannot be read stops the start: sweeping against it
   // would delete every dataset and model as an orphan.

@@ -26,6 +26,7 @@ struct ServerOptions {
   absl::Duration job_stop_timeout = absl::Seconds(10);
   int64_t max_job_memory_bytes = 0;             // 0: DefaultJobMemoryBytes()
   int64_t max_dataset_bytes = int64_t{64} << 30;  // one upload's data + labels
+  std::string min_free_disk;                    // "5%" or MiB; see DiskGuard
   int max_streams = 64;                         // concurrent streaming RPCs
   absl::Duration upload_idle_timeout = absl::Seconds(60);
   int max_message_bytes = 64 << 20;

@@ -1,6 +1,9 @@
 #include "server/job_manager.h"
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include <algorithm>
+#include <cctype>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -161,7 +164,16 @@ bool JobManager::Shutdown(absl::Duration grace) {
 }
 
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
-                                           const std::string& owner) {
+                                           const std::string& owner,
+                                           const std::string& request_id) {
+  if (!request_id.empty()) {
+    DENDRO_RETURN_IF_ERROR(ValidateRequestId(request_id));
+    // A retry: answer with the first call's job, before anything else (its
+    // transient dataset may be gone by now).
+    DENDRO_ASSIGN_OR_RETURN(std::optional<v1::Job> previous,
+                            meta_->FindJobByRequest(owner, request_id));
+    if (previous.has_value()) return Replay(*previous, submitted);
+  }
   v1::JobSpec spec = submitted;
   DENDRO_ASSIGN_OR_RETURN(const Method* method, options_.resolve_method(spec));
   if (spec.dataset_id().empty()) return absl::InvalidArgumentError("job spec: dataset_id is empty");
@@ -186,23 +198,60 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
   v1::Job& job = entry->job;
   job.set_id(NewId("job"));
   job.set_owner(owner);
+  job.set_request_id(request_id);
   *job.mutable_spec() = spec;
   job.set_state(v1::JOB_STATE_QUEUED);
   job.set_stage("queued");
   SetNow(job.mutable_create_time());
 
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!accepting_) return absl::UnavailableError("server is shutting down; job not accepted");
-  if (static_cast<int>(queue_.size()) >= options_.queue_capacity) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "job queue is full (", queue_.size(), " jobs waiting, capacity ",
-        options_.queue_capacity, "); retry later"));
+  absl::Status published;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!accepting_) return absl::UnavailableError("server is shutting down; job not accepted");
+    if (static_cast<int>(queue_.size()) >= options_.queue_capacity) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "job queue is full (", queue_.size(), " jobs waiting, capacity ",
+          options_.queue_capacity, "); retry later"));
+    }
+    published = PublishLocked(*entry);
+    if (published.ok()) {
+      queue_.push_back(job.id());
+      active_[job.id()] = entry;
+      queue_cv_.notify_one();
+      return job;
+    }
   }
-  DENDRO_RETURN_IF_ERROR(PublishLocked(*entry));
-  queue_.push_back(job.id());
-  active_[job.id()] = entry;
-  queue_cv_.notify_one();
-  return job;
+  if (absl::IsAlreadyExists(published) && !request_id.empty()) {
+    // The same request raced this one and was recorded first.
+    DENDRO_ASSIGN_OR_RETURN(std::optional<v1::Job> previous,
+                            meta_->FindJobByRequest(owner, request_id));
+    if (previous.has_value()) return Replay(*previous, submitted);
+  }
+  return published;
+}
+
+absl::Status JobManager::ValidateRequestId(const std::string& request_id) {
+  bool ok = request_id.size() <= 128;
+  for (char c : request_id) {
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
+  }
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "request_id must be 1 to 128 characters from [A-Za-z0-9._-]");
+}
+
+absl::StatusOr<v1::Job> JobManager::Replay(const v1::Job& previous,
+                                           const v1::JobSpec& submitted) {
+  v1::JobSpec normalised = submitted;
+  // The server fills an hppca_add job's model name from its base.
+  if (normalised.model_name().empty()) normalised.set_model_name(previous.spec().model_name());
+  if (!google::protobuf::util::MessageDifferencer::Equals(normalised, previous.spec())) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "request_id '", previous.request_id(), "' was already used for job ", previous.id(),
+        " with a different spec"));
+  }
+  spdlog::info("job {}: returned again for request id {}", previous.id(), previous.request_id());
+  return Get(previous.id());
 }
 
 absl::Status JobManager::CheckMethodChange(const v1::JobSpec& spec, const Method& method) {

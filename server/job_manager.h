@@ -89,7 +89,11 @@ class JobManager {
   bool Shutdown(absl::Duration grace);
 
   // `owner`: the submitting principal, recorded on the job and its model.
-  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& owner = "");
+  // With a `request_id`, a repeat of the same (owner, request_id) returns
+  // the first job instead of creating another (ALREADY_EXISTS if the spec
+  // differs).
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& owner = "",
+                                 const std::string& request_id = "");
   absl::StatusOr<v1::Job> Get(const std::string& id);
   absl::StatusOr<Page<v1::Job>> List(int64_t after_seq, int limit) {
     return meta_->ListJobs(after_seq, limit);
@@ -117,6 +121,9 @@ class JobManager {
 
   void WorkerLoop();
   void Run(const std::shared_ptr<Entry>& entry);
+  static absl::Status ValidateRequestId(const std::string& request_id);
+  // The answer to a repeated request: `previous` as it is now.
+  absl::StatusOr<v1::Job> Replay(const v1::Job& previous, const v1::JobSpec& submitted);
   // Cancel() without the transient-dataset release (takes mu_ itself).
   absl::StatusOr<v1::Job> CancelEntry(const std::string& id);
   // Deletes a transient dataset unless a queued or running job other than

@@ -27,6 +27,7 @@ absl::Status SqliteError(sqlite3* db, int rc, std::string_view what) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the server's disk is full (", detail, "); delete datasets or models to free space"));
   }
+  if (primary == SQLITE_CONSTRAINT) return absl::AlreadyExistsError(detail);
   if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) {
     return absl::UnavailableError(detail);
   }
@@ -200,6 +201,7 @@ absl::StatusOr<std::unique_ptr<MetadataStore>> MetadataStore::Open(const std::st
   sqlite3_busy_timeout(db, 5000);
   std::unique_ptr<MetadataStore> store(new MetadataStore(db, path + ".reserve"));
   DENDRO_RETURN_IF_ERROR(store->Exec(kSchema));
+  DENDRO_RETURN_IF_ERROR(store->Migrate());
   store->RestoreReserveLocked();
   return store;
 }
@@ -244,6 +246,25 @@ auto MetadataStore::DeleteWithReserveLocked(Fn fn) -> decltype(fn()) {
 }
 
 MetadataStore::~MetadataStore() { sqlite3_close(db_); }
+
+absl::Status MetadataStore::Migrate() {
+  // Catalogues made before jobs had request ids lack the column.
+  bool has_request_key = false;
+  {
+    Stmt st(db_, "SELECT name FROM pragma_table_info('jobs')");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    for (;;) {
+      DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      if (st.Text(0) == "request_key") has_request_key = true;
+    }
+  }
+  if (!has_request_key) {
+    DENDRO_RETURN_IF_ERROR(Exec("ALTER TABLE jobs ADD COLUMN request_key TEXT"));
+  }
+  return Exec("CREATE UNIQUE INDEX IF NOT EXISTS jobs_request_key ON jobs (request_key) "
+              "WHERE request_key IS NOT NULL");
+}
 
 absl::Status MetadataStore::Exec(const char* sql) {
   char* err = nullptr;
@@ -304,9 +325,15 @@ absl::StatusOr<std::vector<std::string>> MetadataStore::AllDatasetIds() {
 // --- jobs -------------------------------------------------------------------
 
 namespace {
+// "<owner>\n<request id>", or "" (stored as NULL) without a request id.
+std::string RequestKey(const std::string& owner, const std::string& request_id) {
+  return request_id.empty() ? std::string() : absl::StrCat(owner, "\n", request_id);
+}
+
 absl::Status UpsertJob(sqlite3* db, const v1::Job& job) {
   Stmt st(db,
-          "INSERT INTO jobs (id, state, dataset_id, record) VALUES (?, ?, ?, ?) "
+          "INSERT INTO jobs (id, state, dataset_id, record, request_key) "
+          "VALUES (?, ?, ?, ?, NULLIF(?, '')) "
           "ON CONFLICT(id) DO UPDATE SET state = excluded.state, "
           "record = excluded.record");
   DENDRO_RETURN_IF_ERROR(st.prepared());
@@ -314,6 +341,7 @@ absl::Status UpsertJob(sqlite3* db, const v1::Job& job) {
       .Bind(2, static_cast<int64_t>(job.state()))
       .Bind(3, job.spec().dataset_id())
       .BindBlob(4, job.SerializeAsString())
+      .Bind(5, RequestKey(job.owner(), job.request_id()))
       .Run();
 }
 }  // namespace
@@ -321,6 +349,18 @@ absl::Status UpsertJob(sqlite3* db, const v1::Job& job) {
 absl::Status MetadataStore::PutJob(const v1::Job& job) {
   std::lock_guard<std::mutex> lock(mu_);
   return UpsertJob(db_, job);
+}
+
+absl::StatusOr<std::optional<v1::Job>> MetadataStore::FindJobByRequest(
+    const std::string& owner, const std::string& request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "SELECT record FROM jobs WHERE request_key = ?");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  st.Bind(1, RequestKey(owner, request_id));
+  DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return std::optional<v1::Job>();
+  DENDRO_ASSIGN_OR_RETURN(v1::Job job, Decode<v1::Job>(st.Text(0), "job"));
+  return std::optional<v1::Job>(std::move(job));
 }
 
 absl::StatusOr<v1::Job> MetadataStore::GetJob(const std::string& id) {

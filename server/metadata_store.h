@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +54,10 @@ class MetadataStore {
   // Insert or replace by id.
   absl::Status PutJob(const v1::Job& job);
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
+  // The job `owner` created under SubmitJobRequest.request_id, if any.
+  // PutJob refuses (ALREADY_EXISTS) a second job with the same pair.
+  absl::StatusOr<std::optional<v1::Job>> FindJobByRequest(const std::string& owner,
+                                                          const std::string& request_id);
   absl::StatusOr<Page<v1::Job>> ListJobs(int64_t after_seq, int limit);
   // Jobs in QUEUED or RUNNING state, oldest first.
   absl::StatusOr<std::vector<v1::Job>> UnfinishedJobs();
@@ -77,6 +82,8 @@ class MetadataStore {
   MetadataStore(sqlite3* db, std::string reserve_path)
       : db_(db), reserve_path_(std::move(reserve_path)) {}
   absl::Status Exec(const char* sql);
+  // Brings an older catalogue's schema up to date (idempotent).
+  absl::Status Migrate();
 
   // Full-disk handling. A few MiB are kept allocated in `reserve_path_`;
   // when a delete fails because the disk is full, the reserve is released

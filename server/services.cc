@@ -297,7 +297,7 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
                          v1::Job* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kSubmitJob);
     if (!who.ok()) return ToGrpc(who.status());
-    auto job = deps_.jobs->Submit(req->spec(), who->name);
+    auto job = deps_.jobs->Submit(req->spec(), who->name, req->request_id());
     if (!job.ok()) return ToGrpc(job.status());
     *resp = *std::move(job);
     return grpc::Status::OK;

@@ -610,6 +610,95 @@ TEST_F(RobustnessTest, AMethodChangeUnderAModelNameMustBeAskedFor) {
   Wait(job.id());
 }
 
+// --- Idempotent SubmitJob ------------------------------------------------------
+
+TEST_F(RobustnessTest, ARetriedSubmitWithTheSameRequestIdReturnsTheSameJob) {
+  StartServer();
+  std::vector<int64_t> labels;
+  const std::vector<float> x = MakeLogits(800, 2, 3, 6, &labels);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, 800, 6, &ds, nullptr, 1 << 20, /*transient=*/true).ok());
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->set_dataset_id(ds.id());
+  req.mutable_spec()->set_model_name("once");
+  req.mutable_spec()->mutable_l2h();
+  req.set_request_id("retry-1");
+  auto submit = [&](const v1::SubmitJobRequest& r, v1::Job* job) {
+    grpc::ClientContext ctx;
+    return jobs_->SubmitJob(&ctx, r, job);
+  };
+  // Concurrent duplicates, as a client retrying on a timeout might send.
+  std::vector<std::thread> threads;
+  std::vector<v1::Job> jobs(8);
+  std::vector<grpc::Status> codes(8);
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] { codes[i] = submit(req, &jobs[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(codes[i].ok()) << codes[i].error_message();
+    EXPECT_EQ(jobs[i].id(), jobs[0].id());
+  }
+  EXPECT_EQ(jobs[0].request_id(), "retry-1");
+  ASSERT_EQ(Wait(jobs[0].id()).state(), v1::JOB_STATE_SUCCEEDED);
+  // After it finished (and its transient dataset is gone): the same job.
+  v1::Job again;
+  ASSERT_TRUE(submit(req, &again).ok());
+  EXPECT_EQ(again.id(), jobs[0].id());
+  EXPECT_EQ(again.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(again.model_version(), 1);
+  {
+    grpc::ClientContext ctx;
+    v1::ListModelsRequest lreq;
+    lreq.set_name("once");
+    v1::ListModelsResponse list;
+    ASSERT_TRUE(models_->ListModels(&ctx, lreq, &list).ok());
+    EXPECT_EQ(list.models_size(), 1);
+  }
+  // The id with another spec, and malformed ids.
+  v1::SubmitJobRequest other = req;
+  other.mutable_spec()->set_model_name("twice");
+  grpc::Status s = submit(other, &again);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(s.error_message(), HasSubstr("different spec"));
+  for (const std::string bad : {std::string(129, 'a'), std::string("has space"),
+                                std::string("slash/")}) {
+    v1::SubmitJobRequest r = req;
+    r.set_request_id(bad);
+    EXPECT_EQ(submit(r, &again).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+  }
+}
+
+TEST_F(RobustnessTest, AnOlderCatalogueGainsTheRequestIdColumn) {
+  std::filesystem::create_directories(dir_);
+  const std::string db = (dir_ / "metadata.db").string();
+  {
+    sqlite3* h = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(h,
+                           "CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT "
+                           "NOT NULL UNIQUE, state INTEGER NOT NULL, dataset_id TEXT NOT NULL, "
+                           "record BLOB NOT NULL);",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(h);
+  }
+  auto meta = MetadataStore::Open(db);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  v1::Job job;
+  job.set_id("job-1");
+  job.set_owner("ann");
+  job.set_request_id("r");
+  ASSERT_TRUE((*meta)->PutJob(job).ok());
+  auto found = (*meta)->FindJobByRequest("ann", "r");
+  ASSERT_TRUE(found.ok());
+  ASSERT_TRUE(found->has_value());
+  EXPECT_EQ((*found)->id(), "job-1");
+  EXPECT_FALSE((*meta)->FindJobByRequest("bob", "r")->has_value());
+  job.set_id("job-2");
+  EXPECT_EQ((*meta)->PutJob(job).code(), absl::StatusCode::kAlreadyExists);
+}
+
 // --- One owner per address and data directory ------------------------------
 
 TEST_F(RobustnessTest, ASecondServerOnTheSameDataDirectoryOrPortIsRefused) {

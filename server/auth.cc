@@ -29,6 +29,7 @@ constexpr RpcRule kRules[] = {
     {Rpc::kCancelJob, "/dendro.v1.JobService/CancelJob", Role::kWriter},
     {Rpc::kWatchJob, "/dendro.v1.JobService/WatchJob", Role::kReader},
     {Rpc::kWaitJob, "/dendro.v1.JobService/WaitJob", Role::kReader},
+    {Rpc::kDeleteJob, "/dendro.v1.JobService/DeleteJob", Role::kAdmin},
     {Rpc::kGetModel, "/dendro.v1.ModelService/GetModel", Role::kReader},
     {Rpc::kListModels, "/dendro.v1.ModelService/ListModels", Role::kReader},
     {Rpc::kDeleteModel, "/dendro.v1.ModelService/DeleteModel", Role::kAdmin},

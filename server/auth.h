@@ -73,7 +73,7 @@ class KeyTable {
 // Every RPC of the dendro.v1 services.
 enum class Rpc {
   kUploadDataset, kGetDataset, kListDatasets, kDeleteDataset,
-  kSubmitJob, kGetJob, kListJobs, kCancelJob, kWatchJob, kWaitJob,
+  kSubmitJob, kGetJob, kListJobs, kCancelJob, kWatchJob, kWaitJob, kDeleteJob,
   kGetModel, kListModels, kDeleteModel, kGetTree, kAssign, kPredict, kPredictStream,
   kGetClasses,
 };

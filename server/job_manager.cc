@@ -115,6 +115,9 @@ absl::Status JobManager::Start() {
   for (int i = 0; i < std::max(1, options_.workers); ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
+  if (options_.retention > absl::ZeroDuration()) {
+    retention_thread_ = std::thread([this] { RetentionLoop(); });
+  }
   queue_cv_.notify_all();
   return absl::OkStatus();
 }
@@ -128,6 +131,7 @@ bool JobManager::Shutdown(absl::Duration grace) {
     changed_cv_.wait_for(lock, std::chrono::milliseconds(50));
   }
   stopping_ = true;
+  retention_cv_.notify_all();
   for (auto& [id, entry] : active_) {
     if (entry->job.state() == v1::JOB_STATE_RUNNING) {
       entry->interrupted = true;
@@ -138,6 +142,11 @@ bool JobManager::Shutdown(absl::Duration grace) {
   const absl::Time stop_deadline = absl::Now() + options_.stop_timeout;
   while (running_ > 0 && absl::Now() < stop_deadline) {
     changed_cv_.wait_for(lock, std::chrono::milliseconds(20));
+  }
+  if (retention_thread_.joinable()) {
+    lock.unlock();
+    retention_thread_.join();  // wakes on stopping_
+    lock.lock();
   }
   if (running_ > 0) {
     // A method that ignores cancellation must not hold the process: record
@@ -264,6 +273,38 @@ absl::Status JobManager::CheckMethodChange(const v1::JobSpec& spec, const Method
       "model name '", spec.model_name(), "' holds ", latest->method(), " models (latest v",
       latest->version(), "); refusing to add a ", std::string(method.name()),
       " version under it unless allow_method_change is set"));
+}
+
+absl::Status JobManager::Delete(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (active_.count(id) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", id, "' is queued or running; cancel it first"));
+    }
+  }
+  return meta_->DeleteJob(id);
+}
+
+void JobManager::RetentionLoop() {
+  // Often enough that a record outlives its retention by at most a tenth
+  // of it (and never by more than ten minutes).
+  const absl::Duration period =
+      std::clamp(options_.retention / 10, absl::Seconds(1), absl::Minutes(10));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    lock.unlock();
+    const int64_t cutoff = absl::ToUnixSeconds(absl::Now() - options_.retention);
+    absl::StatusOr<int> removed = meta_->DeleteJobsEndedBefore(cutoff);
+    if (!removed.ok()) {
+      spdlog::warn("job retention: {}", removed.status().ToString());
+    } else if (*removed > 0) {
+      spdlog::info("job retention: removed {} finished job record(s) older than {}", *removed,
+                   absl::FormatDuration(options_.retention));
+    }
+    lock.lock();
+    retention_cv_.wait_for(lock, absl::ToChronoNanoseconds(period), [this] { return stopping_; });
+  }
 }
 
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {

@@ -64,6 +64,9 @@ class JobManager {
     // Maps a spec to its Method; MethodForSpec unless a test substitutes
     // one (e.g. a method that blocks until cancelled).
     std::function<absl::StatusOr<const Method*>(const v1::JobSpec&)> resolve_method;
+    // Finished job records older than this are removed (their models stay);
+    // zero keeps them forever.
+    absl::Duration retention = absl::ZeroDuration();
     // Called (with the manager's lock held: keep it cheap) when a job that
     // ran has ended SUCCEEDED, FAILED or CANCELLED. Optional.
     std::function<void(const v1::Job&)> on_finished;
@@ -99,6 +102,9 @@ class JobManager {
     return meta_->ListJobs(after_seq, limit);
   }
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
+  // Removes a finished job's record; FAILED_PRECONDITION while it is queued
+  // or running.
+  absl::Status Delete(const std::string& id);
   // Blocks until the job has changed since `*seen` (a change counter the
   // caller keeps, start at 0), the job is finished, or `deadline` passes;
   // returns the current job and updates `*seen`.
@@ -121,6 +127,8 @@ class JobManager {
 
   void WorkerLoop();
   void Run(const std::shared_ptr<Entry>& entry);
+  // Applies Options::retention periodically until Shutdown.
+  void RetentionLoop();
   static absl::Status ValidateRequestId(const std::string& request_id);
   // The answer to a repeated request: `previous` as it is now.
   absl::StatusOr<v1::Job> Replay(const v1::Job& previous, const v1::JobSpec& submitted);
@@ -156,6 +164,8 @@ class JobManager {
   bool stopping_ = false;
   bool abandoned_ = false;  // jobs outlived stop_timeout; workers detached
   std::vector<std::thread> workers_;
+  std::condition_variable retention_cv_;  // stopping_
+  std::thread retention_thread_;
 };
 
 }  // namespace dendro::server

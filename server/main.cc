@@ -35,6 +35,8 @@ ABSL_FLAG(int, job_stop_seconds, 10,
 ABSL_FLAG(int, max_job_attempts, 3,
           "a job started this many times without finishing (the server went down under it) "
           "is FAILED instead of re-queued");
+ABSL_FLAG(double, job_retention_days, 0,
+          "finished job records older than this are removed (their models stay); 0 keeps them");
 ABSL_FLAG(int64_t, max_job_memory_mb, 0,
           "estimated peak memory one job may need; larger specs are refused at submit "
           "(0: three quarters of the machine's or cgroup's memory)");
@@ -179,6 +181,7 @@ int main(int argc, char** argv) {
   options.drain_grace = absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
   options.job_stop_timeout = absl::Seconds(absl::GetFlag(FLAGS_job_stop_seconds));
   options.max_job_attempts = absl::GetFlag(FLAGS_max_job_attempts);
+  options.job_retention = absl::Hours(24 * absl::GetFlag(FLAGS_job_retention_days));
   options.max_job_memory_bytes = absl::GetFlag(FLAGS_max_job_memory_mb) << 20;
   options.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_mb) << 20;
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
@@ -193,11 +196,12 @@ int main(int argc, char** argv) {
   if (options.workers < 1 || options.queue_capacity < 1 || options.max_message_bytes <= 0 ||
       options.max_job_attempts < 1 || options.max_dataset_bytes <= 0 || options.max_streams < 1 ||
       options.upload_idle_timeout <= absl::ZeroDuration() ||
-      options.job_stop_timeout < absl::ZeroDuration() || options.max_job_memory_bytes < 0) {
+      options.job_stop_timeout < absl::ZeroDuration() || options.max_job_memory_bytes < 0 ||
+      !(absl::GetFlag(FLAGS_job_retention_days) >= 0)) {
     fprintf(stderr,
             "dendrod: --workers, --queue_size, --max_message_mb, --max_job_attempts, "
             "--max_dataset_mb, --max_streams and --upload_idle_seconds must be >= 1; "
-            "--job_stop_seconds and --max_job_memory_mb >= 0\n");
+            "--job_stop_seconds, --max_job_memory_mb and --job_retention_days >= 0\n");
     return 2;
   }
 

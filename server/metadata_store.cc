@@ -248,8 +248,10 @@ auto MetadataStore::DeleteWithReserveLocked(Fn fn) -> decltype(fn()) {
 MetadataStore::~MetadataStore() { sqlite3_close(db_); }
 
 absl::Status MetadataStore::Migrate() {
-  // Catalogues made before jobs had request ids lack the column.
+  // Catalogues made before jobs had request ids or end times lack those
+  // columns (end_seconds stays NULL for their old finished jobs).
   bool has_request_key = false;
+  bool has_end_seconds = false;
   {
     Stmt st(db_, "SELECT name FROM pragma_table_info('jobs')");
     DENDRO_RETURN_IF_ERROR(st.prepared());
@@ -257,10 +259,14 @@ absl::Status MetadataStore::Migrate() {
       DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
       if (!row) break;
       if (st.Text(0) == "request_key") has_request_key = true;
+      if (st.Text(0) == "end_seconds") has_end_seconds = true;
     }
   }
   if (!has_request_key) {
     DENDRO_RETURN_IF_ERROR(Exec("ALTER TABLE jobs ADD COLUMN request_key TEXT"));
+  }
+  if (!has_end_seconds) {
+    DENDRO_RETURN_IF_ERROR(Exec("ALTER TABLE jobs ADD COLUMN end_seconds INTEGER"));
   }
   return Exec("CREATE UNIQUE INDEX IF NOT EXISTS jobs_request_key ON jobs (request_key) "
               "WHERE request_key IS NOT NULL");
@@ -332,16 +338,17 @@ std::string RequestKey(const std::string& owner, const std::string& request_id) 
 
 absl::Status UpsertJob(sqlite3* db, const v1::Job& job) {
   Stmt st(db,
-          "INSERT INTO jobs (id, state, dataset_id, record, request_key) "
-          "VALUES (?, ?, ?, ?, NULLIF(?, '')) "
+          "INSERT INTO jobs (id, state, dataset_id, record, request_key, end_seconds) "
+          "VALUES (?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, 0)) "
           "ON CONFLICT(id) DO UPDATE SET state = excluded.state, "
-          "record = excluded.record");
+          "record = excluded.record, end_seconds = excluded.end_seconds");
   DENDRO_RETURN_IF_ERROR(st.prepared());
   return st.Bind(1, job.id())
       .Bind(2, static_cast<int64_t>(job.state()))
       .Bind(3, job.spec().dataset_id())
       .BindBlob(4, job.SerializeAsString())
       .Bind(5, RequestKey(job.owner(), job.request_id()))
+      .Bind(6, static_cast<int64_t>(job.end_time().seconds()))
       .Run();
 }
 }  // namespace
@@ -361,6 +368,33 @@ absl::StatusOr<std::optional<v1::Job>> MetadataStore::FindJobByRequest(
   if (!row) return std::optional<v1::Job>();
   DENDRO_ASSIGN_OR_RETURN(v1::Job job, Decode<v1::Job>(st.Text(0), "job"));
   return std::optional<v1::Job>(std::move(job));
+}
+
+absl::Status MetadataStore::DeleteJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return DeleteWithReserveLocked([&]() -> absl::Status {
+    Stmt st(db_, "DELETE FROM jobs WHERE id = ?");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    DENDRO_RETURN_IF_ERROR(st.Bind(1, id).Run());
+    if (sqlite3_changes(db_) == 0) {
+      return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<int> MetadataStore::DeleteJobsEndedBefore(int64_t epoch_seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return DeleteWithReserveLocked([&]() -> absl::StatusOr<int> {
+    Stmt st(db_, "DELETE FROM jobs WHERE state IN (?, ?, ?) AND end_seconds < ?");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    DENDRO_RETURN_IF_ERROR(st.Bind(1, static_cast<int64_t>(v1::JOB_STATE_SUCCEEDED))
+                               .Bind(2, static_cast<int64_t>(v1::JOB_STATE_FAILED))
+                               .Bind(3, static_cast<int64_t>(v1::JOB_STATE_CANCELLED))
+                               .Bind(4, epoch_seconds)
+                               .Run());
+    return sqlite3_changes(db_);
+  });
 }
 
 absl::StatusOr<v1::Job> MetadataStore::GetJob(const std::string& id) {

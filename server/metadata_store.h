@@ -54,6 +54,11 @@ class MetadataStore {
   // Insert or replace by id.
   absl::Status PutJob(const v1::Job& job);
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
+  // Removes a job's record (any state: callers check it is finished).
+  absl::Status DeleteJob(const std::string& id);
+  // Removes finished jobs whose end_time is before `epoch_seconds`;
+  // returns how many.
+  absl::StatusOr<int> DeleteJobsEndedBefore(int64_t epoch_seconds);
   // The job `owner` created under SubmitJobRequest.request_id, if any.
   // PutJob refuses (ALREADY_EXISTS) a second job with the same pair.
   absl::StatusOr<std::optional<v1::Job>> FindJobByRequest(const std::string& owner,

@@ -146,6 +146,7 @@ absl::Status DendroServer::Start() {
   jopts.workers = options_.workers;
   jopts.queue_capacity = options_.queue_capacity;
   jopts.max_attempts = options_.max_job_attempts;
+  jopts.retention = options_.job_retention;
   jopts.stop_timeout = options_.job_stop_timeout;
   jopts.limits.memory_bytes = options_.max_job_memory_bytes > 0 ? options_.max_job_memory_bytes
                                                                 : DefaultJobMemoryBytes();

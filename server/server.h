@@ -23,6 +23,7 @@ struct ServerOptions {
   int workers = 1;
   int queue_capacity = 64;
   int max_job_attempts = 3;                     // see JobManager::Options
+  absl::Duration job_retention = absl::ZeroDuration();  // 0: keep finished jobs
   absl::Duration job_stop_timeout = absl::Seconds(10);
   int64_t max_job_memory_bytes = 0;             // 0: DefaultJobMemoryBytes()
   int64_t max_dataset_bytes = int64_t{64} << 30;  // one upload's data + labels

@@ -370,6 +370,15 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
     }
   }
 
+  grpc::Status DeleteJob(grpc::ServerContext* ctx, const v1::DeleteJobRequest* req,
+                         v1::DeleteJobResponse*) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kDeleteJob);
+    if (!who.ok()) return ToGrpc(who.status());
+    const grpc::Status out = ToGrpc(deps_.jobs->Delete(req->id()));
+    Audit(*who, "deleted job", req->id(), ctx, out);
+    return out;
+  }
+
   grpc::Status WaitJob(grpc::ServerContext* ctx, const v1::WaitJobRequest* req,
                        v1::Job* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kWaitJob);

@@ -669,6 +669,61 @@ TEST_F(RobustnessTest, ARetriedSubmitWithTheSameRequestIdReturnsTheSameJob) {
   }
 }
 
+TEST_F(RobustnessTest, FinishedJobRecordsCanBeDeletedAndExpire) {
+  BlockingMethod blocking;
+  std::atomic<bool> block{true};
+  ServerOptions opts;
+  opts.job_retention = absl::Seconds(1);
+  opts.resolve_method = [&](const v1::JobSpec& spec) -> absl::StatusOr<const Method*> {
+    if (block) return &blocking;
+    return MethodForSpec(spec);
+  };
+  StartServer(opts);
+  const std::string ds = SmallDataset();
+  auto delete_job = [&](const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::DeleteJobRequest req;
+    req.set_id(id);
+    v1::DeleteJobResponse resp;
+    return jobs_->DeleteJob(&ctx, req, &resp);
+  };
+  auto get_job = [&](const std::string& id, v1::Job* job) {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_id(id);
+    return jobs_->GetJob(&ctx, req, job);
+  };
+  grpc::Status st;
+  v1::Job running = Submit(ds, "kept", &st);
+  WaitUntilState(running.id(), v1::JOB_STATE_RUNNING);
+  grpc::Status s = delete_job(running.id());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("cancel it first"));
+  ASSERT_TRUE(Cancel(running.id()).ok());
+  EXPECT_EQ(Wait(running.id()).state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(delete_job("job-nope").error_code(), grpc::StatusCode::NOT_FOUND);
+
+  block = false;
+  v1::Job done = Submit(ds, "kept", &st);
+  ASSERT_EQ(Wait(done.id()).state(), v1::JOB_STATE_SUCCEEDED);
+  ASSERT_TRUE(delete_job(done.id()).ok());
+  v1::Job gone;
+  EXPECT_EQ(get_job(done.id(), &gone).error_code(), grpc::StatusCode::NOT_FOUND);
+  // The model it made stays.
+  {
+    grpc::ClientContext ctx;
+    v1::GetModelRequest req;
+    req.mutable_model()->set_name("kept");
+    v1::Model model;
+    EXPECT_TRUE(models_->GetModel(&ctx, req, &model).ok());
+  }
+  // The cancelled one expires by itself (retention 1 s).
+  for (int i = 0; i < 300 && get_job(running.id(), &gone).ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(get_job(running.id(), &gone).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
 TEST_F(RobustnessTest, AnOlderCatalogueGainsTheRequestIdColumn) {
   std::filesystem::create_directories(dir_);
   const std::string db = (dir_ / "metadata.db").string();

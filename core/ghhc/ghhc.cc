@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -516,6 +517,7 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   std::vector<int32_t> parents;
   const int64_t report_every = std::max<int64_t>(1, steps / 1000);
   int64_t seen = 0;
+  const std::function<bool()> cancelled = [&ctx] { return ctx.Cancelled(); };
   for (int64_t step = 0; step < steps; ++step) {
     if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
     const int64_t bsize = std::min(batch, total - seen);
@@ -587,8 +589,12 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
 
     if (options.margin_every > 0 && options.margin_steps > 0 &&
         (step + 1) % options.margin_every == 0) {
-      parents = ghhc::NodeParents(z, threads.threads(), /*float_products=*/true);
+      parents = ghhc::NodeParents(z, threads.threads(), /*float_products=*/true, cancelled);
+      if (parents.empty()) return absl::CancelledError("job cancelled");
       for (int32_t r = 0; r < options.margin_steps; ++r) {
+        // Each step is O(M d): polling every step costs nothing and bounds
+        // the wait for a cancel by one step, whatever margin_steps is.
+        if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
         grad.setZero();
         ghhc::MarginObjective(z, parents, options.margin, &grad);
         RsgdStep(z, grad, margin_lr, options.max_node_norm, threads.threads());
@@ -611,7 +617,8 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   t0 = Clock::now();
   progress.Report(0.95, 1.0, 0.0, "extracting the tree");
   model.nodes.assign(z.data(), z.data() + z.size());
-  model.node_parent = ghhc::NodeParents(z, threads.threads());
+  model.node_parent = ghhc::NodeParents(z, threads.threads(), false, cancelled);
+  if (model.node_parent.empty()) return absl::CancelledError("job cancelled");
   zf = z.cast<float>();
   std::vector<int32_t> point_node(n);
   {

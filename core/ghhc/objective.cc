@@ -8,6 +8,7 @@
 #include "core/ghhc/objective.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -176,15 +177,21 @@ template double TripleObjective<double>(const Eigen::Ref<const RowMat<double>>&,
                                         RowMat<double>*, TripleWorkspace<double>*);
 
 std::vector<int32_t> NodeParents(const RowMat<double>& nodes, int num_threads,
-                                 bool float_products) {
+                                 bool float_products, const std::function<bool()>& cancelled) {
   const Eigen::Index m = nodes.rows();
   const Eigen::VectorXd sq = nodes.rowwise().squaredNorm();
   const RowMat<float> nodes_f = float_products ? nodes.cast<float>() : RowMat<float>();
   std::vector<int32_t> parent(m, -1);
   constexpr Eigen::Index kBlock = 256;
   const Eigen::Index blocks = (m + kBlock - 1) / kBlock;
+  std::atomic<bool> stop{false};
 #pragma omp parallel for num_threads(num_threads) schedule(dynamic, 1) if (m >= 512)
   for (Eigen::Index blk = 0; blk < blocks; ++blk) {
+    if (stop.load(std::memory_order_relaxed)) continue;
+    if (cancelled && cancelled()) {
+      stop.store(true);
+      continue;
+    }
     const Eigen::Index c0 = blk * kBlock;
     const Eigen::Index cn = std::min(kBlock, m - c0);
     const RowMat<double> s =
@@ -208,6 +215,7 @@ std::vector<int32_t> NodeParents(const RowMat<double>& nodes, int num_threads,
       parent[c] = arg;
     }
   }
+  if (stop.load()) return {};
   return parent;
 }
 

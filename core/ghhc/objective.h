@@ -22,6 +22,7 @@
 #define DENDRO_CORE_GHHC_OBJECTIVE_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "Eigen/Core"
@@ -60,9 +61,12 @@ double TripleObjective(const Eigen::Ref<const RowMat<T>>& points,
 // first node in that order (smallest norm) is the root and gets -1. Uses up
 // to `num_threads` threads for M >= 512. With `float_products` the distances
 // come from float32 products (about twice as fast; near-ties may resolve
-// differently), as in the margin phases of training.
+// differently), as in the margin phases of training. `cancelled`, if set,
+// is polled before each block of 256 nodes (from any of the threads); once
+// it returns true the rest is skipped and the result is empty.
 std::vector<int32_t> NodeParents(const RowMat<double>& nodes, int num_threads = 1,
-                                 bool float_products = false);
+                                 bool float_products = false,
+                                 const std::function<bool()>& cancelled = nullptr);
 
 // Eq. 17 with parents `parent` (-1 = none). Adds the Euclidean gradient with
 // respect to every node to `grad` (M x d) if non-null.

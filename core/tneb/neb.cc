@@ -18,6 +18,10 @@
 namespace dendro {
 namespace {
 
+// Rows of path points between cancellation checks within one step (a
+// multiple of StudentMixture's 256-row gradient blocks).
+constexpr int64_t kCancelCheckRows = 256 * 64;
+
 constexpr double kBeta1 = 0.9;
 constexpr double kBeta2 = 0.999;
 constexpr double kEps = 1e-8;
@@ -133,7 +137,7 @@ absl::StatusOr<NebPaths> OptimizePaths(const StudentMixture& mixture,
     auto m_g = adam_m.middleRows(p0 * l, (p1 - p0) * l);
     auto v_g = adam_v.middleRows(p0 * l, (p1 - p0) * l);
     Eigen::VectorXd logp;
-    Eigen::MatrixXd grad;
+    Eigen::MatrixXd grad(pts_g.rows(), d), grad_chunk;
     RowMatrixD path;
     double b1t = 1.0, b2t = 1.0;
     for (int32_t step = 0; step < o.steps; ++step) {
@@ -146,7 +150,20 @@ absl::StatusOr<NebPaths> OptimizePaths(const StudentMixture& mixture,
         ctx.Report(static_cast<double>(step) / (o.steps + 1),
                    absl::StrCat(stage_prefix, step, "/", o.steps));
       }
-      mixture.LogDensityAndGradient(pts_g, &logp, &grad, 1);
+      // The density pass in row chunks, polling for a cancel between them:
+      // one step over long paths can take seconds. Chunks are whole
+      // multiples of the mixture's 256-row gradient blocks, so the result is
+      // the same as in one pass.
+      for (int64_t r0 = 0; r0 < pts_g.rows(); r0 += kCancelCheckRows) {
+        if (r0 > 0 && (cancelled.load(std::memory_order_relaxed) || ctx.Cancelled())) {
+          cancelled.store(true);
+          break;
+        }
+        const int64_t rn = std::min<int64_t>(kCancelCheckRows, pts_g.rows() - r0);
+        mixture.LogDensityAndGradient(pts_g.middleRows(r0, rn), &logp, &grad_chunk, 1);
+        grad.middleRows(r0, rn) = grad_chunk;
+      }
+      if (cancelled.load(std::memory_order_relaxed)) break;
       b1t *= kBeta1;
       b2t *= kBeta2;
       const double lr_t = o.learning_rate * std::sqrt(1.0 - b2t) / (1.0 - b1t);

@@ -25,9 +25,9 @@ USER dendro
 VOLUME /var/lib/dendro
 EXPOSE 50051 9464
 ENV DENDRO_SERVER=127.0.0.1:50051
-# The CLI's "models list" is a real RPC: healthy means serving requests.
+# The standard gRPC health check (open without a key, like the probes).
 HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
-  CMD ["dendro", "models", "list", "--page-size", "1"]
+  CMD ["dendro", "health"]
 ENTRYPOINT ["dendrod", "--listen", "0.0.0.0:50051", "--data_dir", "/var/lib/dendro"]
 # Keys come from a mounted file (see README, "Securing Dendro"). Replacing
 # these arguments with --allow_insecure serves without authentication.

@@ -1,6 +1,8 @@
 #include "client/client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/support/client_interceptor.h>
 
 #include <algorithm>
 #include <cmath>
@@ -56,6 +58,52 @@ absl::Status FromGrpc(const grpc::Status& s, std::string_view call, const Client
   }
   return absl::Status(code, msg);
 }
+
+// Adds the API key to every call and, to every failed call's message, the
+// request id the server returned, so that an error can be matched with
+// the server's log line.
+class CallInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit CallInterceptor(const std::string* api_key) : api_key_(api_key) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    using grpc::experimental::InterceptionHookPoints;
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_INITIAL_METADATA) &&
+        !api_key_->empty()) {
+      methods->GetSendInitialMetadata()->emplace("authorization",
+                                                 absl::StrCat("Bearer ", *api_key_));
+    }
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_STATUS)) {
+      grpc::Status* status = methods->GetRecvStatus();
+      auto* trailers = methods->GetRecvTrailingMetadata();
+      if (status != nullptr && !status->ok() && trailers != nullptr) {
+        if (auto it = trailers->find("x-request-id"); it != trailers->end()) {
+          *status = grpc::Status(status->error_code(),
+                                 absl::StrCat(status->error_message(), " [request ",
+                                              std::string(it->second.data(), it->second.size()),
+                                              "]"),
+                                 status->error_details());
+        }
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* api_key_;
+};
+
+class CallInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit CallInterceptorFactory(const std::string* api_key) : api_key_(api_key) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new CallInterceptor(api_key_);
+  }
+
+ private:
+  const std::string* api_key_;
+};
 
 // Rows [begin, end) of an upload as contiguous float32, row-major.
 using RowSource = std::function<absl::StatusOr<const float*>(int64_t begin, int64_t end)>;
@@ -149,12 +197,27 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
         "upload_chunk_bytes must be in [8, max_message_bytes - 64 KiB], got ",
         options.upload_chunk_bytes));
   }
+  for (char c : options.api_key) {
+    if (c <= ' ' || c == 0x7f) {
+      return absl::InvalidArgumentError(
+          "the API key contains whitespace or control characters (check the key file)");
+    }
+  }
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("a client certificate needs both its file and its key");
+  }
   std::shared_ptr<grpc::ChannelCredentials> creds;
-  if (options.tls) {
+  if (options.tls || !options.tls_cert_file.empty()) {
     grpc::SslCredentialsOptions ssl;
     if (!options.tls_ca_file.empty()) {
       DENDRO_RETURN_IF_ERROR(
           WithPrefix("TLS CA file", ReadFileToString(options.tls_ca_file, &ssl.pem_root_certs)));
+    }
+    if (!options.tls_cert_file.empty()) {
+      DENDRO_RETURN_IF_ERROR(WithPrefix(
+          "client certificate", ReadFileToString(options.tls_cert_file, &ssl.pem_cert_chain)));
+      DENDRO_RETURN_IF_ERROR(WithPrefix(
+          "client key", ReadFileToString(options.tls_key_file, &ssl.pem_private_key)));
     }
     creds = grpc::SslCredentials(ssl);
   } else {
@@ -165,7 +228,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   args.SetMaxSendMessageSize(options.max_message_bytes);
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->channel = grpc::CreateCustomChannel(options.target, creds, args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> hooks;
+  // The options live in the Impl, which outlives the channel's calls.
+  hooks.push_back(std::make_unique<CallInterceptorFactory>(&impl->options.api_key));
+  impl->channel = grpc::experimental::CreateCustomChannelWithInterceptors(
+      options.target, creds, args, std::move(hooks));
   impl->datasets = v1::DatasetService::NewStub(impl->channel);
   impl->jobs = v1::JobService::NewStub(impl->channel);
   impl->models = v1::ModelService::NewStub(impl->channel);
@@ -401,6 +468,50 @@ absl::StatusOr<v1::ListJobsResponse> Client::ListJobs(int32_t page_size,
   DENDRO_RETURN_IF_ERROR(impl_->Unary(
       "ListJobs", [&](grpc::ClientContext* c) { return impl_->jobs->ListJobs(c, req, &resp); }));
   return resp;
+}
+
+absl::Status Client::DeleteJob(const std::string& id) {
+  v1::DeleteJobRequest req;
+  req.set_id(id);
+  v1::DeleteJobResponse resp;
+  return impl_->Unary(
+      "DeleteJob", [&](grpc::ClientContext* c) { return impl_->jobs->DeleteJob(c, req, &resp); });
+}
+
+absl::Status Client::CheckHealth() {
+  // grpc.health.v1.Health/Check with an empty HealthCheckRequest (service
+  // "" = the whole server), as raw bytes: the health protos are not part of
+  // this library. The answer's field 1 is the status; SERVING = 1.
+  grpc::GenericStub stub(impl_->channel);
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx);
+  grpc::CompletionQueue cq;
+  grpc::ByteBuffer request;
+  {
+    grpc::Slice empty("", 0);
+    request = grpc::ByteBuffer(&empty, 1);
+  }
+  auto call = stub.PrepareUnaryCall(&ctx, "/grpc.health.v1.Health/Check", request, &cq);
+  call->StartCall();
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  DENDRO_RETURN_IF_ERROR(FromGrpc(status, "health check", impl_->options));
+  std::vector<grpc::Slice> slices;
+  (void)response.Dump(&slices);
+  std::string bytes;
+  for (const grpc::Slice& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  if (bytes == std::string("\x08\x01", 2)) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("dendrod at ", impl_->options.target,
+                                             " answers but is not serving"));
 }
 
 absl::StatusOr<v1::Job> Client::CancelJob(const std::string& id) {

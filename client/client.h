@@ -47,6 +47,12 @@ struct ClientOptions {
   // (PEM), or against the system roots when tls_ca_file is empty.
   bool tls = false;
   std::string tls_ca_file;
+  // Client certificate and key (PEM) for servers that require mutual TLS;
+  // both or neither, and they imply `tls`.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Sent as "authorization: Bearer <api_key>" on every call when set.
+  std::string api_key;
 };
 
 // Called during an upload after each chunk: bytes sent so far and the total
@@ -129,6 +135,11 @@ class Client {
   absl::StatusOr<v1::ListJobsResponse> ListJobs(int32_t page_size = 0,
                                                 const std::string& page_token = "");
   absl::StatusOr<v1::Job> CancelJob(const std::string& id);
+  // Removes a finished job's record (admin).
+  absl::Status DeleteJob(const std::string& id);
+  // The standard grpc.health.v1 check of the whole server (needs no key):
+  // OK when it is SERVING, UNAVAILABLE otherwise.
+  absl::Status CheckHealth();
   // Follows the job until it reaches a terminal state, calling `on_update`
   // (if set) for every update the server streams, and returns the final job.
   // A FAILED or CANCELLED job is still an OK result: inspect its state. If

@@ -140,6 +140,20 @@ absl::Status RunJobsCancel(Context& ctx, const Args& args) {
   return absl::OkStatus();
 }
 
+absl::Status RunJobsDelete(Context& ctx, const Args& args) {
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  DENDRO_RETURN_IF_ERROR(client->DeleteJob(args.positional()[0]));
+  std::cout << "deleted job " << args.positional()[0] << std::endl;
+  return absl::OkStatus();
+}
+
+absl::Status RunHealth(Context& ctx, const Args&) {
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  DENDRO_RETURN_IF_ERROR(client->CheckHealth());
+  std::cout << "SERVING" << std::endl;
+  return absl::OkStatus();
+}
+
 absl::Status RunJobsWatch(Context& ctx, const Args& args) {
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
   ProgressBar bar;

@@ -76,6 +76,8 @@ struct GlobalOptions {
   double timeout_seconds = 60;
   bool tls = false;
   std::string tls_ca_file;  // implies tls
+  std::string tls_cert_file, tls_key_file;  // client certificate (mutual TLS)
+  std::string api_key;  // from DENDRO_API_KEY or --api-key-file, never a flag value
 };
 
 class Context {
@@ -207,6 +209,10 @@ absl::Status RunModelsDelete(Context& ctx, const Args& args);
 absl::Status RunDatasetsList(Context& ctx, const Args& args);
 absl::Status RunDatasetsGet(Context& ctx, const Args& args);
 absl::Status RunDatasetsDelete(Context& ctx, const Args& args);
+absl::Status RunJobsDelete(Context& ctx, const Args& args);
+absl::Status RunKeysHash(Context& ctx, const Args& args);
+absl::Status RunKeysNew(Context& ctx, const Args& args);
+absl::Status RunHealth(Context& ctx, const Args& args);
 
 }  // namespace dendro::cli
 

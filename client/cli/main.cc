@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
+#include "core/io/atomic_file.h"
 #include "dendro/version.h"
 
 namespace dendro::cli {
@@ -183,6 +184,18 @@ const std::vector<Verb>& Verbs() {
        {{"name", true}, kPageSize, kPageToken, kAll, kJson}, 0, 0, RunModelsList},
       {"models", "get", "show a model", "dendro models get NAME[:VERSION] [--json]\n", {kJson}, 1,
        1, RunModelsGet},
+      {"jobs", "delete", "delete a finished job's record (its model stays)",
+       "dendro jobs delete JOB_ID\n", {}, 1, 1, RunJobsDelete},
+      {"keys", "hash", "print the keys-file line for a key read from stdin",
+       "dendro keys hash NAME ROLE < key\n"
+       "  ROLE is reader, writer or admin. The line holds the key's SHA-256, never the key.\n",
+       {}, 2, 2, RunKeysHash},
+      {"keys", "new", "make a random key; print it, then its keys-file line",
+       "dendro keys new NAME ROLE\n"
+       "  Line 1 (stdout): the key, for the client. Line 2: the line for dendrod --auth_keys.\n",
+       {}, 2, 2, RunKeysNew},
+      {"", "health", "check that the server answers (grpc.health.v1; needs no key)",
+       "dendro health\n", {}, 0, 0, RunHealth},
       {"models", "delete", "delete one version, or every version, of a model",
        "dendro models delete NAME[:VERSION]\n"
        "  Without :VERSION every version of NAME is deleted.\n",
@@ -204,6 +217,9 @@ constexpr char kGlobalHelp[] =
     "  --timeout SECONDS   deadline of each call to the server (default 60)\n"
     "  --tls               connect with TLS, checking the server against the system roots\n"
     "  --tls-ca FILE       connect with TLS, checking the server against this PEM CA\n"
+    "  --tls-cert FILE --tls-key FILE  client certificate for servers that require one\n"
+    "  --api-key-file FILE read the API key from FILE (else $DENDRO_API_KEY); keys are\n"
+    "                      never taken on the command line, where ps would show them\n"
     "  --version           print the version and git revision, then exit\n";
 
 void PrintMainHelp() {
@@ -262,7 +278,7 @@ absl::StatusOr<bool> TakeGlobalFlag(const std::vector<std::string>& argv, size_t
     globals->tls = true;
     return true;
   }
-  for (const char* name : {"server", "timeout", "tls-ca"}) {
+  for (const char* name : {"server", "timeout", "tls-ca", "tls-cert", "tls-key", "api-key-file"}) {
     const std::string flag = std::string("--") + name;
     std::string value;
     if (a == flag) {
@@ -280,6 +296,19 @@ absl::StatusOr<bool> TakeGlobalFlag(const std::vector<std::string>& argv, size_t
       if (value.empty()) return UsageError("--tls-ca needs a PEM file");
       globals->tls = true;
       globals->tls_ca_file = value;
+    } else if (std::string(name) == "tls-cert" || std::string(name) == "tls-key") {
+      if (value.empty()) return UsageError(absl::StrCat("--", name, " needs a PEM file"));
+      globals->tls = true;
+      (std::string(name) == "tls-cert" ? globals->tls_cert_file : globals->tls_key_file) = value;
+    } else if (std::string(name) == "api-key-file") {
+      std::string text;
+      if (absl::Status s = ReadFileToString(value, &text); !s.ok()) {
+        return absl::NotFoundError(absl::StrCat("cannot read the API key file ", value));
+      }
+      text = text.substr(0, text.find('\n'));
+      while (!text.empty() && (text.back() == '\r' || text.back() == ' ')) text.pop_back();
+      if (text.empty()) return absl::InvalidArgumentError(absl::StrCat(value, " holds no key"));
+      globals->api_key = text;
     } else {
       absl::Status s = ParseTimeout(value, &globals->timeout_seconds);
       if (!s.ok()) return s;
@@ -293,6 +322,7 @@ absl::Status Main(const std::vector<std::string>& argv) {
   GlobalOptions globals;
   const char* env = std::getenv("DENDRO_SERVER");
   globals.server = (env != nullptr && *env != '\0') ? env : "127.0.0.1:50051";
+  if (const char* key = std::getenv("DENDRO_API_KEY"); key != nullptr) globals.api_key = key;
 
   size_t i = 0;
   for (; i < argv.size(); ++i) {
@@ -383,6 +413,12 @@ int main(int argc, char** argv) {
     if (s.ok()) return 0;
     std::string message(s.message());
     if (message.empty()) message = absl::StatusCodeToString(s.code());
+    if (s.code() == absl::StatusCode::kUnauthenticated) {
+      message = absl::StrCat("the server needs a valid API key (set DENDRO_API_KEY or use "
+                             "--api-key-file): ", message);
+    } else if (s.code() == absl::StatusCode::kPermissionDenied) {
+      message = absl::StrCat("permission denied: ", message);
+    }
     std::fprintf(stderr, "dendro: %s\n", dendro::cli::OneLine(message).c_str());
     return dendro::cli::IsUsageError(s) ? 2 : 1;
   } catch (const std::exception& e) {

@@ -141,6 +141,9 @@ absl::StatusOr<client::Client*> Context::client() {
         static_cast<int64_t>(std::ceil(options_.timeout_seconds * 1000.0)));
     opts.tls = options_.tls;
     opts.tls_ca_file = options_.tls_ca_file;
+    opts.tls_cert_file = options_.tls_cert_file;
+    opts.tls_key_file = options_.tls_key_file;
+    opts.api_key = options_.api_key;
     DENDRO_ASSIGN_OR_RETURN(client_, client::Client::Connect(opts));
   }
   return client_.get();

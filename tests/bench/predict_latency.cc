@@ -14,6 +14,7 @@
 //   * predicts every test row in batches (the client's own batching) and
 //     reports rows/s, hierarchical and flat.
 // With --model NAME the model is reused if it exists (no upload or training).
+// DENDRO_API_KEY, if set, is sent with every call.
 // Prints one JSON object.
 #include <algorithm>
 #include <chrono>
@@ -111,6 +112,8 @@ int main(int argc, char** argv) {
   const Args a = Parse(argc, argv);
   dendro::client::ClientOptions co;
   co.target = a.server;
+  // A server with --auth_keys: the key comes from the environment.
+  if (const char* key = std::getenv("DENDRO_API_KEY"); key != nullptr) co.api_key = key;
   auto client = OrDie(dendro::client::Client::Connect(co), "connect");
   const dendro::TwoLevelGenerator gen(
       dendro::ImageNetLikeSpec(a.groups, a.classes_per_group, a.seed));

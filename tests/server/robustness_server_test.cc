@@ -89,6 +89,20 @@ class RobustnessTest : public ServerTest {
     return ds.id();
   }
 
+  // An upload that sends only its header, as a client that is refused
+  // there sees it.
+  grpc::Status UploadHeaderOnly(int64_t rows, int64_t cols) {
+    grpc::ClientContext ctx;
+    v1::Dataset out;
+    auto writer = datasets_->UploadDataset(&ctx, &out);
+    v1::UploadDatasetRequest req;
+    req.mutable_header()->set_rows(rows);
+    req.mutable_header()->set_cols(cols);
+    writer->Write(req);
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
   grpc::Status SubmitSpec(const v1::JobSpec& spec, v1::Job* job) {
     grpc::ClientContext ctx;
     v1::SubmitJobRequest req;
@@ -468,15 +482,7 @@ TEST_F(RobustnessTest, UploadOverTheDatasetLimitIsRefusedAtTheHeader) {
   StartServer(opts);
   // 4 TiB declared.
   {
-    grpc::ClientContext ctx;
-    v1::Dataset out;
-    auto writer = datasets_->UploadDataset(&ctx, &out);
-    v1::UploadDatasetRequest req;
-    req.mutable_header()->set_rows(int64_t{1} << 20);
-    req.mutable_header()->set_cols(int64_t{1} << 20);
-    writer->Write(req);
-    writer->WritesDone();
-    grpc::Status s = writer->Finish();
+    grpc::Status s = UploadHeaderOnly(int64_t{1} << 20, int64_t{1} << 20);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(s.error_message(), HasSubstr("max_dataset_mb"));
   }
@@ -838,15 +844,7 @@ TEST_F(FullDiskTest, FullDiskGivesResourceExhaustedAndDeletesStillWork) {
   const std::string spare = SmallDataset();
   // A dataset bigger than what is left is refused at its header.
   {
-    grpc::ClientContext ctx;
-    v1::Dataset out;
-    auto writer = datasets_->UploadDataset(&ctx, &out);
-    v1::UploadDatasetRequest req;
-    req.mutable_header()->set_rows(100000);
-    req.mutable_header()->set_cols(1000);  // 400 MB
-    writer->Write(req);
-    writer->WritesDone();
-    grpc::Status s = writer->Finish();
+    grpc::Status s = UploadHeaderOnly(100000, 1000);  // 400 MB
     EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
     EXPECT_THAT(s.error_message(), HasSubstr("disk"));
   }
@@ -898,15 +896,7 @@ TEST_F(FullDiskTest, MinFreeDiskRefusesUploadsAndJobsBeforeTheDiskFills) {
   const std::string ds = SmallDataset();
   // 45 MiB would leave less than half the volume free.
   {
-    grpc::ClientContext ctx;
-    v1::Dataset out;
-    auto writer = datasets_->UploadDataset(&ctx, &out);
-    v1::UploadDatasetRequest req;
-    req.mutable_header()->set_rows(45 * 1024);
-    req.mutable_header()->set_cols(256);
-    writer->Write(req);
-    writer->WritesDone();
-    grpc::Status s = writer->Finish();
+    grpc::Status s = UploadHeaderOnly(45 * 1024, 256);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
     EXPECT_THAT(s.error_message(), HasSubstr("min_free_disk"));
   }

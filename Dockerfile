@@ -25,10 +25,12 @@ USER dendro
 VOLUME /var/lib/dendro
 EXPOSE 50051 9464
 ENV DENDRO_SERVER=127.0.0.1:50051
-# The standard gRPC health check (open without a key, like the probes).
+# The standard gRPC health check, on a plaintext health-only port inside
+# the container, so it works whatever TLS or keys the main port requires.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
-  CMD ["dendro", "health"]
-ENTRYPOINT ["dendrod", "--listen", "0.0.0.0:50051", "--data_dir", "/var/lib/dendro"]
+  CMD ["dendro", "--server", "127.0.0.1:8081", "health"]
+ENTRYPOINT ["dendrod", "--listen", "0.0.0.0:50051", "--data_dir", "/var/lib/dendro", \
+            "--health_listen", "127.0.0.1:8081"]
 # Keys come from a mounted file (see README, "Securing Dendro"). Replacing
 # these arguments with --allow_insecure serves without authentication.
 CMD ["--auth_keys", "/etc/dendro/keys"]

@@ -58,6 +58,9 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA that client certificates must chain to (mutual TLS; needs --tls_cert)");
 ABSL_FLAG(bool, allow_insecure, false,
           "serve a non-loopback address without --auth_keys or --tls_client_ca");
+ABSL_FLAG(std::string, health_listen, "",
+          "HOST:PORT of an extra plaintext port serving only gRPC health checks (for probes "
+          "when --tls_cert or --auth_keys is on)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain; enables TLS with --tls_key");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key");
 ABSL_FLAG(std::string, port_file, "",
@@ -187,6 +190,7 @@ int main(int argc, char** argv) {
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
   options.min_free_disk = absl::GetFlag(FLAGS_min_free_disk);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.health_listen = absl::GetFlag(FLAGS_health_listen);
   options.auth_keys_file = absl::GetFlag(FLAGS_auth_keys);
   options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   options.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);

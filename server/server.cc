@@ -41,6 +41,7 @@ struct DendroServer::State {
   std::unique_ptr<StreamLimiter> streams;
   std::vector<std::unique_ptr<grpc::Service>> services;
   std::unique_ptr<grpc::Server> grpc_server;
+  std::unique_ptr<grpc::Server> health_server;  // --health_listen
   int port = 0;
   int lock_fd = -1;  // flock on <data_dir>/LOCK; closed last
   std::mutex mu;
@@ -221,16 +222,37 @@ absl::Status DendroServer::Start() {
         "cannot listen on ", options_.listen,
         " (is another server using the port? see the log above)"));
   }
+  if (!options_.health_listen.empty()) {
+    // A second server with no services of its own: gRPC gives it the
+    // default health service (and reflection), nothing else.
+    grpc::ServerBuilder hb;
+    int health_port = 0;
+    hb.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    hb.AddListeningPort(options_.health_listen, grpc::InsecureServerCredentials(), &health_port);
+    s.health_server = hb.BuildAndStart();
+    if (!s.health_server || health_port == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", options_.health_listen, " (--health_listen)"));
+    }
+    spdlog::info("health checks (plaintext) on port {}", health_port);
+  }
   DENDRO_RETURN_IF_ERROR(s.jobs->Start());
-  auto* health = s.grpc_server->GetHealthCheckService();
-  health->SetServingStatus("", true);
-  for (const auto& name : ServiceNames()) health->SetServingStatus(name, true);
+  SetServing(true);
   spdlog::info("dendrod serving on port {} (data dir {})", s.port, options_.data_dir);
   if (s.metrics) spdlog::info("metrics on port {} at /metrics", s.metrics->port());
   return absl::OkStatus();
 }
 
 int DendroServer::port() const { return state_->port; }
+
+void DendroServer::SetServing(bool serving) {
+  for (grpc::Server* server : {state_->grpc_server.get(), state_->health_server.get()}) {
+    if (server == nullptr) continue;
+    grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+    health->SetServingStatus("", serving);
+    for (const auto& name : ServiceNames()) health->SetServingStatus(name, serving);
+  }
+}
 
 absl::Status DendroServer::ReloadKeys() {
   if (!state_->auth) return absl::FailedPreconditionError("the server has not started");
@@ -259,14 +281,13 @@ bool DendroServer::Shutdown() {
     s.shut_down = true;
   }
   spdlog::info("shutting down: draining RPCs and jobs");
-  auto* health = s.grpc_server->GetHealthCheckService();
-  health->SetServingStatus("", false);
-  for (const auto& name : ServiceNames()) health->SetServingStatus(name, false);
+  SetServing(false);
   // Stop accepting jobs and let running ones finish (or be interrupted and
   // left queued), then close the RPC server with a short deadline for
   // in-flight calls (watchers end when their job does).
   const bool stopped = s.jobs->Shutdown(options_.drain_grace);
   s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (s.health_server) s.health_server->Shutdown(std::chrono::system_clock::now());
   if (!stopped) {
     // A detached job thread still uses the stores: never free them.
     std::lock_guard<std::mutex> lock(s.mu);

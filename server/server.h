@@ -34,6 +34,9 @@ struct ServerOptions {
   absl::Duration drain_grace = absl::Seconds(30);
   // HOST:PORT for Prometheus /metrics (port 0 picks one); empty: off.
   std::string metrics_listen;
+  // HOST:PORT of a plaintext port serving only grpc.health.v1 (and
+  // reflection), for probes that cannot present TLS or keys; empty: off.
+  std::string health_listen;
   // TLS: both set to PEM file paths to serve TLS; both empty for plaintext.
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -69,6 +72,9 @@ class DendroServer {
   bool Shutdown();
 
  private:
+  // Health status (overall and per service) on the main and health ports.
+  void SetServing(bool serving);
+
   struct State;
   ServerOptions options_;
   std::unique_ptr<State> state_;

@@ -15,6 +15,7 @@ Usage: auth_test.py DENDROD_BINARY
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -244,11 +245,15 @@ class MutualTlsTest(unittest.TestCase):
         data = os.path.join(cls.dir, "data")
         os.makedirs(data)
         port_file = os.path.join(data, "port")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            cls.health_port = s.getsockname()[1]
         cls.log = open(os.path.join(data, "dendrod.log"), "ab")
         cls.proc = subprocess.Popen(
             [bb.DENDROD, "--listen", "127.0.0.1:0", "--data_dir", data, "--port_file", port_file,
              "--tls_cert", p("server.pem"), "--tls_key", p("server.key"),
-             "--tls_client_ca", p("ca.pem"), "--auth_keys", p("keys")],
+             "--tls_client_ca", p("ca.pem"), "--auth_keys", p("keys"),
+             "--health_listen", f"127.0.0.1:{cls.health_port}"],
             stdout=cls.log, stderr=cls.log)
         deadline = time.time() + 30
         while not os.path.exists(port_file):
@@ -294,6 +299,25 @@ class MutualTlsTest(unittest.TestCase):
         with self.assertRaises(grpc.RpcError) as err:
             alice.DeleteModel(pb.DeleteModelRequest(name="x"), timeout=5)
         self.assertEqual(err.exception.code(), grpc.StatusCode.PERMISSION_DENIED)
+
+    def test_probes_use_the_plaintext_health_port(self):
+        from health.v1 import health_pb2, health_pb2_grpc
+        channel = grpc.insecure_channel(f"127.0.0.1:{self.health_port}")
+        self.addCleanup(channel.close)
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "dendro.v1.ModelService"):
+            resp = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            self.assertEqual(resp.status, health_pb2.HealthCheckResponse.SERVING, service)
+        # Nothing else is served there.
+        with self.assertRaises(grpc.RpcError) as err:
+            rpc.ModelServiceStub(channel).ListModels(pb.ListModelsRequest(), timeout=5)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
+        # The CLI's probe command, as the Docker HEALTHCHECK runs it.
+        cli = os.path.join(os.path.dirname(bb.DENDROD), "..", "client", "dendro")
+        if os.path.exists(cli):
+            out = subprocess.run([cli, "--server", f"127.0.0.1:{self.health_port}", "health"],
+                                 capture_output=True, text=True, timeout=30)
+            self.assertEqual((out.returncode, out.stdout.strip()), (0, "SERVING"), out.stderr)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <string_view>
 #include <utility>
 
@@ -247,6 +248,27 @@ auto MetadataStore::DeleteWithReserveLocked(Fn fn) -> decltype(fn()) {
 
 MetadataStore::~MetadataStore() { sqlite3_close(db_); }
 
+// Holds mu_ for one operation and reports its duration (lock wait
+// included) to the observer.
+class MetadataStore::Op {
+ public:
+  Op(MetadataStore* store, const char* name)
+      : store_(store), name_(name), start_(std::chrono::steady_clock::now()), lock_(store->mu_) {}
+  ~Op() {
+    if (store_->observer_) {
+      store_->observer_(name_, std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                             start_)
+                                   .count());
+    }
+  }
+
+ private:
+  MetadataStore* const store_;
+  const char* const name_;
+  const std::chrono::steady_clock::time_point start_;
+  const std::lock_guard<std::mutex> lock_;
+};
+
 absl::Status MetadataStore::Migrate() {
   // Catalogues made before jobs had request ids or end times lack those
   // columns (end_seconds stays NULL for their old finished jobs).
@@ -285,14 +307,14 @@ absl::Status MetadataStore::Exec(const char* sql) {
 // --- datasets ---------------------------------------------------------------
 
 absl::Status MetadataStore::PutDataset(const v1::Dataset& d) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "put_dataset");
   Stmt st(db_, "INSERT INTO datasets (id, record) VALUES (?, ?)");
   DENDRO_RETURN_IF_ERROR(st.prepared());
   return st.Bind(1, d.id()).BindBlob(2, d.SerializeAsString()).Run();
 }
 
 absl::StatusOr<v1::Dataset> MetadataStore::GetDataset(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "get_dataset");
   Stmt st(db_, "SELECT record FROM datasets WHERE id = ?");
   DENDRO_RETURN_IF_ERROR(st.prepared());
   st.Bind(1, id);
@@ -303,7 +325,7 @@ absl::StatusOr<v1::Dataset> MetadataStore::GetDataset(const std::string& id) {
 }
 
 absl::StatusOr<Page<v1::Dataset>> MetadataStore::ListDatasets(int64_t after_seq, int limit) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "list_datasets");
   Stmt st(db_, "SELECT seq, record FROM datasets WHERE seq > ? ORDER BY seq LIMIT ?");
   DENDRO_RETURN_IF_ERROR(st.prepared());
   st.Bind(1, after_seq).Bind(2, static_cast<int64_t>(limit) + 1);
@@ -311,7 +333,7 @@ absl::StatusOr<Page<v1::Dataset>> MetadataStore::ListDatasets(int64_t after_seq,
 }
 
 absl::Status MetadataStore::DeleteDataset(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "delete_dataset");
   return DeleteWithReserveLocked([&]() -> absl::Status {
     Stmt st(db_, "DELETE FROM datasets WHERE id = ?");
     DENDRO_RETURN_IF_ERROR(st.prepared());
@@ -324,7 +346,7 @@ absl::Status MetadataStore::DeleteDataset(const std::string& id) {
 }
 
 absl::StatusOr<std::vector<std::string>> MetadataStore::AllDatasetIds() {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "all_dataset_ids");
   return ReadColumn(db_, "SELECT id FROM datasets");
 }
 
@@ -354,13 +376,13 @@ absl::Status UpsertJob(sqlite3* db, const v1::Job& job) {
 }  // namespace
 
 absl::Status MetadataStore::PutJob(const v1::Job& job) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "put_job");
   return UpsertJob(db_, job);
 }
 
 absl::StatusOr<std::optional<v1::Job>> MetadataStore::FindJobByRequest(
     const std::string& owner, const std::string& request_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "find_job_by_request");
   Stmt st(db_, "SELECT record FROM jobs WHERE request_key = ?");
   DENDRO_RETURN_IF_ERROR(st.prepared());
   st.Bind(1, RequestKey(owner, request_id));
@@ -371,7 +393,7 @@ absl::StatusOr<std::optional<v1::Job>> MetadataStore::FindJobByRequest(
 }
 
 absl::Status MetadataStore::DeleteJob(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "delete_job");
   return DeleteWithReserveLocked([&]() -> absl::Status {
     Stmt st(db_, "DELETE FROM jobs WHERE id = ?");
     DENDRO_RETURN_IF_ERROR(st.prepared());
@@ -384,7 +406,7 @@ absl::Status MetadataStore::DeleteJob(const std::string& id) {
 }
 
 absl::StatusOr<int> MetadataStore::DeleteJobsEndedBefore(int64_t epoch_seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "expire_jobs");
   return DeleteWithReserveLocked([&]() -> absl::StatusOr<int> {
     Stmt st(db_, "DELETE FROM jobs WHERE state IN (?, ?, ?) AND end_seconds < ?");
     DENDRO_RETURN_IF_ERROR(st.prepared());
@@ -398,7 +420,7 @@ absl::StatusOr<int> MetadataStore::DeleteJobsEndedBefore(int64_t epoch_seconds) 
 }
 
 absl::StatusOr<v1::Job> MetadataStore::GetJob(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "get_job");
   Stmt st(db_, "SELECT record FROM jobs WHERE id = ?");
   DENDRO_RETURN_IF_ERROR(st.prepared());
   st.Bind(1, id);
@@ -409,7 +431,7 @@ absl::StatusOr<v1::Job> MetadataStore::GetJob(const std::string& id) {
 }
 
 absl::StatusOr<Page<v1::Job>> MetadataStore::ListJobs(int64_t after_seq, int limit) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "list_jobs");
   Stmt st(db_, "SELECT seq, record FROM jobs WHERE seq > ? ORDER BY seq LIMIT ?");
   DENDRO_RETURN_IF_ERROR(st.prepared());
   st.Bind(1, after_seq).Bind(2, static_cast<int64_t>(limit) + 1);
@@ -417,7 +439,7 @@ absl::StatusOr<Page<v1::Job>> MetadataStore::ListJobs(int64_t after_seq, int lim
 }
 
 absl::StatusOr<std::vector<v1::Job>> MetadataStore::UnfinishedJobs() {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "unfinished_jobs");
   Stmt st(db_, "SELECT record FROM jobs WHERE state IN (?, ?) ORDER BY seq");
   DENDRO_RETURN_IF_ERROR(st.prepared());
   st.Bind(1, static_cast<int64_t>(v1::JOB_STATE_QUEUED))
@@ -438,7 +460,7 @@ absl::StatusOr<std::vector<v1::Job>> MetadataStore::UnfinishedJobs() {
 
 absl::StatusOr<int64_t> MetadataStore::CommitModel(v1::Model model, const std::string& dir,
                                                    v1::Job job) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "commit_model");
   Txn txn(db_);
   DENDRO_RETURN_IF_ERROR(txn.began());
   int64_t version = 1;
@@ -475,7 +497,7 @@ absl::StatusOr<int64_t> MetadataStore::CommitModel(v1::Model model, const std::s
 }
 
 absl::StatusOr<StoredModel> MetadataStore::GetModel(const std::string& name, int64_t version) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "get_model");
   Stmt st(db_, version > 0
                    ? "SELECT record, dir FROM models WHERE name = ? AND version = ?"
                    : "SELECT record, dir FROM models WHERE name = ? AND ? = 0 "
@@ -496,7 +518,7 @@ absl::StatusOr<StoredModel> MetadataStore::GetModel(const std::string& name, int
 
 absl::StatusOr<Page<v1::Model>> MetadataStore::ListModels(const std::string& name,
                                                           int64_t after_seq, int limit) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "list_models");
   Stmt st(db_,
           "SELECT seq, record FROM models WHERE seq > ? AND (? = '' OR name = ?) "
           "ORDER BY seq LIMIT ?");
@@ -507,7 +529,7 @@ absl::StatusOr<Page<v1::Model>> MetadataStore::ListModels(const std::string& nam
 
 absl::StatusOr<std::vector<StoredModel>> MetadataStore::DeleteModels(const std::string& name,
                                                                      int64_t version) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "delete_models");
   return DeleteWithReserveLocked([&]() -> absl::StatusOr<std::vector<StoredModel>> {
     Txn txn(db_);
     DENDRO_RETURN_IF_ERROR(txn.began());
@@ -540,7 +562,7 @@ absl::StatusOr<std::vector<StoredModel>> MetadataStore::DeleteModels(const std::
 }
 
 absl::StatusOr<std::vector<std::string>> MetadataStore::AllModelDirs() {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Op op(this, "all_model_dirs");
   return ReadColumn(db_, "SELECT dir FROM models");
 }
 

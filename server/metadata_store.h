@@ -12,6 +12,7 @@
 #define DENDRO_SERVER_METADATA_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -83,7 +84,15 @@ class MetadataStore {
   // Every model's artifact directory; an error when unreadable (as above).
   absl::StatusOr<std::vector<std::string>> AllModelDirs();
 
+  // Called after every catalogue operation with its name ("put_job") and
+  // duration in seconds, lock wait included. Set it before the store is
+  // shared between threads; it must be cheap and thread-safe.
+  void set_observer(std::function<void(const char* op, double seconds)> observer) {
+    observer_ = std::move(observer);
+  }
+
  private:
+  class Op;  // one operation: holds mu_, reports to observer_
   MetadataStore(sqlite3* db, std::string reserve_path)
       : db_(db), reserve_path_(std::move(reserve_path)) {}
   absl::Status Exec(const char* sql);
@@ -102,6 +111,7 @@ class MetadataStore {
   sqlite3* db_;
   const std::string reserve_path_;
   bool reserve_present_ = false;  // guarded by mu_
+  std::function<void(const char*, double)> observer_;
 };
 
 }  // namespace dendro::server

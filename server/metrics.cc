@@ -189,6 +189,12 @@ struct ServerMetrics::Impl {
           .Help("Run time of jobs that ended, by method.")
           .Register(*registry);
 
+  prometheus::Family<prometheus::Histogram>& catalogue =
+      prometheus::BuildHistogram()
+          .Name("dendro_catalogue_seconds")
+          .Help("Catalogue (SQLite) operations by name, lock wait included.")
+          .Register(*registry);
+
   static const prometheus::Histogram::BucketBoundaries& RpcBuckets() {
     static const auto* b = new prometheus::Histogram::BucketBoundaries{
         0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
@@ -297,6 +303,10 @@ void ServerMetrics::JobFinished(const v1::Job& job) {
       impl_->job_duration.Add({{"method", method}}, Impl::JobBuckets()).Observe(seconds);
     }
   }
+}
+
+void ServerMetrics::CatalogueOp(const char* op, double seconds) {
+  impl_->catalogue.Add({{"op", op}}, Impl::RpcBuckets()).Observe(seconds);
 }
 
 void ServerMetrics::RpcStarted() { impl_->in_flight.Increment(); }

@@ -8,7 +8,8 @@
 //     grpc_server_in_flight;
 //   * events the server reports: dendro_upload_bytes_total,
 //     dendro_jobs_finished_total{method, state}, dendro_job_duration_seconds
-//     {method} (histogram, start to end of the run);
+//     {method} (histogram, start to end of the run),
+//     dendro_catalogue_seconds{op} (histogram of catalogue operations);
 //   * values read at scrape time from registered probes (queue depth,
 //     running jobs, cached models, open streams) and from /proc/self
 //     (process_resident_memory_bytes, process_cpu_seconds_total,
@@ -56,6 +57,8 @@ class ServerMetrics {
                 std::function<double()> probe);
 
   void AddUploadBytes(int64_t bytes);
+  // One catalogue (SQLite) operation and its duration.
+  void CatalogueOp(const char* op, double seconds);
   // A job reached SUCCEEDED, FAILED or CANCELLED after running.
   void JobFinished(const v1::Job& job);
 

@@ -155,6 +155,8 @@ absl::Status DendroServer::Start() {
   if (!options_.metrics_listen.empty()) {
     s.metrics = std::make_unique<ServerMetrics>();
     jopts.on_finished = [m = s.metrics.get()](const v1::Job& job) { m->JobFinished(job); };
+    s.meta->set_observer(
+        [m = s.metrics.get()](const char* op, double seconds) { m->CatalogueOp(op, seconds); });
   }
   s.jobs = std::make_unique<JobManager>(jopts, s.meta.get(), s.datasets.get(), s.models.get());
 

@@ -103,6 +103,8 @@ class MetricsTest(unittest.TestCase):
                                state="succeeded"), 3)
         self.assertEqual(value(s, "dendro_job_duration_seconds_count", method="l2h"), 3)
         self.assertEqual(value(s, "dendro_upload_bytes_total"), self.uploaded_bytes)
+        self.assertGreaterEqual(value(s, "dendro_catalogue_seconds_count", op="put_job"), 6)
+        self.assertGreaterEqual(value(s, "dendro_catalogue_seconds_count", op="commit_model"), 3)
         self.assertEqual(value(s, "dendro_job_queue_depth"), 0)
         self.assertEqual(value(s, "dendro_jobs_running"), 0)
         self.assertGreater(value(s, "process_resident_memory_bytes"), 1 << 20)

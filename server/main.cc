@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "dendro/version.h"
 #include "core/io/atomic_file.h"
+#include "core/common/cpus.h"
 #include "server/auth.h"
 #include "server/logging.h"
 #include "server/server.h"
@@ -25,6 +26,9 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "HOST:PORT to serve gRPC on");
 ABSL_FLAG(std::string, data_dir, "./dendro-data",
           "directory for the metadata database, datasets and models");
+ABSL_FLAG(int, threads, 0,
+          "threads each job may use (0: the CPUs this process may run on, from its affinity "
+          "mask and cgroup CPU quota)");
 ABSL_FLAG(int, workers, 1, "jobs run at the same time (each uses all cores)");
 ABSL_FLAG(int, queue_size, 64, "jobs that may wait; more are refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_message_mb, 64, "largest gRPC message accepted or sent, in MiB");
@@ -179,6 +183,13 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.workers = absl::GetFlag(FLAGS_workers);
+  if (absl::GetFlag(FLAGS_threads) < 0) {
+    fprintf(stderr, "dendrod: --threads must be >= 0\n");
+    return 2;
+  }
+  dendro::SetDefaultThreads(absl::GetFlag(FLAGS_threads));
+  spdlog::info("jobs use {} thread(s); {} CPU(s) available to this process",
+               dendro::DefaultThreads(), dendro::AvailableCpus());
   options.queue_capacity = absl::GetFlag(FLAGS_queue_size);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
   options.drain_grace = absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));

@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/common/cpus.h"
 #include "core/common/status_macros.h"
 #include "core/io/atomic_file.h"
 #include "server/auth.h"
@@ -212,6 +213,8 @@ absl::Status DendroServer::Start() {
                         [jobs] { return jobs->GetStats().queued; });
     s.metrics->AddProbe("dendro_jobs_running", "Jobs running now.",
                         [jobs] { return jobs->GetStats().running; });
+    s.metrics->AddProbe("dendro_job_threads", "Threads each job may use (--threads).",
+                        [] { return DefaultThreads(); });
     s.metrics->AddProbe("dendro_model_cache_entries", "Models held in the load cache.",
                         [models] { return models->CachedModels(); });
     s.metrics->AddProbe("dendro_open_streams", "Streaming RPCs holding a slot.",

@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/common/cpus.h"
 #include "core/common/status_macros.h"
 #include "core/ghhc/init.h"
 #include "core/ghhc/knn.h"
@@ -49,7 +50,7 @@ double Seconds(Clock::time_point since) {
 class ThreadScope {
  public:
   explicit ThreadScope(int num_threads)
-      : saved_(omp_get_max_threads()), threads_(num_threads > 0 ? num_threads : saved_) {
+      : saved_(omp_get_max_threads()), threads_(num_threads > 0 ? num_threads : DefaultThreads()) {
     omp_set_num_threads(1);
   }
   ~ThreadScope() { omp_set_num_threads(saved_); }

@@ -10,12 +10,13 @@
 #include <algorithm>
 #include <atomic>
 
+#include "core/common/cpus.h"
 #include "core/hppca/internal.h"
 
 namespace dendro::hppca_internal {
 
 int ResolveThreads(int requested) {
-  return requested > 0 ? requested : std::max(1, omp_get_max_threads());
+  return requested > 0 ? requested : DefaultThreads();
 }
 
 void Progress::Report(double fraction_of_stage) {

@@ -34,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/common/cpus.h"
 #include "core/common/status_macros.h"
 #include "core/l2h/kernels.h"
 #include "core/l2h/worker_pool.h"
@@ -734,10 +735,7 @@ absl::StatusOr<L2hResult> RunL2h(const MatrixView& logits, const L2hOptions& opt
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown L2H aggregation value ", static_cast<int>(options.aggregation)));
   }
-  const int num_threads =
-      options.num_threads > 0
-          ? options.num_threads
-          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int num_threads = options.num_threads > 0 ? options.num_threads : DefaultThreads();
   L2hRunner runner(logits, options, std::max(1, num_threads), ctx);
   return runner.Run();
 }
@@ -750,9 +748,7 @@ std::vector<int32_t> ArgmaxRows(const MatrixView& logits) {
   const float* data = logits.data();
   const int64_t chunk = std::max<int64_t>(1, kWorkPerBlock / k);
   const int64_t num_chunks = (n + chunk - 1) / chunk;
-  const int threads = n * k >= kMinParallelWork
-                          ? static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))
-                          : 1;
+  const int threads = n * k >= kMinParallelWork ? DefaultThreads() : 1;
   l2h_internal::WorkerPool pool(threads);
   pool.Run(num_chunks, [&](int64_t b, int) {
     for (int64_t i = b * chunk; i < std::min(n, (b + 1) * chunk); ++i) {

@@ -55,7 +55,7 @@ absl::StatusOr<L2hAggregation> ParseL2hAggregation(std::string_view name);
 
 struct L2hOptions {
   L2hAggregation aggregation = L2hAggregation::kSumOfMeans;
-  int num_threads = 0;  // 0: all cores
+  int num_threads = 0;  // 0: DefaultThreads() (core/common/cpus.h)
 };
 
 struct L2hStep {

@@ -23,6 +23,7 @@
 #include "Eigen/Eigenvalues"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/common/cpus.h"
 #include "core/common/status_macros.h"
 
 namespace dendro {
@@ -41,7 +42,7 @@ constexpr int kKMeansMaxIterations = 100;
 constexpr int kKMeansInits = 3;            // k-means runs per restart, as the authors' package
 constexpr double kKMeansTolerance = 1e-4;  // sklearn's: relative to mean variance
 
-int ResolveThreads(int n) { return n > 0 ? n : std::max(1, omp_get_max_threads()); }
+int ResolveThreads(int n) { return n > 0 ? n : DefaultThreads(); }
 
 // Threads worth waking for `flops` of work: each gets at least about a
 // millisecond, so small problems stay on one thread (waking an idle OpenMP

@@ -60,7 +60,8 @@ class MetricsTest(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="dendro_metrics_")
         cls.metrics_port = free_port()
-        cls.server = Server(cls.dir, ("--metrics_listen", f"127.0.0.1:{cls.metrics_port}"))
+        cls.server = Server(cls.dir, ("--metrics_listen", f"127.0.0.1:{cls.metrics_port}",
+                                      "--threads", "1"))
         cls.url = f"http://127.0.0.1:{cls.metrics_port}/metrics"
         x, _ = hierarchical_logits(800, 3, 4, seed=2)
         cls.uploaded_bytes = x.size * 4
@@ -106,6 +107,7 @@ class MetricsTest(unittest.TestCase):
         self.assertGreaterEqual(value(s, "dendro_catalogue_seconds_count", op="put_job"), 6)
         self.assertGreaterEqual(value(s, "dendro_catalogue_seconds_count", op="commit_model"), 3)
         self.assertEqual(value(s, "dendro_job_queue_depth"), 0)
+        self.assertEqual(value(s, "dendro_job_threads"), 1)
         self.assertEqual(value(s, "dendro_jobs_running"), 0)
         self.assertGreater(value(s, "process_resident_memory_bytes"), 1 << 20)
         self.assertGreater(value(s, "process_open_fds"), 3)

@@ -197,10 +197,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
         "upload_chunk_bytes must be in [8, max_message_bytes - 64 KiB], got ",
         options.upload_chunk_bytes));
   }
+  // The key travels in an HTTP/2 header: printable ASCII only, no spaces.
   for (char c : options.api_key) {
-    if (c <= ' ' || c == 0x7f) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte <= 0x20 || byte >= 0x7f) {
       return absl::InvalidArgumentError(
-          "the API key contains whitespace or control characters (check the key file)");
+          "the API key contains whitespace or non-printable characters");
     }
   }
   if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {

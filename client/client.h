@@ -51,7 +51,8 @@ struct ClientOptions {
   // both or neither, and they imply `tls`.
   std::string tls_cert_file;
   std::string tls_key_file;
-  // Sent as "authorization: Bearer <api_key>" on every call when set.
+  // Sent as "authorization: Bearer <api_key>" on every call (unary and
+  // streaming) when non-empty; printable ASCII without spaces.
   std::string api_key;
 };
 
@@ -94,7 +95,9 @@ class Client {
  public:
   // Creates the channel. Does not wait for the server: an unreachable
   // server shows up as UNAVAILABLE on the first call. Fails only on bad
-  // options (empty target, unreadable tls_ca_file, ...).
+  // options (empty target, unreadable tls_ca_file, a client certificate
+  // without its key, an api_key that is not printable ASCII without
+  // spaces, ...), with INVALID_ARGUMENT or the file's error.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
   ~Client();
   Client(const Client&) = delete;

@@ -6,6 +6,8 @@
 #include <iostream>
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
@@ -28,15 +30,20 @@ absl::Status CheckNameAndRole(const Args& args) {
   return absl::OkStatus();
 }
 
-std::string Sha256Hex(const std::string& key) {
+// Lowercase hex SHA-256 of the key's bytes, as dendrod's keys file holds it.
+absl::StatusOr<std::string> Sha256Hex(const std::string& key) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  EVP_Digest(key.data(), key.size(), digest, &len, EVP_sha256(), nullptr);
+  if (EVP_Digest(key.data(), key.size(), digest, &len, EVP_sha256(), nullptr) != 1) {
+    return absl::InternalError("SHA-256 failed (OpenSSL)");
+  }
   return absl::BytesToHexString(std::string(reinterpret_cast<const char*>(digest), len));
 }
 
-std::string KeysLine(const std::string& key, const Args& args) {
-  return absl::StrCat(Sha256Hex(key), "  ", args.positional()[0], "  ", args.positional()[1]);
+// "<sha256hex>  NAME  ROLE".
+absl::StatusOr<std::string> KeysLine(const std::string& key, const Args& args) {
+  DENDRO_ASSIGN_OR_RETURN(std::string hex, Sha256Hex(key));
+  return absl::StrCat(hex, "  ", args.positional()[0], "  ", args.positional()[1]);
 }
 
 }  // namespace
@@ -44,31 +51,41 @@ std::string KeysLine(const std::string& key, const Args& args) {
 absl::Status RunKeysHash(Context&, const Args& args) {
   DENDRO_RETURN_IF_ERROR(CheckNameAndRole(args));
   std::string key;
-  std::getline(std::cin, key);
-  while (!key.empty() && (key.back() == '\r' || key.back() == ' ')) key.pop_back();
+  if (!std::getline(std::cin, key)) {
+    return absl::InvalidArgumentError("no key on stdin (e.g. 'dendro keys hash NAME ROLE < FILE')");
+  }
+  key = std::string(absl::StripTrailingAsciiWhitespace(key));
+  if (key.empty()) return absl::InvalidArgumentError("the key on stdin is empty");
   if (key.size() < kMinKeyLength) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the key on stdin is ", key.size(), " characters; use at least ", kMinKeyLength,
         " (or 'dendro keys new')"));
   }
+  // Clients send the key in a header: printable ASCII without spaces.
   for (char c : key) {
-    if (c <= ' ' || c == 0x7f) {
-      return absl::InvalidArgumentError("the key contains whitespace or control characters");
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte <= 0x20 || byte >= 0x7f) {
+      return absl::InvalidArgumentError(
+          "the key contains whitespace or non-printable characters");
     }
   }
-  std::cout << KeysLine(key, args) << std::endl;
+  DENDRO_ASSIGN_OR_RETURN(std::string line, KeysLine(key, args));
+  std::cout << line << std::endl;
   return absl::OkStatus();
 }
 
 absl::Status RunKeysNew(Context&, const Args& args) {
   DENDRO_RETURN_IF_ERROR(CheckNameAndRole(args));
+  // 32 bytes from OpenSSL's CSPRNG, as URL-safe base64 without padding
+  // (43 characters): safe in a header, a shell variable or a file.
   unsigned char raw[32];
   if (RAND_bytes(raw, sizeof(raw)) != 1) {
     return absl::InternalError("the system random generator failed");
   }
   std::string key;
   absl::WebSafeBase64Escape(std::string(reinterpret_cast<const char*>(raw), sizeof(raw)), &key);
-  std::cout << key << "\n" << KeysLine(key, args) << std::endl;
+  DENDRO_ASSIGN_OR_RETURN(std::string line, KeysLine(key, args));
+  std::cout << key << "\n" << line << std::endl;
   return absl::OkStatus();
 }
 

@@ -7,13 +7,16 @@
 // exit code 1 (2 for usage errors).
 #include <grpc/support/log.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
@@ -179,23 +182,13 @@ const std::vector<Verb>& Verbs() {
        "dendro jobs watch JOB_ID\n"
        "  Prints a line per update (a progress bar on a terminal); exits 1 if the job fails.\n",
        {}, 1, 1, RunJobsWatch},
+      {"jobs", "delete", "delete a finished job's record (its model stays)",
+       "dendro jobs delete JOB_ID\n", {}, 1, 1, RunJobsDelete},
       {"models", "list", "list models",
        "dendro models list [--name NAME] [--page-size N] [--page-token T] [--all] [--json]\n",
        {{"name", true}, kPageSize, kPageToken, kAll, kJson}, 0, 0, RunModelsList},
       {"models", "get", "show a model", "dendro models get NAME[:VERSION] [--json]\n", {kJson}, 1,
        1, RunModelsGet},
-      {"jobs", "delete", "delete a finished job's record (its model stays)",
-       "dendro jobs delete JOB_ID\n", {}, 1, 1, RunJobsDelete},
-      {"keys", "hash", "print the keys-file line for a key read from stdin",
-       "dendro keys hash NAME ROLE < key\n"
-       "  ROLE is reader, writer or admin. The line holds the key's SHA-256, never the key.\n",
-       {}, 2, 2, RunKeysHash},
-      {"keys", "new", "make a random key; print it, then its keys-file line",
-       "dendro keys new NAME ROLE\n"
-       "  Line 1 (stdout): the key, for the client. Line 2: the line for dendrod --auth_keys.\n",
-       {}, 2, 2, RunKeysNew},
-      {"", "health", "check that the server answers (grpc.health.v1; needs no key)",
-       "dendro health\n", {}, 0, 0, RunHealth},
       {"models", "delete", "delete one version, or every version, of a model",
        "dendro models delete NAME[:VERSION]\n"
        "  Without :VERSION every version of NAME is deleted.\n",
@@ -207,6 +200,17 @@ const std::vector<Verb>& Verbs() {
        1, 1, RunDatasetsGet},
       {"datasets", "delete", "delete a dataset", "dendro datasets delete DATASET_ID\n", {}, 1, 1,
        RunDatasetsDelete},
+      {"keys", "hash", "print the keys-file line for a key read from stdin",
+       "dendro keys hash NAME ROLE < key\n"
+       "  Reads the key from stdin's first line (at least 16 characters). ROLE is reader,\n"
+       "  writer or admin. The line holds the key's SHA-256, never the key.\n",
+       {}, 2, 2, RunKeysHash},
+      {"keys", "new", "make a random key; print it, then its keys-file line",
+       "dendro keys new NAME ROLE\n"
+       "  Line 1 (stdout): the key, for the client. Line 2: the line for dendrod --auth_keys.\n",
+       {}, 2, 2, RunKeysNew},
+      {"", "health", "check that the server answers (grpc.health.v1; needs no key)",
+       "dendro health\n", {}, 0, 0, RunHealth},
   };
   return *verbs;
 }
@@ -218,12 +222,14 @@ constexpr char kGlobalHelp[] =
     "  --tls               connect with TLS, checking the server against the system roots\n"
     "  --tls-ca FILE       connect with TLS, checking the server against this PEM CA\n"
     "  --tls-cert FILE --tls-key FILE  client certificate for servers that require one\n"
-    "  --api-key-file FILE read the API key from FILE (else $DENDRO_API_KEY); keys are\n"
-    "                      never taken on the command line, where ps would show them\n"
+    "  --api-key-file FILE read the API key from FILE's first line (else from the\n"
+    "                      DENDRO_API_KEY environment variable); there is no flag taking\n"
+    "                      the key itself, since the command line is visible to ps\n"
     "  --version           print the version and git revision, then exit\n";
 
 void PrintMainHelp() {
   std::cout << "usage: dendro [--server HOST:PORT] [--timeout SECONDS] [--tls | --tls-ca FILE]\n"
+               "              [--tls-cert FILE --tls-key FILE] [--api-key-file FILE]\n"
                "              VERB [ARGS...]\n\n"
                "verbs:\n";
   for (const Verb& v : Verbs()) {
@@ -305,10 +311,14 @@ absl::StatusOr<bool> TakeGlobalFlag(const std::vector<std::string>& argv, size_t
       if (absl::Status s = ReadFileToString(value, &text); !s.ok()) {
         return absl::NotFoundError(absl::StrCat("cannot read the API key file ", value));
       }
-      text = text.substr(0, text.find('\n'));
-      while (!text.empty() && (text.back() == '\r' || text.back() == ' ')) text.pop_back();
-      if (text.empty()) return absl::InvalidArgumentError(absl::StrCat(value, " holds no key"));
-      globals->api_key = text;
+      // The first line, without its trailing whitespace (and line end).
+      text.resize(std::min(text.size(), text.find('\n')));
+      text = std::string(absl::StripTrailingAsciiWhitespace(text));
+      if (text.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the API key file ", value, " holds no key on its first line"));
+      }
+      globals->api_key = std::move(text);
     } else {
       absl::Status s = ParseTimeout(value, &globals->timeout_seconds);
       if (!s.ok()) return s;
@@ -386,6 +396,9 @@ absl::Status Main(const std::vector<std::string>& argv) {
   absl::StatusOr<Args> args =
       Args::Parse(full_name, rest, verb->flags, verb->min_positional, verb->max_positional);
   if (!args.ok()) return args.status();
+  if (globals.tls_cert_file.empty() != globals.tls_key_file.empty()) {
+    return UsageError("--tls-cert and --tls-key go together: give both or neither");
+  }
   Context ctx(globals);
   return verb->run(ctx, *args);
 }

@@ -2,7 +2,10 @@
 # The `dendro` CLI against a dendrod with API keys: keys files made by
 # `dendro keys`, keys from DENDRO_API_KEY or --api-key-file, readable
 # refusals carrying the server's request id, and `dendro health` (open).
-# The per-RPC role matrix is tested in auth_test.py.
+#
+# Only the client side is covered here. The end-to-end role checks (which
+# RPC each of reader/writer/admin may call, certificates' roles, reloads)
+# live with the server tests: auth_test.py and tests/server.
 #
 #   cli_auth_test.sh PATH/TO/dendrod PATH/TO/dendro
 set -euo pipefail
@@ -19,13 +22,32 @@ want="$(printf %s "$key" | sha256sum | cut -d' ' -f1)  alice  reader"
 newkey=$(head -1 new.txt)
 [[ $(tail -1 new.txt) == "$(printf %s "$newkey" | sha256sum | cut -d' ' -f1)  ci  writer" ]] ||
   fail "keys new: the line does not hash the key: $(cat new.txt)"
-[[ ${#newkey} -ge 40 ]] || fail "keys new made a short key: $newkey"
-run keys hash bob root </dev/null
-[[ $RC -eq 2 && $(wc -l <err.txt) -eq 1 ]] || fail "bad role: exit $RC, $(cat err.txt)"
+[[ $newkey =~ ^[A-Za-z0-9_-]{43}$ ]] || fail "keys new: not 32 bytes of URL-safe base64: $newkey"
+"$DENDRO" keys new ci writer >new2.txt
+[[ $(head -1 new2.txt) != "$newkey" ]] || fail "keys new made the same key twice"
+# A CRLF line end and trailing blanks are not part of the key.
+[[ $(printf '%s \r\n' "$key" | "$DENDRO" keys hash alice reader) == "$want" ]] ||
+  fail "keys hash kept the line end in the key"
+expect_error 2 "reader, writer or admin" keys hash bob root </dev/null
+expect_error 2 "one word" keys hash 'bob smith' reader </dev/null
 printf 'short\n' >short.txt
-run keys hash bob reader <short.txt
-[[ $RC -eq 1 ]] && grep -q "at least 16" err.txt || fail "short key: exit $RC, $(cat err.txt)"
+expect_error 1 "at least 16" keys hash bob reader <short.txt
+expect_error 1 "no key on stdin" keys hash bob reader </dev/null
+printf 'two words in one key\n' >spaced.txt
+expect_error 1 "whitespace" keys hash bob reader <spaced.txt
+"$DENDRO" keys --help | grep -q "hash" || fail "'dendro keys --help' does not list hash"
 pass "keys hash / keys new"
+
+# --- client-side checks (no server needed) ---------------------------------------------
+"$DENDRO" --help | grep -q DENDRO_API_KEY || fail "--help does not mention DENDRO_API_KEY"
+"$DENDRO" --help | grep -q -- --api-key-file || fail "--help does not mention --api-key-file"
+expect_error 1 "cannot read the API key file" --api-key-file missing.key models list
+: >empty.key
+expect_error 1 "holds no key" --api-key-file empty.key models list
+DENDRO_API_KEY='two words' expect_error 1 "whitespace or non-printable" models list
+expect_error 2 "--tls-cert and --tls-key" --tls-cert nothing.pem models list
+expect_error 1 "client certificate" --tls-cert nothing.pem --tls-key nothing.key models list
+pass "key and certificate options are checked before anything is sent"
 
 # --- a server with keys -------------------------------------------------------------
 { echo "$line"; tail -1 new.txt; } >keys
@@ -41,9 +63,10 @@ DENDRO_API_KEY=$key run models list
 head -1 new.txt >writer.key
 run --api-key-file writer.key datasets list
 [[ $RC -eq 0 ]] || fail "writer key from --api-key-file refused: $(cat err.txt)"
+printf '%s\r\n# a comment line is not read\n' "$(cat writer.key)" >writer-crlf.key
+run datasets list --api-key-file=writer-crlf.key
+[[ $RC -eq 0 ]] || fail "a key file with CRLF line ends was refused: $(cat err.txt)"
 DENDRO_API_KEY=$key expect_error 1 "permission denied: .*admin" models delete nothing
 DENDRO_API_KEY=wrong-key-wrong-key expect_error 1 "unknown API key" models list
-expect_error 1 "cannot read the API key file" --api-key-file missing.key models list
 grep -q "$key" "$WORK/auth.log" && fail "the server log holds a key"
-"$DENDRO" --help | grep -q DENDRO_API_KEY || fail "--help does not mention DENDRO_API_KEY"
 pass "keys from the environment and from a file; refusals say what to do"

@@ -9,6 +9,7 @@
 #ifndef DENDRO_CORE_COMMON_RUN_CONTEXT_H_
 #define DENDRO_CORE_COMMON_RUN_CONTEXT_H_
 
+#include <atomic>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -28,6 +29,29 @@ class RunContext {
   absl::Status CheckCancelled() const {
     return Cancelled() ? absl::CancelledError("job cancelled") : absl::OkStatus();
   }
+};
+
+// A cancel seen by any thread of a parallel pass. Poll() asks the context
+// (from whichever thread calls it) and remembers a positive answer, so the
+// other threads stop at their next check and the caller can tell after the
+// pass without asking again. The context must be safe to ask from several
+// threads.
+class SharedCancel {
+ public:
+  explicit SharedCancel(const RunContext& ctx) : ctx_(ctx) {}
+  SharedCancel(const SharedCancel&) = delete;
+  SharedCancel& operator=(const SharedCancel&) = delete;
+  bool Poll() {
+    if (seen_.load(std::memory_order_relaxed)) return true;
+    if (!ctx_.Cancelled()) return false;
+    seen_.store(true, std::memory_order_relaxed);
+    return true;
+  }
+  bool seen() const { return seen_.load(std::memory_order_relaxed); }
+
+ private:
+  const RunContext& ctx_;
+  std::atomic<bool> seen_{false};
 };
 
 // Never cancelled; ignores progress.

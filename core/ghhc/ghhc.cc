@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -62,6 +63,8 @@ class ThreadScope {
   int saved_;
   int threads_;
 };
+
+using CancelFlag = SharedCancel;
 
 // Maps stage-local fractions onto [lo, hi] of the whole run, never backwards.
 class Progress {
@@ -130,9 +133,10 @@ absl::Status ValidateOptionsImpl(const GhhcOptions& o) {
 // Centres (with model.mean), projects (with model.projection, if any),
 // normalises and scales (model.point_norm) every row into `out`, which gets
 // model.ball_dim() columns. Returns InvalidArgument naming the first row
-// that has no direction left.
+// that has no direction left. `cancelled`, if set, is polled once per 4096
+// rows (from any thread); CancelledError once it returns true.
 absl::Status NormaliseRows(const MatrixView& x, const GhhcModel& model, int threads,
-                           RowMat<float>* out) {
+                           RowMat<float>* out, const std::function<bool()>& cancelled = nullptr) {
   const int64_t n = x.rows();
   const int64_t d = x.cols();
   const int64_t p = model.ball_dim();
@@ -146,8 +150,14 @@ absl::Status NormaliseRows(const MatrixView& x, const GhhcModel& model, int thre
   // PCA can only shrink them); an exactly zero projection is always refused.
   const double tol = 1e-6 * mu.norm();
   int64_t first_bad = std::numeric_limits<int64_t>::max();
+  // With a projection every row costs O(d p), which adds up on big inputs.
+  std::atomic<bool> stop{false};
 #pragma omp parallel for num_threads(threads) schedule(static, 4096) reduction(min : first_bad)
   for (int64_t i = 0; i < n; ++i) {
+    if (i % 4096 == 0 && cancelled && !stop.load(std::memory_order_relaxed) && cancelled()) {
+      stop.store(true, std::memory_order_relaxed);
+    }
+    if (stop.load(std::memory_order_relaxed)) continue;
     Eigen::RowVectorXd v = x.row(i).cast<double>() - mu;
     if (project) v = (v * proj).eval();
     const double len = v.norm();
@@ -157,6 +167,7 @@ absl::Status NormaliseRows(const MatrixView& x, const GhhcModel& model, int thre
     }
     out->row(i) = (v * (model.point_norm / len)).cast<float>();
   }
+  if (stop.load()) return absl::CancelledError("job cancelled");
   if (first_bad != std::numeric_limits<int64_t>::max()) {
     const bool centred = mu.norm() > 0;
     if (project && (x.row(first_bad).cast<double>() - mu).norm() > tol) {
@@ -222,21 +233,31 @@ std::vector<double> RandomProjection(int64_t d, int64_t p, uint64_t seed) {
 // d x p row-major: the top-p principal directions (columns, by decreasing
 // variance) of the rows minus `mean`, from the scatter matrix of a sample of
 // at most kGhhcPcaSample rows. Each column's sign is fixed so that its
-// largest-magnitude entry is positive.
+// largest-magnitude entry is positive. `cancelled` is polled before each
+// block of 2048 sample rows (from any thread); once it returns true the
+// result is empty.
 std::vector<double> PcaProjection(const MatrixView& x, const std::vector<double>& mean, int64_t p,
-                                  uint64_t seed, int threads) {
+                                  uint64_t seed, int threads,
+                                  const std::function<bool()>& cancelled) {
   const int64_t d = x.cols();
   const std::vector<int64_t> idx = SampleIndices(x.rows(), kGhhcPcaSample, seed);
   const Eigen::Map<const Eigen::RowVectorXd> mu(mean.data(), d);
   constexpr int64_t kBlock = 2048;
   const int64_t blocks = (static_cast<int64_t>(idx.size()) + kBlock - 1) / kBlock;
   std::vector<Eigen::MatrixXd> partial(std::max(1, threads), Eigen::MatrixXd::Zero(d, d));
+  std::atomic<bool> stop{false};
 #pragma omp parallel num_threads(threads)
   {
     Eigen::MatrixXd& acc = partial[omp_get_thread_num()];
     RowMat<double> block;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t b = 0; b < blocks; ++b) {
+      // One block is a rank-2048 update of a d x d matrix.
+      if (stop.load(std::memory_order_relaxed)) continue;
+      if (cancelled && cancelled()) {
+        stop.store(true, std::memory_order_relaxed);
+        continue;
+      }
       const int64_t r0 = b * kBlock;
       const int64_t rn = std::min<int64_t>(kBlock, static_cast<int64_t>(idx.size()) - r0);
       block.resize(rn, d);
@@ -244,6 +265,7 @@ std::vector<double> PcaProjection(const MatrixView& x, const std::vector<double>
       acc.selfadjointView<Eigen::Lower>().rankUpdate(block.transpose());
     }
   }
+  if (stop.load()) return {};
   Eigen::MatrixXd scatter = Eigen::MatrixXd::Zero(d, d);
   for (const Eigen::MatrixXd& a : partial) scatter += a;
   const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(
@@ -415,6 +437,8 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   ThreadScope threads(options.num_threads);
   Progress progress(ctx);
   GhhcStats stats;
+  CancelFlag cancel(ctx);
+  const std::function<bool()> cancelled = [&cancel] { return cancel.Poll(); };
 
   // 1. Points.
   progress.Report(0.0, 0.02, 0.0, "preprocessing");
@@ -427,13 +451,14 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   model.mean = options.center ? ColumnMean(x, threads.threads())
                               : std::vector<double>(input_dim, 0.0);
   if (options.projection_dim > 0) {
-    model.projection =
-        options.projection == GhhcProjection::kPca
-            ? PcaProjection(x, model.mean, options.projection_dim, options.seed, threads.threads())
-            : RandomProjection(input_dim, options.projection_dim, options.seed);
+    model.projection = options.projection == GhhcProjection::kPca
+                           ? PcaProjection(x, model.mean, options.projection_dim, options.seed,
+                                           threads.threads(), cancelled)
+                           : RandomProjection(input_dim, options.projection_dim, options.seed);
+    if (cancel.seen()) return absl::CancelledError("job cancelled");
   }
   RowMat<float> pts;
-  DENDRO_RETURN_IF_ERROR(NormaliseRows(x, model, threads.threads(), &pts));
+  DENDRO_RETURN_IF_ERROR(NormaliseRows(x, model, threads.threads(), &pts, cancelled));
   DENDRO_RETURN_IF_ERROR(ctx.CheckCancelled());
   // From here on everything lives in the ball, of dimension d.
   const int64_t d = pts.cols();
@@ -488,10 +513,9 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
     const std::vector<int64_t> idx = SampleIndices(n, s, options.seed);
     RowMat<double> sample(s, d);
     for (int64_t r = 0; r < s; ++r) sample.row(r) = pts.row(idx[r]).cast<double>();
-    z = ghhc::InitialNodes(sample, m, options.max_node_norm, options.seed,
-                           [&ctx]() { return ctx.Cancelled(); });
+    z = ghhc::InitialNodes(sample, m, options.max_node_norm, options.seed, cancelled);
   }
-  if (z.rows() == 0) return absl::CancelledError("job cancelled");
+  if (z.rows() == 0 || cancel.seen()) return absl::CancelledError("job cancelled");
   for (Eigen::Index r = 0; r < z.rows(); ++r) ghhc::Retract(z.row(r), options.max_node_norm);
   stats.init_seconds = Seconds(t0);
   DENDRO_RETURN_IF_ERROR(ctx.CheckCancelled());
@@ -518,9 +542,8 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   std::vector<int32_t> parents;
   const int64_t report_every = std::max<int64_t>(1, steps / 1000);
   int64_t seen = 0;
-  const std::function<bool()> cancelled = [&ctx] { return ctx.Cancelled(); };
   for (int64_t step = 0; step < steps; ++step) {
-    if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+    if (cancel.Poll()) return absl::CancelledError("job cancelled");
     const int64_t bsize = std::min(batch, total - seen);
     ghhc::Rng rng(ghhc::StreamSeed(options.seed, 1, static_cast<uint64_t>(step)));
     ghhc::Rng ri = anchor_rng(step);
@@ -547,6 +570,9 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
 #pragma omp parallel for num_threads(threads.threads()) \
     schedule(static, 1) if (bsize * m * d >= kParallelWork)
     for (int c = 0; c < chunks; ++c) {
+      // A chunk is bsize / chunks triples against all M nodes: with many
+      // nodes or big batches one batch takes long enough to poll per chunk.
+      if (cancel.Poll()) continue;
       const int64_t t0c = bsize * c / chunks;
       const int64_t t1c = bsize * (c + 1) / chunks;
       const int64_t cb = t1c - t0c;
@@ -576,6 +602,7 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
       chunk_loss[c] =
           ghhc::TripleObjective<float>(xc, zf, noise, link, &chunk_grad[c], &chunk_ws[c]);
     }
+    if (cancel.seen()) return absl::CancelledError("job cancelled");
     grad.setZero();
     double loss = 0.0;
     for (int c = 0; c < chunks; ++c) {
@@ -591,11 +618,11 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
     if (options.margin_every > 0 && options.margin_steps > 0 &&
         (step + 1) % options.margin_every == 0) {
       parents = ghhc::NodeParents(z, threads.threads(), /*float_products=*/true, cancelled);
-      if (parents.empty()) return absl::CancelledError("job cancelled");
+      if (parents.empty() || cancel.seen()) return absl::CancelledError("job cancelled");
       for (int32_t r = 0; r < options.margin_steps; ++r) {
         // Each step is O(M d): polling every step costs nothing and bounds
         // the wait for a cancel by one step, whatever margin_steps is.
-        if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+        if (cancel.Poll()) return absl::CancelledError("job cancelled");
         grad.setZero();
         ghhc::MarginObjective(z, parents, options.margin, &grad);
         RsgdStep(z, grad, margin_lr, options.max_node_norm, threads.threads());
@@ -619,20 +646,25 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   progress.Report(0.95, 1.0, 0.0, "extracting the tree");
   model.nodes.assign(z.data(), z.data() + z.size());
   model.node_parent = ghhc::NodeParents(z, threads.threads(), false, cancelled);
-  if (model.node_parent.empty()) return absl::CancelledError("job cancelled");
+  if (model.node_parent.empty() || cancel.seen()) return absl::CancelledError("job cancelled");
   zf = z.cast<float>();
   std::vector<int32_t> point_node(n);
   {
     constexpr int64_t kBlock = 2048;
     constexpr int64_t kSuper = 16 * kBlock;
     for (int64_t s0 = 0; s0 < n; s0 += kSuper) {
-      if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+      if (cancel.Poll()) return absl::CancelledError("job cancelled");
       const int64_t s1 = std::min(n, s0 + kSuper);
+      // Every row is compared with all M nodes: with many nodes a block of
+      // rows takes a while, so the workers poll per block and NearestNodes
+      // per 512 rows.
 #pragma omp parallel for num_threads(threads.threads()) schedule(dynamic, 1)
       for (int64_t b0 = s0; b0 < s1; b0 += kBlock) {
+        if (cancel.Poll()) continue;
         const int64_t rn = std::min(kBlock, s1 - b0);
-        ghhc::NearestNodes(pts.middleRows(b0, rn), zf, {}, point_node.data() + b0);
+        ghhc::NearestNodes(pts.middleRows(b0, rn), zf, {}, point_node.data() + b0, cancelled);
       }
+      if (cancel.seen()) return absl::CancelledError("job cancelled");
       progress.Report(0.95, 1.0, 0.9 * static_cast<double>(s1) / n, "extracting the tree");
     }
   }

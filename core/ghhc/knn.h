@@ -30,7 +30,9 @@ struct KnnOptions {
 // search go to the lower index. The HNSW search is approximate, and with
 // more than one thread its graph (hence the table) depends on thread timing.
 // `progress(f)` is called from the calling thread with f in [0, 1]
-// non-decreasing; cancellation is polled between blocks.
+// non-decreasing; cancellation is polled between blocks and, by the worker
+// threads, within them (every 16 rows of the exact search, every point of
+// the HNSW build and search).
 // With a non-empty `query_mask` (one entry per point), the HNSW search only
 // answers the points with a non-zero entry; the rows of the others are -1.
 // (The exact search always answers every point.)

@@ -185,34 +185,56 @@ std::vector<int32_t> NodeParents(const RowMat<double>& nodes, int num_threads,
   constexpr Eigen::Index kBlock = 256;
   const Eigen::Index blocks = (m + kBlock - 1) / kBlock;
   std::atomic<bool> stop{false};
-#pragma omp parallel for num_threads(num_threads) schedule(dynamic, 1) if (m >= 512)
-  for (Eigen::Index blk = 0; blk < blocks; ++blk) {
-    if (stop.load(std::memory_order_relaxed)) continue;
-    if (cancelled && cancelled()) {
-      stop.store(true);
-      continue;
-    }
-    const Eigen::Index c0 = blk * kBlock;
-    const Eigen::Index cn = std::min(kBlock, m - c0);
-    const RowMat<double> s =
-        float_products
-            ? RowMat<double>((nodes_f.middleRows(c0, cn) * nodes_f.transpose()).cast<double>())
-            : RowMat<double>(nodes.middleRows(c0, cn) * nodes.transpose());
-    for (Eigen::Index ci = 0; ci < cn; ++ci) {
-      const Eigen::Index c = c0 + ci;
-      double best = std::numeric_limits<double>::infinity();
-      int32_t arg = -1;
-      for (Eigen::Index p = 0; p < m; ++p) {
-        // Eligible: (norm_p, p) < (norm_c, c).
-        if (!(sq[p] < sq[c] || (sq[p] == sq[c] && p < c))) continue;
-        const double diff = std::max(sq[c] + sq[p] - 2.0 * s(ci, p), 0.0);
-        const double score = diff / (1.0 - sq[p]);  // monotone in d(z_c, z_p)
-        if (score < best) {
-          best = score;
-          arg = static_cast<int32_t>(p);
-        }
+  // The products of a block with all nodes go to per-thread buffers reused
+  // across blocks: with 100,000 nodes one block's products take 100 MB
+  // (float) or 200 MB (double), which are not worth allocating per block.
+  // Float products are widened entry by entry, exactly as a cast would.
+#pragma omp parallel num_threads(num_threads) if (m >= 512)
+  {
+    RowMat<float> sf;
+    RowMat<double> sd;
+#pragma omp for schedule(dynamic, 1)
+    for (Eigen::Index blk = 0; blk < blocks; ++blk) {
+      if (stop.load(std::memory_order_relaxed)) continue;
+      if (cancelled && cancelled()) {
+        stop.store(true);
+        continue;
       }
-      parent[c] = arg;
+      const Eigen::Index c0 = blk * kBlock;
+      const Eigen::Index cn = std::min(kBlock, m - c0);
+      if (float_products) {
+        sf.noalias() = nodes_f.middleRows(c0, cn) * nodes_f.transpose();
+      } else {
+        sd.noalias() = nodes.middleRows(c0, cn) * nodes.transpose();
+      }
+      for (Eigen::Index ci = 0; ci < cn; ++ci) {
+        // The scan below is O(M) per node: with very many nodes one block
+        // of 256 takes a while, so the cancel is also polled every 16 nodes.
+        if (ci % 16 == 15) {
+          if (stop.load(std::memory_order_relaxed)) break;
+          if (cancelled && cancelled()) {
+            stop.store(true);
+            break;
+          }
+        }
+        const Eigen::Index c = c0 + ci;
+        const float* row_f = float_products ? sf.row(ci).data() : nullptr;
+        const double* row_d = float_products ? nullptr : sd.row(ci).data();
+        double best = std::numeric_limits<double>::infinity();
+        int32_t arg = -1;
+        for (Eigen::Index p = 0; p < m; ++p) {
+          // Eligible: (norm_p, p) < (norm_c, c).
+          if (!(sq[p] < sq[c] || (sq[p] == sq[c] && p < c))) continue;
+          const double s = float_products ? static_cast<double>(row_f[p]) : row_d[p];
+          const double diff = std::max(sq[c] + sq[p] - 2.0 * s, 0.0);
+          const double score = diff / (1.0 - sq[p]);  // monotone in d(z_c, z_p)
+          if (score < best) {
+            best = score;
+            arg = static_cast<int32_t>(p);
+          }
+        }
+        parent[c] = arg;
+      }
     }
   }
   if (stop.load()) return {};
@@ -239,13 +261,15 @@ double MarginObjective(const RowMat<double>& nodes, absl::Span<const int32_t> pa
 }
 
 void NearestNodes(const Eigen::Ref<const RowMat<float>>& points, const RowMat<float>& nodes,
-                  absl::Span<const uint8_t> allowed, int32_t* out) {
+                  absl::Span<const uint8_t> allowed, int32_t* out,
+                  const std::function<bool()>& cancelled) {
   const Eigen::Index m = nodes.rows();
   const Eigen::ArrayXf zz = nodes.rowwise().squaredNorm().array();
   const Eigen::ArrayXf inv_beta = 1.0f / (1.0f - zz);
   constexpr Eigen::Index kBlock = 512;
   RowMat<float> s;
   for (Eigen::Index r0 = 0; r0 < points.rows(); r0 += kBlock) {
+    if (cancelled && cancelled()) return;
     const Eigen::Index rn = std::min(kBlock, points.rows() - r0);
     s.noalias() = points.middleRows(r0, rn) * nodes.transpose();
     for (Eigen::Index i = 0; i < rn; ++i) {

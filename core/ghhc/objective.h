@@ -62,8 +62,9 @@ double TripleObjective(const Eigen::Ref<const RowMat<T>>& points,
 // to `num_threads` threads for M >= 512. With `float_products` the distances
 // come from float32 products (about twice as fast; near-ties may resolve
 // differently), as in the margin phases of training. `cancelled`, if set,
-// is polled before each block of 256 nodes (from any of the threads); once
-// it returns true the rest is skipped and the result is empty.
+// is polled before each block of 256 nodes and every 16 nodes within a
+// block (from any of the threads); once it returns true the rest is skipped
+// and the result is empty.
 std::vector<int32_t> NodeParents(const RowMat<double>& nodes, int num_threads = 1,
                                  bool float_products = false,
                                  const std::function<bool()>& cancelled = nullptr);
@@ -77,9 +78,13 @@ double MarginObjective(const RowMat<double>& nodes, absl::Span<const int32_t> pa
 // smallest Poincaré distance among those with allowed[node] (all if
 // `allowed` is empty); lowest index on ties. This is eq. 4 for data points:
 // every internal node has a smaller norm than any point, so d_cp = d there.
-// Single-threaded; the caller parallelises over row blocks.
+// Single-threaded; the caller parallelises over row blocks. `cancelled`, if
+// set, is polled before each block of 512 rows; once it returns true the
+// function returns with the rest of `out` unwritten (the caller must then
+// discard it).
 void NearestNodes(const Eigen::Ref<const RowMat<float>>& points, const RowMat<float>& nodes,
-                  absl::Span<const uint8_t> allowed, int32_t* out);
+                  absl::Span<const uint8_t> allowed, int32_t* out,
+                  const std::function<bool()>& cancelled = nullptr);
 
 }  // namespace dendro::ghhc
 

@@ -43,9 +43,12 @@ struct ClassWork {
 
 // Top `qc` eigenpairs of the sample covariance of the class rows `idx`.
 // Writes mean, eigenvalues (q) and basis rows (q x d, float); returns the
-// first bad row or -1.
+// first bad row or -1. A big class costs O(n_c d^2) in the scatter route:
+// ctx is polled (PollCancelled) before every chunk of rows after the first,
+// and a cancel sets *cancelled and returns -1 with the outputs unfinished.
 int64_t FitOneClass(const MatrixView& x, absl::Span<const int64_t> idx, int32_t q,
-                    double* mean_out, double* eig_out, float* basis_out, double* tail_out) {
+                    double* mean_out, double* eig_out, float* basis_out, double* tail_out,
+                    RunContext* ctx, std::atomic<bool>* cancelled) {
   const int64_t n = static_cast<int64_t>(idx.size());
   const int64_t d = x.cols();
   const int32_t qc = static_cast<int32_t>(std::min<int64_t>(q, n - 1));
@@ -99,6 +102,10 @@ int64_t FitOneClass(const MatrixView& x, absl::Span<const int64_t> idx, int32_t 
   int64_t count = 0;
   RowMatrixDX block;
   for (int64_t b0 = 0; b0 < n; b0 += kChunkRows) {
+    if (b0 > 0 && (cancelled->load(std::memory_order_relaxed) || PollCancelled(ctx))) {
+      cancelled->store(true);
+      return -1;
+    }
     const int64_t nb = std::min(kChunkRows, n - b0);
     block.resize(nb, d);
     for (int64_t i = 0; i < nb; ++i) {
@@ -217,13 +224,16 @@ absl::StatusOr<ClassFitResult> FitClasses(const MatrixView& x, absl::Span<const 
                    [&](int32_t a, int32_t b) { return t.counts[a] > t.counts[b]; });
   std::vector<int64_t> bad_row(k, -1);
   std::atomic<int64_t> rows_done{0};
+  std::atomic<bool> cancelled{false};
   absl::Status st = ParallelFor(
       k, threads, &progress.ctx(),
       [&](int64_t item) {
         const int32_t c = schedule[item];
         absl::Span<const int64_t> idx(order.data() + offset[c], t.counts[c]);
         bad_row[c] = FitOneClass(x, idx, q, t.means.row(c).data(), t.eigvals.row(c).data(),
-                                 t.bases.data() + static_cast<int64_t>(c) * q * d, &t.tail[c]);
+                                 t.bases.data() + static_cast<int64_t>(c) * q * d, &t.tail[c],
+                                 &progress.ctx(), &cancelled);
+        if (cancelled.load(std::memory_order_relaxed)) return;
         if (raw_samples > 0 && bad_row[c] < 0) {
           std::mt19937_64 rng(seed ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(c + 1)));
           std::vector<int64_t> pick(idx.begin(), idx.end());
@@ -241,6 +251,7 @@ absl::StatusOr<ClassFitResult> FitClasses(const MatrixView& x, absl::Span<const 
         progress.Report(static_cast<double>(rows_done.load()) / static_cast<double>(n));
       });
   if (!st.ok()) return st;
+  if (cancelled.load()) return absl::CancelledError("job cancelled");
   int64_t first_bad = -1;
   for (int32_t c = 0; c < k; ++c) {
     if (bad_row[c] >= 0 && (first_bad < 0 || bad_row[c] < first_bad)) first_bad = bad_row[c];

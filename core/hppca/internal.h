@@ -42,10 +42,17 @@ class Progress {
   double last_ = -1.0;
 };
 
+// ctx->Cancelled() (false for a null ctx), callable from any thread: calls
+// are serialised, so a RunContext is never polled by two threads at once.
+// A thread that finds another one polling returns false without waiting.
+bool PollCancelled(RunContext* ctx);
+
 // Runs f(i) for i in [0, n) on `threads` OpenMP threads (dynamic schedule).
-// OpenMP thread 0 polls ctx (if given) before each item; once cancelled the
-// remaining items are skipped and CancelledError is returned. `on_item` (if
-// given) is called by thread 0 with the number of finished items.
+// Every thread polls ctx (if given, through PollCancelled) before each of
+// its items, so a long item on one thread does not keep the others from
+// seeing a cancel; once cancelled the remaining items are skipped and
+// CancelledError is returned. `on_item` (if given) is called by thread 0
+// with the number of finished items.
 absl::Status ParallelFor(int64_t n, int threads, RunContext* ctx,
                          const std::function<void(int64_t)>& f,
                          const std::function<void(int64_t)>& on_item = nullptr);

@@ -183,6 +183,9 @@ absl::StatusOr<std::vector<int32_t>> BhattacharyyaSeeds(absl::Span<const Gaussia
   chosen[first] = 1;
   seeds.push_back(first);
   while (static_cast<int32_t>(seeds.size()) < s) {
+    // A step also costs a K x d by d x q product per candidate outside the
+    // polled ParallelFor calls; poll once per seed as well.
+    if (ctx != nullptr && ctx->Cancelled()) return absl::CancelledError("job cancelled");
     std::vector<double> w(k);
     double total = 0.0;
     for (int64_t i = 0; i < k; ++i) {
@@ -544,10 +547,14 @@ absl::StatusOr<KMeansResult> GaussianKMeansOnce(absl::Span<const GaussianRef> cl
   // Initial centroids: the seed classes themselves.
   res.centroids.resize(s);
   for (int32_t j = 0; j < s; ++j) {
+    if (j % 64 == 63 && ctx->Cancelled()) return absl::CancelledError("job cancelled");
     DENDRO_ASSIGN_OR_RETURN(res.centroids[j], TheoremTwoCentroid({classes[seeds[j]]}, r));
   }
   std::vector<int32_t> prev;
   for (int32_t it = 0; it < max_iterations; ++it) {
+    // Every round polls inside its ParallelFor calls too; this covers the
+    // sequential parts between them.
+    if (ctx->Cancelled()) return absl::CancelledError("job cancelled");
     std::vector<LowRankGaussian> g(s);
     for (int32_t j = 0; j < s; ++j) g[j] = CentroidGaussian(res.centroids[j]);
     std::vector<double> kl;
@@ -628,6 +635,7 @@ absl::StatusOr<KMeansResult> GaussianKMeans(absl::Span<const GaussianRef> classe
   KMeansResult best;
   const int32_t runs = std::max(restarts, 1);
   for (int32_t run = 0; run < runs; ++run) {
+    if (progress.ctx().Cancelled()) return absl::CancelledError("job cancelled");
     const uint64_t run_seed = seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(run);
     DENDRO_ASSIGN_OR_RETURN(
         KMeansResult res,
@@ -671,6 +679,7 @@ absl::StatusOr<KMeansResult> RawDataKMeans(absl::Span<const GaussianRef> classes
   mind.swap(trial);
   centers.row(0) = samples.row(pick);
   for (int32_t j = 1; j < s; ++j) {
+    if (ctx->Cancelled()) return absl::CancelledError("job cancelled");
     double total = 0.0;
     for (double v : mind) total += v;
     std::vector<int64_t> cands;
@@ -695,6 +704,7 @@ absl::StatusOr<KMeansResult> RawDataKMeans(absl::Span<const GaussianRef> classes
   std::vector<int32_t> assign(m, -1);
   KMeansResult res;
   for (int32_t it = 0; it < max_iterations; ++it) {
+    if (ctx->Cancelled()) return absl::CancelledError("job cancelled");
     const Eigen::VectorXf cn = centers.rowwise().squaredNorm();
     std::atomic<int64_t> moved{0};
     DENDRO_RETURN_IF_ERROR(ParallelFor((m + 1023) / 1024, threads, ctx, [&](int64_t b) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 
 #include "core/common/cpus.h"
 #include "core/hppca/internal.h"
@@ -26,6 +27,13 @@ void Progress::Report(double fraction_of_stage) {
   ctx_.Report(f, stage_);
 }
 
+bool PollCancelled(RunContext* ctx) {
+  if (ctx == nullptr) return false;
+  static std::mutex mu;
+  std::unique_lock<std::mutex> lock(mu, std::try_to_lock);
+  return lock.owns_lock() && ctx->Cancelled();
+}
+
 absl::Status ParallelFor(int64_t n, int threads, RunContext* ctx,
                          const std::function<void(int64_t)>& f,
                          const std::function<void(int64_t)>& on_item) {
@@ -36,7 +44,7 @@ absl::Status ParallelFor(int64_t n, int threads, RunContext* ctx,
   for (int64_t i = 0; i < n; ++i) {
     if (stop.load(std::memory_order_relaxed)) continue;
     const bool main_thread = omp_get_thread_num() == 0;
-    if (main_thread && ctx != nullptr && ctx->Cancelled()) {
+    if (PollCancelled(ctx)) {
       stop.store(true);
       continue;
     }

@@ -538,7 +538,9 @@ absl::Status L2hRunner::ReverseRelatedness(const Group& lowest) {
       step_value_[j] = mass / (1.0 + state_[i].rest);
     }
   };
-  const int64_t chunk = std::max<int64_t>(1024, kWorkPerBlock / static_cast<int64_t>(t.size()));
+  // At least 64 points per chunk (not more: with a big group a chunk of
+  // points is many Exp calls, and the cancel is polled between chunks).
+  const int64_t chunk = std::max<int64_t>(64, kWorkPerBlock / static_cast<int64_t>(t.size()));
   if (!ParallelChunks(pool_, n_ * static_cast<int64_t>(t.size()) >= kMinParallelWork, n_, chunk,
                       ctx_, body, [](int64_t) {})) {
     return absl::CancelledError("L2H cancelled");

@@ -47,12 +47,14 @@ double SquaredDistance(const RowMatrixD& means, int32_t a, int32_t b) {
 
 }  // namespace
 
-std::vector<ComponentPair> NearestComponentPairs(const RowMatrixD& means, int32_t k) {
+std::vector<ComponentPair> NearestComponentPairs(const RowMatrixD& means, int32_t k,
+                                                 const std::function<bool()>& cancelled) {
   const int32_t m = static_cast<int32_t>(means.rows());
   k = std::clamp<int32_t>(k, 0, std::max(0, m - 1));
   std::vector<ComponentPair> pairs;
   std::vector<int32_t> order;
   for (int32_t a = 0; a < m; ++a) {
+    if (cancelled && cancelled()) break;
     order.clear();
     for (int32_t b = 0; b < m; ++b) {
       if (b != a) order.push_back(b);
@@ -72,7 +74,8 @@ std::vector<ComponentPair> NearestComponentPairs(const RowMatrixD& means, int32_
 }
 
 std::vector<ComponentPair> BridgingPairs(const RowMatrixD& means,
-                                         absl::Span<const ComponentPair> pairs) {
+                                         absl::Span<const ComponentPair> pairs,
+                                         const std::function<bool()>& cancelled) {
   const int32_t m = static_cast<int32_t>(means.rows());
   UnionFind uf(m);
   for (const auto& [a, b] : pairs) uf.Union(a, b);
@@ -86,6 +89,7 @@ std::vector<ComponentPair> BridgingPairs(const RowMatrixD& means,
   if (roots.size() < 2) return out;
   for (size_t i = 0; i < roots.size(); ++i) {
     for (size_t j = i + 1; j < roots.size(); ++j) {
+      if (cancelled && cancelled()) return out;
       double best = std::numeric_limits<double>::infinity();
       ComponentPair bp{-1, -1};
       for (int32_t a = 0; a < m; ++a) {

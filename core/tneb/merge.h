@@ -27,6 +27,7 @@
 #define DENDRO_CORE_TNEB_MERGE_H_
 
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -41,14 +42,20 @@ using ComponentPair = std::pair<int32_t, int32_t>;
 
 // Unordered pairs (a < b) such that b is among the k nearest means of a or
 // a among the k nearest of b (ties by lower index). Sorted, no duplicates.
-// k is clamped to [0, m - 1].
-std::vector<ComponentPair> NearestComponentPairs(const RowMatrixD& means, int32_t k);
+// k is clamped to [0, m - 1]. O(m^2 log m): `cancelled`, if set, is polled
+// once per component; once it returns true the search stops and the result
+// is incomplete (the caller must discard it).
+std::vector<ComponentPair> NearestComponentPairs(const RowMatrixD& means, int32_t k,
+                                                 const std::function<bool()>& cancelled = nullptr);
 
 // Pairs that connect the connected components of the graph (nodes 0..m-1,
 // edges `pairs`): for every two graph components, their closest pair of
-// means (ties by lower indices). Empty when the graph is connected.
+// means (ties by lower indices). Empty when the graph is connected. Up to
+// O(m^3) when the graph falls apart into many pieces: `cancelled`, as above,
+// is polled once per pair of graph components.
 std::vector<ComponentPair> BridgingPairs(const RowMatrixD& means,
-                                         absl::Span<const ComponentPair> pairs);
+                                         absl::Span<const ComponentPair> pairs,
+                                         const std::function<bool()>& cancelled = nullptr);
 
 struct SimilarityEdge {
   int32_t a = 0;

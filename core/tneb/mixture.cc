@@ -162,6 +162,8 @@ void ForChunks(int64_t n, int parts, double flops_per_row, Fn fn) {
   }
 }
 
+using PassCancel = SharedCancel;
+
 // ---------------------------------------------------------------- k-means
 
 // Squared distances of the rows of xb to the rows of c (k x d).
@@ -195,6 +197,11 @@ absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransf
   std::vector<double> closest(n);
   std::uniform_real_distribution<double> unif(0.0, 1.0);
 
+  // Every pass over the data below polls once per block of rows (each
+  // block is O(d) or O(m d) per row), so a cancel on big inputs is seen
+  // within one block per thread rather than after the whole pass.
+  PassCancel cancel(ctx);
+  const absl::Status cancelled = absl::CancelledError("job cancelled");
   std::uniform_int_distribution<int64_t> pick(0, n - 1);
   centers.row(0) = RowOf(x, t, pick(*rng));
   {
@@ -203,17 +210,19 @@ absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransf
     ForChunks(n, threads, 4.0 * d, [&](int64_t begin, int64_t end, int) {
       MatrixXd xb, dist;
       for (int64_t b = begin; b < end; b += kBlockRows) {
+        if (cancel.Poll()) return;
         xb.resize(std::min(kBlockRows, end - b), d);
         LoadRows(x, t, b, &xb);
         SquaredDistances(xb, c, cn, &dist);
         for (int64_t i = 0; i < xb.rows(); ++i) closest[b + i] = dist(i, 0);
       }
     });
+    if (cancel.seen()) return cancelled;
   }
   const int trials = 2 + static_cast<int>(std::log(static_cast<double>(m)));
   std::vector<double> cumulative(n);
   for (int c = 1; c < m; ++c) {
-    if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+    if (cancel.Poll()) return cancelled;
     double total = 0.0;
     for (int64_t i = 0; i < n; ++i) {
       total += closest[i];
@@ -236,6 +245,7 @@ absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransf
     ForChunks(n, threads, 4.0 * d * trials, [&](int64_t begin, int64_t end, int part) {
       MatrixXd xb, dist;
       for (int64_t b = begin; b < end; b += kBlockRows) {
+        if (cancel.Poll()) return;
         xb.resize(std::min(kBlockRows, end - b), d);
         LoadRows(x, t, b, &xb);
         SquaredDistances(xb, cand, cand_norm, &dist);
@@ -245,6 +255,7 @@ absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransf
         }
       }
     });
+    if (cancel.seen()) return cancelled;
     VectorXd pot = VectorXd::Zero(trials);
     for (const auto& p : part_pot) pot += p;
     int best = 0;
@@ -257,6 +268,7 @@ absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransf
     ForChunks(n, threads, 4.0 * d, [&](int64_t begin, int64_t end, int) {
       MatrixXd xb, dist;
       for (int64_t b = begin; b < end; b += kBlockRows) {
+        if (cancel.Poll()) return;
         xb.resize(std::min(kBlockRows, end - b), d);
         LoadRows(x, t, b, &xb);
         SquaredDistances(xb, cb, cbn, &dist);
@@ -264,6 +276,7 @@ absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransf
           closest[b + i] = std::min(closest[b + i], dist(i, 0));
       }
     });
+    if (cancel.seen()) return cancelled;
   }
 
   // Lloyd iterations.
@@ -271,7 +284,7 @@ absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransf
   double inertia = 0.0;
   const double tol = kKMeansTolerance * mean_variance;
   for (int iter = 0; iter < kKMeansMaxIterations; ++iter) {
-    if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+    if (cancel.Poll()) return cancelled;
     VectorXd cn = centers.rowwise().squaredNorm();
     struct Acc {
       MatrixXd sum;
@@ -288,6 +301,7 @@ absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransf
       a.count = VectorXd::Zero(m);
       MatrixXd xb, dist;
       for (int64_t b = begin; b < end; b += kBlockRows) {
+        if (cancel.Poll()) return;
         xb.resize(std::min(kBlockRows, end - b), d);
         LoadRows(x, t, b, &xb);
         SquaredDistances(xb, centers, cn, &dist);
@@ -306,6 +320,7 @@ absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransf
         }
       }
     });
+    if (cancel.seen()) return cancelled;
     MatrixXd sum = MatrixXd::Zero(m, d);
     VectorXd count = VectorXd::Zero(m);
     int64_t changed = 0;
@@ -493,12 +508,19 @@ bool Pass(const MatrixView& x, const FeatureTransform& t, const EmState& st, boo
 }
 
 // M-step from `stats` (computed with state `st`). Returns an empty string
-// or the reason the restart failed.
+// or the reason the restart failed. Each component costs O(d^3) (Cholesky
+// and inverse), so the cancel is polled per component; a cancel sets
+// *cancelled and returns an empty string with `st` partly updated.
 std::string MStep(const Stats& stats, int64_t n, const MixtureOptions& o, double data_variance,
-                  EmState* st) {
+                  EmState* st, const RunContext& ctx, std::atomic<bool>* cancelled) {
   const int d = static_cast<int>(st->mu.rows());
   const int m = static_cast<int>(st->mu.cols());
   for (int k = 0; k < m; ++k) {
+    if (cancelled->load(std::memory_order_relaxed)) return "";
+    if (ctx.Cancelled()) {
+      cancelled->store(true);
+      return "";
+    }
     const double nk = stats.n(k);
     const double sw = stats.s0(k);
     if (!(nk > 0.0) || !(sw > 1e-300)) {  // no responsibility left
@@ -554,13 +576,13 @@ struct DataMoments {
 class ProgressTracker {
  public:
   ProgressTracker(RunContext& ctx, int restarts, int max_iterations)
-      : ctx_(ctx), restarts_(restarts), per_restart_(max_iterations + 2) {}
+      : ctx_(ctx), restarts_(restarts), per_restart_(int64_t{max_iterations} + 2) {}
   void Start() {
     std::lock_guard<std::mutex> lock(mu_);
     ++started_;
     ReportLocked();
   }
-  void Step(int units) {
+  void Step(int64_t units) {
     std::lock_guard<std::mutex> lock(mu_);
     done_ += units;
     ReportLocked();
@@ -574,7 +596,7 @@ class ProgressTracker {
   }
   RunContext& ctx_;
   const int restarts_;
-  const int per_restart_;
+  const int64_t per_restart_;  // 64 bits: max_iterations may be INT_MAX
   std::mutex mu_;
   int started_ = 0;
   int64_t done_ = 0;
@@ -648,14 +670,18 @@ RestartResult RunRestart(const MatrixView& x, const FeatureTransform& t, const M
     }
     if (iter > 0 && std::abs(ll - prev) < o.tolerance) {
       res.converged = true;
-      progress->Step(o.max_iterations + 1 - iter);
+      progress->Step(int64_t{o.max_iterations} + 1 - iter);
       break;
     }
     if (iter == o.max_iterations) {
       progress->Step(1);
       break;
     }
-    const std::string err = MStep(stats, n, o, moments.mean_variance, &st);
+    const std::string err = MStep(stats, n, o, moments.mean_variance, &st, ctx, cancelled);
+    if (cancelled->load()) {
+      res.cancelled = true;
+      return res;
+    }
     if (!err.empty()) {
       res.failed = true;
       res.failure = err;
@@ -668,9 +694,12 @@ RestartResult RunRestart(const MatrixView& x, const FeatureTransform& t, const M
 }
 
 // Data mean and covariance. Summed over fixed row chunks in chunk order,
-// so the result does not depend on the number of threads.
+// so the result does not depend on the number of threads. The covariance
+// pass costs O(n d^2); both passes poll for a cancel before every block of
+// rows (CancelledError).
 absl::StatusOr<DataMoments> ComputeMoments(const MatrixView& x, const FeatureTransform& t,
-                                           int threads) {
+                                           int threads, const RunContext& ctx) {
+  PassCancel cancel(ctx);
   constexpr int64_t kChunkRows = 64 * kBlockRows;
   const int64_t n = x.rows();
   const int d = static_cast<int>(x.cols());
@@ -680,11 +709,13 @@ absl::StatusOr<DataMoments> ComputeMoments(const MatrixView& x, const FeatureTra
   for (int64_t c = 0; c < chunks; ++c) {
     MatrixXd xb;
     for (int64_t b = c * kChunkRows; b < std::min(n, (c + 1) * kChunkRows); b += kBlockRows) {
+      if (cancel.Poll()) break;
       xb.resize(std::min(kBlockRows, n - b), d);
       LoadRows(x, t, b, &xb);
       part_sum[c] += xb.colwise().sum().transpose();
     }
   }
+  if (cancel.seen()) return absl::CancelledError("job cancelled");
   DataMoments mom;
   mom.mean = VectorXd::Zero(d);
   for (const auto& s : part_sum) mom.mean += s;
@@ -694,12 +725,14 @@ absl::StatusOr<DataMoments> ComputeMoments(const MatrixView& x, const FeatureTra
   for (int64_t c = 0; c < chunks; ++c) {
     MatrixXd xb;
     for (int64_t b = c * kChunkRows; b < std::min(n, (c + 1) * kChunkRows); b += kBlockRows) {
+      if (cancel.Poll()) break;
       xb.resize(std::min(kBlockRows, n - b), d);
       LoadRows(x, t, b, &xb);
       xb.rowwise() -= mom.mean.transpose();
       part_cov[c].selfadjointView<Eigen::Lower>().rankUpdate(xb.transpose());
     }
   }
+  if (cancel.seen()) return absl::CancelledError("job cancelled");
   MatrixXd lower = MatrixXd::Zero(d, d);
   for (const auto& c : part_cov) lower += c;
   mom.cov = lower.selfadjointView<Eigen::Lower>();
@@ -1015,7 +1048,7 @@ absl::StatusOr<MixtureFit> FitStudentMixture(const MatrixView& x, const FeatureT
   }
   const int threads = ResolveThreads(options.num_threads);
   const int restarts = options.restarts;
-  DENDRO_ASSIGN_OR_RETURN(DataMoments moments, ComputeMoments(x, t, threads));
+  DENDRO_ASSIGN_OR_RETURN(DataMoments moments, ComputeMoments(x, t, threads, ctx));
   if (!moments.cov.allFinite()) {
     return absl::InvalidArgumentError("the data covariance is not finite (NaN or huge values?)");
   }

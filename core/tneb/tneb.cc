@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,32 @@ namespace {
 
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// StudentMixture::Assign over row chunks with a cancellation poll between
+// them: one pass costs O(n m d^2), as much as an EM iteration. A chunk holds
+// about 5e7 flops and is a whole multiple of Assign's 512-row blocks, so
+// every block sees the same rows as in a single call and the labels are the
+// same.
+absl::StatusOr<std::vector<int32_t>> AssignInChunks(const StudentMixture& mix,
+                                                    const MatrixView& x,
+                                                    const FeatureTransform& t, int threads,
+                                                    RunContext& ctx) {
+  constexpr int64_t kBlock = 512;
+  const int64_t n = x.rows();
+  const int64_t d = x.cols();
+  const double per_row = 2.0 * mix.num_components() * (d + 4.0) * d;
+  const int64_t chunk =
+      kBlock * static_cast<int64_t>(std::clamp(5e7 / per_row / kBlock, 1.0, 128.0));
+  std::vector<int32_t> out;
+  out.reserve(n);
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+    const int64_t rn = std::min(chunk, n - r0);
+    const std::vector<int32_t> part = mix.Assign(MatrixView(x.data() + r0 * d, rn, d), t, threads);
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
 }
 
 }  // namespace
@@ -184,7 +211,8 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   const int m = full.num_components();
   std::vector<ComponentInfo> info(m);
   {
-    const std::vector<int32_t> hard = full.Assign(x, transform, threads);
+    DENDRO_ASSIGN_OR_RETURN(const std::vector<int32_t> hard,
+                            AssignInChunks(full, x, transform, threads, ctx));
     for (int32_t c : hard) ++info[c].points;
     const std::vector<double> elong = full.Elongations();
     for (int k = 0; k < m; ++k) {
@@ -215,13 +243,17 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
         l, m, small, o.min_component_points, elongated, elong_limit, o.max_elongation));
   }
   DENDRO_ASSIGN_OR_RETURN(StudentMixture mix, full.Subset(keep));
-  std::vector<int32_t> point_leaf = mix.Assign(x, transform, threads);
+  DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> point_leaf,
+                          AssignInChunks(mix, x, transform, threads, ctx));
   const double filter_seconds = Seconds(t0);
 
   // 3. Paths.
   t0 = std::chrono::steady_clock::now();
-  std::vector<ComponentPair> pairs = NearestComponentPairs(mix.means(), o.neighbors);
-  const std::vector<ComponentPair> bridges = BridgingPairs(mix.means(), pairs);
+  const std::function<bool()> cancelled = [&ctx] { return ctx.Cancelled(); };
+  std::vector<ComponentPair> pairs = NearestComponentPairs(mix.means(), o.neighbors, cancelled);
+  if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+  const std::vector<ComponentPair> bridges = BridgingPairs(mix.means(), pairs, cancelled);
+  if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
   pairs.insert(pairs.end(), bridges.begin(), bridges.end());
   NebOptions no;
   no.path_points = o.path_points;

@@ -4,10 +4,12 @@
 #include <openssl/evp.h>
 
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -39,6 +41,15 @@ constexpr RpcRule kRules[] = {
     {Rpc::kPredictStream, "/dendro.v1.ModelService/PredictStream", Role::kReader},
     {Rpc::kGetClasses, "/dendro.v1.ModelService/GetClasses", Role::kReader},
 };
+
+// RuleFor indexes kRules by the enum: keep the rows in its order.
+constexpr bool RulesInEnumOrder() {
+  for (size_t i = 0; i < std::size(kRules); ++i) {
+    if (static_cast<size_t>(kRules[i].rpc) != i) return false;
+  }
+  return std::size(kRules) == static_cast<size_t>(Rpc::kGetClasses) + 1;
+}
+static_assert(RulesInEnumOrder(), "kRules must list every Rpc once, in enum order");
 
 bool HexDigest(std::string_view hex, std::array<uint8_t, 32>* out) {
   if (hex.size() != 64) return false;
@@ -90,13 +101,9 @@ absl::StatusOr<Role> ParseRole(std::string_view name) {
 }
 
 std::string Sha256Hex(std::string_view bytes) {
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (uint8_t b : Sha256(bytes)) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
+  const std::array<uint8_t, 32> digest = Sha256(bytes);
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(digest.data()), digest.size()));
 }
 
 absl::StatusOr<KeyTable> KeyTable::Parse(std::string_view text) {
@@ -179,12 +186,8 @@ std::optional<Principal> KeyTable::FindCommonName(std::string_view cn) const {
 absl::Span<const RpcRule> RpcRules() { return kRules; }
 
 const RpcRule& RuleFor(Rpc rpc) {
-  for (const RpcRule& r : kRules) {
-    if (r.rpc == rpc) return r;
-  }
-  // Unreachable: every Rpc value has a row (CheckRulesCover and the tests
-  // hold the table to the enum and to the proto).
-  std::abort();
+  // kRules is in enum order (checked at compile time above).
+  return kRules[static_cast<size_t>(rpc)];
 }
 
 const RpcRule* FindRule(std::string_view method) {

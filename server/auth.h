@@ -70,7 +70,8 @@ class KeyTable {
   std::map<std::string, Principal, std::less<>> common_names_;
 };
 
-// Every RPC of the dendro.v1 services.
+// Every RPC of the dendro.v1 services (kGetClasses last: the rule table is
+// indexed by this enum).
 enum class Rpc {
   kUploadDataset, kGetDataset, kListDatasets, kDeleteDataset,
   kSubmitJob, kGetJob, kListJobs, kCancelJob, kWatchJob, kWaitJob, kDeleteJob,

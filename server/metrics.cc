@@ -24,6 +24,7 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "server/methods/method.h"
 
 namespace dendro::server {
 namespace {
@@ -48,15 +49,10 @@ std::pair<std::string, std::string> SplitMethod(const std::string& full) {
   return {full.substr(1, slash - 1), full.substr(slash + 1)};
 }
 
+// The method's name, as models record it.
 std::string MethodOf(const v1::JobSpec& spec) {
-  switch (spec.method_case()) {
-    case v1::JobSpec::kL2H: return "l2h";
-    case v1::JobSpec::kTneb: return "tneb";
-    case v1::JobSpec::kGhhc: return "ghhc";
-    case v1::JobSpec::kHppca: return "hppca";
-    case v1::JobSpec::kHppcaAdd: return "hppca_add";
-    default: return "unknown";
-  }
+  absl::StatusOr<const Method*> method = MethodForSpec(spec);
+  return method.ok() ? std::string((*method)->name()) : "unknown";
 }
 
 double Seconds(const google::protobuf::Timestamp& t) {

@@ -91,10 +91,10 @@ absl::Status LockDataDir(const std::string& data_dir, int* fd) {
         holder.empty() ? "" : absl::StrCat(" (pid ", holder, ")"),
         "; stop it or choose another --data_dir"));
   }
+  // The lock is what matters; the pid is only a hint for the message above,
+  // so a failure to write it is ignored.
   const std::string pid = absl::StrCat(::getpid(), "\n");
-  if (::ftruncate(*fd, 0) != 0 || ::pwrite(*fd, pid.data(), pid.size(), 0) < 0) {
-    // The lock is what matters; the pid is only a hint for the message.
-  }
+  if (::ftruncate(*fd, 0) == 0) (void)!::pwrite(*fd, pid.data(), pid.size(), 0);
   return absl::OkStatus();
 }
 

@@ -60,8 +60,8 @@ class ServiceBase {
       log.request_id = NewRequestId();
     }
     ctx->AddTrailingMetadata("x-request-id", log.request_id);
-    std::string_view method_name = RuleFor(rpc).method;
-    log.rpc = std::string(method_name.substr(method_name.rfind('/') + 1));
+    const std::string_view method = RuleFor(rpc).method;
+    log.rpc = std::string(method.substr(method.rfind('/') + 1));
     std::optional<std::string_view> bearer;
     std::optional<std::string_view> common_name;
     if (auto it = md.find("authorization"); it != md.end()) {
@@ -72,7 +72,6 @@ class ServiceBase {
       const std::vector<grpc::string_ref> cns = auth->FindPropertyValues("x509_common_name");
       if (!cns.empty()) common_name = std::string_view(cns[0].data(), cns[0].size());
     }
-    const char* method = RuleFor(rpc).method;
     absl::StatusOr<Principal> who = deps_.auth->Identify(bearer, common_name);
     if (!who.ok()) {
       spdlog::warn("audit: {} refused: {} (peer {})", method, std::string(who.status().message()),
@@ -111,12 +110,6 @@ class ServiceBase {
     std::function<void()> on_idle;
     if (idle) on_idle = [ctx] { ctx->TryCancel(); };
     return deps_.streams->Acquire(rpc, std::move(on_idle));
-  }
-  grpc::Status IdleTimeout(const std::string& rpc) const {
-    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                        absl::StrCat(rpc, ": nothing received for ",
-                                     absl::FormatDuration(deps_.streams->idle_timeout()),
-                                     "; the stream was closed"));
   }
 
   ServiceDeps deps_;
@@ -237,11 +230,15 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
       if (!s.ok()) return ToGrpc(s);
       if (ctx->IsCancelled()) break;
     }
-    if ((*slot)->timed_out()) {
-      spdlog::warn("upload abandoned: idle for {}", absl::FormatDuration(deps_.streams->idle_timeout()));
-      return IdleTimeout("upload");
+    if (ctx->IsCancelled()) {
+      // The client sees CANCELLED either way (an idle upload is cancelled by
+      // the server); the log says which.
+      if ((*slot)->timed_out()) {
+        spdlog::warn("upload abandoned: nothing received for {}",
+                     absl::FormatDuration(deps_.streams->idle_timeout()));
+      }
+      return grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled");
     }
-    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled");
     auto d = upload->Finish();
     if (!d.ok()) return ToGrpc(d.status());
     spdlog::info("dataset {}: {} x {} uploaded{}", d->id(), d->rows(), d->cols(),
@@ -343,8 +340,9 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
       }
     }
     auto job = deps_.jobs->Cancel(req->id());
-    Audit(*who, "cancelled job", req->id(), ctx, ToGrpc(job.status()));
-    if (!job.ok()) return ToGrpc(job.status());
+    const grpc::Status out = ToGrpc(job.status());
+    Audit(*who, "cancelled job", req->id(), ctx, out);
+    if (!out.ok()) return out;
     *resp = *std::move(job);
     return grpc::Status::OK;
   }
@@ -444,11 +442,11 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kDeleteModel);
     if (!who.ok()) return ToGrpc(who.status());
     auto n = deps_.models->Delete(req->name(), req->version());
-    Audit(*who, "deleted model", absl::StrCat(req->name(), req->version() > 0 ? ":" : "",
-                                              req->version() > 0 ? std::to_string(req->version())
-                                                                 : std::string()),
-          ctx, ToGrpc(n.status()));
-    if (!n.ok()) return ToGrpc(n.status());
+    const grpc::Status out = ToGrpc(n.status());
+    Audit(*who, "deleted model",
+          req->version() > 0 ? absl::StrCat(req->name(), ":", req->version()) : req->name(), ctx,
+          out);
+    if (!out.ok()) return out;
     resp->set_deleted(*n);
     return grpc::Status::OK;
   }

@@ -17,8 +17,6 @@ namespace {
 
 constexpr int64_t kMaxElements = int64_t{1} << 40;
 
-int64_t MiB(int64_t bytes) { return (bytes + (int64_t{1} << 20) - 1) >> 20; }
-
 }  // namespace
 
 std::string NewId(std::string_view prefix) {
@@ -84,8 +82,8 @@ absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
       header.rows() * header.cols() * 4 + (header.has_labels() ? header.rows() * 8 : 0);
   if (total_bytes > store_->max_dataset_bytes_) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "upload header: ", header.rows(), " x ", header.cols(), " is ", MiB(total_bytes),
-        " MiB, over this server's limit of ", MiB(store_->max_dataset_bytes_),
+        "upload header: ", header.rows(), " x ", header.cols(), " is ", RoundUpMiB(total_bytes),
+        " MiB, over this server's limit of ", RoundUpMiB(store_->max_dataset_bytes_),
         " MiB per dataset (dendrod --max_dataset_mb)"));
   }
   const std::string parent = header.transient() ? store_->transient_root_ : store_->root_;

@@ -13,9 +13,9 @@ namespace {
 
 constexpr int64_t kHeadroomBytes = int64_t{64} << 20;
 
-int64_t MiB(int64_t bytes) { return (bytes + (int64_t{1} << 20) - 1) >> 20; }
-
 }  // namespace
+
+int64_t RoundUpMiB(int64_t bytes) { return (bytes + (int64_t{1} << 20) - 1) >> 20; }
 
 absl::StatusOr<MinFreeDisk> ParseMinFreeDisk(const std::string& text) {
   MinFreeDisk min;
@@ -49,9 +49,9 @@ absl::Status DiskGuard::Check(int64_t bytes, const std::string& what) const {
   return absl::ResourceExhaustedError(absl::StrFormat(
       "%s: the server's disk has %d MiB free%s; it keeps at least %d MiB free "
       "(dendrod --min_free_disk); delete datasets or models to free space",
-      what, MiB(free_bytes),
-      bytes > 0 ? absl::StrCat(" and this needs ", MiB(bytes), " MiB") : std::string(),
-      MiB(floor)));
+      what, RoundUpMiB(free_bytes),
+      bytes > 0 ? absl::StrCat(" and this needs ", RoundUpMiB(bytes), " MiB") : std::string(),
+      RoundUpMiB(floor)));
 }
 
 }  // namespace dendro::server

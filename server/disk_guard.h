@@ -23,6 +23,9 @@ struct MinFreeDisk {
   int64_t bytes = 0;
 };
 
+// `bytes` in MiB, rounded up (for messages).
+int64_t RoundUpMiB(int64_t bytes);
+
 // "5%" or "2048" (MiB); "" or "0" for none.
 absl::StatusOr<MinFreeDisk> ParseMinFreeDisk(const std::string& text);
 

@@ -44,6 +44,9 @@ ABSL_FLAG(double, job_retention_days, 0,
 ABSL_FLAG(int64_t, max_job_memory_mb, 0,
           "estimated peak memory one job may need; larger specs are refused at submit "
           "(0: three quarters of the machine's or cgroup's memory)");
+ABSL_FLAG(int64_t, model_cache_mb, 0,
+          "memory for loaded models kept between requests, least recently used dropped first "
+          "(0: a quarter of the machine's or cgroup's memory)");
 ABSL_FLAG(int64_t, max_dataset_mb, 65536, "largest dataset an upload may declare, in MiB");
 ABSL_FLAG(std::string, min_free_disk, "",
           "free space the data volume keeps: uploads and jobs are refused below it "
@@ -198,6 +201,7 @@ int main(int argc, char** argv) {
   options.job_retention = absl::Hours(24 * absl::GetFlag(FLAGS_job_retention_days));
   options.max_job_memory_bytes = absl::GetFlag(FLAGS_max_job_memory_mb) << 20;
   options.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_mb) << 20;
+  options.model_cache_bytes = absl::GetFlag(FLAGS_model_cache_mb) << 20;
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
   options.min_free_disk = absl::GetFlag(FLAGS_min_free_disk);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
@@ -212,11 +216,13 @@ int main(int argc, char** argv) {
       options.max_job_attempts < 1 || options.max_dataset_bytes <= 0 || options.max_streams < 1 ||
       options.upload_idle_timeout <= absl::ZeroDuration() ||
       options.job_stop_timeout < absl::ZeroDuration() || options.max_job_memory_bytes < 0 ||
+      options.model_cache_bytes < 0 ||
       !(absl::GetFlag(FLAGS_job_retention_days) >= 0)) {
     fprintf(stderr,
             "dendrod: --workers, --queue_size, --max_message_mb, --max_job_attempts, "
             "--max_dataset_mb, --max_streams and --upload_idle_seconds must be >= 1; "
-            "--job_stop_seconds, --max_job_memory_mb and --job_retention_days >= 0\n");
+            "--job_stop_seconds, --max_job_memory_mb, --model_cache_mb and "
+            "--job_retention_days >= 0\n");
     return 2;
   }
 

@@ -62,16 +62,20 @@ double Seconds(const google::protobuf::Timestamp& t) {
 // Gauges read at scrape time: registered probes and /proc/self.
 class PulledGauges final : public prometheus::Collectable {
  public:
-  void Add(std::string name, std::string help, std::function<double()> probe) {
+  void Add(std::string name, std::string help, std::function<double()> probe, bool counter) {
     std::lock_guard<std::mutex> lock(mu_);
-    probes_.push_back({std::move(name), std::move(help), std::move(probe)});
+    probes_.push_back({std::move(name), std::move(help), std::move(probe), counter});
   }
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     std::vector<prometheus::MetricFamily> out;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (const Probe& p : probes_) out.push_back(Gauge(p.name, p.help, p.probe()));
+      for (const Probe& p : probes_) {
+        out.push_back(Gauge(p.name, p.help, p.probe(),
+                            p.counter ? prometheus::MetricType::Counter
+                                      : prometheus::MetricType::Gauge));
+      }
     }
     AddProcess(&out);
     return out;
@@ -82,6 +86,7 @@ class PulledGauges final : public prometheus::Collectable {
     std::string name;
     std::string help;
     std::function<double()> probe;
+    bool counter = false;
   };
 
   static prometheus::MetricFamily Gauge(const std::string& name, const std::string& help,
@@ -280,7 +285,12 @@ ServerMetrics::MakeInterceptorFactory() {
 
 void ServerMetrics::AddProbe(const std::string& name, const std::string& help,
                              std::function<double()> probe) {
-  impl_->pulled->Add(name, help, std::move(probe));
+  impl_->pulled->Add(name, help, std::move(probe), /*counter=*/false);
+}
+
+void ServerMetrics::AddCounterProbe(const std::string& name, const std::string& help,
+                                    std::function<double()> probe) {
+  impl_->pulled->Add(name, help, std::move(probe), /*counter=*/true);
 }
 
 void ServerMetrics::AddUploadBytes(int64_t bytes) {

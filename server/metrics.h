@@ -11,7 +11,8 @@
 //     {method} (histogram, start to end of the run),
 //     dendro_catalogue_seconds{op} (histogram of catalogue operations);
 //   * values read at scrape time from registered probes (queue depth,
-//     running jobs, cached models, open streams) and from /proc/self
+//     running jobs, model cache entries/bytes/capacity and its hit, miss and
+//     eviction counters, open streams) and from /proc/self
 //     (process_resident_memory_bytes, process_cpu_seconds_total,
 //     process_open_fds, process_start_time_seconds).
 // Thread-safe. Must outlive the gRPC server it instruments.
@@ -55,6 +56,10 @@ class ServerMetrics {
   // Serve().
   void AddProbe(const std::string& name, const std::string& help,
                 std::function<double()> probe);
+  // The same for a counter (`name` should end in _total; the probe's value
+  // must never decrease).
+  void AddCounterProbe(const std::string& name, const std::string& help,
+                       std::function<double()> probe);
 
   void AddUploadBytes(int64_t bytes);
   // One catalogue (SQLite) operation and its duration.

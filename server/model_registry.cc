@@ -7,6 +7,7 @@
 #include "core/common/status_macros.h"
 #include "core/io/atomic_file.h"
 #include "server/dataset_store.h"
+#include "spdlog/spdlog.h"
 
 namespace dendro::server {
 
@@ -28,8 +29,8 @@ absl::Status ValidateModelName(const std::string& name) {
   return absl::OkStatus();
 }
 
-ModelRegistry::ModelRegistry(std::string data_dir, MetadataStore* meta)
-    : data_dir_(std::move(data_dir)), meta_(meta) {}
+ModelRegistry::ModelRegistry(std::string data_dir, MetadataStore* meta, int64_t cache_bytes)
+    : data_dir_(std::move(data_dir)), meta_(meta), cache_(cache_bytes) {}
 
 absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Job job) {
   const std::string name = job.spec().model_name();
@@ -69,6 +70,21 @@ absl::Status ValidateVersion(int64_t version) {
   return absl::InvalidArgumentError(
       absl::StrCat("model version must be >= 0 (0: the latest), got ", version));
 }
+
+// Bytes of the regular files under `dir`: the charge of a loaded model.
+int64_t DirectoryBytes(const std::string& dir) {
+  int64_t total = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code size_ec;
+    if (it->is_regular_file(size_ec)) {
+      const auto size = it->file_size(size_ec);
+      if (!size_ec) total += static_cast<int64_t>(size);
+    }
+  }
+  return total;
+}
 }  // namespace
 
 absl::StatusOr<v1::Model> ModelRegistry::Get(const std::string& name, int64_t version) {
@@ -82,22 +98,24 @@ absl::StatusOr<std::pair<std::shared_ptr<const FittedModel>, v1::Model>> ModelRe
   DENDRO_RETURN_IF_ERROR(ValidateVersion(version));
   DENDRO_ASSIGN_OR_RETURN(StoredModel stored, meta_->GetModel(name, version));
   const auto key = std::make_pair(name, stored.model.version());
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = cache_.find(key); it != cache_.end()) {
-      return std::make_pair(it->second, stored.model);
-    }
+  if (std::shared_ptr<const FittedModel> hit = cache_.Get(key)) {
+    return std::make_pair(std::move(hit), stored.model);
   }
   DENDRO_ASSIGN_OR_RETURN(const Method* method, MethodByName(stored.model.method()));
-  auto loaded = method->Load(absl::StrCat(data_dir_, "/", stored.dir));
+  const std::string dir = absl::StrCat(data_dir_, "/", stored.dir);
+  auto loaded = method->Load(dir);
   if (!loaded.ok()) {
     return absl::DataLossError(absl::StrCat("model '", name, "' version ",
                                             stored.model.version(),
                                             " could not be loaded: ", loaded.status().message()));
   }
   std::shared_ptr<const FittedModel> model = *std::move(loaded);
-  std::lock_guard<std::mutex> lock(mu_);
-  cache_[key] = model;
+  const int64_t bytes = DirectoryBytes(dir);
+  if (!cache_.Put(key, model, bytes)) {
+    spdlog::warn("model '{}' version {} ({} MiB) is larger than the whole model cache; it is "
+                 "served but reloaded on every use (raise --model_cache_mb)",
+                 name, stored.model.version(), bytes >> 20);
+  }
   return std::make_pair(model, stored.model);
 }
 
@@ -105,10 +123,7 @@ absl::StatusOr<int> ModelRegistry::Delete(const std::string& name, int64_t versi
   DENDRO_RETURN_IF_ERROR(ValidateVersion(version));
   DENDRO_ASSIGN_OR_RETURN(std::vector<StoredModel> removed, meta_->DeleteModels(name, version));
   for (const auto& r : removed) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      cache_.erase(std::make_pair(name, r.model.version()));
-    }
+    cache_.Erase(std::make_pair(name, r.model.version()));
     std::error_code ec;
     std::filesystem::remove_all(absl::StrCat(data_dir_, "/", r.dir), ec);
   }
@@ -129,11 +144,6 @@ absl::Status ModelRegistry::RemoveOrphans() {
     }
   }
   return absl::OkStatus();
-}
-
-int ModelRegistry::CachedModels() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(cache_.size());
 }
 
 }  // namespace dendro::server

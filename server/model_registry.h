@@ -3,18 +3,19 @@
 // A model is (name, version) with versions 1, 2, ... per name, assigned when
 // a job's result is committed. Artifacts live in
 // <data_dir>/models/<name>/<random id>/, written and fsynced before the
-// metadata row that points at them; loaded models are cached in memory.
+// metadata row that points at them. Loaded models are kept in a ModelCache
+// bounded in bytes; every Load checks the catalogue first, so a model deleted
+// or replaced is never served from the cache.
 #ifndef DENDRO_SERVER_MODEL_REGISTRY_H_
 #define DENDRO_SERVER_MODEL_REGISTRY_H_
 
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 
 #include "absl/status/statusor.h"
 #include "server/metadata_store.h"
+#include "server/model_cache.h"
 #include "server/methods/method.h"
 
 namespace dendro::server {
@@ -24,7 +25,8 @@ absl::Status ValidateModelName(const std::string& name);
 
 class ModelRegistry {
  public:
-  ModelRegistry(std::string data_dir, MetadataStore* meta);
+  // `cache_bytes` > 0 bounds the memory of loaded models kept for reuse.
+  ModelRegistry(std::string data_dir, MetadataStore* meta, int64_t cache_bytes);
 
   // Saves `model`'s artifacts and, in one metadata transaction, records the
   // new version and marks `job` SUCCEEDED with it. Returns the stored Model.
@@ -41,14 +43,12 @@ class ModelRegistry {
   // Removes artifact directories no metadata row points at. Removes
   // nothing, and fails, if the catalogue cannot be read.
   absl::Status RemoveOrphans();
-  // Models held in the load cache.
-  int CachedModels();
+  ModelCache::Stats CacheStats() const { return cache_.stats(); }
 
  private:
   std::string data_dir_;
   MetadataStore* meta_;
-  std::mutex mu_;
-  std::map<std::pair<std::string, int64_t>, std::shared_ptr<const FittedModel>> cache_;
+  ModelCache cache_;
 };
 
 }  // namespace dendro::server

@@ -133,7 +133,10 @@ absl::Status DendroServer::Start() {
   DENDRO_ASSIGN_OR_RETURN(MinFreeDisk min_free, ParseMinFreeDisk(options_.min_free_disk));
   s.datasets = std::make_unique<DatasetStore>(options_.data_dir, s.meta.get(),
                                               options_.max_dataset_bytes, min_free);
-  s.models = std::make_unique<ModelRegistry>(options_.data_dir, s.meta.get());
+  const int64_t cache_bytes = options_.model_cache_bytes > 0 ? options_.model_cache_bytes
+                                                             : DefaultJobMemoryBytes() / 3;
+  s.models = std::make_unique<ModelRegistry>(options_.data_dir, s.meta.get(), cache_bytes);
+  spdlog::info("model cache holds up to {} MiB of loaded models", cache_bytes >> 20);
   // A catalogue that cannot be read stops the start: sweeping against it
   // would delete every dataset and model as an orphan.
   if (absl::Status swept = s.datasets->RemoveOrphans(); !swept.ok()) {
@@ -216,7 +219,22 @@ absl::Status DendroServer::Start() {
     s.metrics->AddProbe("dendro_job_threads", "Threads each job may use (--threads).",
                         [] { return DefaultThreads(); });
     s.metrics->AddProbe("dendro_model_cache_entries", "Models held in the load cache.",
-                        [models] { return models->CachedModels(); });
+                        [models] { return models->CacheStats().entries; });
+    s.metrics->AddProbe("dendro_model_cache_bytes",
+                        "Bytes charged to the models in the load cache (their artifact files).",
+                        [models] { return models->CacheStats().bytes; });
+    s.metrics->AddProbe("dendro_model_cache_capacity_bytes",
+                        "Bound on dendro_model_cache_bytes (--model_cache_mb).",
+                        [models] { return models->CacheStats().capacity; });
+    s.metrics->AddCounterProbe("dendro_model_cache_hits_total",
+                               "Model loads answered from the cache.",
+                               [models] { return models->CacheStats().hits; });
+    s.metrics->AddCounterProbe("dendro_model_cache_misses_total",
+                               "Model loads that read the model's files.",
+                               [models] { return models->CacheStats().misses; });
+    s.metrics->AddCounterProbe("dendro_model_cache_evictions_total",
+                               "Models dropped from the cache to make room for others.",
+                               [models] { return models->CacheStats().evictions; });
     s.metrics->AddProbe("dendro_open_streams", "Streaming RPCs holding a slot.",
                         [streams] { return streams->open_streams(); });
     DENDRO_RETURN_IF_ERROR(s.metrics->Serve(options_.metrics_listen));

@@ -158,6 +158,66 @@ class MetricsTest(unittest.TestCase):
             shutil.rmtree(work, ignore_errors=True)
 
 
+class ModelCacheTest(unittest.TestCase):
+    """--model_cache_mb bounds the loaded models; evicted ones reload on use."""
+
+    def test_cache_is_bounded_and_evicted_models_still_answer(self):
+        work = tempfile.mkdtemp(prefix="dendro_cache_")
+        port = free_port()
+        server = Server(work, ("--metrics_listen", f"127.0.0.1:{port}", "--threads", "1",
+                               "--model_cache_mb", "1"))
+        try:
+            url = f"http://127.0.0.1:{port}/metrics"
+            # 150,000 training rows: each model's saved tree (with its
+            # point -> leaf assignment) is well over half a MiB, so two do
+            # not fit in the 1 MiB cache.
+            x, _ = hierarchical_logits(150000, 3, 4, seed=5)
+            ds = upload(server, x).id
+            for name in ("a", "b"):
+                spec = pb.JobSpec(dataset_id=ds, model_name=name, l2h=pb.L2hParams())
+                job = server.jobs.SubmitJob(pb.SubmitJobRequest(spec=spec), timeout=10)
+                done = server.jobs.WaitJob(pb.WaitJobRequest(
+                    id=job.id, timeout={"seconds": GUARD_SECONDS}), timeout=GUARD_SECONDS + 10)
+                self.assertEqual(done.state, pb.JOB_STATE_SUCCEEDED, done)
+            rows = x[:5]
+
+            def assign(name):
+                return server.models.Assign(pb.AssignRequest(
+                    model=pb.ModelRef(name=name), rows=rows.shape[0], cols=rows.shape[1],
+                    data=rows.astype("<f4").tobytes(), level=2), timeout=30)
+
+            first = assign("a")
+            s = samples(fetch(url))
+            self.assertEqual(value(s, "dendro_model_cache_capacity_bytes"), 1 << 20)
+            self.assertEqual(value(s, "dendro_model_cache_entries"), 1)
+            charged = value(s, "dendro_model_cache_bytes")
+            self.assertGreater(charged, 1 << 19)
+            self.assertLessEqual(charged, 1 << 20)
+            assign("a")
+            s = samples(fetch(url))
+            self.assertEqual(value(s, "dendro_model_cache_hits_total"), 1)
+            self.assertEqual(value(s, "dendro_model_cache_misses_total"), 1)
+            assign("b")  # pushes "a" out
+            again = assign("a")  # reloaded from disk, pushing "b" out
+            s = samples(fetch(url))
+            self.assertEqual(value(s, "dendro_model_cache_evictions_total"), 2)
+            self.assertEqual(value(s, "dendro_model_cache_misses_total"), 3)
+            self.assertEqual(value(s, "dendro_model_cache_entries"), 1)
+            self.assertLessEqual(value(s, "dendro_model_cache_bytes"), 1 << 20)
+            self.assertEqual(list(first.cluster), list(again.cluster))
+            self.assertEqual(list(first.leaf), list(again.leaf))
+            # A deleted model is gone from the cache at once.
+            server.models.DeleteModel(pb.DeleteModelRequest(name="a"),
+                                      timeout=10)
+            s = samples(fetch(url))
+            self.assertEqual(value(s, "dendro_model_cache_entries"), 0)
+            self.assertEqual(value(s, "dendro_model_cache_bytes"), 0)
+        finally:
+            if server.proc.poll() is None:
+                server.stop()
+            shutil.rmtree(work, ignore_errors=True)
+
+
 if __name__ == "__main__":
     bb.DENDROD = sys.argv.pop(1)
     unittest.main(verbosity=2)

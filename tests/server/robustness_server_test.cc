@@ -667,7 +667,7 @@ TEST_F(RobustnessTest, ARetriedSubmitWithTheSameRequestIdReturnsTheSameJob) {
   grpc::Status s = submit(other, &again);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_THAT(s.error_message(), HasSubstr("different spec"));
-  for (const std::string bad : {std::string(129, 'a'), std::string("has space"),
+  for (const std::string& bad : {std::string(129, 'a'), std::string("has space"),
                                 std::string("slash/")}) {
     v1::SubmitJobRequest r = req;
     r.set_request_id(bad);

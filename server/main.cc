@@ -65,6 +65,9 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA that client certificates must chain to (mutual TLS; needs --tls_cert)");
 ABSL_FLAG(bool, allow_insecure, false,
           "serve a non-loopback address without --auth_keys or --tls_client_ca");
+ABSL_FLAG(bool, auth_reflection, false,
+          "gRPC reflection answers only callers with a key or client certificate (by default "
+          "it is open, like health checks)");
 ABSL_FLAG(std::string, health_listen, "",
           "HOST:PORT of an extra plaintext port serving only gRPC health checks (for probes "
           "when --tls_cert or --auth_keys is on)");
@@ -209,6 +212,7 @@ int main(int argc, char** argv) {
   options.auth_keys_file = absl::GetFlag(FLAGS_auth_keys);
   options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   options.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);
+  options.auth_reflection = absl::GetFlag(FLAGS_auth_reflection);
   options.upload_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_upload_idle_seconds));
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);

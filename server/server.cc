@@ -20,6 +20,7 @@
 #include "core/common/status_macros.h"
 #include "core/io/atomic_file.h"
 #include "server/auth.h"
+#include "server/caller.h"
 #include "server/dataset_store.h"
 #include "server/job_manager.h"
 #include "server/metadata_store.h"
@@ -117,6 +118,9 @@ absl::Status DendroServer::Start() {
   }
   DENDRO_ASSIGN_OR_RETURN(s.auth, Authenticator::Create(options_.auth_keys_file,
                                                         !options_.tls_client_ca_file.empty()));
+  if (options_.auth_reflection && !s.auth->enabled()) {
+    return absl::InvalidArgumentError("--auth_reflection needs --auth_keys or --tls_client_ca");
+  }
   if (!s.auth->enabled()) {
     if (!IsLoopback(options_.listen) && !options_.allow_insecure) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -205,10 +209,13 @@ absl::Status DendroServer::Start() {
   deps.auth = s.auth.get();
   s.services = MakeServices(std::move(deps));
   for (auto& svc : s.services) builder.RegisterService(svc.get());
-  if (s.metrics) {
+  {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
-    creators.push_back(s.metrics->MakeInterceptorFactory());
-    builder.experimental().SetInterceptorCreators(std::move(creators));
+    if (s.metrics) creators.push_back(s.metrics->MakeInterceptorFactory());
+    if (options_.auth_reflection) creators.push_back(MakeReflectionGuardFactory(s.auth.get()));
+    if (!creators.empty()) builder.experimental().SetInterceptorCreators(std::move(creators));
+  }
+  if (s.metrics) {
     JobManager* jobs = s.jobs.get();
     ModelRegistry* models = s.models.get();
     StreamLimiter* streams = s.streams.get();
@@ -247,8 +254,14 @@ absl::Status DendroServer::Start() {
   }
   if (!options_.health_listen.empty()) {
     // A second server with no services of its own: gRPC gives it the
-    // default health service (and reflection), nothing else.
+    // default health service (and reflection, guarded like the main port's),
+    // nothing else.
     grpc::ServerBuilder hb;
+    if (options_.auth_reflection) {
+      std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> guard;
+      guard.push_back(MakeReflectionGuardFactory(s.auth.get()));
+      hb.experimental().SetInterceptorCreators(std::move(guard));
+    }
     int health_port = 0;
     hb.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     hb.AddListeningPort(options_.health_listen, grpc::InsecureServerCredentials(), &health_port);

@@ -48,6 +48,8 @@ struct ServerOptions {
   std::string auth_keys_file;
   std::string tls_client_ca_file;
   bool allow_insecure = false;
+  // Reflection needs a known caller too (health checks stay open).
+  bool auth_reflection = false;
   // Test hook, see JobManager::Options::resolve_method.
   std::function<absl::StatusOr<const Method*>(const v1::JobSpec&)> resolve_method;
 };

@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "dendro/v1/dendro.grpc.pb.h"
 #include "server/auth.h"
+#include "server/caller.h"
 #include "server/client_status.h"
 #include "server/logging.h"
 #include "core/common/status_macros.h"
@@ -62,17 +63,8 @@ class ServiceBase {
     ctx->AddTrailingMetadata("x-request-id", log.request_id);
     const std::string_view method = RuleFor(rpc).method;
     log.rpc = std::string(method.substr(method.rfind('/') + 1));
-    std::optional<std::string_view> bearer;
-    std::optional<std::string_view> common_name;
-    if (auto it = md.find("authorization"); it != md.end()) {
-      bearer = std::string_view(it->second.data(), it->second.size());
-    }
     std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
-    if (auth && auth->IsPeerAuthenticated()) {
-      const std::vector<grpc::string_ref> cns = auth->FindPropertyValues("x509_common_name");
-      if (!cns.empty()) common_name = std::string_view(cns[0].data(), cns[0].size());
-    }
-    absl::StatusOr<Principal> who = deps_.auth->Identify(bearer, common_name);
+    absl::StatusOr<Principal> who = IdentifyCaller(*deps_.auth, md, auth.get());
     if (!who.ok()) {
       spdlog::warn("audit: {} refused: {} (peer {})", method, std::string(who.status().message()),
                    ctx->peer());

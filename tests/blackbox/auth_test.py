@@ -196,6 +196,68 @@ class AuthTest(unittest.TestCase):
         s.proc.send_signal(signal.SIGHUP)
 
 
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ReflectionAuthTest(unittest.TestCase):
+    """--auth_reflection: reflection needs a known caller; health stays open."""
+
+    def list_services(self, channel, metadata, seen=None):
+        """Service names listed; `seen` collects them even if the call fails."""
+        seen = [] if seen is None else seen
+        stub = bb.reflection_pb2_grpc.ServerReflectionStub(channel)
+        for answer in stub.ServerReflectionInfo(
+                iter([bb.reflection_pb2.ServerReflectionRequest(list_services=""),
+                      bb.reflection_pb2.ServerReflectionRequest(
+                          file_containing_symbol="dendro.v1.ModelService")]),
+                metadata=metadata, timeout=10):
+            seen.extend(s.name for s in answer.list_services_response.service)
+            seen.extend(answer.file_descriptor_response.file_descriptor_proto)
+        return seen
+
+    def test_reflection_needs_a_key(self):
+        d = tempfile.mkdtemp(prefix="dendro_refl_")
+        keys = os.path.join(d, "keys")
+        keys_file(keys, ["reader"])
+        health_port = free_port()
+        try:
+            r = subprocess.run([bb.DENDROD, "--data_dir", d, "--auth_reflection"],
+                               capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("--auth_reflection needs --auth_keys", r.stderr)
+            server = Server(d, ("--auth_keys", keys, "--auth_reflection",
+                                "--health_listen", f"127.0.0.1:{health_port}"))
+            health_channel = grpc.insecure_channel(f"127.0.0.1:{health_port}")
+            try:
+                for channel in (server.channel, health_channel):
+                    for metadata in ((), (("authorization", "Bearer wrong"),)):
+                        leaked = []
+                        with self.assertRaises(grpc.RpcError) as err:
+                            self.list_services(channel, metadata, leaked)
+                        self.assertEqual(err.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+                        self.assertEqual(leaked, [], "a refused caller saw descriptors")
+                    self.assertIn("dendro.v1.ModelService" if channel is server.channel
+                                  else "grpc.health.v1.Health",
+                                  self.list_services(channel, md("reader")))
+                    from health.v1 import health_pb2, health_pb2_grpc
+                    resp = health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(service=""), timeout=5)
+                    self.assertEqual(resp.status, health_pb2.HealthCheckResponse.SERVING)
+                # Without the flag reflection stays open to anyone.
+                server.stop()
+                server = Server(d, ("--auth_keys", keys))
+                self.assertIn("dendro.v1.ModelService", self.list_services(server.channel, ()))
+            finally:
+                health_channel.close()
+                if server.proc.poll() is None:
+                    server.stop()
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 class InsecureTest(unittest.TestCase):
     def test_non_loopback_without_auth_is_refused_unless_asked(self):
         d = tempfile.mkdtemp(prefix="dendro_insecure_")

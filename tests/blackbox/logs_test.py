@@ -7,10 +7,15 @@ keeps the one the client proposed), and the log line of a failed call
 carries it, with the RPC's name; lines written while a job runs carry its
 id.
 
-Usage: logs_test.py DENDROD_BINARY
+The dendro CLI prints the request id with any error ("[request <id>]"),
+and that id finds the server's log line for the failed call.
+
+Usage: logs_test.py DENDROD_BINARY DENDRO_CLI
 """
 import json
 import os
+import re
+import subprocess
 import shutil
 import sys
 import tempfile
@@ -43,6 +48,14 @@ class LogsTest(unittest.TestCase):
             _, call = server.models.ListModels.with_call(pb.ListModelsRequest(), timeout=5)
             self.assertRegex(dict(call.trailing_metadata()).get("x-request-id", ""),
                              r"^[0-9a-f]{16}$")
+            cli = subprocess.run([CLI, "--server", f"127.0.0.1:{server.port}", "models", "get",
+                                  "missing-model"], capture_output=True, text=True, timeout=60)
+            self.assertEqual(cli.returncode, 1, cli.stderr)
+            self.assertEqual(cli.stdout, "")
+            self.assertEqual(len(cli.stderr.splitlines()), 1, cli.stderr)
+            found = re.search(r"\[request ([0-9a-f]{16})\]", cli.stderr)
+            self.assertIsNotNone(found, cli.stderr)
+            cli_rid = found.group(1)
             x, _ = hierarchical_logits(500, 2, 3, seed=4)
             ds = upload(server, x)
             job = server.jobs.SubmitJob(pb.SubmitJobRequest(spec=pb.JobSpec(
@@ -65,6 +78,10 @@ class LogsTest(unittest.TestCase):
             self.assertEqual(failed[0]["rpc"], "GetModel")
             self.assertIn("NOT_FOUND", failed[0]["message"])
             self.assertTrue(any(r.get("request_id") == "client-chosen-42" for r in records))
+            from_cli = [r for r in records if r.get("request_id") == cli_rid]
+            self.assertTrue(from_cli, f"no log line carries the CLI's request id {cli_rid}")
+            self.assertEqual(from_cli[0]["rpc"], "GetModel")
+            self.assertIn("missing-model", from_cli[0]["message"])
             self.assertTrue(any(r.get("job_id") == job.id and "succeeded" in r["message"]
                                 for r in records), "no job line with its job_id")
         finally:
@@ -73,4 +90,5 @@ class LogsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     bb.DENDROD = sys.argv.pop(1)
+    CLI = sys.argv.pop(1)
     unittest.main(verbosity=2)

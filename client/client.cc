@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/tls_certificate_verifier.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/support/client_interceptor.h>
 
 #include <algorithm>
@@ -11,6 +13,8 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -36,24 +40,51 @@ std::string StatusCodeName(grpc::StatusCode code) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
 }
 
+// Whether `target` completes a TLS handshake when no certificate is checked:
+// the reason a plaintext connection was dropped. Waits at most 3 s.
+bool SpeaksTls(const std::string& target) {
+  grpc::experimental::TlsChannelCredentialsOptions tls;
+  tls.set_verify_server_certs(false);
+  tls.set_check_call_host(false);
+  tls.set_certificate_verifier(std::make_shared<grpc::experimental::NoOpCertificateVerifier>());
+  std::shared_ptr<grpc::Channel> probe =
+      grpc::CreateChannel(target, grpc::experimental::TlsCredentials(tls));
+  return probe->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(3));
+}
+
 // grpc::Status -> absl::Status with the same code. The server's message is
-// kept as is; transport failures get the target and the call's name added.
-absl::Status FromGrpc(const grpc::Status& s, std::string_view call, const ClientOptions& opts) {
+// kept as is; transport failures name the target and, where it can be told,
+// why (a TLS server reached in plaintext, an untrusted certificate). Messages
+// never name RPCs: callers (and the CLI's users) know what they asked for.
+absl::Status FromGrpc(const grpc::Status& s, const ClientOptions& opts) {
   if (s.ok()) return absl::OkStatus();
   const auto code = static_cast<absl::StatusCode>(s.error_code());
   std::string msg = s.error_message();
   switch (s.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
-      msg = absl::StrCat("cannot reach dendrod at ", opts.target, " (", std::string(call),
-                         "): ", msg.empty() ? "unavailable" : msg);
+      if (!opts.tls && absl::StrContains(msg, "Socket closed") && SpeaksTls(opts.target)) {
+        msg = absl::StrCat("dendrod at ", opts.target, " expects TLS but this client connected ",
+                           "in plaintext: enable TLS (dendro --tls or --tls-ca FILE; ",
+                           "ClientOptions::tls)");
+      } else if (opts.tls && absl::StrContains(msg, "certificate verify failed")) {
+        msg = absl::StrCat("cannot reach dendrod at ", opts.target, ": its TLS certificate is not ",
+                           "signed by a trusted CA (dendro --tls-ca FILE; ",
+                           "ClientOptions::tls_ca_file)");
+      } else if (opts.tls && absl::StrContains(absl::AsciiStrToLower(msg), "wrong version number")) {
+        msg = absl::StrCat("cannot reach dendrod at ", opts.target, ": it does not speak TLS ",
+                           "(drop --tls/--tls-ca, or start dendrod with --tls_cert and --tls_key)");
+      } else {
+        msg = absl::StrCat("cannot reach dendrod at ", opts.target, ": ",
+                           msg.empty() ? "unavailable" : msg);
+      }
       break;
     case grpc::StatusCode::DEADLINE_EXCEEDED:
-      msg = absl::StrCat(std::string(call), ": no answer from ", opts.target, " within ",
+      msg = absl::StrCat("no answer from dendrod at ", opts.target, " within ",
                          absl::StrFormat("%g", opts.deadline.count() / 1000.0),
-                         " s (deadline exceeded)");
+                         " s (deadline exceeded; see --timeout)");
       break;
     default:
-      if (msg.empty()) msg = absl::StrCat(std::string(call), " failed: ", StatusCodeName(s.error_code()));
+      if (msg.empty()) msg = absl::StrCat("the server answered ", StatusCodeName(s.error_code()));
       break;
   }
   return absl::Status(code, msg);
@@ -164,10 +195,10 @@ struct Client::Impl {
 
   // Runs one unary call with the default deadline.
   template <typename Fn>
-  absl::Status Unary(std::string_view name, Fn&& fn) const {
+  absl::Status Unary(Fn&& fn) const {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
-    return FromGrpc(fn(&ctx), name, options);
+    return FromGrpc(fn(&ctx), options);
   }
 
   absl::StatusOr<v1::Dataset> Upload(const v1::DatasetHeader& header, const RowSource& rows,
@@ -303,7 +334,7 @@ absl::StatusOr<v1::Dataset> Client::Impl::Upload(const v1::DatasetHeader& header
   }
   if (stream_ok) writer->WritesDone();
   const grpc::Status status = writer->Finish();
-  if (!status.ok()) return FromGrpc(status, "UploadDataset", options);
+  if (!status.ok()) return FromGrpc(status, options);
   if (!stream_ok) {
     return absl::UnknownError("UploadDataset: the stream broke but the server reported success");
   }
@@ -415,8 +446,7 @@ absl::StatusOr<v1::Dataset> Client::GetDataset(const std::string& id) {
   v1::GetDatasetRequest req;
   req.set_id(id);
   v1::Dataset resp;
-  DENDRO_RETURN_IF_ERROR(impl_->Unary(
-      "GetDataset", [&](grpc::ClientContext* c) { return impl_->datasets->GetDataset(c, req, &resp); }));
+  DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) { return impl_->datasets->GetDataset(c, req, &resp); }));
   return resp;
 }
 
@@ -426,7 +456,7 @@ absl::StatusOr<v1::ListDatasetsResponse> Client::ListDatasets(int32_t page_size,
   req.set_page_size(page_size);
   req.set_page_token(page_token);
   v1::ListDatasetsResponse resp;
-  DENDRO_RETURN_IF_ERROR(impl_->Unary("ListDatasets", [&](grpc::ClientContext* c) {
+  DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) {
     return impl_->datasets->ListDatasets(c, req, &resp);
   }));
   return resp;
@@ -436,7 +466,7 @@ absl::Status Client::DeleteDataset(const std::string& id) {
   v1::DeleteDatasetRequest req;
   req.set_id(id);
   v1::DeleteDatasetResponse resp;
-  return impl_->Unary("DeleteDataset", [&](grpc::ClientContext* c) {
+  return impl_->Unary([&](grpc::ClientContext* c) {
     return impl_->datasets->DeleteDataset(c, req, &resp);
   });
 }
@@ -447,8 +477,7 @@ absl::StatusOr<v1::Job> Client::SubmitJob(const v1::JobSpec& spec) {
   v1::SubmitJobRequest req;
   *req.mutable_spec() = spec;
   v1::Job resp;
-  DENDRO_RETURN_IF_ERROR(impl_->Unary(
-      "SubmitJob", [&](grpc::ClientContext* c) { return impl_->jobs->SubmitJob(c, req, &resp); }));
+  DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) { return impl_->jobs->SubmitJob(c, req, &resp); }));
   return resp;
 }
 
@@ -456,8 +485,7 @@ absl::StatusOr<v1::Job> Client::GetJob(const std::string& id) {
   v1::GetJobRequest req;
   req.set_id(id);
   v1::Job resp;
-  DENDRO_RETURN_IF_ERROR(impl_->Unary(
-      "GetJob", [&](grpc::ClientContext* c) { return impl_->jobs->GetJob(c, req, &resp); }));
+  DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) { return impl_->jobs->GetJob(c, req, &resp); }));
   return resp;
 }
 
@@ -467,8 +495,7 @@ absl::StatusOr<v1::ListJobsResponse> Client::ListJobs(int32_t page_size,
   req.set_page_size(page_size);
   req.set_page_token(page_token);
   v1::ListJobsResponse resp;
-  DENDRO_RETURN_IF_ERROR(impl_->Unary(
-      "ListJobs", [&](grpc::ClientContext* c) { return impl_->jobs->ListJobs(c, req, &resp); }));
+  DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) { return impl_->jobs->ListJobs(c, req, &resp); }));
   return resp;
 }
 
@@ -476,8 +503,7 @@ absl::Status Client::DeleteJob(const std::string& id) {
   v1::DeleteJobRequest req;
   req.set_id(id);
   v1::DeleteJobResponse resp;
-  return impl_->Unary(
-      "DeleteJob", [&](grpc::ClientContext* c) { return impl_->jobs->DeleteJob(c, req, &resp); });
+  return impl_->Unary([&](grpc::ClientContext* c) { return impl_->jobs->DeleteJob(c, req, &resp); });
 }
 
 absl::Status Client::CheckHealth() {
@@ -504,7 +530,7 @@ absl::Status Client::CheckHealth() {
   cq.Shutdown();
   while (cq.Next(&tag, &ok)) {
   }
-  DENDRO_RETURN_IF_ERROR(FromGrpc(status, "health check", impl_->options));
+  DENDRO_RETURN_IF_ERROR(FromGrpc(status, impl_->options));
   std::vector<grpc::Slice> slices;
   (void)response.Dump(&slices);
   std::string bytes;
@@ -520,8 +546,7 @@ absl::StatusOr<v1::Job> Client::CancelJob(const std::string& id) {
   v1::CancelJobRequest req;
   req.set_id(id);
   v1::Job resp;
-  DENDRO_RETURN_IF_ERROR(impl_->Unary(
-      "CancelJob", [&](grpc::ClientContext* c) { return impl_->jobs->CancelJob(c, req, &resp); }));
+  DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) { return impl_->jobs->CancelJob(c, req, &resp); }));
   return resp;
 }
 
@@ -552,7 +577,7 @@ absl::StatusOr<v1::Job> Client::WatchJob(const std::string& id,
     const bool retryable =
         status.ok() || (heard_from_server && status.error_code() == grpc::StatusCode::UNAVAILABLE);
     if (!retryable || attempt >= kWatchReconnects) {
-      if (!status.ok()) return FromGrpc(status, "WatchJob", impl_->options);
+      if (!status.ok()) return FromGrpc(status, impl_->options);
       return absl::UnavailableError(absl::StrCat("WatchJob: the stream for job '", id,
                                                  "' ended before the job finished"));
     }
@@ -570,7 +595,7 @@ absl::StatusOr<v1::Job> Client::WaitJob(const std::string& id, std::chrono::mill
   grpc::ClientContext ctx;
   impl_->SetDeadline(&ctx, timeout);
   DENDRO_RETURN_IF_ERROR(
-      FromGrpc(impl_->jobs->WaitJob(&ctx, req, &resp), "WaitJob", impl_->options));
+      FromGrpc(impl_->jobs->WaitJob(&ctx, req, &resp), impl_->options));
   return resp;
 }
 
@@ -580,8 +605,7 @@ absl::StatusOr<v1::Model> Client::GetModel(const v1::ModelRef& ref) {
   v1::GetModelRequest req;
   *req.mutable_model() = ref;
   v1::Model resp;
-  DENDRO_RETURN_IF_ERROR(impl_->Unary(
-      "GetModel", [&](grpc::ClientContext* c) { return impl_->models->GetModel(c, req, &resp); }));
+  DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) { return impl_->models->GetModel(c, req, &resp); }));
   return resp;
 }
 
@@ -589,7 +613,7 @@ absl::StatusOr<v1::GetClassesResponse> Client::GetClasses(const v1::ModelRef& re
   v1::GetClassesRequest req;
   *req.mutable_model() = ref;
   v1::GetClassesResponse resp;
-  DENDRO_RETURN_IF_ERROR(impl_->Unary("GetClasses", [&](grpc::ClientContext* c) {
+  DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) {
     return impl_->models->GetClasses(c, req, &resp);
   }));
   if (resp.superclasses_size() != resp.labels_size()) {
@@ -607,7 +631,7 @@ absl::StatusOr<v1::ListModelsResponse> Client::ListModels(const std::string& nam
   req.set_page_size(page_size);
   req.set_page_token(page_token);
   v1::ListModelsResponse resp;
-  DENDRO_RETURN_IF_ERROR(impl_->Unary("ListModels", [&](grpc::ClientContext* c) {
+  DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) {
     return impl_->models->ListModels(c, req, &resp);
   }));
   return resp;
@@ -618,7 +642,7 @@ absl::StatusOr<int32_t> Client::DeleteModel(const std::string& name, int64_t ver
   req.set_name(name);
   req.set_version(version);
   v1::DeleteModelResponse resp;
-  DENDRO_RETURN_IF_ERROR(impl_->Unary("DeleteModel", [&](grpc::ClientContext* c) {
+  DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) {
     return impl_->models->DeleteModel(c, req, &resp);
   }));
   return resp.deleted();
@@ -631,8 +655,7 @@ absl::StatusOr<std::string> Client::GetTree(const v1::ModelRef& ref, v1::TreeFor
   req.set_format(format);
   req.set_include_points(include_points);
   v1::GetTreeResponse resp;
-  DENDRO_RETURN_IF_ERROR(impl_->Unary(
-      "GetTree", [&](grpc::ClientContext* c) { return impl_->models->GetTree(c, req, &resp); }));
+  DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) { return impl_->models->GetTree(c, req, &resp); }));
   if (model != nullptr) *model = resp.model();
   return std::move(*resp.mutable_content());
 }
@@ -672,7 +695,7 @@ absl::Status ForEachBatch(
       batch = count / 2;  // the server accepts smaller messages than we do
       continue;
     }
-    DENDRO_RETURN_IF_ERROR(FromGrpc(status, what, options));
+    DENDRO_RETURN_IF_ERROR(FromGrpc(status, options));
     begin += count;
   }
   return absl::OkStatus();

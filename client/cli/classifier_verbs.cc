@@ -39,7 +39,16 @@ absl::Status TrainAndReport(Context& ctx, const Args& args, const FitInput& inpu
   }));
   bar.Done();
   if (job.state() != v1::JOB_STATE_SUCCEEDED) return JobNotSucceeded(job);
-  std::cout << "model " << job.model_name() << " version " << job.model_version() << std::endl;
+  if (args.Has("json")) {
+    nlohmann::ordered_json j;
+    j["model"] = job.model_name();
+    j["version"] = job.model_version();
+    j["job"] = job.id();
+    if (input.existing() || args.Has("keep-dataset")) j["dataset"] = ds.id();
+    std::cout << j.dump() << std::endl;
+  } else {
+    std::cout << "model " << job.model_name() << " version " << job.model_version() << std::endl;
+  }
   return absl::OkStatus();
 }
 

@@ -157,8 +157,16 @@ absl::Status FitAndReport(Context& ctx, const Args& args, v1::JobSpec spec,
   spec.set_dataset_id(ds.id());
   DENDRO_ASSIGN_OR_RETURN(v1::Job job,
                           SubmitFit(*client, spec, input.existing() ? nullptr : &ds));
+  const bool json = args.Has("json");
   if (!wait) {
-    std::cout << job.id() << std::endl;
+    if (json) {
+      nlohmann::ordered_json j;
+      j["job"] = job.id();
+      j["dataset"] = ds.id();
+      std::cout << j.dump() << std::endl;
+    } else {
+      std::cout << job.id() << std::endl;
+    }
     if (!outs.empty()) {
       std::fprintf(stderr,
                    "--no-wait: --out files are not written; fetch them when the job is done "
@@ -180,16 +188,27 @@ absl::Status FitAndReport(Context& ctx, const Args& args, v1::JobSpec spec,
   ref.set_name(job.model_name());
   ref.set_version(job.model_version());
   DENDRO_ASSIGN_OR_RETURN(v1::Model model, FetchTrees(*client, ref, outs));
-  std::cout << "model " << model.name() << " version " << model.version() << std::endl;
+  nlohmann::ordered_json result;
+  result["model"] = model.name();
+  result["version"] = model.version();
+  result["job"] = job.id();
+  if (input.existing() || args.Has("keep-dataset")) result["dataset"] = ds.id();
+  result["leaves"] = model.num_leaves();
+  if (!json) std::cout << "model " << model.name() << " version " << model.version() << std::endl;
 
   if (labels_path.has_value()) {
-    DENDRO_ASSIGN_OR_RETURN(std::string json,
+    DENDRO_ASSIGN_OR_RETURN(std::string tree_json,
                             client->GetTree(ref, v1::TREE_FORMAT_JSON, /*include_points=*/true));
-    DENDRO_ASSIGN_OR_RETURN(Hierarchy tree, ParseJson(json));
+    DENDRO_ASSIGN_OR_RETURN(Hierarchy tree, ParseJson(tree_json));
     DENDRO_ASSIGN_OR_RETURN(MetricsReport report,
                             EvaluateHierarchy(tree, tree.point_leaf(), labels, level));
-    std::cout << MetricsJson(report).dump() << std::endl;
+    if (json) {
+      result["metrics"] = MetricsJson(report);
+    } else {
+      std::cout << MetricsJson(report).dump() << std::endl;
+    }
   }
+  if (json) std::cout << result.dump() << std::endl;
   return absl::OkStatus();
 }
 

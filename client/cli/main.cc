@@ -72,10 +72,13 @@ const std::vector<Verb>& Verbs() {
        "  --keep-dataset  upload the logits durably (by default they are a transient\n"
        "                  dataset: not fsynced, dropped when the server restarts)\n"
        "  --allow-method-change  register under NAME even if its latest version was\n"
-       "                  fitted with another method (refused otherwise)\n",
+       "                  fitted with another method (refused otherwise)\n"
+       "  --json          print one JSON object instead: model, version, job, leaves,\n"
+       "                  dataset (when kept) and metrics (with --labels); with --no-wait\n"
+       "                  job and dataset\n",
        {{"labels", true}, {"name", true}, {"aggregation", true}, {"out", true, true},
         {"level", true}, {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
-        {"allow-method-change", false}},
+        {"allow-method-change", false}, kJson},
        0, 1, RunL2h},
       {"", "tneb", "fit a t-NEB hierarchy (Student-t mixture, density paths) to embeddings",
        "dendro tneb EMBEDDINGS.npy|DATASET_ID --out FILE [--out FILE ...] [--labels Y.npy]\n"
@@ -96,7 +99,7 @@ const std::vector<Verb>& Verbs() {
         {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, {"components", true}, {"restarts", true},
         {"standardize", false}, {"gaussian", false}, {"seed", true}, {"dof", true},
-        {"learn-dof", false}, {"ridge", true}, {"neighbors", true}},
+        {"learn-dof", false}, {"ridge", true}, {"neighbors", true}, kJson},
        0, 1, RunTneb},
       {"", "ghhc", "fit a gHHC tree (hyperbolic, gradient-based) to embeddings",
        "dendro ghhc EMBEDDINGS.npy|DATASET_ID --out FILE [--out FILE ...] [--labels Y.npy]\n"
@@ -116,7 +119,7 @@ const std::vector<Verb>& Verbs() {
         {"triples", true}, {"seed", true}, {"projection-dim", true}, {"projection", true},
         {"no-center", false},
         {"learning-rate", true}, {"batch-size", true}, {"neighbors", true}, {"margin", true},
-        {"margin-every", true}, {"no-margin", false}, {"link", true}},
+        {"margin-every", true}, {"no-margin", false}, {"link", true}, kJson},
        0, 1, RunGhhc},
       {"hppca", "train", "train a hierarchical PPCA classifier on labelled features",
        "dendro hppca train (FEATURES.npy LABELS.npy | DATASET_ID) --name NAME [--superclasses S]\n"
@@ -133,7 +136,7 @@ const std::vector<Verb>& Verbs() {
        {{"name", true}, {"superclasses", true}, {"q", true}, {"r", true}, {"seed", true},
         {"flat", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, {"lambda", true}, {"top-t", true},
-        {"log-det", false}, {"raw-data", false}},
+        {"log-det", false}, {"raw-data", false}, kJson},
        0, 2, RunHppcaTrain},
       {"hppca", "add", "add the classes of a labelled dataset to a classifier",
        "dendro hppca add NAME[:VERSION] (FEATURES.npy LABELS.npy | DATASET_ID) [--recluster]\n"
@@ -142,7 +145,7 @@ const std::vector<Verb>& Verbs() {
        "  is a new version of NAME. --recluster re-runs the super-class k-means.\n"
        "  DATASET_ID (or --dataset ID), --allow-method-change: as for 'dendro hppca train'.\n",
        {{"recluster", false}, {"keep-dataset", false}, {"dataset", true},
-        {"allow-method-change", false}},
+        {"allow-method-change", false}, kJson},
        1, 3, RunHppcaAdd},
       {"", "predict", "classify rows with a classifier model",
        "dendro predict --model NAME[:VERSION] FEATURES.npy --out PRED.npy [--top-t T]\n"

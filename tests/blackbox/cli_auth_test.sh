@@ -70,3 +70,27 @@ DENDRO_API_KEY=$key expect_error 1 "permission denied: .*admin" models delete no
 DENDRO_API_KEY=wrong-key-wrong-key expect_error 1 "unknown API key" models list
 grep -q "$key" "$WORK/auth.log" && fail "the server log holds a key"
 pass "keys from the environment and from a file; refusals say what to do"
+
+# --- TLS mismatches are named -------------------------------------------------------
+command -v openssl >/dev/null || { echo "SKIP TLS mismatch checks: openssl is not installed"; exit 0; }
+openssl req -x509 -newkey rsa:2048 -nodes -keyout tls.key -out tls.pem -days 1 \
+  -subj "/CN=localhost" -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null
+start_server tls --tls_cert "$WORK/tls.pem" --tls_key "$WORK/tls.key"
+TLS_PID=$STARTED_PID
+tls_server="127.0.0.1:$STARTED_PORT"
+expect_error 1 "expects TLS but this client connected in plaintext.*--tls" \
+  --server "$tls_server" --timeout 10 models list
+expect_error 1 "not signed by a trusted CA.*--tls-ca" --server "$tls_server" --tls --timeout 10 models list
+run --server "$tls_server" --tls-ca tls.pem models list
+[[ $RC -eq 0 ]] || fail "--tls-ca with the server's certificate was refused: $(cat err.txt)"
+kill "$TLS_PID"
+start_server plain
+PLAIN_PID=$STARTED_PID
+expect_error 1 "does not speak TLS" --server "127.0.0.1:$STARTED_PORT" --tls-ca tls.pem \
+  --timeout 10 models list
+kill "$PLAIN_PID"
+# A transport error names the address and never an RPC.
+run --server "127.0.0.1:1" --timeout 5 models list
+grep -q "ListModels" err.txt && fail "an error names the RPC: $(cat err.txt)"
+grep -q "cannot reach dendrod at 127.0.0.1:1" err.txt || fail "unexpected: $(cat err.txt)"
+pass "plaintext vs TLS mismatches and untrusted certificates are named"

@@ -181,6 +181,28 @@ run jobs get "$JOB" --json
   fail "jobs get --json: $(cat out.txt)"
 pass "l2h --no-wait + jobs watch/get"
 
+run l2h logits.npy --labels labels.npy --name jsonfit --out j.nwk --json
+[[ $RC -eq 0 ]] || fail "l2h --json exited $RC: $(cat err.txt)"
+[[ $(wc -l <out.txt) -eq 1 ]] || fail "l2h --json printed more than one line: $(cat out.txt)"
+"$PY" -c '
+import json
+r = json.load(open("out.txt"))
+assert r["model"] == "jsonfit" and int(r["version"]) == 1 and r["job"].startswith("job-"), r
+assert r["leaves"] == 12 and 0.0 <= r["metrics"]["ari"] <= 1.0, r
+assert "dataset" not in r, r  # the transient upload is gone
+' || fail "l2h --json: $(cat out.txt)"
+run l2h logits.npy --name jsonfit --no-wait --keep-dataset --json
+"$PY" -c '
+import json
+r = json.load(open("out.txt"))
+assert r["job"].startswith("job-") and r["dataset"].startswith("ds-"), r
+' || fail "l2h --no-wait --json: $(cat out.txt)"
+KEPT_DS=$("$PY" -c 'import json; print(json.load(open("out.txt"))["dataset"])')
+run jobs watch "$("$PY" -c 'import json; print(json.load(open("out.txt"))["job"])')"
+run datasets delete "$KEPT_DS"
+[[ $RC -eq 0 ]] || fail "datasets delete $KEPT_DS: $(cat err.txt)"
+pass "fit verbs' --json: one object on stdout"
+
 # --- errors: one line "dendro: ...", non-zero exit -------------------------------
 expect_error 1 "missing\.npy" l2h missing.npy --out x.npy
 expect_error any "row 17.*column 5" l2h nan.npy --out x.npy

@@ -148,9 +148,17 @@ absl::Status WithPrefix(std::string_view prefix, const absl::Status& s) {
 
 absl::StatusOr<v1::ModelRef> ParseModelRef(std::string_view text) {
   v1::ModelRef ref;
-  const size_t colon = text.rfind(':');
-  std::string_view name = text.substr(0, colon);
-  if (colon != std::string_view::npos) {
+  std::string_view name = text;
+  if (const size_t at = text.rfind('@'); at != std::string_view::npos) {
+    name = text.substr(0, at);
+    const std::string label(text.substr(at + 1));
+    if (label.empty() || name.find(':') != std::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", std::string(text), "': expected NAME, NAME:VERSION or NAME@LABEL"));
+    }
+    ref.set_label(label);
+  } else if (const size_t colon = text.rfind(':'); colon != std::string_view::npos) {
+    name = text.substr(0, colon);
     const std::string version(text.substr(colon + 1));
     int64_t v = 0;
     if (version == "latest") {
@@ -163,14 +171,15 @@ absl::StatusOr<v1::ModelRef> ParseModelRef(std::string_view text) {
     ref.set_version(v);
   }
   if (name.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model '", std::string(text), "': expected NAME or NAME:VERSION"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", std::string(text), "': expected NAME, NAME:VERSION or NAME@LABEL"));
   }
   ref.set_name(std::string(name));
   return ref;
 }
 
 std::string FormatModelRef(const v1::ModelRef& ref) {
+  if (!ref.label().empty()) return absl::StrCat(ref.name(), "@", ref.label());
   if (ref.version() == 0) return ref.name();
   return absl::StrCat(ref.name(), ":", ref.version());
 }
@@ -635,6 +644,43 @@ absl::StatusOr<v1::ListModelsResponse> Client::ListModels(const std::string& nam
     return impl_->models->ListModels(c, req, &resp);
   }));
   return resp;
+}
+
+absl::StatusOr<v1::Model> Client::SetModelLabel(const std::string& name, const std::string& label,
+                                                int64_t version) {
+  v1::SetModelLabelRequest req;
+  req.set_name(name);
+  req.set_label(label);
+  req.set_version(version);
+  v1::Model resp;
+  DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) {
+    return impl_->models->SetModelLabel(c, req, &resp);
+  }));
+  return resp;
+}
+
+absl::StatusOr<int64_t> Client::DeleteModelLabel(const std::string& name,
+                                                 const std::string& label) {
+  v1::DeleteModelLabelRequest req;
+  req.set_name(name);
+  req.set_label(label);
+  v1::DeleteModelLabelResponse resp;
+  DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) {
+    return impl_->models->DeleteModelLabel(c, req, &resp);
+  }));
+  return resp.version();
+}
+
+absl::StatusOr<int32_t> Client::SetModelRetention(const std::string& name,
+                                                  int32_t keep_versions) {
+  v1::SetModelRetentionRequest req;
+  req.set_name(name);
+  req.set_keep_versions(keep_versions);
+  v1::SetModelRetentionResponse resp;
+  DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) {
+    return impl_->models->SetModelRetention(c, req, &resp);
+  }));
+  return resp.deleted();
 }
 
 absl::StatusOr<int32_t> Client::DeleteModel(const std::string& name, int64_t version) {

@@ -83,9 +83,10 @@ struct PredictResult {
   int64_t model_version = 0;
 };
 
-// Parses "NAME" (latest version) or "NAME:VERSION" (VERSION >= 1).
+// Parses "NAME" (latest version), "NAME:VERSION" (VERSION >= 1 or
+// "latest") or "NAME@LABEL" (the version the label points at).
 absl::StatusOr<v1::ModelRef> ParseModelRef(std::string_view text);
-// "NAME:VERSION", or "NAME" for version 0 (latest).
+// "NAME@LABEL", "NAME:VERSION", or "NAME" for version 0 (latest).
 std::string FormatModelRef(const v1::ModelRef& ref);
 
 // True for SUCCEEDED, FAILED and CANCELLED.
@@ -162,6 +163,15 @@ class Client {
                                                     const std::string& page_token = "");
   // version 0: every version of `name`. Returns how many were deleted.
   absl::StatusOr<int32_t> DeleteModel(const std::string& name, int64_t version);
+  // Points `label` at `version` of `name` (0: the latest); returns that
+  // version's model.
+  absl::StatusOr<v1::Model> SetModelLabel(const std::string& name, const std::string& label,
+                                          int64_t version);
+  // Removes a label; returns the version it pointed at.
+  absl::StatusOr<int64_t> DeleteModelLabel(const std::string& name, const std::string& label);
+  // Keeps the newest `keep_versions` unlabelled versions of `name` (0: all)
+  // from now on; returns how many versions it deleted now.
+  absl::StatusOr<int32_t> SetModelRetention(const std::string& name, int32_t keep_versions);
   // The tree serialised in `format` (JSON text, Newick text, or the bytes of
   // a float64 .npy linkage matrix). `model` (optional) receives the model
   // that was served, which tells the version a "latest" ref resolved to.

@@ -40,6 +40,10 @@ constexpr RpcRule kRules[] = {
     {Rpc::kPredict, "/dendro.v1.ModelService/Predict", Role::kReader},
     {Rpc::kPredictStream, "/dendro.v1.ModelService/PredictStream", Role::kReader},
     {Rpc::kGetClasses, "/dendro.v1.ModelService/GetClasses", Role::kReader},
+    // Labels steer which version readers get; retention deletes versions.
+    {Rpc::kSetModelLabel, "/dendro.v1.ModelService/SetModelLabel", Role::kWriter},
+    {Rpc::kDeleteModelLabel, "/dendro.v1.ModelService/DeleteModelLabel", Role::kWriter},
+    {Rpc::kSetModelRetention, "/dendro.v1.ModelService/SetModelRetention", Role::kAdmin},
 };
 
 // RuleFor indexes kRules by the enum: keep the rows in its order.
@@ -47,7 +51,7 @@ constexpr bool RulesInEnumOrder() {
   for (size_t i = 0; i < std::size(kRules); ++i) {
     if (static_cast<size_t>(kRules[i].rpc) != i) return false;
   }
-  return std::size(kRules) == static_cast<size_t>(Rpc::kGetClasses) + 1;
+  return std::size(kRules) == static_cast<size_t>(Rpc::kLast) + 1;
 }
 static_assert(RulesInEnumOrder(), "kRules must list every Rpc once, in enum order");
 

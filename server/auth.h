@@ -70,13 +70,14 @@ class KeyTable {
   std::map<std::string, Principal, std::less<>> common_names_;
 };
 
-// Every RPC of the dendro.v1 services (kGetClasses last: the rule table is
-// indexed by this enum).
+// Every RPC of the dendro.v1 services (the rule table is indexed by this
+// enum; kLast names the last one).
 enum class Rpc {
   kUploadDataset, kGetDataset, kListDatasets, kDeleteDataset,
   kSubmitJob, kGetJob, kListJobs, kCancelJob, kWatchJob, kWaitJob, kDeleteJob,
   kGetModel, kListModels, kDeleteModel, kGetTree, kAssign, kPredict, kPredictStream,
-  kGetClasses,
+  kGetClasses, kSetModelLabel, kDeleteModelLabel, kSetModelRetention,
+  kLast = kSetModelRetention,
 };
 
 struct RpcRule {

@@ -191,7 +191,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
   // A fit writes a model: refuse it while the disk is at its floor.
   DENDRO_RETURN_IF_ERROR(datasets_->disk().Check(0, "job"));
   if (std::optional<v1::ModelRef> base = method->BaseModel(spec)) {
-    DENDRO_ASSIGN_OR_RETURN(v1::Model base_model, models_->Get(base->name(), base->version()));
+    DENDRO_ASSIGN_OR_RETURN(v1::Model base_model, models_->Get(*base));
     if (base_model.method() != std::string(method->name())) {
       return absl::FailedPreconditionError(absl::StrCat(
           "model '", base_model.name(), "' v", base_model.version(), " is a ",
@@ -265,7 +265,9 @@ absl::StatusOr<v1::Job> JobManager::Replay(const v1::Job& previous,
 
 absl::Status JobManager::CheckMethodChange(const v1::JobSpec& spec, const Method& method) {
   if (spec.allow_method_change()) return absl::OkStatus();
-  absl::StatusOr<v1::Model> latest = models_->Get(spec.model_name(), 0);
+  v1::ModelRef latest_ref;
+  latest_ref.set_name(spec.model_name());
+  absl::StatusOr<v1::Model> latest = models_->Get(latest_ref);
   if (absl::IsNotFound(latest.status())) return absl::OkStatus();
   DENDRO_RETURN_IF_ERROR(latest.status());
   if (latest->method() == std::string(method.name())) return absl::OkStatus();
@@ -495,7 +497,7 @@ absl::StatusOr<std::unique_ptr<FittedModel>> JobManager::Fit(const v1::JobSpec& 
     DENDRO_ASSIGN_OR_RETURN(const Method* method, options_.resolve_method(spec));
     DENDRO_ASSIGN_OR_RETURN(auto dataset, datasets_->Open(spec.dataset_id()));
     if (std::optional<v1::ModelRef> base = method->BaseModel(spec)) {
-      DENDRO_ASSIGN_OR_RETURN(auto loaded, models_->Load(base->name(), base->version()));
+      DENDRO_ASSIGN_OR_RETURN(auto loaded, models_->Load(*base));
       return method->FitFrom(*loaded.first, *dataset, spec, ctx);
     }
     return method->Fit(*dataset, spec, ctx);

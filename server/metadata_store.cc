@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -186,6 +187,11 @@ CREATE TABLE IF NOT EXISTS models (
 CREATE TABLE IF NOT EXISTS model_names (
   name TEXT PRIMARY KEY,
   next_version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS model_labels (
+  name TEXT NOT NULL,
+  label TEXT NOT NULL,
+  version INTEGER NOT NULL,
+  PRIMARY KEY (name, label));
 )sql";
 
 }  // namespace
@@ -270,10 +276,25 @@ class MetadataStore::Op {
 };
 
 absl::Status MetadataStore::Migrate() {
-  // Catalogues made before jobs had request ids or end times lack those
-  // columns (end_seconds stays NULL for their old finished jobs).
+  // Catalogues made before jobs had request ids or end times, or names a
+  // retention policy, lack those columns (end_seconds stays NULL for their
+  // old finished jobs; keep_versions starts at 0, keep everything).
   bool has_request_key = false;
   bool has_end_seconds = false;
+  bool has_keep_versions = false;
+  {
+    Stmt st(db_, "SELECT name FROM pragma_table_info('model_names')");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    for (;;) {
+      DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      if (st.Text(0) == "keep_versions") has_keep_versions = true;
+    }
+  }
+  if (!has_keep_versions) {
+    DENDRO_RETURN_IF_ERROR(
+        Exec("ALTER TABLE model_names ADD COLUMN keep_versions INTEGER NOT NULL DEFAULT 0"));
+  }
   {
     Stmt st(db_, "SELECT name FROM pragma_table_info('jobs')");
     DENDRO_RETURN_IF_ERROR(st.prepared());
@@ -458,19 +479,83 @@ absl::StatusOr<std::vector<v1::Job>> MetadataStore::UnfinishedJobs() {
 
 // --- models -----------------------------------------------------------------
 
-absl::StatusOr<int64_t> MetadataStore::CommitModel(v1::Model model, const std::string& dir,
-                                                   v1::Job job) {
+namespace {
+
+absl::Status ModelNotFound(const std::string& name, int64_t version) {
+  return absl::NotFoundError(version > 0
+                                 ? absl::StrCat("model '", name, "' version ", version, " not found")
+                                 : absl::StrCat("model '", name, "' not found"));
+}
+
+// Fills the fields of `m` that live in the registry tables, not its record:
+// the labels pointing at it and its name's retention policy.
+absl::Status FillRegistryFields(sqlite3* db, v1::Model* m) {
+  m->clear_labels();
+  {
+    Stmt st(db, "SELECT label FROM model_labels WHERE name = ? AND version = ? ORDER BY label");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    st.Bind(1, m->name()).Bind(2, m->version());
+    for (;;) {
+      DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      m->add_labels(st.Text(0));
+    }
+  }
+  Stmt st(db, "SELECT keep_versions FROM model_names WHERE name = ?");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  st.Bind(1, m->name());
+  DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
+  m->set_keep_versions(row ? static_cast<int32_t>(st.Int(0)) : 0);
+  return absl::OkStatus();
+}
+
+// Inside a transaction: deletes the versions of `name` beyond the newest
+// `keep` unlabelled ones (none when keep <= 0) and returns them.
+absl::StatusOr<std::vector<StoredModel>> PruneVersions(sqlite3* db, const std::string& name,
+                                                       int64_t keep) {
+  std::vector<StoredModel> pruned;
+  if (keep <= 0) return pruned;
+  {
+    Stmt st(db,
+            "SELECT record, dir FROM models m WHERE name = ? AND NOT EXISTS ("
+            "SELECT 1 FROM model_labels l WHERE l.name = m.name AND l.version = m.version) "
+            "ORDER BY version DESC LIMIT -1 OFFSET ?");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    st.Bind(1, name).Bind(2, keep);
+    for (;;) {
+      DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      DENDRO_ASSIGN_OR_RETURN(v1::Model m, Decode<v1::Model>(st.Text(0), "model"));
+      pruned.push_back(StoredModel{std::move(m), st.Text(1)});
+    }
+  }
+  for (const StoredModel& p : pruned) {
+    Stmt st(db, "DELETE FROM models WHERE name = ? AND version = ?");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    DENDRO_RETURN_IF_ERROR(st.Bind(1, name).Bind(2, p.model.version()).Run());
+  }
+  return pruned;
+}
+
+}  // namespace
+
+absl::StatusOr<CommitResult> MetadataStore::CommitModel(v1::Model model, const std::string& dir,
+                                                        v1::Job job) {
   const Op op(this, "commit_model");
   Txn txn(db_);
   DENDRO_RETURN_IF_ERROR(txn.began());
   int64_t version = 1;
+  int64_t keep = 0;
   {
-    Stmt st(db_, "SELECT next_version FROM model_names WHERE name = ?");
+    Stmt st(db_, "SELECT next_version, keep_versions FROM model_names WHERE name = ?");
     DENDRO_RETURN_IF_ERROR(st.prepared());
     st.Bind(1, model.name());
     auto row = st.Step();
     if (!row.ok()) return row.status();
-    if (*row) version = st.Int(0);
+    if (*row) {
+      version = st.Int(0);
+      keep = st.Int(1);
+    }
   }
   {
     Stmt st(db_,
@@ -492,12 +577,26 @@ absl::StatusOr<int64_t> MetadataStore::CommitModel(v1::Model model, const std::s
   job.set_model_name(model.name());
   job.set_model_version(version);
   DENDRO_RETURN_IF_ERROR(UpsertJob(db_, job));
+  CommitResult result;
+  result.version = version;
+  DENDRO_ASSIGN_OR_RETURN(result.pruned, PruneVersions(db_, model.name(), keep));
   DENDRO_RETURN_IF_ERROR(txn.Commit());
-  return version;
+  return result;
 }
 
-absl::StatusOr<StoredModel> MetadataStore::GetModel(const std::string& name, int64_t version) {
+absl::StatusOr<StoredModel> MetadataStore::GetModel(const std::string& name, int64_t version,
+                                                    const std::string& label) {
   const Op op(this, "get_model");
+  if (!label.empty()) {
+    Stmt st(db_, "SELECT version FROM model_labels WHERE name = ? AND label = ?");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    st.Bind(1, name).Bind(2, label);
+    DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) {
+      return absl::NotFoundError(absl::StrCat("model '", name, "' has no label '", label, "'"));
+    }
+    version = st.Int(0);
+  }
   Stmt st(db_, version > 0
                    ? "SELECT record, dir FROM models WHERE name = ? AND version = ?"
                    : "SELECT record, dir FROM models WHERE name = ? AND ? = 0 "
@@ -506,13 +605,10 @@ absl::StatusOr<StoredModel> MetadataStore::GetModel(const std::string& name, int
   st.Bind(1, name).Bind(2, version);
   auto row = st.Step();
   if (!row.ok()) return row.status();
-  if (!*row) {
-    return absl::NotFoundError(version > 0 ? absl::StrCat("model '", name, "' version ",
-                                                          version, " not found")
-                                           : absl::StrCat("model '", name, "' not found"));
-  }
+  if (!*row) return ModelNotFound(name, version);
   auto m = Decode<v1::Model>(st.Text(0), "model");
   if (!m.ok()) return m.status();
+  DENDRO_RETURN_IF_ERROR(FillRegistryFields(db_, &*m));
   return StoredModel{*std::move(m), st.Text(1)};
 }
 
@@ -524,7 +620,9 @@ absl::StatusOr<Page<v1::Model>> MetadataStore::ListModels(const std::string& nam
           "ORDER BY seq LIMIT ?");
   DENDRO_RETURN_IF_ERROR(st.prepared());
   st.Bind(1, after_seq).Bind(2, name).Bind(3, name).Bind(4, static_cast<int64_t>(limit) + 1);
-  return ReadPage<v1::Model>(st, limit, "model");
+  DENDRO_ASSIGN_OR_RETURN(Page<v1::Model> page, ReadPage<v1::Model>(st, limit, "model"));
+  for (v1::Model& m : page.items) DENDRO_RETURN_IF_ERROR(FillRegistryFields(db_, &m));
+  return page;
 }
 
 absl::StatusOr<std::vector<StoredModel>> MetadataStore::DeleteModels(const std::string& name,
@@ -548,16 +646,97 @@ absl::StatusOr<std::vector<StoredModel>> MetadataStore::DeleteModels(const std::
         removed.push_back(StoredModel{*std::move(m), st.Text(1)});
       }
     }
-    if (removed.empty()) {
-      return absl::NotFoundError(version > 0 ? absl::StrCat("model '", name, "' version ",
-                                                            version, " not found")
-                                             : absl::StrCat("model '", name, "' not found"));
+    if (removed.empty()) return ModelNotFound(name, version);
+    if (version > 0) {
+      // A label is a promise to readers: it must be moved, not dangle.
+      v1::Model labelled = removed.front().model;
+      DENDRO_RETURN_IF_ERROR(FillRegistryFields(db_, &labelled));
+      if (labelled.labels_size() > 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "model '", name, "' version ", version, " is labelled '",
+            absl::StrJoin(labelled.labels(), "', '"),
+            "'; move or delete the label first (deleting every version of the name drops "
+            "its labels too)"));
+      }
     }
-    Stmt st(db_, "DELETE FROM models WHERE name = ? AND (? = 0 OR version = ?)");
-    DENDRO_RETURN_IF_ERROR(st.prepared());
-    DENDRO_RETURN_IF_ERROR(st.Bind(1, name).Bind(2, version).Bind(3, version).Run());
+    {
+      Stmt st(db_, "DELETE FROM models WHERE name = ? AND (? = 0 OR version = ?)");
+      DENDRO_RETURN_IF_ERROR(st.prepared());
+      DENDRO_RETURN_IF_ERROR(st.Bind(1, name).Bind(2, version).Bind(3, version).Run());
+    }
+    if (version == 0) {
+      Stmt st(db_, "DELETE FROM model_labels WHERE name = ?");
+      DENDRO_RETURN_IF_ERROR(st.prepared());
+      DENDRO_RETURN_IF_ERROR(st.Bind(1, name).Run());
+    }
     DENDRO_RETURN_IF_ERROR(txn.Commit());
     return removed;
+  });
+}
+
+absl::StatusOr<v1::Model> MetadataStore::SetModelLabel(const std::string& name,
+                                                       const std::string& label,
+                                                       int64_t version) {
+  const Op op(this, "set_model_label");
+  Txn txn(db_);
+  DENDRO_RETURN_IF_ERROR(txn.began());
+  Stmt get(db_, version > 0
+                    ? "SELECT record FROM models WHERE name = ? AND version = ?"
+                    : "SELECT record FROM models WHERE name = ? AND ? = 0 "
+                      "ORDER BY version DESC LIMIT 1");
+  DENDRO_RETURN_IF_ERROR(get.prepared());
+  get.Bind(1, name).Bind(2, version);
+  DENDRO_ASSIGN_OR_RETURN(bool row, get.Step());
+  if (!row) return ModelNotFound(name, version);
+  DENDRO_ASSIGN_OR_RETURN(v1::Model m, Decode<v1::Model>(get.Text(0), "model"));
+  {
+    Stmt st(db_,
+            "INSERT INTO model_labels (name, label, version) VALUES (?, ?, ?) "
+            "ON CONFLICT(name, label) DO UPDATE SET version = excluded.version");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    DENDRO_RETURN_IF_ERROR(st.Bind(1, name).Bind(2, label).Bind(3, m.version()).Run());
+  }
+  DENDRO_RETURN_IF_ERROR(FillRegistryFields(db_, &m));
+  DENDRO_RETURN_IF_ERROR(txn.Commit());
+  return m;
+}
+
+absl::StatusOr<int64_t> MetadataStore::DeleteModelLabel(const std::string& name,
+                                                        const std::string& label) {
+  const Op op(this, "delete_model_label");
+  return DeleteWithReserveLocked([&]() -> absl::StatusOr<int64_t> {
+    Txn txn(db_);
+    DENDRO_RETURN_IF_ERROR(txn.began());
+    Stmt get(db_, "SELECT version FROM model_labels WHERE name = ? AND label = ?");
+    DENDRO_RETURN_IF_ERROR(get.prepared());
+    get.Bind(1, name).Bind(2, label);
+    DENDRO_ASSIGN_OR_RETURN(bool row, get.Step());
+    if (!row) {
+      return absl::NotFoundError(absl::StrCat("model '", name, "' has no label '", label, "'"));
+    }
+    const int64_t version = get.Int(0);
+    Stmt st(db_, "DELETE FROM model_labels WHERE name = ? AND label = ?");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    DENDRO_RETURN_IF_ERROR(st.Bind(1, name).Bind(2, label).Run());
+    DENDRO_RETURN_IF_ERROR(txn.Commit());
+    return version;
+  });
+}
+
+absl::StatusOr<std::vector<StoredModel>> MetadataStore::SetModelRetention(const std::string& name,
+                                                                          int64_t keep_versions) {
+  const Op op(this, "set_model_retention");
+  return DeleteWithReserveLocked([&]() -> absl::StatusOr<std::vector<StoredModel>> {
+    Txn txn(db_);
+    DENDRO_RETURN_IF_ERROR(txn.began());
+    Stmt st(db_, "UPDATE model_names SET keep_versions = ? WHERE name = ?");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    DENDRO_RETURN_IF_ERROR(st.Bind(1, keep_versions).Bind(2, name).Run());
+    if (sqlite3_changes(db_) == 0) return ModelNotFound(name, 0);
+    DENDRO_ASSIGN_OR_RETURN(std::vector<StoredModel> pruned,
+                            PruneVersions(db_, name, keep_versions));
+    DENDRO_RETURN_IF_ERROR(txn.Commit());
+    return pruned;
   });
 }
 

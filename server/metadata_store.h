@@ -39,6 +39,14 @@ struct StoredModel {
   std::string dir;  // artifact directory, relative to the data dir
 };
 
+// What CommitModel did: the new version, and the older versions the name's
+// retention policy removed in the same transaction (their files are the
+// caller's to delete).
+struct CommitResult {
+  int64_t version = 0;
+  std::vector<StoredModel> pruned;
+};
+
 class MetadataStore {
  public:
   static absl::StatusOr<std::unique_ptr<MetadataStore>> Open(const std::string& path);
@@ -69,18 +77,31 @@ class MetadataStore {
   absl::StatusOr<std::vector<v1::Job>> UnfinishedJobs();
 
   // In one transaction: assigns the next version of model.name(), stores
-  // the model row with `dir`, and stores `job` (already marked SUCCEEDED)
-  // with the model name/version filled in. Returns the version.
-  absl::StatusOr<int64_t> CommitModel(v1::Model model, const std::string& dir,
-                                      v1::Job job);
-  // version 0 = latest.
-  absl::StatusOr<StoredModel> GetModel(const std::string& name, int64_t version);
+  // the model row with `dir`, stores `job` (already marked SUCCEEDED) with
+  // the model name/version filled in, and applies the name's retention
+  // policy.
+  absl::StatusOr<CommitResult> CommitModel(v1::Model model, const std::string& dir,
+                                           v1::Job job);
+  // By label when `label` is set, else by version (0 = latest). The
+  // returned model carries its labels and its name's keep_versions.
+  absl::StatusOr<StoredModel> GetModel(const std::string& name, int64_t version,
+                                       const std::string& label = "");
   absl::StatusOr<Page<v1::Model>> ListModels(const std::string& name, int64_t after_seq,
                                              int limit);
-  // version 0 = all versions. Returns the removed rows (for file cleanup);
-  // NotFound if nothing matched.
+  // version 0 = all versions (and the name's labels). Returns the removed
+  // rows (for file cleanup); NotFound if nothing matched; FailedPrecondition
+  // for one version that a label points at.
   absl::StatusOr<std::vector<StoredModel>> DeleteModels(const std::string& name,
                                                         int64_t version);
+  // Points `label` of `name` at `version` (0 = latest); returns that model.
+  absl::StatusOr<v1::Model> SetModelLabel(const std::string& name, const std::string& label,
+                                          int64_t version);
+  // Removes a label; returns the version it pointed at.
+  absl::StatusOr<int64_t> DeleteModelLabel(const std::string& name, const std::string& label);
+  // Sets the name's policy (0 = keep all) and applies it now; returns the
+  // versions removed. NotFound for a name that never had a version.
+  absl::StatusOr<std::vector<StoredModel>> SetModelRetention(const std::string& name,
+                                                             int64_t keep_versions);
   // Every model's artifact directory; an error when unreadable (as above).
   absl::StatusOr<std::vector<std::string>> AllModelDirs();
 

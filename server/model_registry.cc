@@ -29,6 +29,30 @@ absl::Status ValidateModelName(const std::string& name) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateLabel(const std::string& label) {
+  if (label.empty() || label.size() > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("label must be 1-64 characters, got ", label.size()));
+  }
+  if (!((label[0] >= 'a' && label[0] <= 'z') || (label[0] >= 'A' && label[0] <= 'Z'))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("label '", label, "' must start with a letter"));
+  }
+  if (label == "latest") {
+    return absl::InvalidArgumentError("'latest' is not a label: it means the newest version");
+  }
+  for (char c : label) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "label '", label, "' has character '", std::string(1, c),
+          "'; allowed are letters, digits, '.', '_' and '-'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 ModelRegistry::ModelRegistry(std::string data_dir, MetadataStore* meta, int64_t cache_bytes)
     : data_dir_(std::move(data_dir)), meta_(meta), cache_(cache_bytes) {}
 
@@ -54,13 +78,18 @@ absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Jo
   m.set_input_dim(model.input_dim());
   SetNow(m.mutable_create_time());
   for (const auto& [k, v] : model.metadata()) (*m.mutable_metadata())[k] = v;
-  auto version = meta_->CommitModel(m, rel, std::move(job));
-  if (!version.ok()) {
+  auto committed = meta_->CommitModel(m, rel, std::move(job));
+  if (!committed.ok()) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
-    return version.status();
+    return committed.status();
   }
-  m.set_version(*version);
+  m.set_version(committed->version);
+  if (!committed->pruned.empty()) {
+    spdlog::info("model '{}': retention removed {} older version(s)", name,
+                 committed->pruned.size());
+    RemoveFiles(name, committed->pruned);
+  }
   return m;
 }
 
@@ -85,18 +114,30 @@ int64_t DirectoryBytes(const std::string& dir) {
   }
   return total;
 }
+
+absl::StatusOr<StoredModel> Lookup(MetadataStore* meta, const v1::ModelRef& ref) {
+  DENDRO_RETURN_IF_ERROR(ValidateVersion(ref.version()));
+  if (!ref.label().empty()) {
+    if (ref.version() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", ref.name(), "': give a version or a label, not both (version ",
+          ref.version(), ", label '", ref.label(), "')"));
+    }
+    DENDRO_RETURN_IF_ERROR(ValidateLabel(ref.label()));
+  }
+  return meta->GetModel(ref.name(), ref.version(), ref.label());
+}
 }  // namespace
 
-absl::StatusOr<v1::Model> ModelRegistry::Get(const std::string& name, int64_t version) {
-  DENDRO_RETURN_IF_ERROR(ValidateVersion(version));
-  DENDRO_ASSIGN_OR_RETURN(StoredModel stored, meta_->GetModel(name, version));
+absl::StatusOr<v1::Model> ModelRegistry::Get(const v1::ModelRef& ref) {
+  DENDRO_ASSIGN_OR_RETURN(StoredModel stored, Lookup(meta_, ref));
   return stored.model;
 }
 
 absl::StatusOr<std::pair<std::shared_ptr<const FittedModel>, v1::Model>> ModelRegistry::Load(
-    const std::string& name, int64_t version) {
-  DENDRO_RETURN_IF_ERROR(ValidateVersion(version));
-  DENDRO_ASSIGN_OR_RETURN(StoredModel stored, meta_->GetModel(name, version));
+    const v1::ModelRef& ref) {
+  DENDRO_ASSIGN_OR_RETURN(StoredModel stored, Lookup(meta_, ref));
+  const std::string& name = ref.name();
   const auto key = std::make_pair(name, stored.model.version());
   if (std::shared_ptr<const FittedModel> hit = cache_.Get(key)) {
     return std::make_pair(std::move(hit), stored.model);
@@ -122,11 +163,39 @@ absl::StatusOr<std::pair<std::shared_ptr<const FittedModel>, v1::Model>> ModelRe
 absl::StatusOr<int> ModelRegistry::Delete(const std::string& name, int64_t version) {
   DENDRO_RETURN_IF_ERROR(ValidateVersion(version));
   DENDRO_ASSIGN_OR_RETURN(std::vector<StoredModel> removed, meta_->DeleteModels(name, version));
+  RemoveFiles(name, removed);
+  return static_cast<int>(removed.size());
+}
+
+void ModelRegistry::RemoveFiles(const std::string& name, const std::vector<StoredModel>& removed) {
   for (const auto& r : removed) {
     cache_.Erase(std::make_pair(name, r.model.version()));
     std::error_code ec;
     std::filesystem::remove_all(absl::StrCat(data_dir_, "/", r.dir), ec);
   }
+}
+
+absl::StatusOr<v1::Model> ModelRegistry::SetLabel(const std::string& name,
+                                                  const std::string& label, int64_t version) {
+  DENDRO_RETURN_IF_ERROR(ValidateVersion(version));
+  DENDRO_RETURN_IF_ERROR(ValidateLabel(label));
+  return meta_->SetModelLabel(name, label, version);
+}
+
+absl::StatusOr<int64_t> ModelRegistry::DeleteLabel(const std::string& name,
+                                                   const std::string& label) {
+  DENDRO_RETURN_IF_ERROR(ValidateLabel(label));
+  return meta_->DeleteModelLabel(name, label);
+}
+
+absl::StatusOr<int> ModelRegistry::SetRetention(const std::string& name, int64_t keep_versions) {
+  if (keep_versions < 0 || keep_versions > 1000000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "keep_versions must be in [0, 1000000] (0: keep every version), got ", keep_versions));
+  }
+  DENDRO_ASSIGN_OR_RETURN(std::vector<StoredModel> removed,
+                          meta_->SetModelRetention(name, keep_versions));
+  RemoveFiles(name, removed);
   return static_cast<int>(removed.size());
 }
 

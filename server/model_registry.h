@@ -22,6 +22,9 @@ namespace dendro::server {
 
 // Model names: 1-128 characters of [A-Za-z0-9._-], not starting with '.'.
 absl::Status ValidateModelName(const std::string& name);
+// Version labels: 1-64 characters of [A-Za-z0-9._-], starting with a letter,
+// and not "latest" (which the CLI reads as the newest version).
+absl::Status ValidateLabel(const std::string& label);
 
 class ModelRegistry {
  public:
@@ -32,11 +35,17 @@ class ModelRegistry {
   // new version and marks `job` SUCCEEDED with it. Returns the stored Model.
   absl::StatusOr<v1::Model> Commit(const FittedModel& model, v1::Job job);
 
-  absl::StatusOr<v1::Model> Get(const std::string& name, int64_t version);
+  // By version (0 = latest) or label; both set is InvalidArgument.
+  absl::StatusOr<v1::Model> Get(const v1::ModelRef& ref);
   // The loaded model (cached) and its registry entry.
   absl::StatusOr<std::pair<std::shared_ptr<const FittedModel>, v1::Model>> Load(
-      const std::string& name, int64_t version);
+      const v1::ModelRef& ref);
   absl::StatusOr<int> Delete(const std::string& name, int64_t version);
+  absl::StatusOr<v1::Model> SetLabel(const std::string& name, const std::string& label,
+                                     int64_t version);
+  absl::StatusOr<int64_t> DeleteLabel(const std::string& name, const std::string& label);
+  // Returns how many versions the new policy removed.
+  absl::StatusOr<int> SetRetention(const std::string& name, int64_t keep_versions);
   absl::StatusOr<Page<v1::Model>> List(const std::string& name, int64_t after_seq, int limit) {
     return meta_->ListModels(name, after_seq, limit);
   }
@@ -46,6 +55,9 @@ class ModelRegistry {
   ModelCache::Stats CacheStats() const { return cache_.stats(); }
 
  private:
+  // Drops removed versions from the cache and deletes their directories.
+  void RemoveFiles(const std::string& name, const std::vector<StoredModel>& removed);
+
   std::string data_dir_;
   MetadataStore* meta_;
   ModelCache cache_;

@@ -411,7 +411,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
                         v1::Model* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kGetModel);
     if (!who.ok()) return ToGrpc(who.status());
-    auto m = deps_.models->Get(req->model().name(), req->model().version());
+    auto m = deps_.models->Get(req->model());
     if (!m.ok()) return ToGrpc(m.status());
     *resp = *std::move(m);
     return grpc::Status::OK;
@@ -443,11 +443,54 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     return grpc::Status::OK;
   }
 
+  grpc::Status SetModelLabel(grpc::ServerContext* ctx, const v1::SetModelLabelRequest* req,
+                             v1::Model* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kSetModelLabel);
+    if (!who.ok()) return ToGrpc(who.status());
+    auto m = deps_.models->SetLabel(req->name(), req->label(), req->version());
+    const grpc::Status out = ToGrpc(m.status());
+    Audit(*who, "labelled model",
+          absl::StrCat(req->name(), "@", req->label(), m.ok() ? absl::StrCat(" -> ", m->version())
+                                                             : std::string()),
+          ctx, out);
+    if (!out.ok()) return out;
+    *resp = *std::move(m);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DeleteModelLabel(grpc::ServerContext* ctx, const v1::DeleteModelLabelRequest* req,
+                                v1::DeleteModelLabelResponse* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kDeleteModelLabel);
+    if (!who.ok()) return ToGrpc(who.status());
+    auto version = deps_.models->DeleteLabel(req->name(), req->label());
+    const grpc::Status out = ToGrpc(version.status());
+    Audit(*who, "removed label", absl::StrCat(req->name(), "@", req->label()), ctx, out);
+    if (!out.ok()) return out;
+    resp->set_version(*version);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status SetModelRetention(grpc::ServerContext* ctx,
+                                 const v1::SetModelRetentionRequest* req,
+                                 v1::SetModelRetentionResponse* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kSetModelRetention);
+    if (!who.ok()) return ToGrpc(who.status());
+    auto deleted = deps_.models->SetRetention(req->name(), req->keep_versions());
+    const grpc::Status out = ToGrpc(deleted.status());
+    Audit(*who, "set retention of",
+          absl::StrCat(req->name(), " to ", req->keep_versions(), " version(s)",
+                       deleted.ok() ? absl::StrCat(", deleting ", *deleted) : std::string()),
+          ctx, out);
+    if (!out.ok()) return out;
+    resp->set_deleted(*deleted);
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetTree(grpc::ServerContext* ctx, const v1::GetTreeRequest* req,
                        v1::GetTreeResponse* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kGetTree);
     if (!who.ok()) return ToGrpc(who.status());
-    auto loaded = deps_.models->Load(req->model().name(), req->model().version());
+    auto loaded = deps_.models->Load(req->model());
     if (!loaded.ok()) return ToGrpc(loaded.status());
     const Hierarchy& tree = loaded->first->tree();
     switch (req->format()) {
@@ -478,7 +521,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
                       v1::AssignResponse* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kAssign);
     if (!who.ok()) return ToGrpc(who.status());
-    auto loaded = deps_.models->Load(req->model().name(), req->model().version());
+    auto loaded = deps_.models->Load(req->model());
     if (!loaded.ok()) return ToGrpc(loaded.status());
     const FittedModel& model = *loaded->first;
     const Hierarchy& tree = model.tree();
@@ -552,7 +595,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
                           v1::GetClassesResponse* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kGetClasses);
     if (!who.ok()) return ToGrpc(who.status());
-    auto loaded = deps_.models->Load(req->model().name(), req->model().version());
+    auto loaded = deps_.models->Load(req->model());
     if (!loaded.ok()) return ToGrpc(loaded.status());
     auto table = loaded->first->Classes();
     if (!table.ok()) return ToGrpc(table.status());
@@ -567,7 +610,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
  private:
   absl::Status PredictOne(const v1::PredictRequest& req, v1::PredictResponse* resp) {
     DENDRO_ASSIGN_OR_RETURN(auto loaded,
-                            deps_.models->Load(req.model().name(), req.model().version()));
+                            deps_.models->Load(req.model()));
     const FittedModel& model = *loaded.first;
     if (req.top_k() < 0 || req.top_t() < 0) {
       return absl::InvalidArgumentError("predict: top_k and top_t must be >= 0");

@@ -5,6 +5,8 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/cli.h"
 #include "core/common/status_macros.h"
@@ -198,9 +200,11 @@ absl::Status RunModelsList(Context& ctx, const Args& args) {
   for (const v1::Model& m : resp.models()) {
     rows.push_back({m.name(), absl::StrCat(m.version()), m.method(), absl::StrCat(m.num_leaves()),
                     absl::StrCat(m.input_dim()), m.dataset_id(), m.job_id(),
-                    FormatTime(m.create_time())});
+                    FormatTime(m.create_time()),
+                    m.labels().empty() ? "-" : absl::StrJoin(m.labels(), ",")});
   }
-  PrintTable({"NAME", "VERSION", "METHOD", "LEAVES", "INPUT_DIM", "DATASET", "JOB", "CREATED"},
+  PrintTable({"NAME", "VERSION", "METHOD", "LEAVES", "INPUT_DIM", "DATASET", "JOB", "CREATED",
+              "LABELS"},
              rows);
   HintMore(resp.next_page_token());
   return absl::OkStatus();
@@ -221,6 +225,8 @@ absl::Status RunModelsGet(Context& ctx, const Args& args) {
       {"dataset", m.dataset_id()},
       {"job", m.job_id()},
       {"created", FormatTime(m.create_time())},
+      {"labels", m.labels().empty() ? "-" : absl::StrJoin(m.labels(), ", ")},
+      {"keep_versions", m.keep_versions() > 0 ? absl::StrCat(m.keep_versions()) : "all"},
   };
   const std::map<std::string, std::string> metadata(m.metadata().begin(), m.metadata().end());
   for (const auto& [key, value] : metadata) f.emplace_back("metadata." + key, value);
@@ -231,6 +237,11 @@ absl::Status RunModelsGet(Context& ctx, const Args& args) {
 absl::Status RunModelsDelete(Context& ctx, const Args& args) {
   absl::StatusOr<v1::ModelRef> ref = client::ParseModelRef(args.positional()[0]);
   if (!ref.ok()) return UsageError(std::string(ref.status().message()));
+  if (!ref->label().empty()) {
+    return UsageError(absl::StrCat("'models delete' takes NAME or NAME:VERSION, not a label ('",
+                                   args.positional()[0], "'); 'dendro models unlabel ",
+                                   ref->name(), " ", ref->label(), "' removes the label"));
+  }
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
   DENDRO_ASSIGN_OR_RETURN(int32_t deleted, client->DeleteModel(ref->name(), ref->version()));
   if (ref->version() > 0) {
@@ -239,6 +250,48 @@ absl::Status RunModelsDelete(Context& ctx, const Args& args) {
     std::cout << "deleted " << deleted << " version" << (deleted == 1 ? "" : "s") << " of model "
               << ref->name() << std::endl;
   }
+  return absl::OkStatus();
+}
+
+absl::Status RunModelsLabel(Context& ctx, const Args& args) {
+  const std::string& name = args.positional()[0];
+  const std::string& version_text = args.positional()[1];
+  int64_t version = 0;
+  if (version_text != "latest" && (!absl::SimpleAtoi(version_text, &version) || version < 1)) {
+    return UsageError(absl::StrCat("'models label': VERSION must be a number >= 1 or 'latest', "
+                                   "got '", version_text, "'"));
+  }
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  DENDRO_ASSIGN_OR_RETURN(v1::Model m,
+                          client->SetModelLabel(name, args.positional()[2], version));
+  if (args.Has("json")) return PrintMessageJson(m);
+  std::cout << "model " << m.name() << "@" << args.positional()[2] << " is version "
+            << m.version() << std::endl;
+  return absl::OkStatus();
+}
+
+absl::Status RunModelsUnlabel(Context& ctx, const Args& args) {
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  DENDRO_ASSIGN_OR_RETURN(int64_t version,
+                          client->DeleteModelLabel(args.positional()[0], args.positional()[1]));
+  std::cout << "removed label " << args.positional()[1] << " from model " << args.positional()[0]
+            << " version " << version << std::endl;
+  return absl::OkStatus();
+}
+
+absl::Status RunModelsRetain(Context& ctx, const Args& args) {
+  int64_t keep = 0;
+  if (!absl::SimpleAtoi(args.positional()[1], &keep) || keep < 0 || keep > 1000000) {
+    return UsageError(absl::StrCat("'models retain': N must be a number in [0, 1000000], got '",
+                                   args.positional()[1], "'"));
+  }
+  DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  DENDRO_ASSIGN_OR_RETURN(int32_t deleted, client->SetModelRetention(
+                                               args.positional()[0], static_cast<int32_t>(keep)));
+  std::cout << "model " << args.positional()[0] << " keeps "
+            << (keep == 0 ? std::string("every version")
+                          : absl::StrCat("the newest ", keep, " unlabelled version(s)"))
+            << "; deleted " << deleted << " now" << std::endl;
   return absl::OkStatus();
 }
 

@@ -190,12 +190,26 @@ const std::vector<Verb>& Verbs() {
       {"models", "list", "list models",
        "dendro models list [--name NAME] [--page-size N] [--page-token T] [--all] [--json]\n",
        {{"name", true}, kPageSize, kPageToken, kAll, kJson}, 0, 0, RunModelsList},
-      {"models", "get", "show a model", "dendro models get NAME[:VERSION] [--json]\n", {kJson}, 1,
+      {"models", "get", "show a model", "dendro models get NAME[:VERSION|@LABEL] [--json]\n", {kJson}, 1,
        1, RunModelsGet},
       {"models", "delete", "delete one version, or every version, of a model",
        "dendro models delete NAME[:VERSION]\n"
-       "  Without :VERSION every version of NAME is deleted.\n",
+       "  Without :VERSION every version of NAME is deleted (and its labels). A version\n"
+       "  a label points at is kept until the label is moved or removed.\n",
        {}, 1, 1, RunModelsDelete},
+      {"models", "label", "point a label (e.g. stable) at a version: NAME@LABEL",
+       "dendro models label NAME VERSION|latest LABEL\n"
+       "  Points LABEL at that version (moving it if it points elsewhere). Use NAME@LABEL\n"
+       "  wherever NAME:VERSION is accepted. A label is 1-64 letters, digits, '.', '_' or\n"
+       "  '-', starting with a letter.\n",
+       {kJson}, 3, 3, RunModelsLabel},
+      {"models", "unlabel", "remove a label from a model",
+       "dendro models unlabel NAME LABEL\n", {}, 2, 2, RunModelsUnlabel},
+      {"models", "retain", "keep only the newest N unlabelled versions of a model",
+       "dendro models retain NAME N\n"
+       "  From now on (and at once) versions of NAME beyond the newest N unlabelled ones\n"
+       "  are deleted; labelled versions are always kept. N = 0 keeps every version.\n",
+       {}, 2, 2, RunModelsRetain},
       {"datasets", "list", "list datasets",
        "dendro datasets list [--page-size N] [--page-token T] [--all] [--json]\n",
        {kPageSize, kPageToken, kAll, kJson}, 0, 0, RunDatasetsList},

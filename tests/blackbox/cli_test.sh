@@ -296,6 +296,37 @@ run l2h ds-local.npy --out local.nwk
   fail "l2h ds-local.npy: exit $RC, stdout '$(cat out.txt)', stderr '$(cat err.txt)'"
 pass "an existing file named ds-… is uploaded as a file"
 
+# --- version labels and retention -------------------------------------------------
+run models label jsonfit 1 stable
+[[ $RC -eq 0 && "$(cat out.txt)" == "model jsonfit@stable is version 1" ]] ||
+  fail "models label: exit $RC, '$(cat out.txt)' $(cat err.txt)"
+run tree jsonfit@stable --out stable.nwk
+[[ $RC -eq 0 && "$(cat out.txt)" == "model jsonfit version 1" ]] || fail "tree NAME@LABEL: $(cat err.txt)"
+cmp -s j.nwk stable.nwk || fail "jsonfit@stable is not the tree of version 1"
+run models get jsonfit@stable --json
+"$PY" -c 'import json; m = json.load(open("out.txt")); assert m["version"] == "1" and m["labels"] == ["stable"], m' ||
+  fail "models get NAME@LABEL --json: $(cat out.txt)"
+expect_error 1 "labelled 'stable'.*move or delete the label" models delete jsonfit:1
+expect_error 2 "not a label" models delete jsonfit@stable
+expect_error 1 "no label 'nightly'" models get jsonfit@nightly
+expect_error 1 "must start with a letter" models label jsonfit 1 9lives
+expect_error 2 "VERSION must be" models label jsonfit one stable
+for _ in 1 2 3; do  # versions 3, 4, 5
+  run l2h logits.npy --name jsonfit --out r.nwk
+  [[ $RC -eq 0 ]] || fail "l2h --name jsonfit: $(cat err.txt)"
+done
+run models retain jsonfit 1
+[[ $RC -eq 0 ]] || fail "models retain: $(cat err.txt)"
+run models list --name jsonfit --json
+"$PY" -c 'import json; v = sorted(int(m["version"]) for m in json.load(open("out.txt"))["models"]); assert v == [1, 5], v' ||
+  fail "retention kept the wrong versions: $(cat out.txt)"
+run models unlabel jsonfit stable
+[[ $RC -eq 0 && "$(cat out.txt)" == "removed label stable from model jsonfit version 1" ]] ||
+  fail "models unlabel: $(cat out.txt) $(cat err.txt)"
+run models delete jsonfit:1
+[[ $RC -eq 0 ]] || fail "an unlabelled version could not be deleted: $(cat err.txt)"
+pass "labels: NAME@LABEL everywhere, a labelled version is kept; retention keeps the newest"
+
 # --- TLS -----------------------------------------------------------------------
 if command -v openssl >/dev/null; then
   openssl req -x509 -newkey rsa:2048 -nodes -keyout key.pem -out cert.pem -days 2 \

@@ -760,6 +760,36 @@ TEST_F(RobustnessTest, AnOlderCatalogueGainsTheRequestIdColumn) {
   EXPECT_EQ((*meta)->PutJob(job).code(), absl::StatusCode::kAlreadyExists);
 }
 
+TEST_F(RobustnessTest, AnOlderCatalogueGainsLabelsAndRetention) {
+  std::filesystem::create_directories(dir_);
+  const std::string db = (dir_ / "metadata.db").string();
+  {
+    sqlite3* h = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(h,
+                           "CREATE TABLE model_names (name TEXT PRIMARY KEY, next_version "
+                           "INTEGER NOT NULL); INSERT INTO model_names VALUES ('old', 4);",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(h);
+  }
+  auto meta = MetadataStore::Open(db);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  v1::Model m;
+  m.set_name("old");
+  v1::Job job;
+  job.set_id("job-1");
+  auto committed = (*meta)->CommitModel(m, "models/old/x", job);
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  EXPECT_EQ(committed->version, 4);
+  EXPECT_TRUE(committed->pruned.empty());  // the default policy keeps everything
+  ASSERT_TRUE((*meta)->SetModelLabel("old", "stable", 4).ok());
+  auto got = (*meta)->GetModel("old", 0, "stable");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->model.version(), 4);
+  EXPECT_EQ(got->model.keep_versions(), 0);
+}
+
 // --- One owner per address and data directory ------------------------------
 
 TEST_F(RobustnessTest, ASecondServerOnTheSameDataDirectoryOrPortIsRefused) {

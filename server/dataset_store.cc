@@ -229,7 +229,7 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
 
 // --- DatasetStore -------------------------------------------------------------
 
-DatasetStore::DatasetStore(std::string data_dir, MetadataStore* meta, int64_t max_dataset_bytes,
+DatasetStore::DatasetStore(std::string data_dir, Catalogue* meta, int64_t max_dataset_bytes,
                            MinFreeDisk min_free)
     : root_(data_dir + "/datasets"),
       transient_root_(data_dir + "/transient"),

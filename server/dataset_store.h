@@ -6,7 +6,7 @@
 // (files and rows) at the next start. An upload streams straight into a temporary
 // file (the server never holds a second copy of the data in memory),
 // validating every float as it arrives; only a complete, valid upload is
-// renamed into place and then recorded in the MetadataStore. Opened datasets
+// renamed into place and then recorded in the Catalogue. Opened datasets
 // are memory-mapped and shared between concurrent jobs.
 #ifndef DENDRO_SERVER_DATASET_STORE_H_
 #define DENDRO_SERVER_DATASET_STORE_H_
@@ -25,7 +25,7 @@
 #include "core/matrix/matrix.h"
 #include "dendro/v1/dendro.pb.h"
 #include "server/disk_guard.h"
-#include "server/metadata_store.h"
+#include "server/catalogue.h"
 
 namespace dendro::server {
 
@@ -83,7 +83,7 @@ class DatasetStore {
   // Uploads whose data and labels together exceed `max_dataset_bytes` are
   // refused at the header, as are uploads that would leave less than
   // `min_free` of the disk free (see DiskGuard).
-  DatasetStore(std::string data_dir, MetadataStore* meta,
+  DatasetStore(std::string data_dir, Catalogue* meta,
                int64_t max_dataset_bytes = kDefaultMaxDatasetBytes, MinFreeDisk min_free = {});
   // The data volume's guard, shared with the job manager.
   const DiskGuard& disk() const { return disk_; }
@@ -110,7 +110,7 @@ class DatasetStore {
 
   std::string root_;            // <data_dir>/datasets
   std::string transient_root_;  // <data_dir>/transient
-  MetadataStore* meta_;
+  Catalogue* meta_;
   const int64_t max_dataset_bytes_;
   const DiskGuard disk_;
   std::mutex mu_;

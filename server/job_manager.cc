@@ -40,7 +40,7 @@ class JobManager::Context final : public RunContext {
   std::shared_ptr<Entry> entry_;
 };
 
-JobManager::JobManager(Options options, MetadataStore* meta, DatasetStore* datasets,
+JobManager::JobManager(Options options, Catalogue* meta, DatasetStore* datasets,
                        ModelRegistry* models)
     : options_(std::move(options)), meta_(meta), datasets_(datasets), models_(models) {
   if (!options_.resolve_method) options_.resolve_method = MethodForSpec;

@@ -1,7 +1,7 @@
 // JobManager: the bounded job queue, its worker threads and job state.
 //
 // Lifecycle of a job: QUEUED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED.
-// Every state transition is written to the MetadataStore before it becomes
+// Every state transition is written to the Catalogue before it becomes
 // visible; progress and stage text are kept in memory only. On Start(), jobs
 // the store still lists as QUEUED or RUNNING (the server stopped while they
 // were pending) are queued again, in submission order, unless a cancel was
@@ -43,7 +43,7 @@
 #include "absl/time/time.h"
 #include "dendro/v1/dendro.pb.h"
 #include "server/dataset_store.h"
-#include "server/metadata_store.h"
+#include "server/catalogue.h"
 #include "server/methods/method.h"
 #include "server/model_registry.h"
 
@@ -77,7 +77,7 @@ class JobManager {
     int running = 0;
   };
 
-  JobManager(Options options, MetadataStore* meta, DatasetStore* datasets,
+  JobManager(Options options, Catalogue* meta, DatasetStore* datasets,
              ModelRegistry* models);
   ~JobManager();
 
@@ -150,7 +150,7 @@ class JobManager {
   absl::Status PublishLocked(Entry& entry);
 
   Options options_;
-  MetadataStore* const meta_;
+  Catalogue* const meta_;
   DatasetStore* const datasets_;
   ModelRegistry* const models_;
 

@@ -26,6 +26,10 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "HOST:PORT to serve gRPC on");
 ABSL_FLAG(std::string, data_dir, "./dendro-data",
           "directory for the metadata database, datasets and models");
+ABSL_FLAG(std::string, catalog, "",
+          "where datasets, jobs and models are recorded: empty for SQLite in --data_dir, or a "
+          "postgresql://user@host:port/db URI (password from PGPASSWORD or PGPASSFILE, never "
+          "in the URI)");
 ABSL_FLAG(int, threads, 0,
           "threads each job may use (0: the CPUs this process may run on, from its affinity "
           "mask and cgroup CPU quota)");
@@ -188,6 +192,7 @@ int main(int argc, char** argv) {
   dendro::server::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.catalog = absl::GetFlag(FLAGS_catalog);
   options.workers = absl::GetFlag(FLAGS_workers);
   if (absl::GetFlag(FLAGS_threads) < 0) {
     fprintf(stderr, "dendrod: --threads must be >= 0\n");

@@ -53,7 +53,7 @@ absl::Status ValidateLabel(const std::string& label) {
   return absl::OkStatus();
 }
 
-ModelRegistry::ModelRegistry(std::string data_dir, MetadataStore* meta, int64_t cache_bytes)
+ModelRegistry::ModelRegistry(std::string data_dir, Catalogue* meta, int64_t cache_bytes)
     : data_dir_(std::move(data_dir)), meta_(meta), cache_(cache_bytes) {}
 
 absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Job job) {
@@ -115,7 +115,7 @@ int64_t DirectoryBytes(const std::string& dir) {
   return total;
 }
 
-absl::StatusOr<StoredModel> Lookup(MetadataStore* meta, const v1::ModelRef& ref) {
+absl::StatusOr<StoredModel> Lookup(Catalogue* meta, const v1::ModelRef& ref) {
   DENDRO_RETURN_IF_ERROR(ValidateVersion(ref.version()));
   if (!ref.label().empty()) {
     if (ref.version() != 0) {

@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "server/metadata_store.h"
+#include "server/catalogue.h"
 #include "server/model_cache.h"
 #include "server/methods/method.h"
 
@@ -29,7 +29,7 @@ absl::Status ValidateLabel(const std::string& label);
 class ModelRegistry {
  public:
   // `cache_bytes` > 0 bounds the memory of loaded models kept for reuse.
-  ModelRegistry(std::string data_dir, MetadataStore* meta, int64_t cache_bytes);
+  ModelRegistry(std::string data_dir, Catalogue* meta, int64_t cache_bytes);
 
   // Saves `model`'s artifacts and, in one metadata transaction, records the
   // new version and marks `job` SUCCEEDED with it. Returns the stored Model.
@@ -59,7 +59,7 @@ class ModelRegistry {
   void RemoveFiles(const std::string& name, const std::vector<StoredModel>& removed);
 
   std::string data_dir_;
-  MetadataStore* meta_;
+  Catalogue* meta_;
   ModelCache cache_;
 };
 

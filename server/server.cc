@@ -23,7 +23,7 @@
 #include "server/caller.h"
 #include "server/dataset_store.h"
 #include "server/job_manager.h"
-#include "server/metadata_store.h"
+#include "server/catalogue.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/services.h"
@@ -36,7 +36,7 @@ struct DendroServer::State {
   // First: destroyed last, after the gRPC server whose calls use them.
   std::unique_ptr<ServerMetrics> metrics;
   std::unique_ptr<Authenticator> auth;  // likewise used by the handlers
-  std::unique_ptr<MetadataStore> meta;
+  std::unique_ptr<Catalogue> meta;
   std::unique_ptr<DatasetStore> datasets;
   std::unique_ptr<ModelRegistry> models;
   std::unique_ptr<JobManager> jobs;
@@ -133,7 +133,7 @@ absl::Status DendroServer::Start() {
   }
   DENDRO_RETURN_IF_ERROR(MakeDirs(options_.data_dir));
   DENDRO_RETURN_IF_ERROR(LockDataDir(options_.data_dir, &s.lock_fd));
-  DENDRO_ASSIGN_OR_RETURN(s.meta, MetadataStore::Open(options_.data_dir + "/metadata.db"));
+  DENDRO_ASSIGN_OR_RETURN(s.meta, OpenCatalogue(options_.catalog, options_.data_dir));
   DENDRO_ASSIGN_OR_RETURN(MinFreeDisk min_free, ParseMinFreeDisk(options_.min_free_disk));
   s.datasets = std::make_unique<DatasetStore>(options_.data_dir, s.meta.get(),
                                               options_.max_dataset_bytes, min_free);

@@ -20,6 +20,8 @@ namespace dendro::server {
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";  // HOST:PORT; port 0 picks a free one
   std::string data_dir = "./dendro-data";
+  // "" (SQLite in data_dir) or a postgresql:// URI; see OpenCatalogue.
+  std::string catalog;
   int workers = 1;
   int queue_capacity = 64;
   int max_job_attempts = 3;                     // see JobManager::Options

@@ -27,7 +27,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/client_status.h"
-#include "server/metadata_store.h"
+#include "server/sqlite_catalogue.h"
 #include "server/server.h"
 #include "tests/server/server_fixture.h"
 
@@ -120,9 +120,9 @@ class RobustnessTest : public ServerTest {
 
   // The job as recorded in the catalogue (no server running).
   v1::Job StoredJob(const std::string& id) {
-    auto meta = MetadataStore::Open((dir_ / "metadata.db").string());
-    EXPECT_TRUE(meta.ok()) << meta.status();
-    auto job = (*meta)->GetJob(id);
+    std::unique_ptr<Catalogue> meta = OpenTestCatalogue();
+    if (meta == nullptr) return v1::Job();
+    auto job = meta->GetJob(id);
     EXPECT_TRUE(job.ok()) << job.status();
     return job.ok() ? *job : v1::Job();
   }
@@ -235,12 +235,12 @@ TEST_F(RobustnessTest, JobStartedMaxAttemptsTimesIsFailedNotRerun) {
   StopServer();  // interrupted: re-queued
   // As if the server had crashed under the job at each of three starts.
   {
-    auto meta = MetadataStore::Open((dir_ / "metadata.db").string());
-    ASSERT_TRUE(meta.ok());
-    v1::Job stored = *(*meta)->GetJob(job.id());
+    std::unique_ptr<Catalogue> meta = OpenTestCatalogue();
+    ASSERT_NE(meta, nullptr);
+    v1::Job stored = *meta->GetJob(job.id());
     stored.set_state(v1::JOB_STATE_RUNNING);
     stored.set_attempts(3);
-    ASSERT_TRUE((*meta)->PutJob(stored).ok());
+    ASSERT_TRUE(meta->PutJob(stored).ok());
   }
   const int started_before = method.started.load();
   StartServer(WithMethod(&method));
@@ -297,12 +297,12 @@ TEST_F(RobustnessTest, CancelRecordedBeforeACrashIsHonouredAtStart) {
   StopServer();
   {
     // The record a crash right after CancelJob leaves behind.
-    auto meta = MetadataStore::Open((dir_ / "metadata.db").string());
-    ASSERT_TRUE(meta.ok());
-    v1::Job stored = *(*meta)->GetJob(job.id());
+    std::unique_ptr<Catalogue> meta = OpenTestCatalogue();
+    ASSERT_NE(meta, nullptr);
+    v1::Job stored = *meta->GetJob(job.id());
     stored.set_state(v1::JOB_STATE_RUNNING);
     stored.set_cancel_requested(true);
-    ASSERT_TRUE((*meta)->PutJob(stored).ok());
+    ASSERT_TRUE(meta->PutJob(stored).ok());
   }
   const int started_before = method.started.load();
   StartServer(WithMethod(&method));
@@ -351,7 +351,7 @@ TEST_F(RobustnessTest, DrainDeadlineRequeuesAnUncancelledJob) {
 
 // --- 4. Unreadable catalogue ------------------------------------------------
 
-TEST_F(RobustnessTest, UnreadableCatalogueStopsTheStartAndDeletesNothing) {
+TEST_F(RobustnessTest, UnreadableSqliteCatalogueStopsTheStartAndDeletesNothing) {
   StartServer();
   const std::string ds = SmallDataset();
   FitModel("kept");
@@ -730,7 +730,7 @@ TEST_F(RobustnessTest, FinishedJobRecordsCanBeDeletedAndExpire) {
   EXPECT_EQ(get_job(running.id(), &gone).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-TEST_F(RobustnessTest, AnOlderCatalogueGainsTheRequestIdColumn) {
+TEST_F(RobustnessTest, AnOlderSqliteCatalogueGainsTheRequestIdColumn) {
   std::filesystem::create_directories(dir_);
   const std::string db = (dir_ / "metadata.db").string();
   {
@@ -744,7 +744,7 @@ TEST_F(RobustnessTest, AnOlderCatalogueGainsTheRequestIdColumn) {
               SQLITE_OK);
     sqlite3_close(h);
   }
-  auto meta = MetadataStore::Open(db);
+  auto meta = SqliteCatalogue::Open(db);
   ASSERT_TRUE(meta.ok()) << meta.status();
   v1::Job job;
   job.set_id("job-1");
@@ -760,7 +760,7 @@ TEST_F(RobustnessTest, AnOlderCatalogueGainsTheRequestIdColumn) {
   EXPECT_EQ((*meta)->PutJob(job).code(), absl::StatusCode::kAlreadyExists);
 }
 
-TEST_F(RobustnessTest, AnOlderCatalogueGainsLabelsAndRetention) {
+TEST_F(RobustnessTest, AnOlderSqliteCatalogueGainsLabelsAndRetention) {
   std::filesystem::create_directories(dir_);
   const std::string db = (dir_ / "metadata.db").string();
   {
@@ -773,7 +773,7 @@ TEST_F(RobustnessTest, AnOlderCatalogueGainsLabelsAndRetention) {
               SQLITE_OK);
     sqlite3_close(h);
   }
-  auto meta = MetadataStore::Open(db);
+  auto meta = SqliteCatalogue::Open(db);
   ASSERT_TRUE(meta.ok()) << meta.status();
   v1::Model m;
   m.set_name("old");
@@ -893,7 +893,7 @@ TEST_F(FullDiskTest, FullDiskGivesResourceExhaustedAndDeletesStillWork) {
   // Below the disk guard, the catalogue itself says RESOURCE_EXHAUSTED
   // (SQLITE_FULL), not INTERNAL, when a write finds no space.
   {
-    auto meta = MetadataStore::Open((dir_ / "metadata.db").string());
+    auto meta = SqliteCatalogue::Open((dir_ / "metadata.db").string());
     ASSERT_TRUE(meta.ok()) << meta.status();
     absl::Status put;
     for (int i = 0; i < 2000 && put.ok(); ++i) {

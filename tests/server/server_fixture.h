@@ -1,6 +1,11 @@
 // The in-process server fixture shared by the server tests: dendrod on
 // loopback, driven with the generated stubs (not the client library), so
 // status codes and messages are checked exactly as any client sees them.
+//
+// With DENDRO_TEST_CATALOG=postgres in the environment every test's server
+// records into a fresh database of a real PostgreSQL (postgres_harness.h)
+// instead of SQLite, so the same tests check both catalogues (ctest runs
+// the suites both ways).
 #ifndef DENDRO_TESTS_SERVER_SERVER_FIXTURE_H_
 #define DENDRO_TESTS_SERVER_SERVER_FIXTURE_H_
 
@@ -8,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -18,7 +24,9 @@
 
 #include "dendro/v1/dendro.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "server/catalogue.h"
 #include "server/server.h"
+#include "tests/server/postgres_harness.h"
 
 namespace dendro::server {
 
@@ -90,6 +98,12 @@ class ServerTest : public ::testing::Test {
            ("dendro_server_test_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
+    const char* which = std::getenv("DENDRO_TEST_CATALOG");
+    if (which != nullptr && std::string(which) == "postgres") {
+      auto& pg = testing::PostgresHarness::Get();
+      if (!pg.Available()) GTEST_SKIP() << "PostgreSQL not available: " << pg.Why();
+      catalog_ = pg.NewDatabase();
+    }
   }
   void TearDown() override {
     StopServer();
@@ -99,6 +113,7 @@ class ServerTest : public ::testing::Test {
   void StartServer(ServerOptions opts = {}) {
     opts.listen = "127.0.0.1:0";
     opts.data_dir = dir_.string();
+    if (opts.catalog.empty()) opts.catalog = catalog_;
     if (opts.drain_grace == absl::Seconds(30)) opts.drain_grace = absl::ZeroDuration();
     server_ = std::make_unique<DendroServer>(opts);
     ASSERT_TRUE(server_->Start().ok());
@@ -110,6 +125,14 @@ class ServerTest : public ::testing::Test {
     datasets_ = v1::DatasetService::NewStub(channel);
     jobs_ = v1::JobService::NewStub(channel);
     models_ = v1::ModelService::NewStub(channel);
+  }
+  // The catalogue the servers of this test use, opened directly (with no
+  // server running) to inspect or doctor records.
+  std::unique_ptr<Catalogue> OpenTestCatalogue() {
+    std::filesystem::create_directories(dir_);
+    auto cat = OpenCatalogue(catalog_, dir_.string());
+    EXPECT_TRUE(cat.ok()) << cat.status();
+    return cat.ok() ? *std::move(cat) : nullptr;
   }
   std::string absl_target() const { return "127.0.0.1:" + std::to_string(server_->port()); }
   void StopServer() {
@@ -201,6 +224,7 @@ class ServerTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
+  std::string catalog_;  // "" (SQLite in dir_) or a PostgreSQL URI
   std::unique_ptr<DendroServer> server_;
   std::unique_ptr<v1::DatasetService::Stub> datasets_;
   std::unique_ptr<v1::JobService::Stub> jobs_;

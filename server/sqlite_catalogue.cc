@@ -1,4 +1,4 @@
-#include "server/metadata_store.h"
+#include "server/sqlite_catalogue.h"
 
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -196,7 +196,7 @@ CREATE TABLE IF NOT EXISTS model_labels (
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<MetadataStore>> MetadataStore::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<SqliteCatalogue>> SqliteCatalogue::Open(const std::string& path) {
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                                              SQLITE_OPEN_FULLMUTEX,
@@ -206,7 +206,7 @@ absl::StatusOr<std::unique_ptr<MetadataStore>> MetadataStore::Open(const std::st
     return absl::UnavailableError(absl::StrCat("cannot open metadata db ", path, ": ", msg));
   }
   sqlite3_busy_timeout(db, 5000);
-  std::unique_ptr<MetadataStore> store(new MetadataStore(db, path + ".reserve"));
+  std::unique_ptr<SqliteCatalogue> store(new SqliteCatalogue(db, path + ".reserve"));
   DENDRO_RETURN_IF_ERROR(store->Exec(kSchema));
   DENDRO_RETURN_IF_ERROR(store->Migrate());
   store->RestoreReserveLocked();
@@ -223,7 +223,7 @@ const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
 }
 }  // namespace
 
-void MetadataStore::RestoreReserveLocked() {
+void SqliteCatalogue::RestoreReserveLocked() {
   if (reserve_present_) return;
   const int fd = ::open(reserve_path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return;
@@ -237,7 +237,7 @@ void MetadataStore::RestoreReserveLocked() {
 }
 
 template <typename Fn>
-auto MetadataStore::DeleteWithReserveLocked(Fn fn) -> decltype(fn()) {
+auto SqliteCatalogue::DeleteWithReserveLocked(Fn fn) -> decltype(fn()) {
   RestoreReserveLocked();
   auto result = fn();
   if (StatusOf(result).code() != absl::StatusCode::kResourceExhausted || !reserve_present_) {
@@ -252,30 +252,27 @@ auto MetadataStore::DeleteWithReserveLocked(Fn fn) -> decltype(fn()) {
   return fn();
 }
 
-MetadataStore::~MetadataStore() { sqlite3_close(db_); }
+SqliteCatalogue::~SqliteCatalogue() { sqlite3_close(db_); }
 
 // Holds mu_ for one operation and reports its duration (lock wait
 // included) to the observer.
-class MetadataStore::Op {
+class SqliteCatalogue::Op {
  public:
-  Op(MetadataStore* store, const char* name)
+  Op(SqliteCatalogue* store, const char* name)
       : store_(store), name_(name), start_(std::chrono::steady_clock::now()), lock_(store->mu_) {}
   ~Op() {
-    if (store_->observer_) {
-      store_->observer_(name_, std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                             start_)
-                                   .count());
-    }
+    store_->Observe(name_,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
   }
 
  private:
-  MetadataStore* const store_;
+  SqliteCatalogue* const store_;
   const char* const name_;
   const std::chrono::steady_clock::time_point start_;
   const std::lock_guard<std::mutex> lock_;
 };
 
-absl::Status MetadataStore::Migrate() {
+absl::Status SqliteCatalogue::Migrate() {
   // Catalogues made before jobs had request ids or end times, or names a
   // retention policy, lack those columns (end_seconds stays NULL for their
   // old finished jobs; keep_versions starts at 0, keep everything).
@@ -315,7 +312,7 @@ absl::Status MetadataStore::Migrate() {
               "WHERE request_key IS NOT NULL");
 }
 
-absl::Status MetadataStore::Exec(const char* sql) {
+absl::Status SqliteCatalogue::Exec(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
     std::string msg = err ? err : "unknown error";
@@ -327,14 +324,14 @@ absl::Status MetadataStore::Exec(const char* sql) {
 
 // --- datasets ---------------------------------------------------------------
 
-absl::Status MetadataStore::PutDataset(const v1::Dataset& d) {
+absl::Status SqliteCatalogue::PutDataset(const v1::Dataset& d) {
   const Op op(this, "put_dataset");
   Stmt st(db_, "INSERT INTO datasets (id, record) VALUES (?, ?)");
   DENDRO_RETURN_IF_ERROR(st.prepared());
   return st.Bind(1, d.id()).BindBlob(2, d.SerializeAsString()).Run();
 }
 
-absl::StatusOr<v1::Dataset> MetadataStore::GetDataset(const std::string& id) {
+absl::StatusOr<v1::Dataset> SqliteCatalogue::GetDataset(const std::string& id) {
   const Op op(this, "get_dataset");
   Stmt st(db_, "SELECT record FROM datasets WHERE id = ?");
   DENDRO_RETURN_IF_ERROR(st.prepared());
@@ -345,7 +342,7 @@ absl::StatusOr<v1::Dataset> MetadataStore::GetDataset(const std::string& id) {
   return Decode<v1::Dataset>(st.Text(0), "dataset");
 }
 
-absl::StatusOr<Page<v1::Dataset>> MetadataStore::ListDatasets(int64_t after_seq, int limit) {
+absl::StatusOr<Page<v1::Dataset>> SqliteCatalogue::ListDatasets(int64_t after_seq, int limit) {
   const Op op(this, "list_datasets");
   Stmt st(db_, "SELECT seq, record FROM datasets WHERE seq > ? ORDER BY seq LIMIT ?");
   DENDRO_RETURN_IF_ERROR(st.prepared());
@@ -353,7 +350,7 @@ absl::StatusOr<Page<v1::Dataset>> MetadataStore::ListDatasets(int64_t after_seq,
   return ReadPage<v1::Dataset>(st, limit, "dataset");
 }
 
-absl::Status MetadataStore::DeleteDataset(const std::string& id) {
+absl::Status SqliteCatalogue::DeleteDataset(const std::string& id) {
   const Op op(this, "delete_dataset");
   return DeleteWithReserveLocked([&]() -> absl::Status {
     Stmt st(db_, "DELETE FROM datasets WHERE id = ?");
@@ -366,7 +363,7 @@ absl::Status MetadataStore::DeleteDataset(const std::string& id) {
   });
 }
 
-absl::StatusOr<std::vector<std::string>> MetadataStore::AllDatasetIds() {
+absl::StatusOr<std::vector<std::string>> SqliteCatalogue::AllDatasetIds() {
   const Op op(this, "all_dataset_ids");
   return ReadColumn(db_, "SELECT id FROM datasets");
 }
@@ -396,12 +393,12 @@ absl::Status UpsertJob(sqlite3* db, const v1::Job& job) {
 }
 }  // namespace
 
-absl::Status MetadataStore::PutJob(const v1::Job& job) {
+absl::Status SqliteCatalogue::PutJob(const v1::Job& job) {
   const Op op(this, "put_job");
   return UpsertJob(db_, job);
 }
 
-absl::StatusOr<std::optional<v1::Job>> MetadataStore::FindJobByRequest(
+absl::StatusOr<std::optional<v1::Job>> SqliteCatalogue::FindJobByRequest(
     const std::string& owner, const std::string& request_id) {
   const Op op(this, "find_job_by_request");
   Stmt st(db_, "SELECT record FROM jobs WHERE request_key = ?");
@@ -413,7 +410,7 @@ absl::StatusOr<std::optional<v1::Job>> MetadataStore::FindJobByRequest(
   return std::optional<v1::Job>(std::move(job));
 }
 
-absl::Status MetadataStore::DeleteJob(const std::string& id) {
+absl::Status SqliteCatalogue::DeleteJob(const std::string& id) {
   const Op op(this, "delete_job");
   return DeleteWithReserveLocked([&]() -> absl::Status {
     Stmt st(db_, "DELETE FROM jobs WHERE id = ?");
@@ -426,7 +423,7 @@ absl::Status MetadataStore::DeleteJob(const std::string& id) {
   });
 }
 
-absl::StatusOr<int> MetadataStore::DeleteJobsEndedBefore(int64_t epoch_seconds) {
+absl::StatusOr<int> SqliteCatalogue::DeleteJobsEndedBefore(int64_t epoch_seconds) {
   const Op op(this, "expire_jobs");
   return DeleteWithReserveLocked([&]() -> absl::StatusOr<int> {
     Stmt st(db_, "DELETE FROM jobs WHERE state IN (?, ?, ?) AND end_seconds < ?");
@@ -440,7 +437,7 @@ absl::StatusOr<int> MetadataStore::DeleteJobsEndedBefore(int64_t epoch_seconds) 
   });
 }
 
-absl::StatusOr<v1::Job> MetadataStore::GetJob(const std::string& id) {
+absl::StatusOr<v1::Job> SqliteCatalogue::GetJob(const std::string& id) {
   const Op op(this, "get_job");
   Stmt st(db_, "SELECT record FROM jobs WHERE id = ?");
   DENDRO_RETURN_IF_ERROR(st.prepared());
@@ -451,7 +448,7 @@ absl::StatusOr<v1::Job> MetadataStore::GetJob(const std::string& id) {
   return Decode<v1::Job>(st.Text(0), "job");
 }
 
-absl::StatusOr<Page<v1::Job>> MetadataStore::ListJobs(int64_t after_seq, int limit) {
+absl::StatusOr<Page<v1::Job>> SqliteCatalogue::ListJobs(int64_t after_seq, int limit) {
   const Op op(this, "list_jobs");
   Stmt st(db_, "SELECT seq, record FROM jobs WHERE seq > ? ORDER BY seq LIMIT ?");
   DENDRO_RETURN_IF_ERROR(st.prepared());
@@ -459,7 +456,7 @@ absl::StatusOr<Page<v1::Job>> MetadataStore::ListJobs(int64_t after_seq, int lim
   return ReadPage<v1::Job>(st, limit, "job");
 }
 
-absl::StatusOr<std::vector<v1::Job>> MetadataStore::UnfinishedJobs() {
+absl::StatusOr<std::vector<v1::Job>> SqliteCatalogue::UnfinishedJobs() {
   const Op op(this, "unfinished_jobs");
   Stmt st(db_, "SELECT record FROM jobs WHERE state IN (?, ?) ORDER BY seq");
   DENDRO_RETURN_IF_ERROR(st.prepared());
@@ -539,7 +536,7 @@ absl::StatusOr<std::vector<StoredModel>> PruneVersions(sqlite3* db, const std::s
 
 }  // namespace
 
-absl::StatusOr<CommitResult> MetadataStore::CommitModel(v1::Model model, const std::string& dir,
+absl::StatusOr<CommitResult> SqliteCatalogue::CommitModel(v1::Model model, const std::string& dir,
                                                         v1::Job job) {
   const Op op(this, "commit_model");
   Txn txn(db_);
@@ -584,8 +581,8 @@ absl::StatusOr<CommitResult> MetadataStore::CommitModel(v1::Model model, const s
   return result;
 }
 
-absl::StatusOr<StoredModel> MetadataStore::GetModel(const std::string& name, int64_t version,
-                                                    const std::string& label) {
+absl::StatusOr<StoredModel> SqliteCatalogue::GetModel(const std::string& name, int64_t version,
+                                                      const std::string& label) {
   const Op op(this, "get_model");
   if (!label.empty()) {
     Stmt st(db_, "SELECT version FROM model_labels WHERE name = ? AND label = ?");
@@ -612,7 +609,7 @@ absl::StatusOr<StoredModel> MetadataStore::GetModel(const std::string& name, int
   return StoredModel{*std::move(m), st.Text(1)};
 }
 
-absl::StatusOr<Page<v1::Model>> MetadataStore::ListModels(const std::string& name,
+absl::StatusOr<Page<v1::Model>> SqliteCatalogue::ListModels(const std::string& name,
                                                           int64_t after_seq, int limit) {
   const Op op(this, "list_models");
   Stmt st(db_,
@@ -625,7 +622,7 @@ absl::StatusOr<Page<v1::Model>> MetadataStore::ListModels(const std::string& nam
   return page;
 }
 
-absl::StatusOr<std::vector<StoredModel>> MetadataStore::DeleteModels(const std::string& name,
+absl::StatusOr<std::vector<StoredModel>> SqliteCatalogue::DeleteModels(const std::string& name,
                                                                      int64_t version) {
   const Op op(this, "delete_models");
   return DeleteWithReserveLocked([&]() -> absl::StatusOr<std::vector<StoredModel>> {
@@ -674,7 +671,7 @@ absl::StatusOr<std::vector<StoredModel>> MetadataStore::DeleteModels(const std::
   });
 }
 
-absl::StatusOr<v1::Model> MetadataStore::SetModelLabel(const std::string& name,
+absl::StatusOr<v1::Model> SqliteCatalogue::SetModelLabel(const std::string& name,
                                                        const std::string& label,
                                                        int64_t version) {
   const Op op(this, "set_model_label");
@@ -701,7 +698,7 @@ absl::StatusOr<v1::Model> MetadataStore::SetModelLabel(const std::string& name,
   return m;
 }
 
-absl::StatusOr<int64_t> MetadataStore::DeleteModelLabel(const std::string& name,
+absl::StatusOr<int64_t> SqliteCatalogue::DeleteModelLabel(const std::string& name,
                                                         const std::string& label) {
   const Op op(this, "delete_model_label");
   return DeleteWithReserveLocked([&]() -> absl::StatusOr<int64_t> {
@@ -723,7 +720,7 @@ absl::StatusOr<int64_t> MetadataStore::DeleteModelLabel(const std::string& name,
   });
 }
 
-absl::StatusOr<std::vector<StoredModel>> MetadataStore::SetModelRetention(const std::string& name,
+absl::StatusOr<std::vector<StoredModel>> SqliteCatalogue::SetModelRetention(const std::string& name,
                                                                           int64_t keep_versions) {
   const Op op(this, "set_model_retention");
   return DeleteWithReserveLocked([&]() -> absl::StatusOr<std::vector<StoredModel>> {
@@ -740,7 +737,7 @@ absl::StatusOr<std::vector<StoredModel>> MetadataStore::SetModelRetention(const 
   });
 }
 
-absl::StatusOr<std::vector<std::string>> MetadataStore::AllModelDirs() {
+absl::StatusOr<std::vector<std::string>> SqliteCatalogue::AllModelDirs() {
   const Op op(this, "all_model_dirs");
   return ReadColumn(db_, "SELECT dir FROM models");
 }

@@ -1,0 +1,142 @@
+// Catalogue: what Dendro records about datasets, jobs and models.
+//
+// Each record is a serialized dendro.v1 message plus the few fields queries
+// need. Arrays and trees live in files (see DatasetStore and ModelRegistry);
+// a row is written only after its files are durable, and deleted before its
+// files are removed, so the catalogue never points at a missing file.
+//
+// Two implementations, one contract (tests/server/catalogue_test.cc runs the
+// same cases on both):
+//   * SqliteCatalogue (sqlite_catalogue.h): one file in the data directory;
+//     the default, for a single dendrod.
+//   * PostgresCatalogue (postgres_catalogue.h): a PostgreSQL 15 database
+//     that several dendrod replicas can share.
+// OpenCatalogue picks one from the --catalog flag. All methods are
+// thread-safe.
+//
+// Pagination: every table has an integer `seq` in insertion order; List*
+// return rows with seq > after_seq and report the last seq.
+//
+// Errors: NOT_FOUND names the object; ALREADY_EXISTS for a duplicate key;
+// RESOURCE_EXHAUSTED when the database's storage is full; UNAVAILABLE when
+// the database cannot be reached or is busy; DATA_LOSS for a record that
+// does not parse; INTERNAL otherwise. Messages never hold a password.
+#ifndef DENDRO_SERVER_CATALOGUE_H_
+#define DENDRO_SERVER_CATALOGUE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dendro/v1/dendro.pb.h"
+
+namespace dendro::server {
+
+template <typename T>
+struct Page {
+  std::vector<T> items;
+  int64_t last_seq = 0;  // seq of the last item; 0 if empty
+  bool more = false;     // rows remain after this page
+};
+
+struct StoredModel {
+  v1::Model model;
+  std::string dir;  // artifact directory, relative to the data dir
+};
+
+// What CommitModel did: the new version, and the older versions the name's
+// retention policy removed in the same transaction (their files are the
+// caller's to delete).
+struct CommitResult {
+  int64_t version = 0;
+  std::vector<StoredModel> pruned;
+};
+
+class Catalogue {
+ public:
+  virtual ~Catalogue() = default;
+
+  virtual absl::Status PutDataset(const v1::Dataset& d) = 0;
+  virtual absl::StatusOr<v1::Dataset> GetDataset(const std::string& id) = 0;
+  virtual absl::StatusOr<Page<v1::Dataset>> ListDatasets(int64_t after_seq, int limit) = 0;
+  virtual absl::Status DeleteDataset(const std::string& id) = 0;
+  // Every dataset id. An error (never an empty list) when the catalogue
+  // cannot be read: callers sweep files that are not listed here.
+  virtual absl::StatusOr<std::vector<std::string>> AllDatasetIds() = 0;
+
+  // Insert or replace by id.
+  virtual absl::Status PutJob(const v1::Job& job) = 0;
+  virtual absl::StatusOr<v1::Job> GetJob(const std::string& id) = 0;
+  // Removes a job's record (any state: callers check it is finished).
+  virtual absl::Status DeleteJob(const std::string& id) = 0;
+  // Removes finished jobs whose end_time is before `epoch_seconds`;
+  // returns how many.
+  virtual absl::StatusOr<int> DeleteJobsEndedBefore(int64_t epoch_seconds) = 0;
+  // The job `owner` created under SubmitJobRequest.request_id, if any.
+  // PutJob refuses (ALREADY_EXISTS) a second job with the same pair.
+  virtual absl::StatusOr<std::optional<v1::Job>> FindJobByRequest(const std::string& owner,
+                                                                  const std::string& request_id) = 0;
+  virtual absl::StatusOr<Page<v1::Job>> ListJobs(int64_t after_seq, int limit) = 0;
+  // Jobs in QUEUED or RUNNING state, oldest first.
+  virtual absl::StatusOr<std::vector<v1::Job>> UnfinishedJobs() = 0;
+
+  // In one transaction: assigns the next version of model.name(), stores
+  // the model row with `dir`, stores `job` (already marked SUCCEEDED) with
+  // the model name/version filled in, and applies the name's retention
+  // policy.
+  virtual absl::StatusOr<CommitResult> CommitModel(v1::Model model, const std::string& dir,
+                                                   v1::Job job) = 0;
+  // By label when `label` is set, else by version (0 = latest). The
+  // returned model carries its labels and its name's keep_versions.
+  virtual absl::StatusOr<StoredModel> GetModel(const std::string& name, int64_t version,
+                                               const std::string& label = "") = 0;
+  virtual absl::StatusOr<Page<v1::Model>> ListModels(const std::string& name, int64_t after_seq,
+                                                     int limit) = 0;
+  // version 0 = all versions (and the name's labels). Returns the removed
+  // rows (for file cleanup); NotFound if nothing matched; FailedPrecondition
+  // for one version that a label points at.
+  virtual absl::StatusOr<std::vector<StoredModel>> DeleteModels(const std::string& name,
+                                                                int64_t version) = 0;
+  // Points `label` of `name` at `version` (0 = latest); returns that model.
+  virtual absl::StatusOr<v1::Model> SetModelLabel(const std::string& name, const std::string& label,
+                                                  int64_t version) = 0;
+  // Removes a label; returns the version it pointed at.
+  virtual absl::StatusOr<int64_t> DeleteModelLabel(const std::string& name, const std::string& label) = 0;
+  // Sets the name's policy (0 = keep all) and applies it now; returns the
+  // versions removed. NotFound for a name that never had a version.
+  virtual absl::StatusOr<std::vector<StoredModel>> SetModelRetention(const std::string& name,
+                                                                     int64_t keep_versions) = 0;
+  // Every model's artifact directory; an error when unreadable (as above).
+  virtual absl::StatusOr<std::vector<std::string>> AllModelDirs() = 0;
+
+  // Called after every catalogue operation with its name ("put_job") and
+  // duration in seconds, lock wait included. Set it before the catalogue is
+  // shared between threads; it must be cheap and thread-safe.
+  void set_observer(std::function<void(const char* op, double seconds)> observer) {
+    observer_ = std::move(observer);
+  }
+  // Reports one operation to the observer (for implementations).
+  void Observe(const char* op, double seconds) const {
+    if (observer_) observer_(op, seconds);
+  }
+
+ private:
+  std::function<void(const char*, double)> observer_;
+};
+
+// The catalogue `spec` names: "" or "sqlite" for <data_dir>/metadata.db, or
+// a libpq URI "postgresql://[user@]host[:port]/dbname[?options]". A password
+// comes from the PGPASSWORD environment variable or a ~/.pgpass-style
+// PGPASSFILE, never from the URI (one in it is refused, since command lines
+// are visible to every user of the machine).
+absl::StatusOr<std::unique_ptr<Catalogue>> OpenCatalogue(const std::string& spec,
+                                                         const std::string& data_dir);
+
+}  // namespace dendro::server
+
+#endif  // DENDRO_SERVER_CATALOGUE_H_

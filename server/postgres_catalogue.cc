@@ -1,0 +1,564 @@
+#include "server/postgres_catalogue.h"
+
+#include <chrono>
+#include <utility>
+
+#include <pqxx/pqxx>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/common/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace dendro::server {
+
+struct PostgresCatalogue::Conn {
+  std::string uri;
+  std::mutex mu;
+  std::unique_ptr<pqxx::connection> c;  // guarded by mu; null when broken
+};
+
+namespace {
+
+// Any fixed number: the advisory lock that serialises schema migrations.
+constexpr int64_t kMigrationLock = 0x64656e64726f;  // "dendro"
+
+// Each entry brings the schema from version i to i + 1.
+constexpr const char* kMigrations[] = {
+    R"sql(
+CREATE TABLE datasets (
+  seq BIGSERIAL PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  record BYTEA NOT NULL);
+CREATE TABLE jobs (
+  seq BIGSERIAL PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  state INTEGER NOT NULL,
+  dataset_id TEXT NOT NULL,
+  record BYTEA NOT NULL,
+  request_key TEXT UNIQUE,
+  end_seconds BIGINT);
+CREATE INDEX jobs_state ON jobs (state);
+CREATE TABLE models (
+  seq BIGSERIAL PRIMARY KEY,
+  name TEXT NOT NULL,
+  version BIGINT NOT NULL,
+  dir TEXT NOT NULL,
+  record BYTEA NOT NULL,
+  UNIQUE (name, version));
+CREATE TABLE model_names (
+  name TEXT PRIMARY KEY,
+  next_version BIGINT NOT NULL,
+  keep_versions BIGINT NOT NULL DEFAULT 0);
+CREATE TABLE model_labels (
+  name TEXT NOT NULL,
+  label TEXT NOT NULL,
+  version BIGINT NOT NULL,
+  PRIMARY KEY (name, label));
+)sql",
+};
+static_assert(std::size(kMigrations) == kPostgresSchemaVersion);
+
+const absl::Status& StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+// Runs fn(txn) in one transaction, committed if fn returns OK. A broken
+// connection is re-opened and the operation retried once, unless the
+// COMMIT itself was in flight. Exceptions become statuses.
+template <typename Fn>
+auto InTxn(PostgresCatalogue::Conn& conn, Fn&& fn)
+    -> decltype(fn(std::declval<pqxx::work&>())) {
+  std::lock_guard<std::mutex> lock(conn.mu);
+  for (int attempt = 0;; ++attempt) {
+    bool committing = false;
+    try {
+      if (conn.c == nullptr || !conn.c->is_open()) {
+        conn.c = std::make_unique<pqxx::connection>(conn.uri);
+      }
+      pqxx::work txn(*conn.c);
+      auto result = fn(txn);
+      if (!StatusOf(result).ok()) return result;  // rolled back by ~work
+      committing = true;
+      txn.commit();
+      return result;
+    } catch (const pqxx::in_doubt_error& e) {
+      conn.c.reset();
+      return absl::UnavailableError(
+          absl::StrCat("catalogue: the connection broke during a commit; its outcome is unknown: ",
+                       e.what()));
+    } catch (const pqxx::broken_connection& e) {
+      conn.c.reset();
+      if (!committing && attempt == 0) continue;
+      return absl::UnavailableError(absl::StrCat(
+          "catalogue database unreachable", committing ? " during a commit (outcome unknown)" : "",
+          ": ", e.what()));
+    } catch (const pqxx::unique_violation& e) {
+      return absl::AlreadyExistsError(absl::StrCat("catalogue: ", e.what()));
+    } catch (const pqxx::insufficient_resources& e) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the catalogue database is out of resources (", e.what(),
+          "); delete datasets or models, or grow the database"));
+    } catch (const pqxx::transaction_rollback& e) {
+      return absl::UnavailableError(absl::StrCat("catalogue: transaction conflict, retry: ",
+                                                 e.what()));
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("catalogue: ", e.what()));
+    }
+  }
+}
+
+// Times one operation for the observer.
+class Timed {
+ public:
+  Timed(const Catalogue* catalogue, const char* op)
+      : catalogue_(catalogue), op_(op), start_(std::chrono::steady_clock::now()) {}
+  ~Timed() {
+    catalogue_->Observe(
+        op_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+
+ private:
+  const Catalogue* const catalogue_;
+  const char* const op_;
+  const std::chrono::steady_clock::time_point start_;
+};
+
+pqxx::binarystring Blob(const google::protobuf::Message& m) {
+  return pqxx::binarystring(m.SerializeAsString());
+}
+
+template <typename Msg>
+absl::StatusOr<Msg> Decode(const pqxx::field& f, const char* what) {
+  const pqxx::binarystring bytes(f);
+  Msg m;
+  if (!m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::DataLossError(absl::StrCat("corrupt ", what, " record in the catalogue"));
+  }
+  return m;
+}
+
+// Rows of (seq, record): up to `limit` items, noting whether more remain
+// (the query selects limit + 1).
+template <typename Msg>
+absl::StatusOr<Page<Msg>> ReadPage(const pqxx::result& rows, int limit, const char* what) {
+  Page<Msg> page;
+  for (const pqxx::row& row : rows) {
+    if (static_cast<int>(page.items.size()) == limit) {
+      page.more = true;
+      break;
+    }
+    DENDRO_ASSIGN_OR_RETURN(Msg m, Decode<Msg>(row[1], what));
+    page.items.push_back(std::move(m));
+    page.last_seq = row[0].as<int64_t>();
+  }
+  return page;
+}
+
+std::vector<std::string> Column(const pqxx::result& rows) {
+  std::vector<std::string> out;
+  out.reserve(rows.size());
+  for (const pqxx::row& row : rows) out.push_back(row[0].as<std::string>());
+  return out;
+}
+
+std::string RequestKey(const std::string& owner, const std::string& request_id) {
+  return request_id.empty() ? std::string() : absl::StrCat(owner, "\n", request_id);
+}
+
+void UpsertJob(pqxx::work& txn, const v1::Job& job) {
+  txn.exec_params(
+      "INSERT INTO jobs (id, state, dataset_id, record, request_key, end_seconds) "
+      "VALUES ($1, $2, $3, $4, NULLIF($5, ''), NULLIF($6, 0)) "
+      "ON CONFLICT (id) DO UPDATE SET state = excluded.state, record = excluded.record, "
+      "end_seconds = excluded.end_seconds",
+      job.id(), static_cast<int>(job.state()), job.spec().dataset_id(), Blob(job),
+      RequestKey(job.owner(), job.request_id()), static_cast<int64_t>(job.end_time().seconds()));
+}
+
+absl::Status ModelNotFound(const std::string& name, int64_t version) {
+  return absl::NotFoundError(version > 0
+                                 ? absl::StrCat("model '", name, "' version ", version, " not found")
+                                 : absl::StrCat("model '", name, "' not found"));
+}
+
+void FillRegistryFields(pqxx::work& txn, v1::Model* m) {
+  m->clear_labels();
+  for (const pqxx::row& row :
+       txn.exec_params("SELECT label FROM model_labels WHERE name = $1 AND version = $2 "
+                       "ORDER BY label",
+                       m->name(), m->version())) {
+    m->add_labels(row[0].as<std::string>());
+  }
+  const pqxx::result keep =
+      txn.exec_params("SELECT keep_versions FROM model_names WHERE name = $1", m->name());
+  m->set_keep_versions(keep.empty() ? 0 : keep[0][0].as<int32_t>());
+}
+
+absl::StatusOr<std::vector<StoredModel>> PruneVersions(pqxx::work& txn, const std::string& name,
+                                                       int64_t keep) {
+  std::vector<StoredModel> pruned;
+  if (keep <= 0) return pruned;
+  const pqxx::result rows = txn.exec_params(
+      "DELETE FROM models WHERE name = $1 AND version IN ("
+      "SELECT version FROM models m WHERE name = $1 AND NOT EXISTS ("
+      "SELECT 1 FROM model_labels l WHERE l.name = m.name AND l.version = m.version) "
+      "ORDER BY version DESC OFFSET $2) RETURNING record, dir",
+      name, keep);
+  for (const pqxx::row& row : rows) {
+    DENDRO_ASSIGN_OR_RETURN(v1::Model m, Decode<v1::Model>(row[0], "model"));
+    pruned.push_back(StoredModel{std::move(m), row[1].as<std::string>()});
+  }
+  return pruned;
+}
+
+absl::Status Migrate(PostgresCatalogue::Conn& conn) {
+  return InTxn(conn, [](pqxx::work& txn) -> absl::Status {
+    txn.exec_params("SELECT pg_advisory_xact_lock($1)", kMigrationLock);
+    txn.exec("CREATE TABLE IF NOT EXISTS dendro_schema (version INTEGER NOT NULL)");
+    const pqxx::result r = txn.exec("SELECT version FROM dendro_schema");
+    int version = 0;
+    if (r.empty()) {
+      txn.exec("INSERT INTO dendro_schema (version) VALUES (0)");
+    } else {
+      version = r[0][0].as<int>();
+    }
+    if (version > kPostgresSchemaVersion) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the catalogue's schema is version ", version, ", newer than this dendrod's (",
+          kPostgresSchemaVersion, "); upgrade dendrod"));
+    }
+    for (int v = version; v < kPostgresSchemaVersion; ++v) {
+      spdlog::info("catalogue: migrating the PostgreSQL schema to version {}", v + 1);
+      txn.exec(kMigrations[v]);
+    }
+    txn.exec_params("UPDATE dendro_schema SET version = $1", kPostgresSchemaVersion);
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace
+
+absl::Status CheckPostgresUri(const std::string& uri) {
+  std::string rest;
+  for (const char* scheme : {"postgresql://", "postgres://"}) {
+    if (absl::StartsWith(uri, scheme)) rest = uri.substr(std::string(scheme).size());
+  }
+  if (rest.empty() && !absl::StartsWith(uri, "postgres")) {
+    return absl::InvalidArgumentError(
+        "--catalog must be empty (SQLite in the data directory) or a postgresql:// URI");
+  }
+  const std::string authority = rest.substr(0, rest.find_first_of("/?"));
+  const size_t at = authority.rfind('@');
+  if ((at != std::string::npos && authority.substr(0, at).find(':') != std::string::npos) ||
+      absl::StrContains(rest, "password=")) {
+    return absl::InvalidArgumentError(
+        "--catalog must not hold a password (command lines are visible to every user); "
+        "set PGPASSWORD or PGPASSFILE instead");
+  }
+  return absl::OkStatus();
+}
+
+PostgresCatalogue::PostgresCatalogue(std::unique_ptr<Conn> conn) : conn_(std::move(conn)) {}
+PostgresCatalogue::~PostgresCatalogue() = default;
+
+absl::StatusOr<std::unique_ptr<PostgresCatalogue>> PostgresCatalogue::Open(
+    const std::string& uri) {
+  DENDRO_RETURN_IF_ERROR(CheckPostgresUri(uri));
+  auto conn = std::make_unique<Conn>();
+  conn->uri = uri;
+  DENDRO_RETURN_IF_ERROR(Migrate(*conn));
+  return std::unique_ptr<PostgresCatalogue>(new PostgresCatalogue(std::move(conn)));
+}
+
+// --- datasets ---------------------------------------------------------------
+
+absl::Status PostgresCatalogue::PutDataset(const v1::Dataset& d) {
+  const Timed t(this, "put_dataset");
+  return InTxn(*conn_, [&](pqxx::work& txn) {
+    txn.exec_params("INSERT INTO datasets (id, record) VALUES ($1, $2)", d.id(), Blob(d));
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<v1::Dataset> PostgresCatalogue::GetDataset(const std::string& id) {
+  const Timed t(this, "get_dataset");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<v1::Dataset> {
+    const pqxx::result r = txn.exec_params("SELECT record FROM datasets WHERE id = $1", id);
+    if (r.empty()) return absl::NotFoundError(absl::StrCat("dataset '", id, "' not found"));
+    return Decode<v1::Dataset>(r[0][0], "dataset");
+  });
+}
+
+absl::StatusOr<Page<v1::Dataset>> PostgresCatalogue::ListDatasets(int64_t after_seq, int limit) {
+  const Timed t(this, "list_datasets");
+  return InTxn(*conn_, [&](pqxx::work& txn) {
+    return ReadPage<v1::Dataset>(
+        txn.exec_params("SELECT seq, record FROM datasets WHERE seq > $1 ORDER BY seq LIMIT $2",
+                        after_seq, static_cast<int64_t>(limit) + 1),
+        limit, "dataset");
+  });
+}
+
+absl::Status PostgresCatalogue::DeleteDataset(const std::string& id) {
+  const Timed t(this, "delete_dataset");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::Status {
+    const pqxx::result r = txn.exec_params("DELETE FROM datasets WHERE id = $1", id);
+    if (r.affected_rows() == 0) {
+      return absl::NotFoundError(absl::StrCat("dataset '", id, "' not found"));
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<std::string>> PostgresCatalogue::AllDatasetIds() {
+  const Timed t(this, "all_dataset_ids");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<std::vector<std::string>> {
+    return Column(txn.exec("SELECT id FROM datasets"));
+  });
+}
+
+// --- jobs -------------------------------------------------------------------
+
+absl::Status PostgresCatalogue::PutJob(const v1::Job& job) {
+  const Timed t(this, "put_job");
+  return InTxn(*conn_, [&](pqxx::work& txn) {
+    UpsertJob(txn, job);
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<v1::Job> PostgresCatalogue::GetJob(const std::string& id) {
+  const Timed t(this, "get_job");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<v1::Job> {
+    const pqxx::result r = txn.exec_params("SELECT record FROM jobs WHERE id = $1", id);
+    if (r.empty()) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+    return Decode<v1::Job>(r[0][0], "job");
+  });
+}
+
+absl::Status PostgresCatalogue::DeleteJob(const std::string& id) {
+  const Timed t(this, "delete_job");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::Status {
+    if (txn.exec_params("DELETE FROM jobs WHERE id = $1", id).affected_rows() == 0) {
+      return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<int> PostgresCatalogue::DeleteJobsEndedBefore(int64_t epoch_seconds) {
+  const Timed t(this, "expire_jobs");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<int> {
+    return static_cast<int>(
+        txn.exec_params("DELETE FROM jobs WHERE state IN ($1, $2, $3) AND end_seconds < $4",
+                        static_cast<int>(v1::JOB_STATE_SUCCEEDED),
+                        static_cast<int>(v1::JOB_STATE_FAILED),
+                        static_cast<int>(v1::JOB_STATE_CANCELLED), epoch_seconds)
+            .affected_rows());
+  });
+}
+
+absl::StatusOr<std::optional<v1::Job>> PostgresCatalogue::FindJobByRequest(
+    const std::string& owner, const std::string& request_id) {
+  const Timed t(this, "find_job_by_request");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<std::optional<v1::Job>> {
+    const pqxx::result r = txn.exec_params("SELECT record FROM jobs WHERE request_key = $1",
+                                           RequestKey(owner, request_id));
+    if (r.empty()) return std::optional<v1::Job>();
+    DENDRO_ASSIGN_OR_RETURN(v1::Job job, Decode<v1::Job>(r[0][0], "job"));
+    return std::optional<v1::Job>(std::move(job));
+  });
+}
+
+absl::StatusOr<Page<v1::Job>> PostgresCatalogue::ListJobs(int64_t after_seq, int limit) {
+  const Timed t(this, "list_jobs");
+  return InTxn(*conn_, [&](pqxx::work& txn) {
+    return ReadPage<v1::Job>(
+        txn.exec_params("SELECT seq, record FROM jobs WHERE seq > $1 ORDER BY seq LIMIT $2",
+                        after_seq, static_cast<int64_t>(limit) + 1),
+        limit, "job");
+  });
+}
+
+absl::StatusOr<std::vector<v1::Job>> PostgresCatalogue::UnfinishedJobs() {
+  const Timed t(this, "unfinished_jobs");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<std::vector<v1::Job>> {
+    std::vector<v1::Job> jobs;
+    for (const pqxx::row& row :
+         txn.exec_params("SELECT record FROM jobs WHERE state IN ($1, $2) ORDER BY seq",
+                         static_cast<int>(v1::JOB_STATE_QUEUED),
+                         static_cast<int>(v1::JOB_STATE_RUNNING))) {
+      DENDRO_ASSIGN_OR_RETURN(v1::Job job, Decode<v1::Job>(row[0], "job"));
+      jobs.push_back(std::move(job));
+    }
+    return jobs;
+  });
+}
+
+// --- models -----------------------------------------------------------------
+
+absl::StatusOr<CommitResult> PostgresCatalogue::CommitModel(v1::Model model,
+                                                            const std::string& dir, v1::Job job) {
+  const Timed t(this, "commit_model");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<CommitResult> {
+    // The upsert takes the name's row lock, so concurrent commits under
+    // one name get consecutive versions.
+    const pqxx::row r = txn.exec_params1(
+        "INSERT INTO model_names (name, next_version) VALUES ($1, 2) "
+        "ON CONFLICT (name) DO UPDATE SET next_version = model_names.next_version + 1 "
+        "RETURNING next_version - 1, keep_versions",
+        model.name());
+    CommitResult result;
+    result.version = r[0].as<int64_t>();
+    const int64_t keep = r[1].as<int64_t>();
+    v1::Model stored = model;
+    stored.set_version(result.version);
+    txn.exec_params("INSERT INTO models (name, version, dir, record) VALUES ($1, $2, $3, $4)",
+                    stored.name(), result.version, dir, Blob(stored));
+    job.set_model_name(model.name());
+    job.set_model_version(result.version);
+    UpsertJob(txn, job);
+    DENDRO_ASSIGN_OR_RETURN(result.pruned, PruneVersions(txn, model.name(), keep));
+    return result;
+  });
+}
+
+absl::StatusOr<StoredModel> PostgresCatalogue::GetModel(const std::string& name, int64_t version,
+                                                        const std::string& label) {
+  const Timed t(this, "get_model");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<StoredModel> {
+    int64_t v = version;
+    if (!label.empty()) {
+      const pqxx::result l = txn.exec_params(
+          "SELECT version FROM model_labels WHERE name = $1 AND label = $2", name, label);
+      if (l.empty()) {
+        return absl::NotFoundError(absl::StrCat("model '", name, "' has no label '", label, "'"));
+      }
+      v = l[0][0].as<int64_t>();
+    }
+    const pqxx::result r =
+        v > 0 ? txn.exec_params("SELECT record, dir FROM models WHERE name = $1 AND version = $2",
+                                name, v)
+              : txn.exec_params("SELECT record, dir FROM models WHERE name = $1 "
+                                "ORDER BY version DESC LIMIT 1",
+                                name);
+    if (r.empty()) return ModelNotFound(name, v);
+    DENDRO_ASSIGN_OR_RETURN(v1::Model m, Decode<v1::Model>(r[0][0], "model"));
+    FillRegistryFields(txn, &m);
+    return StoredModel{std::move(m), r[0][1].as<std::string>()};
+  });
+}
+
+absl::StatusOr<Page<v1::Model>> PostgresCatalogue::ListModels(const std::string& name,
+                                                              int64_t after_seq, int limit) {
+  const Timed t(this, "list_models");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<Page<v1::Model>> {
+    DENDRO_ASSIGN_OR_RETURN(
+        Page<v1::Model> page,
+        ReadPage<v1::Model>(
+            txn.exec_params("SELECT seq, record FROM models WHERE seq > $1 AND "
+                            "($2 = '' OR name = $2) ORDER BY seq LIMIT $3",
+                            after_seq, name, static_cast<int64_t>(limit) + 1),
+            limit, "model"));
+    for (v1::Model& m : page.items) FillRegistryFields(txn, &m);
+    return page;
+  });
+}
+
+absl::StatusOr<std::vector<StoredModel>> PostgresCatalogue::DeleteModels(const std::string& name,
+                                                                         int64_t version) {
+  const Timed t(this, "delete_models");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<std::vector<StoredModel>> {
+    if (version > 0) {
+      std::vector<std::string> labels;
+      for (const pqxx::row& row :
+           txn.exec_params("SELECT label FROM model_labels WHERE name = $1 AND version = $2 "
+                           "ORDER BY label",
+                           name, version)) {
+        labels.push_back(row[0].as<std::string>());
+      }
+      if (!labels.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "model '", name, "' version ", version, " is labelled '",
+            absl::StrJoin(labels, "', '"),
+            "'; move or delete the label first (deleting every version of the name drops "
+            "its labels too)"));
+      }
+    }
+    std::vector<StoredModel> removed;
+    for (const pqxx::row& row : txn.exec_params(
+             "DELETE FROM models WHERE name = $1 AND ($2 = 0 OR version = $2) "
+             "RETURNING record, dir",
+             name, version)) {
+      DENDRO_ASSIGN_OR_RETURN(v1::Model m, Decode<v1::Model>(row[0], "model"));
+      removed.push_back(StoredModel{std::move(m), row[1].as<std::string>()});
+    }
+    if (removed.empty()) return ModelNotFound(name, version);
+    if (version == 0) txn.exec_params("DELETE FROM model_labels WHERE name = $1", name);
+    return removed;
+  });
+}
+
+absl::StatusOr<v1::Model> PostgresCatalogue::SetModelLabel(const std::string& name,
+                                                           const std::string& label,
+                                                           int64_t version) {
+  const Timed t(this, "set_model_label");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<v1::Model> {
+    const pqxx::result r =
+        version > 0
+            ? txn.exec_params("SELECT record FROM models WHERE name = $1 AND version = $2 "
+                              "FOR SHARE",
+                              name, version)
+            : txn.exec_params("SELECT record FROM models WHERE name = $1 "
+                              "ORDER BY version DESC LIMIT 1 FOR SHARE",
+                              name);
+    if (r.empty()) return ModelNotFound(name, version);
+    DENDRO_ASSIGN_OR_RETURN(v1::Model m, Decode<v1::Model>(r[0][0], "model"));
+    txn.exec_params(
+        "INSERT INTO model_labels (name, label, version) VALUES ($1, $2, $3) "
+        "ON CONFLICT (name, label) DO UPDATE SET version = excluded.version",
+        name, label, m.version());
+    FillRegistryFields(txn, &m);
+    return m;
+  });
+}
+
+absl::StatusOr<int64_t> PostgresCatalogue::DeleteModelLabel(const std::string& name,
+                                                            const std::string& label) {
+  const Timed t(this, "delete_model_label");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
+    const pqxx::result r = txn.exec_params(
+        "DELETE FROM model_labels WHERE name = $1 AND label = $2 RETURNING version", name,
+        label);
+    if (r.empty()) {
+      return absl::NotFoundError(absl::StrCat("model '", name, "' has no label '", label, "'"));
+    }
+    return r[0][0].as<int64_t>();
+  });
+}
+
+absl::StatusOr<std::vector<StoredModel>> PostgresCatalogue::SetModelRetention(
+    const std::string& name, int64_t keep_versions) {
+  const Timed t(this, "set_model_retention");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<std::vector<StoredModel>> {
+    if (txn.exec_params("UPDATE model_names SET keep_versions = $1 WHERE name = $2",
+                        keep_versions, name)
+            .affected_rows() == 0) {
+      return ModelNotFound(name, 0);
+    }
+    return PruneVersions(txn, name, keep_versions);
+  });
+}
+
+absl::StatusOr<std::vector<std::string>> PostgresCatalogue::AllModelDirs() {
+  const Timed t(this, "all_model_dirs");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<std::vector<std::string>> {
+    return Column(txn.exec("SELECT dir FROM models"));
+  });
+}
+
+}  // namespace dendro::server

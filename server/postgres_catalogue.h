@@ -1,0 +1,84 @@
+// PostgresCatalogue: the Catalogue (server/catalogue.h) in a PostgreSQL 15
+// database, which several dendrod replicas can share.
+//
+// Schema: created and migrated by dendrod itself, versioned in the table
+// dendro_schema. Migration runs in one transaction under a transaction-level
+// advisory lock, so replicas starting together apply each step once; a
+// database whose schema is newer than this binary is refused.
+//
+// Connections: one libpq connection, serialised by a mutex (like the SQLite
+// catalogue's). A connection found broken is re-opened once per operation;
+// an operation whose COMMIT was in flight when the connection broke reports
+// UNAVAILABLE ("outcome unknown") rather than guess.
+//
+// Pagination by `seq` (a BIGSERIAL): a row whose insert commits after a
+// later-numbered one can be missed by a listing already past it.
+#ifndef DENDRO_SERVER_POSTGRES_CATALOGUE_H_
+#define DENDRO_SERVER_POSTGRES_CATALOGUE_H_
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/catalogue.h"
+
+namespace dendro::server {
+
+// The newest schema version this binary writes.
+inline constexpr int kPostgresSchemaVersion = 1;
+
+class PostgresCatalogue final : public Catalogue {
+ public:
+  // Connects to `uri` (postgresql://…, no password in it) and brings the
+  // schema up to date.
+  static absl::StatusOr<std::unique_ptr<PostgresCatalogue>> Open(const std::string& uri);
+  ~PostgresCatalogue() override;
+
+  absl::Status PutDataset(const v1::Dataset& d) override;
+  absl::StatusOr<v1::Dataset> GetDataset(const std::string& id) override;
+  absl::StatusOr<Page<v1::Dataset>> ListDatasets(int64_t after_seq, int limit) override;
+  absl::Status DeleteDataset(const std::string& id) override;
+  absl::StatusOr<std::vector<std::string>> AllDatasetIds() override;
+  absl::Status PutJob(const v1::Job& job) override;
+  absl::StatusOr<v1::Job> GetJob(const std::string& id) override;
+  absl::Status DeleteJob(const std::string& id) override;
+  absl::StatusOr<int> DeleteJobsEndedBefore(int64_t epoch_seconds) override;
+  absl::StatusOr<std::optional<v1::Job>> FindJobByRequest(const std::string& owner,
+                                                          const std::string& request_id) override;
+  absl::StatusOr<Page<v1::Job>> ListJobs(int64_t after_seq, int limit) override;
+  absl::StatusOr<std::vector<v1::Job>> UnfinishedJobs() override;
+  absl::StatusOr<CommitResult> CommitModel(v1::Model model, const std::string& dir,
+                                           v1::Job job) override;
+  absl::StatusOr<StoredModel> GetModel(const std::string& name, int64_t version,
+                                       const std::string& label) override;
+  absl::StatusOr<Page<v1::Model>> ListModels(const std::string& name, int64_t after_seq,
+                                             int limit) override;
+  absl::StatusOr<std::vector<StoredModel>> DeleteModels(const std::string& name,
+                                                        int64_t version) override;
+  absl::StatusOr<v1::Model> SetModelLabel(const std::string& name, const std::string& label,
+                                          int64_t version) override;
+  absl::StatusOr<int64_t> DeleteModelLabel(const std::string& name,
+                                           const std::string& label) override;
+  absl::StatusOr<std::vector<StoredModel>> SetModelRetention(const std::string& name,
+                                                             int64_t keep_versions) override;
+  absl::StatusOr<std::vector<std::string>> AllModelDirs() override;
+
+  // The connection and its mutex (defined in the .cc: libpqxx stays out of
+  // this header).
+  struct Conn;
+
+ private:
+  explicit PostgresCatalogue(std::unique_ptr<Conn> conn);
+  std::unique_ptr<Conn> conn_;
+};
+
+// InvalidArgument unless `uri` is a postgresql:// or postgres:// URI without
+// a password.
+absl::Status CheckPostgresUri(const std::string& uri);
+
+}  // namespace dendro::server
+
+#endif  // DENDRO_SERVER_POSTGRES_CATALOGUE_H_

@@ -1,0 +1,133 @@
+// A real PostgreSQL 15 for tests: initdb into a temporary directory and a
+// postgres process on a free loopback port, started once per test binary
+// and stopped at exit. Each test gets a fresh database from NewDatabase().
+//
+// As root (CI) the cluster runs as the `postgres` user through runuser,
+// since postgres refuses to run as root. When the binaries are missing,
+// Available() is false and Why() says so (tests then skip with that
+// reason; deploy/packages.txt installs postgresql-15 so CI never does).
+#ifndef DENDRO_TESTS_SERVER_POSTGRES_HARNESS_H_
+#define DENDRO_TESTS_SERVER_POSTGRES_HARNESS_H_
+
+#include <netinet/in.h>
+#include <pwd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+
+namespace dendro::testing {
+
+class PostgresHarness {
+ public:
+  // The process-wide instance, started on first use.
+  static PostgresHarness& Get() {
+    static PostgresHarness* harness = new PostgresHarness();
+    return *harness;
+  }
+
+  bool Available() const { return ok_; }
+  const std::string& Why() const { return why_; }
+
+  // A new empty database; returns its URI.
+  std::string NewDatabase() {
+    const std::string name = "t" + std::to_string(::getpid()) + "_" + std::to_string(next_++);
+    Run(Bin("psql") + " -q -h 127.0.0.1 -p " + std::to_string(port_) +
+        " -U dendro -d postgres -c 'CREATE DATABASE " + name + "'");
+    return Uri(name);
+  }
+  std::string Uri(const std::string& db) const {
+    return "postgresql://dendro@127.0.0.1:" + std::to_string(port_) + "/" + db;
+  }
+  int port() const { return port_; }
+
+ private:
+  PostgresHarness() { Start(); }
+
+  static std::string Bin(const std::string& name) { return "/usr/lib/postgresql/15/bin/" + name; }
+
+  // Runs a shell command as the cluster's user; true on exit status 0.
+  bool Run(const std::string& cmd) const {
+    const std::string full = as_user_.empty() ? cmd : "runuser -u " + as_user_ + " -- " + cmd;
+    return std::system((full + " >>" + dir_ + "/harness.log 2>&1").c_str()) == 0;
+  }
+
+  static int FreePort() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    ::close(fd);
+    return ntohs(addr.sin_port);
+  }
+
+  void Start() {
+    for (const char* b : {"initdb", "pg_ctl", "postgres", "psql"}) {
+      if (!std::filesystem::exists(Bin(b))) {
+        why_ = Bin(b) + " is missing (install postgresql-15; deploy/packages.txt lists it)";
+        return;
+      }
+    }
+    char tmpl[] = "/tmp/dendro_pg_XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) {
+      why_ = "cannot make a temporary directory";
+      return;
+    }
+    dir_ = tmpl;
+    if (::geteuid() == 0) {
+      const passwd* pw = ::getpwnam("postgres");
+      if (pw == nullptr) {
+        why_ = "running as root and there is no 'postgres' user to run the server as";
+        return;
+      }
+      as_user_ = "postgres";
+      if (::chown(dir_.c_str(), pw->pw_uid, pw->pw_gid) != 0) {
+        why_ = "cannot give " + dir_ + " to the postgres user";
+        return;
+      }
+    }
+    port_ = FreePort();
+    if (!Run(Bin("initdb") + " -D " + dir_ + "/data -U dendro --auth=trust -E UTF8 --no-sync")) {
+      why_ = "initdb failed (see " + dir_ + "/harness.log)";
+      return;
+    }
+    const std::string opts = "-p " + std::to_string(port_) + " -k " + dir_ +
+                             " -c listen_addresses=127.0.0.1 -c fsync=off"
+                             " -c max_connections=200";
+    if (!Run(Bin("pg_ctl") + " -D " + dir_ + "/data -l " + dir_ + "/postgres.log -w -t 60 -o '" +
+             opts + "' start")) {
+      why_ = "postgres did not start (see " + dir_ + "/postgres.log)";
+      return;
+    }
+    ok_ = true;
+    std::atexit([] { Get().Stop(); });
+  }
+
+  void Stop() {
+    if (!ok_) return;
+    Run(Bin("pg_ctl") + " -D " + dir_ + "/data -m immediate -w stop");
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+    ok_ = false;
+  }
+
+  bool ok_ = false;
+  std::string why_;
+  std::string dir_;
+  std::string as_user_;
+  int port_ = 0;
+  std::atomic<int> next_{0};
+};
+
+}  // namespace dendro::testing
+
+#endif  // DENDRO_TESTS_SERVER_POSTGRES_HARNESS_H_

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -183,6 +184,24 @@ absl::Status ModelNotFound(const std::string& name, int64_t version) {
   return absl::NotFoundError(version > 0
                                  ? absl::StrCat("model '", name, "' version ", version, " not found")
                                  : absl::StrCat("model '", name, "' not found"));
+}
+
+// The columns that carry a model row's registry fields, after `m.record`:
+// its labels (comma-joined, sorted; labels hold no commas) and its name's
+// retention policy. Used with "FROM models m".
+constexpr const char* kRegistryColumns =
+    "COALESCE((SELECT string_agg(l.label, ',' ORDER BY l.label) FROM model_labels l "
+    "WHERE l.name = m.name AND l.version = m.version), ''), "
+    "COALESCE((SELECT n.keep_versions FROM model_names n WHERE n.name = m.name), 0)";
+
+// Sets the registry fields of `m` from the two kRegistryColumns fields.
+void SetRegistryFields(const pqxx::field& labels, const pqxx::field& keep, v1::Model* m) {
+  m->clear_labels();
+  const std::string joined = labels.as<std::string>();
+  if (!joined.empty()) {
+    for (absl::string_view l : absl::StrSplit(joined, ',')) m->add_labels(std::string(l));
+  }
+  m->set_keep_versions(keep.as<int32_t>());
 }
 
 void FillRegistryFields(pqxx::work& txn, v1::Model* m) {
@@ -440,15 +459,15 @@ absl::StatusOr<StoredModel> PostgresCatalogue::GetModel(const std::string& name,
       }
       v = l[0][0].as<int64_t>();
     }
+    const std::string select =
+        absl::StrCat("SELECT m.record, m.dir, ", kRegistryColumns, " FROM models m ");
     const pqxx::result r =
-        v > 0 ? txn.exec_params("SELECT record, dir FROM models WHERE name = $1 AND version = $2",
-                                name, v)
-              : txn.exec_params("SELECT record, dir FROM models WHERE name = $1 "
-                                "ORDER BY version DESC LIMIT 1",
+        v > 0 ? txn.exec_params(select + "WHERE m.name = $1 AND m.version = $2", name, v)
+              : txn.exec_params(select + "WHERE m.name = $1 ORDER BY m.version DESC LIMIT 1",
                                 name);
     if (r.empty()) return ModelNotFound(name, v);
     DENDRO_ASSIGN_OR_RETURN(v1::Model m, Decode<v1::Model>(r[0][0], "model"));
-    FillRegistryFields(txn, &m);
+    SetRegistryFields(r[0][2], r[0][3], &m);
     return StoredModel{std::move(m), r[0][1].as<std::string>()};
   });
 }
@@ -457,14 +476,15 @@ absl::StatusOr<Page<v1::Model>> PostgresCatalogue::ListModels(const std::string&
                                                               int64_t after_seq, int limit) {
   const Timed t(this, "list_models");
   return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<Page<v1::Model>> {
-    DENDRO_ASSIGN_OR_RETURN(
-        Page<v1::Model> page,
-        ReadPage<v1::Model>(
-            txn.exec_params("SELECT seq, record FROM models WHERE seq > $1 AND "
-                            "($2 = '' OR name = $2) ORDER BY seq LIMIT $3",
-                            after_seq, name, static_cast<int64_t>(limit) + 1),
-            limit, "model"));
-    for (v1::Model& m : page.items) FillRegistryFields(txn, &m);
+    const pqxx::result rows = txn.exec_params(
+        absl::StrCat("SELECT m.seq, m.record, ", kRegistryColumns,
+                     " FROM models m WHERE m.seq > $1 AND ($2 = '' OR m.name = $2) "
+                     "ORDER BY m.seq LIMIT $3"),
+        after_seq, name, static_cast<int64_t>(limit) + 1);
+    DENDRO_ASSIGN_OR_RETURN(Page<v1::Model> page, ReadPage<v1::Model>(rows, limit, "model"));
+    for (size_t i = 0; i < page.items.size(); ++i) {
+      SetRegistryFields(rows[i][2], rows[i][3], &page.items[i]);
+    }
     return page;
   });
 }

@@ -1,5 +1,7 @@
 #include "server/sqlite_catalogue.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -484,6 +487,24 @@ absl::Status ModelNotFound(const std::string& name, int64_t version) {
                                  : absl::StrCat("model '", name, "' not found"));
 }
 
+// The columns that carry a model row's registry fields, after m.record: its
+// labels (comma-joined; labels hold no commas; sorted by the caller) and its
+// name's retention policy. Used with "FROM models m".
+constexpr const char* kRegistryColumns =
+    "COALESCE((SELECT group_concat(l.label, ',') FROM model_labels l "
+    "WHERE l.name = m.name AND l.version = m.version), ''), "
+    "COALESCE((SELECT n.keep_versions FROM model_names n WHERE n.name = m.name), 0)";
+
+void SetRegistryFields(const std::string& joined, int64_t keep, v1::Model* m) {
+  m->clear_labels();
+  if (!joined.empty()) {
+    std::vector<std::string> labels = absl::StrSplit(joined, ',');
+    std::sort(labels.begin(), labels.end());
+    for (std::string& l : labels) m->add_labels(std::move(l));
+  }
+  m->set_keep_versions(static_cast<int32_t>(keep));
+}
+
 // Fills the fields of `m` that live in the registry tables, not its record:
 // the labels pointing at it and its name's retention policy.
 absl::Status FillRegistryFields(sqlite3* db, v1::Model* m) {
@@ -594,10 +615,11 @@ absl::StatusOr<StoredModel> SqliteCatalogue::GetModel(const std::string& name, i
     }
     version = st.Int(0);
   }
-  Stmt st(db_, version > 0
-                   ? "SELECT record, dir FROM models WHERE name = ? AND version = ?"
-                   : "SELECT record, dir FROM models WHERE name = ? AND ? = 0 "
-                     "ORDER BY version DESC LIMIT 1");
+  const std::string sql = absl::StrCat(
+      "SELECT m.record, m.dir, ", kRegistryColumns, " FROM models m ",
+      version > 0 ? "WHERE m.name = ? AND m.version = ?"
+                  : "WHERE m.name = ? AND ? = 0 ORDER BY m.version DESC LIMIT 1");
+  Stmt st(db_, sql.c_str());
   DENDRO_RETURN_IF_ERROR(st.prepared());
   st.Bind(1, name).Bind(2, version);
   auto row = st.Step();
@@ -605,20 +627,32 @@ absl::StatusOr<StoredModel> SqliteCatalogue::GetModel(const std::string& name, i
   if (!*row) return ModelNotFound(name, version);
   auto m = Decode<v1::Model>(st.Text(0), "model");
   if (!m.ok()) return m.status();
-  DENDRO_RETURN_IF_ERROR(FillRegistryFields(db_, &*m));
+  SetRegistryFields(st.Text(2), st.Int(3), &*m);
   return StoredModel{*std::move(m), st.Text(1)};
 }
 
 absl::StatusOr<Page<v1::Model>> SqliteCatalogue::ListModels(const std::string& name,
                                                           int64_t after_seq, int limit) {
   const Op op(this, "list_models");
-  Stmt st(db_,
-          "SELECT seq, record FROM models WHERE seq > ? AND (? = '' OR name = ?) "
-          "ORDER BY seq LIMIT ?");
+  const std::string sql = absl::StrCat(
+      "SELECT m.seq, m.record, ", kRegistryColumns,
+      " FROM models m WHERE m.seq > ? AND (? = '' OR m.name = ?) ORDER BY m.seq LIMIT ?");
+  Stmt st(db_, sql.c_str());
   DENDRO_RETURN_IF_ERROR(st.prepared());
   st.Bind(1, after_seq).Bind(2, name).Bind(3, name).Bind(4, static_cast<int64_t>(limit) + 1);
-  DENDRO_ASSIGN_OR_RETURN(Page<v1::Model> page, ReadPage<v1::Model>(st, limit, "model"));
-  for (v1::Model& m : page.items) DENDRO_RETURN_IF_ERROR(FillRegistryFields(db_, &m));
+  Page<v1::Model> page;
+  for (;;) {
+    DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    if (static_cast<int>(page.items.size()) == limit) {
+      page.more = true;
+      break;
+    }
+    DENDRO_ASSIGN_OR_RETURN(v1::Model m, Decode<v1::Model>(st.Text(1), "model"));
+    SetRegistryFields(st.Text(2), st.Int(3), &m);
+    page.items.push_back(std::move(m));
+    page.last_seq = st.Int(0);
+  }
   return page;
 }
 

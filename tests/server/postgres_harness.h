@@ -26,9 +26,11 @@ namespace dendro::testing {
 
 class PostgresHarness {
  public:
-  // The process-wide instance, started on first use.
-  static PostgresHarness& Get() {
-    static PostgresHarness* harness = new PostgresHarness();
+  // The process-wide instance, started on first use. Tests run it with
+  // fsync off (they never crash the host); `durable` (benchmarks) keeps
+  // PostgreSQL's default fsync = on. The first call decides.
+  static PostgresHarness& Get(bool durable = false) {
+    static PostgresHarness* harness = new PostgresHarness(durable);
     return *harness;
   }
 
@@ -48,7 +50,7 @@ class PostgresHarness {
   int port() const { return port_; }
 
  private:
-  PostgresHarness() { Start(); }
+  explicit PostgresHarness(bool durable) : durable_(durable) { Start(); }
 
   static std::string Bin(const std::string& name) { return "/usr/lib/postgresql/15/bin/" + name; }
 
@@ -101,8 +103,8 @@ class PostgresHarness {
       return;
     }
     const std::string opts = "-p " + std::to_string(port_) + " -k " + dir_ +
-                             " -c listen_addresses=127.0.0.1 -c fsync=off"
-                             " -c max_connections=200";
+                             " -c listen_addresses=127.0.0.1 -c max_connections=200" +
+                             (durable_ ? "" : " -c fsync=off");
     if (!Run(Bin("pg_ctl") + " -D " + dir_ + "/data -l " + dir_ + "/postgres.log -w -t 60 -o '" +
              opts + "' start")) {
       why_ = "postgres did not start (see " + dir_ + "/postgres.log)";
@@ -120,6 +122,7 @@ class PostgresHarness {
     ok_ = false;
   }
 
+  const bool durable_;
   bool ok_ = false;
   std::string why_;
   std::string dir_;

@@ -335,86 +335,6 @@ absl::Status ValidateGhhcOptions(const GhhcOptions& options) {
   return ValidateOptionsImpl(options);
 }
 
-absl::StatusOr<Hierarchy> ExtractGhhcTree(const std::vector<double>& nodes, int64_t dim,
-                                          double point_norm,
-                                          const std::vector<int32_t>& node_parent,
-                                          const std::vector<int32_t>& point_node,
-                                          std::vector<int32_t>* node_leaf, int32_t* pruned_nodes) {
-  const int64_t m = static_cast<int64_t>(node_parent.size());
-  if (dim < 1 || static_cast<int64_t>(nodes.size()) != m * dim || m < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nodes: expected ", m, " x ", dim, " values, got ", nodes.size()));
-  }
-  if (point_node.empty()) return absl::InvalidArgumentError("no points to place in the tree");
-  const Eigen::Map<const RowMat<double>> z(nodes.data(), m, dim);
-  const Eigen::VectorXd sq = z.rowwise().squaredNorm();
-  auto precedes = [&](int64_t a, int64_t b) {  // (norm, index) order
-    return sq[a] < sq[b] || (sq[a] == sq[b] && a < b);
-  };
-  int64_t root = -1;
-  for (int64_t c = 0; c < m; ++c) {
-    const int32_t p = node_parent[c];
-    if (p == -1) {
-      if (root >= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("nodes ", root, " and ", c, " both have no parent"));
-      }
-      root = c;
-    } else if (p < 0 || p >= m || !precedes(p, c)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "node ", c, " has parent ", p, ", which does not precede it in (norm, index) order"));
-    }
-  }
-  if (root < 0) return absl::InvalidArgumentError("no node is the root (parent -1)");
-
-  std::vector<int64_t> count(m, 0);
-  for (size_t i = 0; i < point_node.size(); ++i) {
-    const int32_t n = point_node[i];
-    if (n < 0 || n >= m) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("point ", i, " has node ", n, ", outside [0, ", m, ")"));
-    }
-    ++count[n];
-  }
-  // Children-first order: descending (norm, index).
-  std::vector<int64_t> order(m);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return precedes(b, a); });
-  std::vector<int64_t> subtree = count;
-  for (int64_t c : order) {
-    if (node_parent[c] >= 0) subtree[node_parent[c]] += subtree[c];
-  }
-  node_leaf->assign(m, -1);
-  int32_t num_leaves = 0;
-  for (int64_t n = 0; n < m; ++n) {
-    if (count[n] > 0) (*node_leaf)[n] = num_leaves++;
-  }
-  // Surviving children of each node: its leaf cluster plus internal children
-  // with points below; single-child nodes are replaced by their child.
-  std::vector<std::vector<int32_t>> kids(m);  // ids in the output numbering
-  std::vector<int32_t> rep(m, -1);            // output id standing for node n
-  std::vector<int32_t> out_parent(num_leaves, -1);
-  std::vector<double> out_height(num_leaves, 0.0);
-  const double point_pnorm = ghhc::PoincareNorm(point_norm);
-  int32_t kept = 0;
-  for (int64_t n : order) {
-    if (subtree[n] == 0) continue;
-    if (count[n] > 0) kids[n].push_back((*node_leaf)[n]);
-    if (kids[n].size() == 1) {
-      rep[n] = kids[n][0];
-    } else {
-      rep[n] = static_cast<int32_t>(out_parent.size());
-      out_parent.push_back(-1);
-      out_height.push_back(point_pnorm - ghhc::PoincareNorm(std::sqrt(sq[n])));
-      for (int32_t k : kids[n]) out_parent[k] = rep[n];
-      ++kept;
-    }
-    if (node_parent[n] >= 0) kids[node_parent[n]].push_back(rep[n]);
-  }
-  if (pruned_nodes != nullptr) *pruned_nodes = static_cast<int32_t>(m - kept);
-  return Hierarchy::FromParents(num_leaves, out_parent, out_height);
-}
-
 absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& options,
                                    RunContext& ctx) {
   DENDRO_RETURN_IF_ERROR(ValidateGhhcOptions(options));
@@ -671,6 +591,7 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   DENDRO_ASSIGN_OR_RETURN(Hierarchy tree,
                           ExtractGhhcTree(model.nodes, d, options.point_norm, model.node_parent,
                                           point_node, &model.node_leaf, &stats.pruned_nodes));
+  if (cancel.Poll()) return absl::CancelledError("job cancelled");
   std::vector<int32_t> point_leaf(n);
   for (int64_t i = 0; i < n; ++i) point_leaf[i] = model.node_leaf[point_node[i]];
   DENDRO_RETURN_IF_ERROR(tree.SetPointLeaf(std::move(point_leaf)));
@@ -695,8 +616,11 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   md["max_node_norm"] = absl::StrCat(options.max_node_norm);
   md["final_objective"] = absl::StrCat(stats.final_objective);
   md["pruned_nodes"] = absl::StrCat(stats.pruned_nodes);
+  // The refinement is rebuilt from the model alone, as at load time, with
+  // this tree's point_leaf and metadata.
+  DENDRO_ASSIGN_OR_RETURN(GhhcTrees trees, GhhcModelTrees(model, &tree));
   progress.Report(0.95, 1.0, 1.0, "done");
-  return GhhcResult{std::move(model), std::move(tree), stats};
+  return GhhcResult{std::move(model), std::move(trees.refined), stats, std::move(trees.coarse)};
 }
 
 absl::StatusOr<std::vector<int32_t>> AssignGhhcLeaves(const GhhcModel& model,

@@ -40,7 +40,8 @@
 //     leaf-level nodes then sank towards the origin and the leaf purity fell;
 //     at a tenth the phase keeps parents' norms below their children's
 //     without that collapse.
-//  5. Extraction (eq. 4 with the section 4.2 rules), see GhhcModel below.
+//  5. Extraction (eq. 4 with the section 4.2 rules), see GhhcModel below,
+//     and refinement to a binary tree ("Every cut reachable" below).
 //
 // Tree extraction and the leaf clusters. Internal node c takes as parent the
 // node p with the smallest d_cp(z_c, z_p) among those that precede it in the
@@ -62,6 +63,20 @@
 // DendrogramPurity (core/metrics) on this tree with point_leaf: two points of
 // one leaf cluster have the extra node n' as their LCA, whose descendants are
 // exactly that cluster; any other pair has the same LCA in both trees.
+//
+// Every cut reachable. The extracted tree is n-ary, so CutToK misses most k
+// and SciPy's maxclust on its linkage gives too few clusters. FitGhhc
+// therefore returns two trees: coarse_hierarchy, the tree above, and
+// hierarchy, its RefineToBinary (core/hierarchy/refine.h): each node with
+// m > 2 children becomes m - 1 binary merges by average linkage of its
+// children, a child represented by its node embedding (a leaf cluster by the
+// node its points selected, an internal child by its own node), with the
+// Poincaré distance (eq. 1) between embeddings; ties go to the smallest
+// node ids; the j-th merge gets h0 + (H - h0) j / (m - 1) (h0: largest child
+// height, H: the node's height); then equal heights are separated in
+// (height, id) order. Leaves, point_leaf and leaf ids are the same in both.
+// Dendrogram purity on the refined tree is that of a different (finer) tree
+// and generally differs from the paper's, which is the coarse tree's.
 //
 // Precision: points and the training products are float32; the nodes are
 // kept in float64 and rounded to float32 for each batch's matrix products.
@@ -193,8 +208,14 @@ struct GhhcStats {
 
 struct GhhcResult {
   GhhcModel model;
-  Hierarchy hierarchy;  // point_leaf = the training points' leaves
+  // The refined (binary) tree, see "Every cut reachable" above: what
+  // exports, cuts and evaluations use. point_leaf = the training points'
+  // leaves; metadata as for coarse_hierarchy plus "refined".
+  Hierarchy hierarchy;
   GhhcStats stats;
+  // The n-ary tree as extracted (the paper's tree); same leaves and
+  // point_leaf as `hierarchy`.
+  Hierarchy coarse_hierarchy;
 };
 
 // InvalidArgument naming the first bad option (what FitGhhc checks before
@@ -223,6 +244,22 @@ absl::StatusOr<Hierarchy> ExtractGhhcTree(const std::vector<double>& nodes, int6
                                           const std::vector<int32_t>& point_node,
                                           std::vector<int32_t>* node_leaf,
                                           int32_t* pruned_nodes = nullptr);
+
+struct GhhcTrees {
+  Hierarchy coarse;   // ExtractGhhcTree's n-ary tree
+  Hierarchy refined;  // RefineToBinary of it (Poincare distance, see above)
+};
+
+// Rebuilds both trees from the model alone (nodes, node_parent, node_leaf:
+// the nodes holding points are those with node_leaf >= 0), exactly as
+// FitGhhc built them, so models saved by any version get the same refined
+// tree. With `saved` (e.g. tree.json + point_leaf.npy of a saved model,
+// which older versions wrote unrefined and newer ones refined): both trees
+// take its point_leaf and metadata (the coarse one without "refined"), and
+// it must have the shape of one of the two trees, else InvalidArgument.
+// InvalidArgument also for an inconsistent model.
+absl::StatusOr<GhhcTrees> GhhcModelTrees(const GhhcModel& model,
+                                         const Hierarchy* saved = nullptr);
 
 // Files in `dir` (which must exist): ghhc_model.json (format, dim, center,
 // point_norm, node count, projection_dim: 0 when none), ghhc_mean.npy (d

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/common/status_macros.h"
+#include "core/hierarchy/refine.h"
 #include "core/hppca/internal.h"
 
 namespace dendro {
@@ -173,6 +174,7 @@ int32_t HppcaModel::num_superclasses() const { return impl_->num_superclasses; }
 const HppcaOptions& HppcaModel::options() const { return impl_->options; }
 const HppcaFitStats& HppcaModel::fit_stats() const { return impl_->stats; }
 const Hierarchy& HppcaModel::hierarchy() const { return *impl_->tree; }
+const Hierarchy& HppcaModel::coarse_hierarchy() const { return *impl_->coarse_tree; }
 std::map<std::string, std::string>& HppcaModel::mutable_metadata() {
   return impl_->tree->mutable_metadata();
 }
@@ -209,6 +211,9 @@ absl::Span<const int32_t> HppcaModel::superclass_members(int32_t s) const {
 }
 const Centroid& HppcaModel::superclass_centroid(int32_t s) const { return impl_->centroids[s]; }
 int32_t HppcaModel::superclass_node(int32_t s) const { return impl_->super_node[s]; }
+int32_t HppcaModel::superclass_coarse_node(int32_t s) const {
+  return impl_->super_coarse_node[s];
+}
 int32_t HppcaModel::ClassOfLabel(int64_t label) const {
   const auto& l = impl_->classes.labels;
   auto it = std::lower_bound(l.begin(), l.end(), label);
@@ -367,8 +372,9 @@ absl::StatusOr<HppcaModel> HppcaBuilder::Build(HppcaOptions options, HppcaFitSta
   std::vector<int32_t> old_to_new;
   DENDRO_ASSIGN_OR_RETURN(Hierarchy tree,
                           Hierarchy::FromParents(k, parent, height, &old_to_new));
+  impl->super_coarse_node.assign(s, -1);
   for (int32_t j = 0; j < s; ++j) {
-    if (super_old_id[j] >= 0) impl->super_node[j] = old_to_new[super_old_id[j]];
+    if (super_old_id[j] >= 0) impl->super_coarse_node[j] = old_to_new[super_old_id[j]];
   }
   if (!point_leaf.empty()) DENDRO_RETURN_IF_ERROR(tree.SetPointLeaf(std::move(point_leaf)));
   auto& md = tree.mutable_metadata();
@@ -386,7 +392,32 @@ absl::StatusOr<HppcaModel> HppcaBuilder::Build(HppcaOptions options, HppcaFitSta
   md["kmeans_iterations"] = absl::StrCat(stats.kmeans_iterations);
   md["kmeans_converged"] = stats.kmeans_converged ? "true" : "false";
   md["reduced_rank_classes"] = absl::StrCat(stats.reduced_rank_classes);
-  impl->tree.emplace(std::move(tree));
+  // The refinement: representatives are the class means (leaves) and the
+  // super-class centroid means; the root's row is never read.
+  {
+    std::vector<double> features(static_cast<size_t>(tree.num_nodes()) * d, 0.0);
+    Eigen::Map<RowMatrixD> f(features.data(), tree.num_nodes(), d);
+    f.topRows(k) = t.means;
+    for (int32_t j = 0; j < s; ++j) {
+      if (impl->super_coarse_node[j] >= 0) {
+        f.row(impl->super_coarse_node[j]) = impl->centroids[j].mean.transpose();
+      }
+    }
+    RefineOptions refine;
+    refine.distance_name =
+        "the squared Euclidean distance between class means and super-class centroid means";
+    std::vector<int32_t> node_map;
+    DENDRO_ASSIGN_OR_RETURN(
+        Hierarchy refined,
+        RefineToBinary(tree, features, d, RefineMetric::kSquaredEuclidean, refine, &node_map));
+    for (int32_t j = 0; j < s; ++j) {
+      if (impl->super_coarse_node[j] >= 0) {
+        impl->super_node[j] = node_map[impl->super_coarse_node[j]];
+      }
+    }
+    impl->tree.emplace(std::move(refined));
+  }
+  impl->coarse_tree.emplace(std::move(tree));
   return HppcaModel(std::move(impl));
 }
 

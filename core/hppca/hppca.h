@@ -54,11 +54,26 @@
 // the projections onto every opened super-class's class bases are one GEMM
 // per super-class over just the rows that opened it.
 //
-// The fitted model is also a Hierarchy: leaves = classes (sorted label
-// order), internal nodes = super-classes with >= 2 classes at height 1, the
-// root at height 2 (classes of one-class super-classes hang off the root;
-// with a single super-class, or flat, the root is at height 1 and has every
-// class as a child). point_leaf = the class of each training row.
+// The fitted model is also a Hierarchy, in two forms with the same leaves
+// (classes, sorted label order) and point_leaf (the class of each training
+// row):
+//   * coarse_hierarchy(): internal nodes = super-classes with >= 2 classes
+//     at height 1, the root at height 2 (classes of one-class super-classes
+//     hang off the root; with a single super-class, or flat, the root is at
+//     height 1 and has every class as a child).
+//   * hierarchy(): its binary refinement (core/hierarchy/refine.h), so that
+//     every cut is reachable -- CutToK(k) for every k, and SciPy's maxclust
+//     on the exported linkage. Each node with m > 2 children becomes m - 1
+//     binary merges by average linkage of its children, a class represented
+//     by its mean and a super-class by its centroid mean (Theorem 2), with
+//     the squared Euclidean distance between those means; ties go to the
+//     smallest node ids; the j-th merge gets h0 + (H - h0) j / (m - 1) (h0:
+//     largest child height, H: the node's height), then equal heights of
+//     different nodes are separated in (height, id) order (so super-classes
+//     end up near, not exactly at, height 1). Deterministic, and rebuilt by
+//     Load from the stored means, so older saved models get it too.
+// This is what exports, cuts and evaluations use; the coarse form is the
+// paper's two-level structure.
 #ifndef DENDRO_CORE_HPPCA_HPPCA_H_
 #define DENDRO_CORE_HPPCA_HPPCA_H_
 
@@ -155,8 +170,11 @@ class HppcaModel {
   int32_t num_superclasses() const;  // 0 for a flat classifier
   const HppcaOptions& options() const;  // as trained (superclasses: as requested)
   const HppcaFitStats& fit_stats() const;
+  // The refined (binary) tree and the two-level tree it refines (see above).
   const Hierarchy& hierarchy() const;
-  // The hierarchy's free-form metadata (kept by Save/Load).
+  const Hierarchy& coarse_hierarchy() const;
+  // The refined hierarchy's free-form metadata (kept by Save/Load; the
+  // coarse tree has a copy taken when the model was built or loaded).
   std::map<std::string, std::string>& mutable_metadata();
 
   // Class k in [0, K): original label, training count, components kept (q_c),
@@ -180,11 +198,14 @@ class HppcaModel {
   double class_tail(int32_t k) const;
 
   // Super-class s in [0, S): member classes (ascending), Theorem 2 centroid
-  // (top-r eigenpairs of its covariance), and the Hierarchy node for it (-1
-  // for a one-class super-class, which has no node of its own).
+  // (top-r eigenpairs of its covariance), and the node for it -- the node
+  // whose leaves are exactly its members -- in hierarchy() and in
+  // coarse_hierarchy() (-1 for a one-class super-class, which has no node of
+  // its own).
   absl::Span<const int32_t> superclass_members(int32_t s) const;
   const Centroid& superclass_centroid(int32_t s) const;
   int32_t superclass_node(int32_t s) const;
+  int32_t superclass_coarse_node(int32_t s) const;
 
   // Class index of a label, or -1.
   int32_t ClassOfLabel(int64_t label) const;
@@ -213,7 +234,8 @@ class HppcaModel {
   //   super_means.npy      S x d float64  super_eigvals.npy S x r float64
   //   super_bases.npy      S*r x d float32  super_stats.npy S x 3 float64
   //                        (tail, noise_mean, trace)
-  //   tree.json            the Hierarchy (informational; Load rebuilds it)
+  //   tree.json            hierarchy() (informational; Load rebuilds both
+  //                        trees and keeps only its metadata)
   //   point_leaf.npy       N int32 (if present)
   // Save/Load live in model_io.cc, which needs dendro_io.
   absl::Status Save(const std::string& dir) const;

@@ -193,8 +193,10 @@ struct HppcaModel::Impl {
   std::vector<int32_t> super_of;                // K (-1 when flat)
   std::vector<std::vector<int32_t>> members;    // S
   std::vector<Centroid> centroids;              // S
-  std::vector<int32_t> super_node;              // S
-  std::optional<Hierarchy> tree;
+  std::vector<int32_t> super_node;              // S, nodes of `tree`
+  std::vector<int32_t> super_coarse_node;       // S, nodes of `coarse_tree`
+  std::optional<Hierarchy> tree;         // refined (binary), see hppca.h
+  std::optional<Hierarchy> coarse_tree;  // classes -> super-classes -> root
 
   // Slot order: classes grouped by super-class (super-class s owns slots
   // [slot_begin[s], slot_begin[s + 1])); identity when flat.

@@ -290,7 +290,10 @@ absl::StatusOr<HppcaModel> HppcaModel::Load(const std::string& dir) {
   if (ReadFileToString(dir + "/tree.json", &tree_json).ok()) {
     auto tree = ParseJson(tree_json);
     if (tree.ok()) {
-      for (const auto& [key, value] : tree->metadata()) model.mutable_metadata().emplace(key, value);
+      for (const auto& [key, value] : tree->metadata()) {
+        model.mutable_metadata().emplace(key, value);
+        if (key != "refined") model.impl_->coarse_tree->mutable_metadata().emplace(key, value);
+      }
     }
   }
   return model;

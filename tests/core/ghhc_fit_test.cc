@@ -233,7 +233,10 @@ void ExpectValidFit(const GhhcResult& r, const MatrixView& x) {
     EXPECT_TRUE(norm[p] < norm[q] || (norm[p] == norm[q] && p < q)) << "node " << q;
   }
   EXPECT_EQ(roots, 1);
-  const Hierarchy& h = r.hierarchy;
+  // The extracted (coarse) tree; the refined one is checked in
+  // ghhc_refine_test.cc.
+  const Hierarchy& h = r.coarse_hierarchy;
+  ASSERT_EQ(r.hierarchy.point_leaf(), h.point_leaf());
   ASSERT_EQ(h.point_leaf().size(), static_cast<size_t>(x.rows()));
   // Leaf clusters = nodes holding points, numbered by node index.
   std::vector<int64_t> leaf_size(h.num_leaves(), 0);
@@ -282,7 +285,7 @@ TEST(GhhcFitTest, ExtractedTreeIsValid) {
     ASSERT_TRUE(r.ok()) << r.status();
     SCOPED_TRACE(m);
     ExpectValidFit(*r, v);
-    EXPECT_EQ(r->stats.pruned_nodes, m - (r->hierarchy.num_internal()));
+    EXPECT_EQ(r->stats.pruned_nodes, m - (r->coarse_hierarchy.num_internal()));
   }
 }
 

@@ -315,19 +315,20 @@ TEST(HppcaFitTest, HierarchyHasClassesUnderSuperclassesUnderTheRoot) {
   NullRunContext ctx;
   auto model = FitHppca(View(train.x), train.labels, SmallOptions(), ctx);
   ASSERT_TRUE(model.ok());
-  const Hierarchy& h = model->hierarchy();
+  // The two-level (coarse) tree; hppca_refine_test.cc checks the refined one.
+  const Hierarchy& h = model->coarse_hierarchy();
   const int32_t k = model->num_classes();
   EXPECT_EQ(h.num_leaves(), k);
   int32_t multi = 0;
   for (int32_t s = 0; s < model->num_superclasses(); ++s) {
     const auto members = model->superclass_members(s);
     if (members.size() < 2) {
-      EXPECT_EQ(model->superclass_node(s), -1);
+      EXPECT_EQ(model->superclass_coarse_node(s), -1);
       for (int32_t c : members) EXPECT_EQ(h.parent(c), h.root());
       continue;
     }
     ++multi;
-    const int32_t node = model->superclass_node(s);
+    const int32_t node = model->superclass_coarse_node(s);
     ASSERT_GE(node, k);
     EXPECT_EQ(h.height(node), 1.0);
     EXPECT_EQ(h.leaf_count(node), static_cast<int32_t>(members.size()));
@@ -349,8 +350,8 @@ TEST(HppcaFitTest, HierarchyHasClassesUnderSuperclassesUnderTheRoot) {
   auto fm = FitHppca(View(train.x), train.labels, flat, ctx);
   ASSERT_TRUE(fm.ok());
   EXPECT_EQ(fm->num_superclasses(), 0);
-  EXPECT_EQ(fm->hierarchy().num_internal(), 1);
-  EXPECT_EQ(fm->hierarchy().height(fm->hierarchy().root()), 1.0);
+  EXPECT_EQ(fm->coarse_hierarchy().num_internal(), 1);
+  EXPECT_EQ(fm->coarse_hierarchy().height(fm->coarse_hierarchy().root()), 1.0);
   for (int32_t c = 0; c < k; ++c) EXPECT_EQ(fm->superclass_of(c), -1);
 }
 

@@ -1,0 +1,164 @@
+// gHHC's refined tree: FitGhhc returns the extracted n-ary tree
+// (coarse_hierarchy) and its binary refinement (hierarchy) by average
+// linkage on the Poincaré distance between node embeddings; GhhcModelTrees
+// rebuilds both from a saved model, whichever tree tree.json holds.
+// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
+// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
+// 105593, fixed in 12.3/13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/common/run_context.h"
+#include "core/ghhc/ghhc.h"
+#include "core/ghhc/synthetic.h"
+#include "core/hierarchy/export.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dendro {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<int32_t> LeafSet(const Hierarchy& h, int32_t v) {
+  std::vector<int32_t> out;
+  std::vector<int32_t> stack = {v};
+  while (!stack.empty()) {
+    const int32_t u = stack.back();
+    stack.pop_back();
+    if (h.is_leaf(u)) {
+      out.push_back(u);
+    } else {
+      for (int32_t c : h.children(u)) stack.push_back(c);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Binary, every k reachable by CutToK, and (SciPy's maxclust condition)
+// all merge heights distinct; every coarse cluster is a refined cluster.
+void ExpectRefinementOf(const Hierarchy& refined, const Hierarchy& coarse) {
+  ASSERT_EQ(refined.num_leaves(), coarse.num_leaves());
+  EXPECT_TRUE(refined.is_binary());
+  std::vector<int32_t> all(refined.num_leaves());
+  std::iota(all.begin(), all.end(), 1);
+  EXPECT_EQ(refined.ReachableLevels(), all);
+  for (int32_t k = 1; k <= refined.num_leaves(); ++k) {
+    EXPECT_TRUE(refined.CutToK(k).ok()) << "k = " << k;
+  }
+  std::vector<double> heights;
+  for (const Merge& m : refined.ToMerges()) heights.push_back(m.height);
+  std::sort(heights.begin(), heights.end());
+  EXPECT_EQ(std::adjacent_find(heights.begin(), heights.end()), heights.end());
+  std::set<std::vector<int32_t>> clusters;
+  for (int32_t v = 0; v < refined.num_nodes(); ++v) clusters.insert(LeafSet(refined, v));
+  for (int32_t v = 0; v < coarse.num_nodes(); ++v) {
+    EXPECT_EQ(clusters.count(LeafSet(coarse, v)), 1u) << "coarse node " << v;
+  }
+  EXPECT_EQ(refined.height(refined.root()), coarse.height(coarse.root()));
+  EXPECT_EQ(refined.point_leaf(), coarse.point_leaf());
+  EXPECT_EQ(refined.metadata().count("refined"), 1u);
+  EXPECT_EQ(coarse.metadata().count("refined"), 0u);
+}
+
+class GhhcRefineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("dendro_ghhc_refine_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(GhhcRefineTest, FitGivesABinaryRefinementThatSaveLoadRebuilds) {
+  HierarchicalGaussianSpec spec;
+  spec.n = 600;
+  spec.dim = 10;
+  spec.branching = {2, 3, 4};
+  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
+  NullRunContext ctx;
+  GhhcOptions o;
+  o.internal_nodes = 40;
+  o.triples = 3000;
+  auto r = FitGhhc(MatrixView(data.x.data(), spec.n, spec.dim), o, ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const Hierarchy& coarse = r->coarse_hierarchy;
+  EXPECT_FALSE(coarse.is_binary());  // what the refinement is for
+  ExpectRefinementOf(r->hierarchy, coarse);
+  EXPECT_EQ(r->hierarchy.metadata().at("method"), "ghhc");
+  EXPECT_EQ(r->hierarchy.point_leaf().size(), static_cast<size_t>(spec.n));
+
+  ASSERT_TRUE(SaveGhhcModel(r->model, dir_.string()).ok());
+  auto loaded = LoadGhhcModel(dir_.string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  // From the model alone: the same shapes (no point_leaf or metadata).
+  auto bare = GhhcModelTrees(*loaded);
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_EQ(bare->refined.ToMerges().size(), r->hierarchy.ToMerges().size());
+  for (int32_t v = 0; v < r->hierarchy.num_nodes(); ++v) {
+    EXPECT_EQ(bare->refined.parent(v), r->hierarchy.parent(v));
+    EXPECT_EQ(bare->refined.height(v), r->hierarchy.height(v));
+  }
+  // tree.json as this version writes it (refined) and as older versions
+  // wrote it (coarse): the same trees, down to the JSON.
+  for (const Hierarchy* tree : {&r->hierarchy, &r->coarse_hierarchy}) {
+    auto saved = ParseJson(ToJson(*tree));
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    auto trees = GhhcModelTrees(*loaded, &*saved);
+    ASSERT_TRUE(trees.ok()) << trees.status();
+    EXPECT_EQ(ToJson(trees->refined), ToJson(r->hierarchy));
+    EXPECT_EQ(ToJson(trees->coarse), ToJson(r->coarse_hierarchy));
+  }
+  // A tree.json of another shape is refused.
+  std::vector<int32_t> parent(coarse.num_leaves() + 1, coarse.num_leaves());
+  parent.back() = -1;
+  std::vector<double> height(parent.size(), 0.0);
+  height.back() = 1.0;
+  auto star = Hierarchy::FromParents(coarse.num_leaves(), parent, height);
+  ASSERT_TRUE(star.ok());
+  EXPECT_THAT(GhhcModelTrees(*loaded, &*star).status().message(), HasSubstr("tree.json"));
+}
+
+TEST(GhhcModelTreesTest, AgglomeratesChildrenByPoincareDistance) {
+  // A root at the origin (no points) with four point-holding children, two
+  // near (0.5, 0) and two near (-0.5, 0).
+  GhhcModel m;
+  m.dim = 2;
+  m.point_norm = 0.9;
+  m.mean = {0, 0};
+  m.nodes = {0, 0, 0.5, 0.0, -0.5, 0.0, 0.5, 0.05, -0.5, 0.05};
+  m.node_parent = {-1, 0, 0, 0, 0};
+  m.node_leaf = {-1, 0, 1, 2, 3};
+  auto t = GhhcModelTrees(m);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->coarse.num_internal(), 1);
+  ASSERT_EQ(t->refined.num_internal(), 3);
+  auto two = t->refined.CutToK(2);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(*two, std::vector<int32_t>({0, 1, 0, 1}));  // leaves 0, 2 | 1, 3
+  // The root keeps its height; the two pairs sit strictly below it.
+  const double root_h = t->coarse.height(t->coarse.root());
+  EXPECT_EQ(t->refined.height(t->refined.root()), root_h);
+  EXPECT_LT(t->refined.height(4), root_h);
+  EXPECT_GT(t->refined.height(4), 0.0);
+  // node_leaf must number the point-holding nodes by index.
+  m.node_leaf = {-1, 1, 0, 2, 3};
+  EXPECT_THAT(GhhcModelTrees(m).status().message(), HasSubstr("node_leaf"));
+}
+
+}  // namespace
+}  // namespace dendro

@@ -695,11 +695,13 @@ absl::StatusOr<int32_t> Client::DeleteModel(const std::string& name, int64_t ver
 }
 
 absl::StatusOr<std::string> Client::GetTree(const v1::ModelRef& ref, v1::TreeFormat format,
-                                            bool include_points, v1::Model* model) {
+                                            bool include_points, v1::Model* model,
+                                            bool unrefined) {
   v1::GetTreeRequest req;
   *req.mutable_model() = ref;
   req.set_format(format);
   req.set_include_points(include_points);
+  req.set_unrefined(unrefined);
   v1::GetTreeResponse resp;
   DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) { return impl_->models->GetTree(c, req, &resp); }));
   if (model != nullptr) *model = resp.model();
@@ -780,6 +782,7 @@ absl::StatusOr<AssignResult> Client::Assign(const v1::ModelRef& ref, const Matri
           // Pin every later batch to the version the first one used.
           result.model_version = resp.model_version();
           req.mutable_model()->set_version(resp.model_version());
+          req.mutable_model()->clear_label();  // a label may move meanwhile
         }
         result.leaf.insert(result.leaf.end(), resp.leaf().begin(), resp.leaf().end());
         result.cluster.insert(result.cluster.end(), resp.cluster().begin(),
@@ -821,6 +824,7 @@ absl::StatusOr<PredictResult> Client::Predict(const v1::ModelRef& ref, const Mat
           result.top_t = resp.top_t();
           result.model_version = resp.model_version();
           req.mutable_model()->set_version(resp.model_version());
+          req.mutable_model()->clear_label();  // a label may move meanwhile
         }
         result.labels.insert(result.labels.end(), resp.labels().begin(), resp.labels().end());
         result.scores.insert(result.scores.end(), resp.scores().begin(), resp.scores().end());

@@ -175,8 +175,11 @@ class Client {
   // The tree serialised in `format` (JSON text, Newick text, or the bytes of
   // a float64 .npy linkage matrix). `model` (optional) receives the model
   // that was served, which tells the version a "latest" ref resolved to.
+  // `unrefined`: the method's own n-ary tree (gHHC, hppca) instead of its
+  // binary refinement; JSON or Newick only.
   absl::StatusOr<std::string> GetTree(const v1::ModelRef& ref, v1::TreeFormat format,
-                                      bool include_points, v1::Model* model = nullptr);
+                                      bool include_points, v1::Model* model = nullptr,
+                                      bool unrefined = false);
   // Assigns every row of `rows` (which must be finite) to a leaf cluster and
   // to its cluster at `level` (0 = leaf level). Rows are sent in batches that
   // fit under max_message_bytes; every batch after the first is pinned to

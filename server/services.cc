@@ -492,7 +492,13 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     if (!who.ok()) return ToGrpc(who.status());
     auto loaded = deps_.models->Load(req->model());
     if (!loaded.ok()) return ToGrpc(loaded.status());
-    const Hierarchy& tree = loaded->first->tree();
+    if (req->unrefined() && req->format() == v1::TREE_FORMAT_LINKAGE_NPY) {
+      return ToGrpc(absl::InvalidArgumentError(
+          "an unrefined tree can be n-ary, which a SciPy linkage cannot hold; ask for JSON or "
+          "Newick"));
+    }
+    const Hierarchy& tree =
+        req->unrefined() ? loaded->first->coarse_tree() : loaded->first->tree();
     switch (req->format()) {
       case v1::TREE_FORMAT_UNSPECIFIED:
       case v1::TREE_FORMAT_JSON:

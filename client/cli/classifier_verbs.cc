@@ -207,6 +207,7 @@ absl::Status RunPredict(Context& ctx, const Args& args) {
     // opened (and, separately, is the first one).
     v1::ModelRef pinned = *ref;
     pinned.set_version(pred.model_version);
+    pinned.clear_label();
     DENDRO_ASSIGN_OR_RETURN(v1::GetClassesResponse classes, client->GetClasses(pinned));
     absl::flat_hash_map<int64_t, int32_t> super_of;
     for (int i = 0; i < classes.labels_size(); ++i) {

@@ -185,8 +185,10 @@ absl::StatusOr<v1::Job> SubmitFit(client::Client& client, const v1::JobSpec& spe
 absl::Status WithMethodChangeHint(const absl::Status& status, const v1::JobSpec& spec);
 // Fetches the tree in the format each output's extension asks for and writes
 // the files atomically. Returns the model that was served.
+// `unrefined`: the method's own n-ary tree (refused for a .npy linkage).
 absl::StatusOr<v1::Model> FetchTrees(client::Client& client, const v1::ModelRef& ref,
-                                     const std::vector<std::string>& outs);
+                                     const std::vector<std::string>& outs,
+                                     bool unrefined = false);
 
 // Each verb's entry point. `args` were parsed with the verb's flag specs.
 absl::Status RunUpload(Context& ctx, const Args& args);

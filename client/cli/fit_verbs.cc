@@ -299,7 +299,8 @@ absl::Status RunTree(Context& ctx, const Args& args) {
   if (outs.empty()) return UsageError("'tree' needs at least one --out FILE");
   DENDRO_RETURN_IF_ERROR(CheckOutputs(outs));
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
-  DENDRO_ASSIGN_OR_RETURN(v1::Model model, FetchTrees(*client, *ref, outs));
+  DENDRO_ASSIGN_OR_RETURN(v1::Model model,
+                          FetchTrees(*client, *ref, outs, args.Has("unrefined")));
   std::cout << "model " << model.name() << " version " << model.version() << std::endl;
   return absl::OkStatus();
 }

@@ -157,9 +157,12 @@ const std::vector<Verb>& Verbs() {
         {"labels", true}},
        1, 1, RunPredict},
       {"", "tree", "download a model's hierarchy",
-       "dendro tree NAME[:VERSION] --out FILE [--out FILE ...]\n"
-       "  Writes each --out by extension: .npy SciPy linkage, .nwk/.newick, .json.\n",
-       {{"out", true, true}},
+       "dendro tree NAME[:VERSION|@LABEL] --out FILE [--out FILE ...] [--unrefined]\n"
+       "  Writes each --out by extension: .npy SciPy linkage, .nwk/.newick, .json.\n"
+       "  gHHC and hppca trees are n-ary; they are served refined into binary merges so\n"
+       "  that every cluster count is reachable (docs/methods.md). --unrefined writes\n"
+       "  the method's own n-ary tree instead (.json or .nwk only).\n",
+       {{"out", true, true}, {"unrefined", false}},
        1, 1, RunTree},
       {"", "assign", "assign new rows to a model's clusters",
        "dendro assign --model NAME[:VERSION] INPUT.npy [--level K] --out A.npy\n"

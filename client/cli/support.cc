@@ -442,7 +442,7 @@ absl::Status CheckOutputs(const std::vector<std::string>& outs) {
 }
 
 absl::StatusOr<v1::Model> FetchTrees(client::Client& client, const v1::ModelRef& ref,
-                                     const std::vector<std::string>& outs) {
+                                     const std::vector<std::string>& outs, bool unrefined) {
   v1::ModelRef pinned = ref;
   v1::Model model;
   for (const std::string& out : outs) {
@@ -450,10 +450,16 @@ absl::StatusOr<v1::Model> FetchTrees(client::Client& client, const v1::ModelRef&
     v1::TreeFormat format = v1::TREE_FORMAT_JSON;
     if (kind == OutputKind::kLinkageNpy) format = v1::TREE_FORMAT_LINKAGE_NPY;
     if (kind == OutputKind::kNewick) format = v1::TREE_FORMAT_NEWICK;
+    if (unrefined && kind == OutputKind::kLinkageNpy) {
+      return UsageError(absl::StrCat("--out ", out, ": an unrefined tree can be n-ary, which a "
+                                     "SciPy linkage cannot hold; use .json or .nwk"));
+    }
     DENDRO_ASSIGN_OR_RETURN(std::string content,
-                            client.GetTree(pinned, format, kind == OutputKind::kJson, &model));
+                            client.GetTree(pinned, format, kind == OutputKind::kJson, &model,
+                                           unrefined));
     // Every file of one command describes the same version.
     pinned.set_version(model.version());
+    pinned.clear_label();
     DENDRO_RETURN_IF_ERROR(WriteFileAtomic(out, content));
   }
   if (outs.empty()) {

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <numeric>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -212,16 +213,29 @@ absl::StatusOr<Hierarchy> ParseJsonImpl(const OrderedJson& doc) {
 std::vector<double> ToLinkage(const Hierarchy& h) {
   const std::vector<Merge> merges = h.ToMerges();
   const int32_t L = h.num_leaves();
+  // Rows in non-decreasing height, as SciPy's linkage() emits them and its
+  // fcluster and dendrogram expect. A stable sort keeps a merge after the
+  // merges of its children: they are earlier in ToMerges' order and never
+  // higher.
+  std::vector<int32_t> order(merges.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
+    return merges[x].height < merges[y].height;
+  });
+  std::vector<int32_t> linkage_id(L + merges.size());
+  std::iota(linkage_id.begin(), linkage_id.begin() + L, 0);
+  for (size_t r = 0; r < order.size(); ++r) linkage_id[L + order[r]] = L + static_cast<int32_t>(r);
   std::vector<int64_t> count(L + merges.size(), 1);
   std::vector<double> rows;
   rows.reserve(4 * merges.size());
-  for (size_t t = 0; t < merges.size(); ++t) {
-    const Merge& m = merges[t];
-    count[L + t] = count[m.a] + count[m.b];
-    rows.push_back(m.a);
-    rows.push_back(m.b);
+  for (size_t r = 0; r < order.size(); ++r) {
+    const Merge& m = merges[order[r]];
+    const int32_t a = linkage_id[m.a], b = linkage_id[m.b];
+    count[L + r] = count[a] + count[b];
+    rows.push_back(a);
+    rows.push_back(b);
     rows.push_back(m.height);
-    rows.push_back(static_cast<double>(count[L + t]));
+    rows.push_back(static_cast<double>(count[L + r]));
   }
   return rows;
 }

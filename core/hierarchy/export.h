@@ -1,9 +1,14 @@
 // Hierarchy <-> the formats people already use.
 //
 //  * SciPy linkage matrix: (L-1) x 4 float64 rows [a, b, height, leaf count],
-//    leaves 0..L-1, row t creates node L+t. n-ary nodes are binarised as a
-//    chain of merges at the node's height (see Hierarchy::ToMerges). Written
-//    as a .npy file by the I/O layer.
+//    leaves 0..L-1, row t creates node L+t. Rows are in non-decreasing
+//    height (ties in node order), as scipy.cluster.hierarchy.linkage emits
+//    them and fcluster/dendrogram expect; row t's node is therefore the
+//    tree's node L+t whenever its internal nodes are numbered in height
+//    order (every tree built by FromParents, and every tree whose merges
+//    were given in height order). n-ary nodes are binarised as a chain of
+//    merges at the node's height (see Hierarchy::ToMerges). Written as a
+//    .npy file by the I/O layer.
 //  * Newick: leaves named by their leaf-cluster id, n-ary nodes kept,
 //    branch length = parent height - child height. Ends with ";".
 //  * JSON: the full tree, metadata and (if present) point assignments:

@@ -1,5 +1,6 @@
-// gHHC as a service method: embeddings dataset -> n-ary hierarchy whose leaf
-// clusters are the groups of points sharing a parent node; Assign places new
+// gHHC as a service method: embeddings dataset -> the extracted n-ary tree
+// and its binary refinement, whose leaf clusters are the groups of points
+// sharing a parent node; Assign places new
 // rows under the nearest node that holds training points (same rule).
 //
 // GhhcParams: every field left at 0 takes the core default (GhhcOptions):
@@ -15,6 +16,7 @@
 // (SaveGhhcModel: ghhc_model.json, ghhc_mean.npy, ghhc_nodes.npy,
 // ghhc_node_leaf.npy, ghhc_node_parent.npy).
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -30,9 +32,11 @@ namespace {
 
 class GhhcFitted final : public FittedModel {
  public:
-  GhhcFitted(GhhcModel model, Hierarchy tree) : model_(std::move(model)), tree_(std::move(tree)) {}
+  GhhcFitted(GhhcModel model, Hierarchy tree, Hierarchy coarse)
+      : model_(std::move(model)), tree_(std::move(tree)), coarse_(std::move(coarse)) {}
   std::string_view method() const override { return "ghhc"; }
   const Hierarchy& tree() const override { return tree_; }
+  const Hierarchy& coarse_tree() const override { return coarse_; }
   int64_t input_dim() const override { return model_.dim; }
   std::map<std::string, std::string> metadata() const override { return tree_.metadata(); }
   absl::Status Save(const std::string& dir) const override {
@@ -45,7 +49,8 @@ class GhhcFitted final : public FittedModel {
 
  private:
   GhhcModel model_;
-  Hierarchy tree_;
+  Hierarchy tree_;    // refined (binary)
+  Hierarchy coarse_;  // as extracted (the paper's tree)
 };
 
 absl::StatusOr<GhhcOptions> OptionsFromSpec(const v1::JobSpec& spec) {
@@ -165,7 +170,8 @@ class Ghhc final : public Method {
     DENDRO_ASSIGN_OR_RETURN(GhhcOptions options, OptionsFromSpec(spec));
     DENDRO_ASSIGN_OR_RETURN(GhhcResult result, FitGhhc(dataset.matrix(), options, ctx));
     Hierarchy tree = std::move(result.hierarchy);
-    auto& md = tree.mutable_metadata();
+    Hierarchy coarse = std::move(result.coarse_hierarchy);
+    std::map<std::string, std::string> md;
     md["dataset_rows"] = absl::StrCat(dataset.info().rows());
     md["leaf_clusters"] = absl::StrCat(result.stats.leaf_clusters);
     md["initial_objective"] = absl::StrCat(result.stats.initial_objective);
@@ -179,28 +185,41 @@ class Ghhc final : public Method {
                                     result.stats.train_seconds, result.stats.extract_seconds);
     // With labels: dendrogram purity over the points as leaves (the paper's
     // evaluation; equal to the purity of this tree with its point_leaf).
+    // Reported for the extracted tree (the paper's), and for its binary
+    // refinement, which is what exports and cuts use.
     const absl::Span<const int64_t> labels = dataset.labels();
     if (!labels.empty()) {
-      absl::StatusOr<double> dp = DendrogramPurity(tree, {}, labels);
+      absl::StatusOr<double> dp = DendrogramPurity(coarse, {}, labels);
       if (dp.ok()) md["dendrogram_purity"] = absl::StrFormat("%.6f", *dp);
+      absl::StatusOr<double> refined = DendrogramPurity(tree, {}, labels);
+      if (refined.ok()) md["dendrogram_purity_refined"] = absl::StrFormat("%.6f", *refined);
     }
-    return std::make_unique<GhhcFitted>(std::move(result.model), std::move(tree));
+    for (const auto& [k, v] : md) {
+      tree.mutable_metadata()[k] = v;
+      coarse.mutable_metadata()[k] = v;
+    }
+    return std::make_unique<GhhcFitted>(std::move(result.model), std::move(tree),
+                                        std::move(coarse));
   }
 
   absl::StatusOr<std::unique_ptr<FittedModel>> Load(const std::string& dir) const override {
-    DENDRO_ASSIGN_OR_RETURN(Hierarchy tree, LoadTree(dir));
+    DENDRO_ASSIGN_OR_RETURN(Hierarchy saved, LoadTree(dir));
     DENDRO_ASSIGN_OR_RETURN(GhhcModel model, LoadGhhcModel(dir));
     int32_t leaves = 0, max_leaf = -1;
     for (int32_t l : model.node_leaf) {
       leaves += l >= 0 ? 1 : 0;
       max_leaf = std::max(max_leaf, l);
     }
-    if (leaves != tree.num_leaves() || max_leaf != leaves - 1) {
+    if (leaves != saved.num_leaves() || max_leaf != leaves - 1) {
       return absl::InvalidArgumentError(absl::StrCat("model files: the gHHC model has ", leaves,
                                                      " nodes holding leaves but tree.json has ",
-                                                     tree.num_leaves(), " leaves"));
+                                                     saved.num_leaves(), " leaves"));
     }
-    return std::make_unique<GhhcFitted>(std::move(model), std::move(tree));
+    // Both trees are rebuilt from the nodes, so models saved before trees
+    // were refined load with the same refinement as new ones.
+    DENDRO_ASSIGN_OR_RETURN(GhhcTrees trees, GhhcModelTrees(model, &saved));
+    return std::make_unique<GhhcFitted>(std::move(model), std::move(trees.refined),
+                                        std::move(trees.coarse));
   }
 };
 

@@ -31,6 +31,7 @@ class HppcaFitted final : public FittedModel {
   explicit HppcaFitted(HppcaModel model) : model_(std::move(model)) {}
   std::string_view method() const override { return "hppca"; }
   const Hierarchy& tree() const override { return model_.hierarchy(); }
+  const Hierarchy& coarse_tree() const override { return model_.coarse_hierarchy(); }
   int64_t input_dim() const override { return model_.dim(); }
   std::map<std::string, std::string> metadata() const override {
     auto md = model_.hierarchy().metadata();

@@ -55,7 +55,12 @@ class FittedModel {
  public:
   virtual ~FittedModel() = default;
   virtual std::string_view method() const = 0;
+  // The tree exports, cuts and evaluations use: binary wherever the method
+  // can refine it, so every cluster count is reachable.
   virtual const Hierarchy& tree() const = 0;
+  // The method's own tree before refinement (n-ary for gHHC and hppca); the
+  // same as tree() for methods whose trees are binary already.
+  virtual const Hierarchy& coarse_tree() const { return tree(); }
   // Number of columns Assign expects.
   virtual int64_t input_dim() const = 0;
   // Human-readable facts stored with the registry entry.

@@ -20,7 +20,7 @@ cleanup() {
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
-  rm -rf "$WORK"
+  [[ -n "${KEEP_WORK:-}" ]] || rm -rf "$WORK"
 }
 trap cleanup EXIT
 

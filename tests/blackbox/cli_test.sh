@@ -154,6 +154,50 @@ expect_error 1 "projection_dim must be below" ghhc logits.npy --projection-dim 1
 expect_error 2 "--link" ghhc logits.npy --link relu --out x.json
 pass "ghhc: projection, schedule and link flags reach the model; assign projects new rows"
 
+# Every cut of the (n-ary) gHHC tree is reachable through its binary refinement, and the SciPy
+# linkage, Assign --level and `dendro eval --level` agree on each.
+run tree hyper --out g.npy --out g_refined.json
+[[ $RC -eq 0 ]] || fail "tree hyper: $(cat err.txt)"
+LEAVES=$("$PY" -c 'import json; print(json.load(open("g_refined.json"))["num_leaves"])')
+(( LEAVES >= 4 )) || fail "the gHHC tree has only $LEAVES leaves; the cut checks need more"
+for k in 1 2 3 $((LEAVES / 2)) $((LEAVES - 2)) $((LEAVES - 1)) "$LEAVES"; do
+  run assign --model hyper logits.npy --level "$k" --out "cut_$k.npy"
+  [[ $RC -eq 0 ]] || fail "assign --level $k on gHHC: $(cat err.txt)"
+  run eval g_refined.json --labels labels.npy --level "$k"
+  [[ $RC -eq 0 ]] || fail "eval --level $k on gHHC: $(cat err.txt)"
+  cp out.txt "eval_$k.json"
+done
+"$PY" - "$LEAVES" <<'EOF' || fail "SciPy, Assign --level and eval disagree on the gHHC cuts"
+import json, sys
+import numpy as np
+from scipy.cluster.hierarchy import fcluster
+from sklearn.metrics import adjusted_rand_score
+leaves = int(sys.argv[1])
+Z = np.load("g.npy")
+t = json.load(open("g_refined.json"))
+point_leaf = np.array(t["point_leaf"])
+y = np.load("labels.npy")
+for k in sorted({1, 2, 3, leaves // 2, leaves - 2, leaves - 1, leaves}):
+    served = np.load(f"cut_{k}.npy")
+    assert len(set(served)) == k, (k, len(set(served)))
+    # SciPy's maxclust search never tries a threshold below its second
+    # smallest merge, so it stops at L - 2 clusters on any linkage (its own
+    # linkage() output included); compare up to there.
+    if k <= leaves - 2:
+        by_leaf = fcluster(Z, k, criterion="maxclust")
+        assert len(set(by_leaf)) == k, (k, len(set(by_leaf)))
+        assert adjusted_rand_score(by_leaf[point_leaf], served) == 1.0, k
+    ari = json.load(open(f"eval_{k}.json"))["ari"]
+    assert abs(ari - adjusted_rand_score(y, served)) < 1e-9, (k, ari)
+EOF
+run tree hyper --out g_coarse.json --unrefined
+"$PY" -c '
+import json
+c, r = json.load(open("g_coarse.json")), json.load(open("g_refined.json"))
+assert c["num_leaves"] == r["num_leaves"] and len(c["nodes"]) < len(r["nodes"]), (len(c["nodes"]), len(r["nodes"]))
+' || fail "tree --unrefined did not give the extracted n-ary tree"
+pass "gHHC: every cut reachable; SciPy maxclust, assign --level and eval agree"
+
 # --- registry ------------------------------------------------------------------
 run models list
 [[ $RC -eq 0 ]] || fail "models list exited $RC: $(cat err.txt)"

@@ -187,9 +187,15 @@ TEST_F(GhhcServerTest, FitAssignAndReload) {
   EXPECT_EQ(md.at("method"), "ghhc");
   EXPECT_EQ(md.at("internal_nodes"), "30");
   EXPECT_EQ(md.at("triples"), "6000");
-  auto dp = DendrogramPurity(expected->hierarchy, {}, labels);
+  // Purity as the paper defines it (on the extracted tree), and of the
+  // served refinement.
+  auto dp = DendrogramPurity(expected->coarse_hierarchy, {}, labels);
   ASSERT_TRUE(dp.ok());
   EXPECT_NEAR(std::stod(md.at("dendrogram_purity")), *dp, 1e-6);
+  auto dp_refined = DendrogramPurity(expected->hierarchy, {}, labels);
+  ASSERT_TRUE(dp_refined.ok());
+  EXPECT_NEAR(std::stod(md.at("dendrogram_purity_refined")), *dp_refined, 1e-6);
+  EXPECT_TRUE(tree->is_binary());
 
   // Assign: the training rows land in their training leaves.
   v1::AssignResponse aresp;

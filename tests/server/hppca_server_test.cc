@@ -196,16 +196,31 @@ TEST_F(HppcaServerTest, TrainPredictStreamAndReload) {
   EXPECT_EQ(info.input_dim(), 32);
   EXPECT_EQ(info.metadata().at("superclasses"), "8");
 
-  // Super-class recovery from the served tree: leaves' parents vs groups.
-  grpc::ClientContext tctx;
-  v1::GetTreeRequest treq;
-  treq.mutable_model()->set_name("clf");
-  treq.set_format(v1::TREE_FORMAT_JSON);
-  v1::GetTreeResponse tresp;
-  ASSERT_TRUE(models_->GetTree(&tctx, treq, &tresp).ok());
-  auto tree = ParseJson(tresp.content());
+  // Super-class recovery from the served unrefined tree (classes under
+  // super-classes under the root): leaves' parents vs groups.
+  auto get_tree = [&](bool unrefined) -> absl::StatusOr<Hierarchy> {
+    grpc::ClientContext tctx;
+    v1::GetTreeRequest treq;
+    treq.mutable_model()->set_name("clf");
+    treq.set_format(v1::TREE_FORMAT_JSON);
+    treq.set_unrefined(unrefined);
+    v1::GetTreeResponse tresp;
+    grpc::Status s = models_->GetTree(&tctx, treq, &tresp);
+    if (!s.ok()) return absl::InternalError(s.error_message());
+    return ParseJson(tresp.content());
+  };
+  auto tree = get_tree(/*unrefined=*/true);
   ASSERT_TRUE(tree.ok()) << tree.status();
   ASSERT_EQ(tree->num_leaves(), 64);
+  EXPECT_FALSE(tree->is_binary());
+  // The default tree is its binary refinement: every cut is reachable, and
+  // cutting it into the 8 super-classes gives exactly the unrefined tree's.
+  auto refined = get_tree(/*unrefined=*/false);
+  ASSERT_TRUE(refined.ok()) << refined.status();
+  EXPECT_TRUE(refined->is_binary());
+  EXPECT_EQ(refined->ReachableLevels().size(), 64u);
+  auto cut = refined->CutToK(8);
+  ASSERT_TRUE(cut.ok()) << cut.status();
   std::vector<int64_t> truth(64), parent(64);
   for (int32_t c = 0; c < 64; ++c) {
     // Leaf c is the c-th smallest label; labels ascend with the generator's class.
@@ -241,9 +256,9 @@ TEST_F(HppcaServerTest, TrainPredictStreamAndReload) {
       EXPECT_EQ(classes.superclasses(c), core->superclass_of(c));
       EXPECT_EQ(classes.train_counts(c), core->class_count(c));
       for (int32_t o = 0; o < c; ++o) {
-        if (classes.superclasses(o) == classes.superclasses(c)) {
-          EXPECT_EQ(tree->parent(o), tree->parent(c)) << "classes " << o << ", " << c;
-        }
+        const bool same = classes.superclasses(o) == classes.superclasses(c);
+        if (same) EXPECT_EQ(tree->parent(o), tree->parent(c)) << "classes " << o << ", " << c;
+        EXPECT_EQ((*cut)[o] == (*cut)[c], same) << "classes " << o << ", " << c;
       }
     }
   }

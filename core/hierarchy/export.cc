@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
@@ -190,6 +191,22 @@ absl::StatusOr<Hierarchy> ParseJsonImpl(const OrderedJson& doc) {
       h->mutable_metadata()[it.key()] = it.value().get<std::string>();
     }
   }
+  if (const OrderedJson* names = Field(doc, "leaf_names"); names != nullptr) {
+    if (!names->is_array()) {
+      return absl::InvalidArgumentError("hierarchy JSON: \"leaf_names\" must be an array");
+    }
+    std::vector<std::string> leaf_names;
+    leaf_names.reserve(names->size());
+    for (const OrderedJson& x : *names) {
+      if (!x.is_string()) {
+        return absl::InvalidArgumentError("hierarchy JSON: \"leaf_names\" must hold strings");
+      }
+      leaf_names.push_back(x.get<std::string>());
+    }
+    if (absl::Status s = h->SetLeafNames(std::move(leaf_names)); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("hierarchy JSON: ", s.message()));
+    }
+  }
   if (const OrderedJson* pts = Field(doc, "point_leaf"); pts != nullptr) {
     if (!pts->is_array()) {
       return absl::InvalidArgumentError("hierarchy JSON: \"point_leaf\" must be an array");
@@ -273,6 +290,30 @@ absl::StatusOr<Hierarchy> FromLinkage(int32_t num_leaves, const std::vector<doub
   return h;
 }
 
+namespace {
+// A Newick label: bare when it is only letters, digits, '.', '-' (an
+// unquoted '_' reads as a blank), else single-quoted with quotes doubled.
+void AppendNewickLabel(std::string* out, const std::string& name) {
+  bool bare = true;
+  for (char c : name) {
+    if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-')) {
+      bare = false;
+      break;
+    }
+  }
+  if (bare) {
+    out->append(name);
+    return;
+  }
+  out->push_back('\'');
+  for (char c : name) {
+    if (c == '\'') out->push_back('\'');
+    out->push_back(c);
+  }
+  out->push_back('\'');
+}
+}  // namespace
+
 std::string ToNewick(const Hierarchy& h) {
   std::string out;
   // Iterative pre/post-order walk: deep (caterpillar) trees must not recurse.
@@ -283,7 +324,11 @@ std::string ToNewick(const Hierarchy& h) {
     auto kids = h.children(v);
     if (kids.empty() || next == kids.size()) {
       if (kids.empty()) {
-        absl::StrAppend(&out, v);
+        if (h.leaf_names().empty()) {
+          absl::StrAppend(&out, v);
+        } else {
+          AppendNewickLabel(&out, h.leaf_names()[v]);
+        }
       } else {
         out.push_back(')');
       }
@@ -331,6 +376,7 @@ std::string ToJson(const Hierarchy& h, bool include_points) {
                                          static_cast<int64_t>(rows[4 * t + 3])}));
   }
   doc["merges"] = std::move(merges);
+  if (!h.leaf_names().empty()) doc["leaf_names"] = h.leaf_names();
   if (include_points && !h.point_leaf().empty()) doc["point_leaf"] = h.point_leaf();
   return Dump(doc);
 }

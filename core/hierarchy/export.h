@@ -9,13 +9,16 @@
 //    were given in height order). n-ary nodes are binarised as a chain of
 //    merges at the node's height (see Hierarchy::ToMerges). Written as a
 //    .npy file by the I/O layer.
-//  * Newick: leaves named by their leaf-cluster id, n-ary nodes kept,
-//    branch length = parent height - child height. Ends with ";".
+//  * Newick: leaves named by their leaf names when the tree has them (quoted
+//    with '...' unless only letters, digits, '.' and '-'), else by their
+//    leaf-cluster id; n-ary nodes kept, branch length = parent height -
+//    child height. Ends with ";".
 //  * JSON: the full tree, metadata and (if present) point assignments:
 //      {"format": "dendro.hierarchy", "version": 1,
 //       "num_leaves": L, "metadata": {...},
 //       "nodes": [{"id": v, "parent": p, "height": h, "children": [...]}, ...],
 //       "merges": [[a, b, height, count], ...],   // the linkage rows
+//       "leaf_names": ["cat", ...],                // optional
 //       "point_leaf": [...]}                       // optional
 //    ParseJson accepts exactly what ToJson writes (and rebuilds from
 //    "nodes"; "merges" is informational).

@@ -403,6 +403,28 @@ std::vector<Merge> Hierarchy::ToMerges() const {
   return merges;
 }
 
+absl::Status Hierarchy::SetLeafNames(std::vector<std::string> names) {
+  if (!names.empty() && static_cast<int64_t>(names.size()) != num_leaves_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d leaf names for a tree with %d leaves", names.size(), num_leaves_));
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& n = names[i];
+    if (n.empty() || n.size() > 256) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("leaf name %d must be 1-256 bytes, got %d", i, n.size()));
+    }
+    for (unsigned char c : n) {
+      if (c < 0x20 || c == 0x7f) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "leaf name %d contains a control character (code %d)", i, static_cast<int>(c)));
+      }
+    }
+  }
+  leaf_names_ = std::move(names);
+  return absl::OkStatus();
+}
+
 absl::Status Hierarchy::SetPointLeaf(std::vector<int32_t> point_leaf) {
   for (size_t i = 0; i < point_leaf.size(); ++i) {
     if (point_leaf[i] < 0 || point_leaf[i] >= num_leaves_) {

@@ -15,6 +15,8 @@
 //     node L + t, exactly as in a SciPy linkage matrix.
 //   * Optionally, the tree carries the point -> leaf assignment of the data
 //     it was fitted on (int32 per point, each in [0, L)).
+//   * Optionally, names for the leaf clusters (class names), one per leaf,
+//     used by the Newick and JSON exports.
 //   * Free-form string metadata (method, parameters) travels with it.
 //
 // A Hierarchy is an immutable value type; build it with FromMerges or
@@ -115,6 +117,13 @@ class Hierarchy {
   const std::vector<int32_t>& point_leaf() const { return point_leaf_; }
   absl::Status SetPointLeaf(std::vector<int32_t> point_leaf);
 
+  // Names of the leaf clusters (leaf_names()[i] names leaf i), or empty.
+  const std::vector<std::string>& leaf_names() const { return leaf_names_; }
+  // Exactly num_leaves() names, each 1-256 bytes without control
+  // characters, or an empty vector to drop them. InvalidArgument names the
+  // first bad one.
+  absl::Status SetLeafNames(std::vector<std::string> names);
+
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   std::map<std::string, std::string>& mutable_metadata() { return metadata_; }
 
@@ -141,6 +150,7 @@ class Hierarchy {
   std::vector<int32_t> levels_;
   bool binary_ = true;
   std::vector<int32_t> point_leaf_;
+  std::vector<std::string> leaf_names_;  // empty or num_leaves_
   std::map<std::string, std::string> metadata_;
 };
 

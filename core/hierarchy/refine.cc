@@ -202,6 +202,7 @@ absl::StatusOr<Hierarchy> Refine(const Hierarchy& tree, const BlockDistance& blo
   if (!out.ok()) {
     return absl::InternalError(absl::StrCat("refined tree is invalid: ", out.status().message()));
   }
+  if (absl::Status s = out->SetLeafNames(tree.leaf_names()); !s.ok()) return s;
   if (!tree.point_leaf().empty()) {
     if (absl::Status s = out->SetPointLeaf(tree.point_leaf()); !s.ok()) return s;
   }
@@ -291,6 +292,7 @@ absl::StatusOr<Hierarchy> SeparateTiedHeights(const Hierarchy& tree) {
   SeparateTies(&merges);
   absl::StatusOr<Hierarchy> out = Hierarchy::FromMerges(tree.num_leaves(), merges);
   if (!out.ok()) return out.status();
+  if (absl::Status s = out->SetLeafNames(tree.leaf_names()); !s.ok()) return s;
   if (!tree.point_leaf().empty()) {
     if (absl::Status s = out->SetPointLeaf(tree.point_leaf()); !s.ok()) return s;
   }

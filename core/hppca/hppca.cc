@@ -377,6 +377,13 @@ absl::StatusOr<HppcaModel> HppcaBuilder::Build(HppcaOptions options, HppcaFitSta
     if (super_old_id[j] >= 0) impl->super_coarse_node[j] = old_to_new[super_old_id[j]];
   }
   if (!point_leaf.empty()) DENDRO_RETURN_IF_ERROR(tree.SetPointLeaf(std::move(point_leaf)));
+  // Leaves are named by their class labels.
+  {
+    std::vector<std::string> names;
+    names.reserve(k);
+    for (int64_t label : impl->classes.labels) names.push_back(absl::StrCat(label));
+    DENDRO_RETURN_IF_ERROR(tree.SetLeafNames(std::move(names)));
+  }
   auto& md = tree.mutable_metadata();
   md["method"] = "hppca";
   md["classes"] = absl::StrCat(k);

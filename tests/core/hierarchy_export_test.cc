@@ -388,5 +388,42 @@ TEST(JsonTest, ScrambledNaryIdsAreRenumbered) {
             (std::vector<int32_t>{2, 3}));
 }
 
+TEST(LeafNamesTest, NewickQuotesWhatNeedsQuotingAndJsonRoundTrips) {
+  // ((0, 1), 2) with names.
+  const Merge merges[] = {{0, 1, 1.0}, {3, 2, 2.0}};
+  auto h = Hierarchy::FromMerges(3, merges);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(ToNewick(*h), "((0:1,1:1):1,2:2);");
+  ASSERT_TRUE(h->SetLeafNames({"tabby-cat", "great white_shark", "O'Brien"}).ok());
+  EXPECT_EQ(ToNewick(*h), "((tabby-cat:1,'great white_shark':1):1,'O''Brien':2);");
+  auto back = ParseJson(ToJson(*h));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->leaf_names(), h->leaf_names());
+  EXPECT_EQ(ToNewick(*back), ToNewick(*h));
+  // Dropping them restores the ids.
+  ASSERT_TRUE(h->SetLeafNames({}).ok());
+  EXPECT_EQ(ToNewick(*h), "((0:1,1:1):1,2:2);");
+  EXPECT_EQ(ToJson(*h).find("leaf_names"), std::string::npos);
+}
+
+TEST(LeafNamesTest, BadNamesAreRefused) {
+  const Merge merges[] = {{0, 1, 1.0}};
+  auto h = Hierarchy::FromMerges(2, merges);
+  ASSERT_TRUE(h.ok());
+  EXPECT_THAT(std::string(h->SetLeafNames({"one"}).message()), HasSubstr("1 leaf names"));
+  EXPECT_THAT(std::string(h->SetLeafNames({"a", ""}).message()), HasSubstr("leaf name 1"));
+  EXPECT_THAT(std::string(h->SetLeafNames({"a", "b\tc"}).message()),
+              HasSubstr("control character"));
+  EXPECT_THAT(std::string(h->SetLeafNames({std::string(257, 'x'), "b"}).message()),
+              HasSubstr("1-256 bytes"));
+  EXPECT_TRUE(h->leaf_names().empty());  // nothing was set
+  const std::string doc =
+      R"({"format":"dendro.hierarchy","version":1,"num_leaves":2,"leaf_names":["a"],
+          "nodes":[{"id":0,"parent":2,"height":0,"children":[]},
+                   {"id":1,"parent":2,"height":0,"children":[]},
+                   {"id":2,"parent":-1,"height":1,"children":[0,1]}]})";
+  EXPECT_THAT(std::string(ParseJson(doc).status().message()), HasSubstr("1 leaf names"));
+}
+
 }  // namespace
 }  // namespace dendro

@@ -103,6 +103,16 @@ TEST(RefineTest, StarTreeReachesEveryK) {
   EXPECT_THAT(r->metadata().at("refined"), HasSubstr("average linkage"));
 }
 
+TEST(RefineTest, LeafNamesAndPointsAreCarried) {
+  Hierarchy star = Star(4, 1.0);
+  ASSERT_TRUE(star.SetLeafNames({"a", "b", "c", "d"}).ok());
+  ASSERT_TRUE(star.SetPointLeaf({3, 0, 2}).ok());
+  auto r = RefineToBinary(star, OnLine({0, 1, 5, 6}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->leaf_names(), star.leaf_names());
+  EXPECT_EQ(r->point_leaf(), star.point_leaf());
+}
+
 TEST(RefineTest, AgglomerationFollowsTheDistances) {
   // Children at 0, 1, 10, 11: {0, 1} and {10, 11} first, then the two.
   auto r = RefineToBinary(Star(4), OnLine({0, 1, 10, 11}));

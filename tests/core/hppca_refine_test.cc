@@ -98,6 +98,12 @@ TEST_F(HppcaRefineTest, RefinedTreeKeepsSuperclassesAndReachesEveryK) {
   EXPECT_FALSE(c.is_binary());
   ExpectEveryCut(r);
   EXPECT_EQ(r.num_leaves(), model->num_classes());
+  // Leaves are named by their class labels, in both trees.
+  ASSERT_EQ(r.leaf_names().size(), static_cast<size_t>(model->num_classes()));
+  for (int32_t k = 0; k < model->num_classes(); ++k) {
+    EXPECT_EQ(r.leaf_names()[k], std::to_string(model->labels()[k]));
+  }
+  EXPECT_EQ(c.leaf_names(), r.leaf_names());
   EXPECT_EQ(r.point_leaf(), c.point_leaf());
   EXPECT_EQ(r.height(r.root()), c.height(c.root()));
   EXPECT_EQ(r.metadata().at("method"), "hppca");

@@ -187,6 +187,11 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
   DENDRO_ASSIGN_OR_RETURN(const Method* method, options_.resolve_method(spec));
   if (spec.dataset_id().empty()) return absl::InvalidArgumentError("job spec: dataset_id is empty");
   DENDRO_ASSIGN_OR_RETURN(v1::Dataset dataset, datasets_->Get(spec.dataset_id()));
+  if (spec.leaf_names_size() > 0 && !method->leaf_names_refusal().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("leaf_names do not apply to ",
+                                                   std::string(method->name()), ": ",
+                                                   std::string(method->leaf_names_refusal())));
+  }
   DENDRO_RETURN_IF_ERROR(method->Validate(spec, dataset, options_.limits));
   // A fit writes a model: refuse it while the disk is at its floor.
   DENDRO_RETURN_IF_ERROR(datasets_->disk().Check(0, "job"));

@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/cli.h"
 #include "core/common/status_macros.h"
@@ -220,6 +221,29 @@ absl::StatusOr<int64_t> IntFlag(const Args& args, const char* name, int64_t lo, 
 
 }  // namespace
 
+// One name per line (a final newline and CRLF line ends allowed); a blank
+// line is an error, since it would shift every later name.
+absl::StatusOr<std::vector<std::string>> ReadLeafNames(const std::string& path) {
+  std::string text;
+  if (absl::Status s = ReadFileToString(path, &text); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--leaf-names ", path, ": ", s.message()));
+  }
+  std::vector<std::string> names = absl::StrSplit(text, '\n');
+  if (!names.empty() && names.back().empty()) names.pop_back();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!names[i].empty() && names[i].back() == '\r') names[i].pop_back();
+    if (names[i].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--leaf-names ", path, ": line ", i + 1, " is empty (one name per line)"));
+    }
+  }
+  if (names.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--leaf-names ", path, ": no names"));
+  }
+  return names;
+}
+
 absl::Status RunL2h(Context& ctx, const Args& args) {
   v1::JobSpec spec;
   if (std::optional<std::string> agg = args.Get("aggregation")) {
@@ -230,6 +254,10 @@ absl::Status RunL2h(Context& ctx, const Args& args) {
     spec.mutable_l2h()->set_aggregation(*agg);
   } else {
     spec.mutable_l2h();
+  }
+  if (std::optional<std::string> path = args.Get("leaf-names")) {
+    DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> names, ReadLeafNames(*path));
+    for (std::string& n : names) spec.add_leaf_names(std::move(n));
   }
   return FitAndReport(ctx, args, std::move(spec), 2, "l2h needs logits with", "LOGITS.npy");
 }

@@ -57,7 +57,8 @@ const std::vector<Verb>& Verbs() {
       {"", "l2h", "fit an L2H hierarchy to a logits matrix and fetch it",
        "dendro l2h LOGITS.npy|DATASET_ID --out FILE [--out FILE ...] [--labels Y.npy]\n"
        "          [--name NAME] [--aggregation sum_of_means|mean_of_means|sum_of_sums]\n"
-       "          [--level K] [--no-wait] [--keep-dataset] [--allow-method-change]\n"
+       "          [--level K] [--leaf-names FILE] [--no-wait] [--keep-dataset]\n"
+       "          [--allow-method-change] [--json]\n"
        "  Uploads LOGITS.npy (N x K), fits L2H and waits for the job; then writes each\n"
        "  --out by extension: .npy SciPy linkage, .nwk/.newick Newick, .json the full tree\n"
        "  with point assignments. Prints \"model NAME version V\".\n"
@@ -66,6 +67,8 @@ const std::vector<Verb>& Verbs() {
        "  --labels Y.npy  also upload labels and print metrics (JSON) for the fitted tree\n"
        "                  (not with a dataset: it has the labels uploaded with it)\n"
        "  --level K       clusters for the flat metrics (default: number of label values)\n"
+       "  --leaf-names FILE  class names, one per line in column order; kept with the\n"
+       "                  model and used by the Newick and JSON trees\n"
        "  --name NAME     model name (default: the file's stem, or the dataset's display\n"
        "                  name, else its id)\n"
        "  --no-wait       print the job id and exit; no outputs are written\n"
@@ -77,6 +80,7 @@ const std::vector<Verb>& Verbs() {
        "                  dataset (when kept) and metrics (with --labels); with --no-wait\n"
        "                  job and dataset\n",
        {{"labels", true}, {"name", true}, {"aggregation", true}, {"out", true, true},
+        {"leaf-names", true},
         {"level", true}, {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, kJson},
        0, 1, RunL2h},

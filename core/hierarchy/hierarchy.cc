@@ -403,10 +403,10 @@ std::vector<Merge> Hierarchy::ToMerges() const {
   return merges;
 }
 
-absl::Status Hierarchy::SetLeafNames(std::vector<std::string> names) {
-  if (!names.empty() && static_cast<int64_t>(names.size()) != num_leaves_) {
+absl::Status CheckLeafNames(const std::vector<std::string>& names, int64_t num_leaves) {
+  if (!names.empty() && static_cast<int64_t>(names.size()) != num_leaves) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%d leaf names for a tree with %d leaves", names.size(), num_leaves_));
+        "%d leaf names for a tree with %d leaves", names.size(), num_leaves));
   }
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& n = names[i];
@@ -421,6 +421,11 @@ absl::Status Hierarchy::SetLeafNames(std::vector<std::string> names) {
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Hierarchy::SetLeafNames(std::vector<std::string> names) {
+  if (absl::Status s = CheckLeafNames(names, num_leaves_); !s.ok()) return s;
   leaf_names_ = std::move(names);
   return absl::OkStatus();
 }

@@ -42,6 +42,11 @@ struct Merge {
   double height = 0.0;
 };
 
+// OK if `names` can name the leaves of a tree with `num_leaves` leaves:
+// exactly that many, each 1-256 bytes without control characters (empty
+// `names` is OK: no names). InvalidArgument names the first bad one.
+absl::Status CheckLeafNames(const std::vector<std::string>& names, int64_t num_leaves);
+
 class Hierarchy {
  public:
   // A binary tree from L-1 merges; merge t creates node num_leaves + t.

@@ -111,6 +111,9 @@ class Hppca final : public Method {
  public:
   std::string_view name() const override { return "hppca"; }
 
+  std::string_view leaf_names_refusal() const override {
+    return "a classifier's leaves are named by their class labels";
+  }
   absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
                         const JobLimits& limits) const override {
     if (spec.has_hppca_add()) {

@@ -1,6 +1,8 @@
 // L2H as a service method: logits dataset -> hierarchy over its K clusters;
 // Assign maps new logits to their argmax cluster.
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
@@ -30,6 +32,7 @@ class L2hModel final : public FittedModel {
 class L2h final : public Method {
  public:
   std::string_view name() const override { return "l2h"; }
+  std::string_view leaf_names_refusal() const override { return ""; }
 
   absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
                         const JobLimits& limits) const override {
@@ -42,6 +45,10 @@ class L2h final : public Method {
     const double k = static_cast<double>(dataset.cols());
     DENDRO_RETURN_IF_ERROR(CheckMemory("l2h", 4 * 8 * k * k, limits,
                                        "K x K pairwise statistics for K = the dataset's columns"));
+    if (absl::Status s = CheckLeafNames(LeafNames(spec), dataset.cols()); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "leaf_names: ", s.message(), " (one name per column of dataset ", dataset.id(), ")"));
+    }
     return ParseAggregation(spec).status();
   }
 
@@ -52,6 +59,7 @@ class L2h final : public Method {
     DENDRO_ASSIGN_OR_RETURN(options.aggregation, ParseAggregation(spec));
     DENDRO_ASSIGN_OR_RETURN(L2hResult result, RunL2h(dataset.matrix(), options, ctx));
     Hierarchy tree = std::move(result.hierarchy);
+    DENDRO_RETURN_IF_ERROR(tree.SetLeafNames(LeafNames(spec)));
     auto& md = tree.mutable_metadata();
     md["method"] = "l2h";
     md["aggregation"] = std::string(L2hAggregationName(options.aggregation));
@@ -67,6 +75,9 @@ class L2h final : public Method {
   }
 
  private:
+  static std::vector<std::string> LeafNames(const v1::JobSpec& spec) {
+    return std::vector<std::string>(spec.leaf_names().begin(), spec.leaf_names().end());
+  }
   static absl::StatusOr<L2hAggregation> ParseAggregation(const v1::JobSpec& spec) {
     const std::string& a = spec.l2h().aggregation();
     if (a.empty()) return L2hAggregation::kSumOfMeans;

@@ -109,6 +109,11 @@ class Method {
   // memory or time beyond `limits` (the message names the field and limit).
   virtual absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
                                 const JobLimits& limits) const = 0;
+  // Why JobSpec.leaf_names cannot apply, or "" when the method names its
+  // leaves from them (then Validate checks their count).
+  virtual std::string_view leaf_names_refusal() const {
+    return "its leaves are found by the fit, so they cannot be named beforehand";
+  }
   virtual absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset& dataset,
                                                            const v1::JobSpec& spec,
                                                            RunContext& ctx) const = 0;

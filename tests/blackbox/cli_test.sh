@@ -340,6 +340,25 @@ run l2h ds-local.npy --out local.nwk
   fail "l2h ds-local.npy: exit $RC, stdout '$(cat out.txt)', stderr '$(cat err.txt)'"
 pass "an existing file named ds-… is uploaded as a file"
 
+# --- leaf names ------------------------------------------------------------------
+"$PY" -c 'print("\n".join(["cat", "dog", "great white_shark", "O'"'"'Brien"] + ["class%d" % i for i in range(4, 12)]))' >names.txt
+run l2h logits.npy --name named --leaf-names names.txt --out named.nwk --out named.json
+[[ $RC -eq 0 ]] || fail "l2h --leaf-names: $(cat err.txt)"
+grep -q "cat:" named.nwk && grep -q "'great white_shark':" named.nwk && grep -q "'O''Brien':" named.nwk ||
+  fail "the Newick tree does not carry the names: $(cat named.nwk)"
+"$PY" -c '
+import json
+t = json.load(open("named.json"))
+assert t["leaf_names"][:3] == ["cat", "dog", "great white_shark"] and len(t["leaf_names"]) == 12, t["leaf_names"]
+' || fail "the JSON tree does not carry the names"
+run tree named --out named_again.nwk
+cmp -s named.nwk named_again.nwk || fail "the names were not kept with the model"
+head -5 names.txt >short.txt
+expect_error 1 "leaf_names: 5 leaf names for a tree with 12 leaves" l2h logits.npy --leaf-names short.txt --out x.nwk
+printf 'a\n\nb\n' >blank.txt
+expect_error 1 "line 2 is empty" l2h logits.npy --leaf-names blank.txt --out x.nwk
+pass "l2h --leaf-names: names kept with the model, quoted in Newick, listed in JSON"
+
 # --- version labels and retention -------------------------------------------------
 run models label jsonfit 1 stable
 [[ $RC -eq 0 && "$(cat out.txt)" == "model jsonfit@stable is version 1" ]] ||

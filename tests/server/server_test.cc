@@ -228,6 +228,37 @@ TEST_F(ServerTest, BadJobsAndModelsGetClearErrors) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), HasSubstr("row 3, column 7"));
   EXPECT_TRUE(Assign("good", x, 10, 12, 2, &resp).ok());
+
+  // Leaf names: only where the leaves are known before the fit (l2h, with
+  // one per column).
+  v1::Dataset logits;
+  const std::vector<float> y = MakeLogits(200, 2, 2, 3);
+  ASSERT_TRUE(Upload(y, 200, 4, &logits).ok());
+  auto submit_named = [&](v1::JobSpec spec, int names) {
+    spec.set_dataset_id(logits.id());
+    spec.set_model_name("named");
+    for (int i = 0; i < names; ++i) spec.add_leaf_names("class " + std::to_string(i));
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec;
+    v1::Job job;
+    return jobs_->SubmitJob(&ctx, req, &job);
+  };
+  v1::JobSpec tneb;
+  tneb.mutable_tneb();
+  st = submit_named(tneb, 4);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("leaf_names do not apply to tneb"));
+  v1::JobSpec ghhc;
+  ghhc.mutable_ghhc();
+  st = submit_named(ghhc, 4);
+  EXPECT_THAT(st.error_message(), HasSubstr("leaf_names do not apply to ghhc"));
+  v1::JobSpec l2h;
+  l2h.mutable_l2h();
+  st = submit_named(l2h, 3);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("3 leaf names for a tree with 4 leaves"));
+  EXPECT_TRUE(submit_named(l2h, 4).ok());
 }
 
 TEST_F(ServerTest, OversizedMessageIsRefusedAndServerKeepsServing) {

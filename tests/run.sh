@@ -8,3 +8,8 @@ bash deploy/install-deps.sh
 BUILD_DIR="${BUILD_DIR:-$root/build}" bash deploy/build.sh
 ctest --test-dir "${BUILD_DIR:-$root/build}" --output-on-failure -j "$(nproc)" \
   --timeout 600 "$@"
+# A bounded fuzzing pass of every target (clang, ASan + UBSan), from the
+# committed seed corpora; FUZZ_SECONDS=0 skips it.
+if [[ "${FUZZ_SECONDS:-30}" != 0 ]]; then
+  bash tests/fuzz/run.sh "${FUZZ_SECONDS:-30}" "${FUZZ_BUILD_DIR:-$root/build-fuzz}"
+fi

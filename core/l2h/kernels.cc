@@ -67,22 +67,28 @@ inline bool Better(float v, int32_t c, const Cand& than) {
 
 constexpr int32_t kNoColumn = std::numeric_limits<int32_t>::max();
 
-// Horizontal reductions by halving (GCC vector shuffles).
+// Horizontal reductions by halving (vector shuffles; GCC and clang spell
+// them differently).
+#if defined(__clang__)
+#define DENDRO_SHUFFLE(v, T, ...) __builtin_shufflevector(v, v, __VA_ARGS__)
+#else
+#define DENDRO_SHUFFLE(v, T, ...) __builtin_shuffle(v, T{__VA_ARGS__})
+#endif
 inline float HorizontalMax(V8f v) {
-  V8f s = __builtin_shuffle(v, V8i{4, 5, 6, 7, 0, 1, 2, 3});
+  V8f s = DENDRO_SHUFFLE(v, V8i, 4, 5, 6, 7, 0, 1, 2, 3);
   v = s > v ? s : v;
-  s = __builtin_shuffle(v, V8i{2, 3, 0, 1, 6, 7, 4, 5});
+  s = DENDRO_SHUFFLE(v, V8i, 2, 3, 0, 1, 6, 7, 4, 5);
   v = s > v ? s : v;
-  s = __builtin_shuffle(v, V8i{1, 0, 3, 2, 5, 4, 7, 6});
+  s = DENDRO_SHUFFLE(v, V8i, 1, 0, 3, 2, 5, 4, 7, 6);
   v = s > v ? s : v;
   return v[0];
 }
 inline int32_t HorizontalMin(V8i v) {
-  V8i s = __builtin_shuffle(v, V8i{4, 5, 6, 7, 0, 1, 2, 3});
+  V8i s = DENDRO_SHUFFLE(v, V8i, 4, 5, 6, 7, 0, 1, 2, 3);
   v = s < v ? s : v;
-  s = __builtin_shuffle(v, V8i{2, 3, 0, 1, 6, 7, 4, 5});
+  s = DENDRO_SHUFFLE(v, V8i, 2, 3, 0, 1, 6, 7, 4, 5);
   v = s < v ? s : v;
-  s = __builtin_shuffle(v, V8i{1, 0, 3, 2, 5, 4, 7, 6});
+  s = DENDRO_SHUFFLE(v, V8i, 1, 0, 3, 2, 5, 4, 7, 6);
   v = s < v ? s : v;
   return v[0];
 }

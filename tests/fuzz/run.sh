@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang-14 (ASan + UBSan) in their own
+# build directory and runs each for SECONDS, starting from its committed
+# seed corpus (tests/fuzz/corpus/<target>/). New inputs go to a scratch
+# corpus, not the repository. A crash stops the run with the reproducer's
+# path; copy it into the seed corpus and add a unit test for the fix.
+#
+#   tests/fuzz/run.sh [SECONDS] [BUILD_DIR]     (defaults: 60, build-fuzz)
+#
+# Prints one line per target: executions, and the exit status.
+set -euo pipefail
+SECONDS_PER_TARGET=${1:-60}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD=${2:-$ROOT/build-fuzz}
+JOBS=${JOBS:-2}
+
+command -v clang++-14 >/dev/null || { echo "fuzz: clang++-14 is not installed (deploy/packages.txt lists it)"; exit 1; }
+CXX=clang++-14 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DDENDRO_FUZZ=ON -DDENDRO_BUILD_SERVER=OFF -DDENDRO_BUILD_TESTS=OFF -DDENDRO_NATIVE=OFF >/dev/null
+cmake --build "$BUILD" -j "$JOBS" >/dev/null
+
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/dendro-fuzz.XXXXXX")
+trap 'rm -rf "$SCRATCH"' EXIT
+status=0
+for target in "$BUILD"/tests/fuzz/*_fuzz; do
+  name=$(basename "$target" _fuzz)
+  mkdir -p "$SCRATCH/$name" "$SCRATCH/$name.crashes"
+  seeds="$ROOT/tests/fuzz/corpus/$name"
+  set +e
+  "$target" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+    -timeout=10 -print_final_stats=1 -artifact_prefix="$SCRATCH/$name.crashes/" \
+    "$SCRATCH/$name" "$seeds" >"$SCRATCH/$name.log" 2>&1
+  rc=$?
+  set -e
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$SCRATCH/$name.log" | grep -o '[0-9]*$' || echo "?")
+  echo "fuzz $name: $execs executions in ${SECONDS_PER_TARGET} s, exit $rc"
+  if [[ $rc -ne 0 ]]; then
+    status=1
+    tail -40 "$SCRATCH/$name.log"
+    mkdir -p "$ROOT/build-fuzz-crashes"
+    cp -r "$SCRATCH/$name.crashes" "$ROOT/build-fuzz-crashes/" 2>/dev/null || true
+    echo "fuzz $name: reproducers copied to build-fuzz-crashes/$name.crashes/"
+  fi
+done
+exit $status

@@ -1,0 +1,448 @@
+"""The connection to dendrod and every call that is not about one model or job."""
+from __future__ import annotations
+
+import datetime
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import grpc
+
+from . import _stubs
+from ._arrays import byte_chunks, is_dataset_id, load_labels, load_matrix
+from .errors import DendroError, translate
+from .jobs import Job
+from .models import Model, _timestamp, parse_model_ref
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+# Room left in each message for everything but the payload.
+_MESSAGE_OVERHEAD = 64 << 10
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """An uploaded matrix, referenced by ``id`` ("ds-…") in fits."""
+    id: str
+    name: str
+    rows: int
+    cols: int
+    has_labels: bool
+    transient: bool
+    size_bytes: int
+    owner: str
+    create_time: Optional[datetime.datetime]
+
+    @classmethod
+    def from_proto(cls, d: Any) -> "Dataset":
+        return cls(d.id, d.display_name, int(d.rows), int(d.cols), bool(d.has_labels),
+                   bool(d.transient), int(d.size_bytes), d.owner, _timestamp(d.create_time))
+
+
+def _read(path: Optional[str]) -> Optional[bytes]:
+    if path is None:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _model_name_from(text: str) -> str:
+    """A valid model name derived from a file stem or display name."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", text)[:128].lstrip(".")
+    return name or "model"
+
+
+class Client:
+    """A connection to a dendrod server.
+
+    ``target``: any gRPC target ("host:port", "dns:///host:port",
+    "ipv4:10.0.0.1:50051,10.0.0.2:50051"); default ``$DENDRO_SERVER``, else
+    "127.0.0.1:50051". Calls are spread over every address the target
+    resolves to (round_robin).
+    ``api_key``: sent as "authorization: Bearer <key>"; default
+    ``$DENDRO_API_KEY`` (``api_key=""`` sends none, whatever the environment).
+    ``tls``: connect with TLS, checking the server against the system roots,
+    or against ``tls_ca`` (a PEM file; implies TLS). ``tls_cert`` and
+    ``tls_key``: a client certificate and key (PEM files, both or neither;
+    imply TLS).
+    ``timeout``: seconds allowed for each unary call (uploads and waits have
+    their own limits).
+    ``max_message_bytes``: the gRPC message limit both ways; uploads, assign
+    and predict are split to stay under it. ``upload_chunk_bytes``: the size
+    of each upload message (default 1 MiB, less for a smaller limit).
+
+    Every failed call raises :class:`DendroError`. A Client is thread-safe
+    and can be used as a context manager (closing its channel on exit).
+    """
+
+    def __init__(self, target: Optional[str] = None, api_key: Optional[str] = None,
+                 tls: bool = False, tls_ca: Optional[str] = None,
+                 tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                 timeout: float = 60, max_message_bytes: int = 64 << 20,
+                 upload_chunk_bytes: Optional[int] = None) -> None:
+        self._pb, self._rpc = _stubs.load()
+        self.target = target or os.environ.get("DENDRO_SERVER") or DEFAULT_TARGET
+        if api_key is None:
+            api_key = os.environ.get("DENDRO_API_KEY") or None
+        if api_key and any(ord(c) <= 0x20 or ord(c) >= 0x7f for c in api_key):
+            raise ValueError("the API key contains whitespace or non-printable characters")
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both or neither")
+        if timeout is None or timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        if max_message_bytes < (1 << 20):
+            raise ValueError(f"max_message_bytes must be at least 1 MiB, got {max_message_bytes}")
+        if upload_chunk_bytes is None:
+            upload_chunk_bytes = min(1 << 20, max_message_bytes - _MESSAGE_OVERHEAD)
+        if not 8 <= upload_chunk_bytes <= max_message_bytes - _MESSAGE_OVERHEAD:
+            raise ValueError("upload_chunk_bytes must be in [8, max_message_bytes - 64 KiB], "
+                             f"got {upload_chunk_bytes}")
+        self.timeout = float(timeout)
+        self._chunk_bytes = int(upload_chunk_bytes)
+        self._batch_bytes = int(max_message_bytes) - _MESSAGE_OVERHEAD
+        self._metadata: Tuple[Tuple[str, str], ...] = (
+            (("authorization", f"Bearer {api_key}"),) if api_key else ())
+        options = [
+            ("grpc.max_send_message_length", int(max_message_bytes)),
+            ("grpc.max_receive_message_length", int(max_message_bytes)),
+            ("grpc.lb_policy_name", "round_robin"),
+        ]
+        if tls or tls_ca or tls_cert:
+            creds = grpc.ssl_channel_credentials(root_certificates=_read(tls_ca),
+                                                 private_key=_read(tls_key),
+                                                 certificate_chain=_read(tls_cert))
+            self._channel = grpc.secure_channel(self.target, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(self.target, options=options)
+        self._datasets = self._rpc.DatasetServiceStub(self._channel)
+        self._jobs = self._rpc.JobServiceStub(self._channel)
+        self._models = self._rpc.ModelServiceStub(self._channel)
+
+    # --- plumbing ---------------------------------------------------------------
+    def close(self) -> None:
+        """Closes the channel; the Client cannot be used afterwards."""
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<dendro_client.Client {self.target}>"
+
+    def _unary(self, method: Callable[..., Any], request: Any,
+               timeout: Optional[float] = None) -> Any:
+        with translate(self.target):
+            return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
+
+    def _pages(self, method: Callable[..., Any], make: Callable[[str], Any],
+               field: str) -> Iterator[Any]:
+        token = ""
+        while True:
+            resp = self._unary(method, make(token))
+            yield from getattr(resp, field)
+            token = resp.next_page_token
+            if not token:
+                return
+
+    # --- health -----------------------------------------------------------------
+    def health(self, service: str = "") -> str:
+        """The standard gRPC health check (grpc.health.v1.Health/Check).
+
+        ``service``: "" for the server, or e.g. "dendro.v1.ModelService".
+        Needs no API key. Returns "SERVING", "NOT_SERVING" or "UNKNOWN";
+        raises DendroError when the server cannot be reached (UNAVAILABLE)
+        or does not know ``service`` (NOT_FOUND).
+        """
+        from google.protobuf import wrappers_pb2
+        # HealthCheckRequest {string service = 1} and HealthCheckResponse
+        # {ServingStatus status = 1} share their wire format with these
+        # wrappers, so no health stubs are needed.
+        check = self._channel.unary_unary(
+            "/grpc.health.v1.Health/Check",
+            request_serializer=wrappers_pb2.StringValue.SerializeToString,
+            response_deserializer=wrappers_pb2.Int32Value.FromString)
+        resp = self._unary(check, wrappers_pb2.StringValue(value=service))
+        return {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING",
+                3: "SERVICE_UNKNOWN"}.get(resp.value, "UNKNOWN")
+
+    # --- datasets ---------------------------------------------------------------
+    def upload(self, data: Any, labels: Any = None, name: Optional[str] = None,
+               transient: bool = False) -> Dataset:
+        """Uploads a 2-D matrix (a float32/float64 array or a .npy path).
+
+        ``labels``: optional int labels, one per row (array or .npy path).
+        ``name``: the display name (default: the file's stem). ``transient``:
+        not written durably; the server drops it after the last job using it
+        ends, and on restart.
+
+        Every value is checked to be finite first: a ValueError names the
+        first NaN or infinity's row and column, and nothing is sent. Data
+        travels as float32 in chunks of ``upload_chunk_bytes``.
+        """
+        pb = self._pb
+        matrix, stem = load_matrix(data, "upload")
+        label_array = None if labels is None else load_labels(labels, matrix.shape[0])
+        header = pb.DatasetHeader(display_name=name if name is not None else (stem or ""),
+                                  rows=matrix.shape[0], cols=matrix.shape[1],
+                                  has_labels=label_array is not None, transient=transient)
+
+        def requests() -> Iterator[Any]:
+            yield pb.UploadDatasetRequest(header=header)
+            for chunk in byte_chunks(matrix, self._chunk_bytes):
+                yield pb.UploadDatasetRequest(data=chunk)
+            if label_array is not None:
+                for chunk in byte_chunks(label_array, self._chunk_bytes):
+                    yield pb.UploadDatasetRequest(labels=chunk)
+
+        with translate(self.target):
+            # No deadline: an upload takes as long as the data needs.
+            resp = self._datasets.UploadDataset(requests(), metadata=self._metadata)
+        return Dataset.from_proto(resp)
+
+    def dataset(self, dataset_id: str) -> Dataset:
+        """Looks up one dataset by id."""
+        return Dataset.from_proto(self._unary(self._datasets.GetDataset,
+                                              self._pb.GetDatasetRequest(id=dataset_id)))
+
+    def datasets(self) -> List[Dataset]:
+        """Every dataset (all pages)."""
+        pb = self._pb
+        return [Dataset.from_proto(d) for d in self._pages(
+            self._datasets.ListDatasets,
+            lambda t: pb.ListDatasetsRequest(page_size=1000, page_token=t), "datasets")]
+
+    def delete_dataset(self, dataset_id: str) -> None:
+        """Deletes a dataset (FAILED_PRECONDITION while a job uses it)."""
+        self._unary(self._datasets.DeleteDataset, self._pb.DeleteDatasetRequest(id=dataset_id))
+
+    # --- jobs -------------------------------------------------------------------
+    def job(self, job_id: str) -> Job:
+        """Looks up one job by id."""
+        return Job(self, self._unary(self._jobs.GetJob, self._pb.GetJobRequest(id=job_id)))
+
+    def jobs(self) -> List[Job]:
+        """Every job record (all pages)."""
+        pb = self._pb
+        return [Job(self, j) for j in self._pages(
+            self._jobs.ListJobs, lambda t: pb.ListJobsRequest(page_size=1000, page_token=t),
+            "jobs")]
+
+    def _params(self, message: Any, params: Dict[str, Any], method: str) -> Any:
+        """Fills a *Params message from keyword arguments (None = the default)."""
+        fields = [f.name for f in message.DESCRIPTOR.fields]
+        unknown = sorted(set(params) - set(fields))
+        if unknown:
+            raise TypeError(f"unknown {method} parameter(s) {', '.join(unknown)}; valid: "
+                            f"{', '.join(fields)}")
+        for key, value in params.items():
+            if value is not None:
+                setattr(message, key, value)
+        return message
+
+    def _submit(self, data: Any, labels: Any, name: Optional[str], method: str,
+                fill: Callable[[Any], None], leaf_names: Optional[Sequence[str]],
+                request_id: Optional[str], allow_method_change: bool,
+                default_name: Optional[str] = None) -> Job:
+        """Uploads ``data`` unless it is a dataset id, then submits the job.
+
+        An uploaded matrix is transient: the server deletes it when the job
+        ends. If the submission is refused, it is deleted at once.
+        """
+        pb = self._pb
+        uploaded = None
+        if isinstance(data, Dataset):
+            data = data.id
+        if is_dataset_id(data):
+            if labels is not None:
+                raise ValueError(f"labels cannot be given with a dataset id ({data}): the "
+                                 "dataset's own labels are used")
+            dataset_id = data
+            if name is None and default_name is None:
+                ds = self.dataset(dataset_id)
+                default_name = _model_name_from(ds.name or ds.id)
+        else:
+            matrix, stem = load_matrix(data, method)
+            label_array = None if labels is None else load_labels(labels, matrix.shape[0])
+            if name is None and default_name is None:
+                default_name = _model_name_from(stem) if stem else method
+            uploaded = self.upload(matrix, label_array, name=name or default_name,
+                                   transient=True)
+            dataset_id = uploaded.id
+        model_name = name if name is not None else default_name
+        if not _MODEL_NAME.match(model_name or ""):
+            raise ValueError(f"model name {model_name!r}: 1-128 letters, digits, '.', '_' or "
+                             "'-', not starting with '.'")
+        spec = pb.JobSpec(dataset_id=dataset_id, model_name=model_name,
+                          allow_method_change=allow_method_change,
+                          leaf_names=list(leaf_names or ()))
+        fill(spec)
+        try:
+            resp = self._unary(self._jobs.SubmitJob,
+                               pb.SubmitJobRequest(spec=spec, request_id=request_id or ""))
+        except DendroError:
+            if uploaded is not None:
+                try:
+                    self.delete_dataset(uploaded.id)
+                except DendroError:
+                    pass
+            raise
+        return Job(self, resp)
+
+    def fit_l2h(self, data: Any, name: Optional[str] = None, aggregation: Optional[str] = None,
+                leaf_names: Optional[Sequence[str]] = None, request_id: Optional[str] = None,
+                allow_method_change: bool = False) -> Job:
+        """Submits an L2H fit over N x K logits; returns the Job.
+
+        ``data``: an array or .npy path (uploaded as a transient dataset) or
+        a dataset id "ds-…". ``name``: the model name (default: the file's
+        stem, the dataset's display name, else "l2h"). ``aggregation``:
+        "sum_of_means" (default), "mean_of_means" or "sum_of_sums".
+        ``leaf_names``: one name per column (class). ``request_id``: an
+        idempotency key (a retry with the same key returns the same job).
+        """
+        def fill(spec: Any) -> None:
+            spec.l2h.SetInParent()
+            self._params(spec.l2h, {"aggregation": aggregation}, "l2h")
+        return self._submit(data, None, name, "l2h", fill, leaf_names, request_id,
+                            allow_method_change)
+
+    def fit_tneb(self, data: Any, name: Optional[str] = None, *,
+                 leaf_names: Optional[Sequence[str]] = None, request_id: Optional[str] = None,
+                 allow_method_change: bool = False, **params: Any) -> Job:
+        """Submits a t-NEB fit over N x d embeddings; returns the Job.
+
+        ``params`` are TnebParams fields (components, dof, learn_dof,
+        gaussian, ridge, restarts, max_iterations, tolerance, neighbors,
+        path_points, path_steps, learning_rate, eval_points, standardize,
+        seed, min_component_points, max_elongation); unset ones take the
+        paper's defaults. An unknown name raises TypeError. ``data`` and
+        ``name`` as in :meth:`fit_l2h`.
+        """
+        def fill(spec: Any) -> None:
+            spec.tneb.SetInParent()
+            self._params(spec.tneb, params, "tneb")
+        self._params(self._pb.TnebParams(), params, "tneb")  # check before uploading
+        return self._submit(data, None, name, "tneb", fill, leaf_names, request_id,
+                            allow_method_change)
+
+    def fit_ghhc(self, data: Any, name: Optional[str] = None, *,
+                 leaf_names: Optional[Sequence[str]] = None, request_id: Optional[str] = None,
+                 allow_method_change: bool = False, **params: Any) -> Job:
+        """Submits a gHHC fit over N x d embeddings; returns the Job.
+
+        ``params`` are GhhcParams fields (internal_nodes, learning_rate,
+        batch_size, triples, neighbors, margin, seed, init_sample,
+        point_norm, max_node_norm, gumbel_temperature, projection_dim,
+        no_center, margin_every, margin_steps, margin_learning_rate, link,
+        projection). An unknown name raises TypeError. ``data`` and ``name``
+        as in :meth:`fit_l2h`.
+        """
+        def fill(spec: Any) -> None:
+            spec.ghhc.SetInParent()
+            self._params(spec.ghhc, params, "ghhc")
+        self._params(self._pb.GhhcParams(), params, "ghhc")
+        return self._submit(data, None, name, "ghhc", fill, leaf_names, request_id,
+                            allow_method_change)
+
+    def hppca_train(self, features: Any, labels: Any, name: str,
+                    superclasses: Optional[int] = None, q: Optional[int] = None,
+                    r: Optional[int] = None, *, leaf_names: Optional[Sequence[str]] = None,
+                    request_id: Optional[str] = None, allow_method_change: bool = False,
+                    **params: Any) -> Job:
+        """Submits hierarchical PPCA classifier training; returns the Job.
+
+        ``features``: N x d array or .npy path with ``labels`` (N ints, array
+        or path), or a dataset id uploaded with labels (then ``labels`` is
+        None). ``superclasses``: S (None/0 = automatic, -1 = flat); ``q``,
+        ``r``: class and super-class PPCA components. Further ``params`` are
+        HppcaTrainParams fields (``lambda_`` for ``lambda``, log_det_score,
+        raw_data_clustering, kmeans_iterations, seed, default_top_t).
+        """
+        if "lambda_" in params:
+            params["lambda"] = params.pop("lambda_")
+        params.update(superclasses=superclasses, q=q, r=r)
+        self._params(self._pb.HppcaTrainParams(), params, "hppca")
+
+        def fill(spec: Any) -> None:
+            spec.hppca.SetInParent()
+            self._params(spec.hppca, params, "hppca")
+        if labels is None and not is_dataset_id(features) and not isinstance(features, Dataset):
+            raise ValueError("hppca_train needs labels (or a dataset id uploaded with labels)")
+        return self._submit(features, labels, name, "hppca", fill, leaf_names, request_id,
+                            allow_method_change)
+
+    def hppca_add(self, model: Any, features: Any, labels: Any = None, recluster: bool = False,
+                  *, request_id: Optional[str] = None) -> Job:
+        """Adds the classes of new labelled data to an hppca model; returns the Job.
+
+        ``model``: a Model or "NAME", "NAME:VERSION", "NAME@LABEL" (the
+        base); the result is a new version of the base's name.
+        ``features``/``labels`` as in :meth:`hppca_train`. ``recluster``:
+        re-run the super-class k-means from scratch.
+        """
+        if isinstance(model, Model):
+            base_name, version, label = model.name, model.version, ""
+        else:
+            base_name, version, label = parse_model_ref(model)
+
+        def fill(spec: Any) -> None:
+            spec.hppca_add.base.name = base_name
+            spec.hppca_add.base.version = version
+            spec.hppca_add.base.label = label
+            spec.hppca_add.recluster = recluster
+        if labels is None and not is_dataset_id(features) and not isinstance(features, Dataset):
+            raise ValueError("hppca_add needs labels (or a dataset id uploaded with labels)")
+        return self._submit(features, labels, base_name, "hppca", fill, None, request_id, False)
+
+    # --- models -----------------------------------------------------------------
+    def _model_ref(self, name: str, version: int = 0) -> Any:
+        base, number, label = parse_model_ref(name, version)
+        return self._pb.ModelRef(name=base, version=number, label=label)
+
+    def model(self, name: str, version: int = 0) -> Model:
+        """Looks up a model version: ``model("m")`` (the latest),
+        ``model("m", 3)``, ``model("m:3")`` or ``model("m@stable")``."""
+        return Model(self, self._unary(self._models.GetModel,
+                                       self._pb.GetModelRequest(model=self._model_ref(name,
+                                                                                      version))))
+
+    def models(self, name: Optional[str] = None) -> List[Model]:
+        """Every model version (all pages), or only the versions of ``name``."""
+        pb = self._pb
+        return [Model(self, m) for m in self._pages(
+            self._models.ListModels,
+            lambda t: pb.ListModelsRequest(name=name or "", page_size=1000, page_token=t),
+            "models")]
+
+    def delete_model(self, name: str, version: int = 0) -> int:
+        """Deletes one version, or every version of the name when ``version`` is 0
+        (a bare "NAME:VERSION" string works too); returns how many were deleted."""
+        base, number, label = parse_model_ref(name, version)
+        if label:
+            raise ValueError("delete_model takes a version number, not a label")
+        resp = self._unary(self._models.DeleteModel,
+                           self._pb.DeleteModelRequest(name=base, version=number))
+        return int(resp.deleted)
+
+    def set_label(self, name: str, label: str, version: int = 0) -> Model:
+        """Points ``label`` of model ``name`` at ``version`` (0 = the latest),
+        moving it if it points elsewhere; then "name@label" names that version."""
+        return Model(self, self._unary(self._models.SetModelLabel, self._pb.SetModelLabelRequest(
+            name=name, label=label, version=int(version))))
+
+    def delete_label(self, name: str, label: str) -> int:
+        """Removes a label; returns the version it pointed at."""
+        resp = self._unary(self._models.DeleteModelLabel,
+                           self._pb.DeleteModelLabelRequest(name=name, label=label))
+        return int(resp.version)
+
+    def set_retention(self, name: str, keep_versions: int) -> int:
+        """Keeps the newest ``keep_versions`` unlabelled versions of ``name`` (0 =
+        all); returns how many versions were deleted now."""
+        resp = self._unary(self._models.SetModelRetention, self._pb.SetModelRetentionRequest(
+            name=name, keep_versions=int(keep_versions)))
+        return int(resp.deleted)

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/client.h"
+#include "core/hierarchy/svg.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/timestamp.pb.h"
 
@@ -134,9 +135,9 @@ absl::Status JobNotSucceeded(const v1::Job& job);
 
 // --- Shared verb helpers ------------------------------------------------------
 
-enum class OutputKind { kLinkageNpy, kNewick, kJson };
-// By extension (.npy, .nwk/.newick, .json; case-insensitive); else a usage
-// error naming the file.
+enum class OutputKind { kLinkageNpy, kNewick, kJson, kSvg };
+// By extension (.npy, .nwk/.newick, .json, .svg; case-insensitive); else a
+// usage error naming the file.
 absl::StatusOr<OutputKind> OutputKindFor(const std::string& path);
 // Checks every --out: known extension and an existing, writable directory.
 absl::Status CheckOutputs(const std::vector<std::string>& outs);
@@ -185,10 +186,19 @@ absl::StatusOr<v1::Job> SubmitFit(client::Client& client, const v1::JobSpec& spe
 absl::Status WithMethodChangeHint(const absl::Status& status, const v1::JobSpec& spec);
 // Fetches the tree in the format each output's extension asks for and writes
 // the files atomically. Returns the model that was served.
-// `unrefined`: the method's own n-ary tree (refused for a .npy linkage).
+// How tree outputs are drawn: the method's own n-ary tree instead of its
+// refinement (`unrefined`; refused for a .npy linkage), and for .svg the
+// clusters to colour and the layout (see core/hierarchy/svg.h).
+struct TreeOutputOptions {
+  bool unrefined = false;
+  int32_t color_level = 0;
+  SvgOptions::Layout layout = SvgOptions::Layout::kAuto;
+};
+// From --unrefined, --color-level K and --layout auto|rectangular|radial.
+absl::StatusOr<TreeOutputOptions> TreeOutputOptionsFrom(const Args& args);
 absl::StatusOr<v1::Model> FetchTrees(client::Client& client, const v1::ModelRef& ref,
                                      const std::vector<std::string>& outs,
-                                     bool unrefined = false);
+                                     const TreeOutputOptions& options = {});
 
 // Each verb's entry point. `args` were parsed with the verb's flag specs.
 absl::Status RunUpload(Context& ctx, const Args& args);

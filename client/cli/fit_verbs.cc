@@ -121,6 +121,7 @@ absl::Status FitAndReport(Context& ctx, const Args& args, v1::JobSpec spec,
     return UsageError("--level only applies with --labels (it sets the metrics' cut)");
   }
   if (wait) DENDRO_RETURN_IF_ERROR(CheckOutputs(outs));
+  DENDRO_ASSIGN_OR_RETURN(const TreeOutputOptions tree_options, TreeOutputOptionsFrom(args));
   if (!input.existing()) {
     DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(input.path));
     const NpyHeader& h = npy->header();
@@ -188,7 +189,7 @@ absl::Status FitAndReport(Context& ctx, const Args& args, v1::JobSpec spec,
   v1::ModelRef ref;
   ref.set_name(job.model_name());
   ref.set_version(job.model_version());
-  DENDRO_ASSIGN_OR_RETURN(v1::Model model, FetchTrees(*client, ref, outs));
+  DENDRO_ASSIGN_OR_RETURN(v1::Model model, FetchTrees(*client, ref, outs, tree_options));
   nlohmann::ordered_json result;
   result["model"] = model.name();
   result["version"] = model.version();
@@ -327,8 +328,8 @@ absl::Status RunTree(Context& ctx, const Args& args) {
   if (outs.empty()) return UsageError("'tree' needs at least one --out FILE");
   DENDRO_RETURN_IF_ERROR(CheckOutputs(outs));
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
-  DENDRO_ASSIGN_OR_RETURN(v1::Model model,
-                          FetchTrees(*client, *ref, outs, args.Has("unrefined")));
+  DENDRO_ASSIGN_OR_RETURN(TreeOutputOptions tree_options, TreeOutputOptionsFrom(args));
+  DENDRO_ASSIGN_OR_RETURN(v1::Model model, FetchTrees(*client, *ref, outs, tree_options));
   std::cout << "model " << model.name() << " version " << model.version() << std::endl;
   return absl::OkStatus();
 }

@@ -76,13 +76,15 @@ const std::vector<Verb>& Verbs() {
        "                  dataset: not fsynced, dropped when the server restarts)\n"
        "  --allow-method-change  register under NAME even if its latest version was\n"
        "                  fitted with another method (refused otherwise)\n"
+       "  --out tree.svg  also draws the tree (see 'dendro tree --help'; --color-level K\n"
+       "                  colours the clusters of the cut into K, --layout picks one)\n"
        "  --json          print one JSON object instead: model, version, job, leaves,\n"
        "                  dataset (when kept) and metrics (with --labels); with --no-wait\n"
        "                  job and dataset\n",
        {{"labels", true}, {"name", true}, {"aggregation", true}, {"out", true, true},
         {"leaf-names", true},
         {"level", true}, {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
-        {"allow-method-change", false}, kJson},
+        {"allow-method-change", false}, kJson, {"color-level", true}, {"layout", true}},
        0, 1, RunL2h},
       {"", "tneb", "fit a t-NEB hierarchy (Student-t mixture, density paths) to embeddings",
        "dendro tneb EMBEDDINGS.npy|DATASET_ID --out FILE [--out FILE ...] [--labels Y.npy]\n"
@@ -103,7 +105,8 @@ const std::vector<Verb>& Verbs() {
         {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, {"components", true}, {"restarts", true},
         {"standardize", false}, {"gaussian", false}, {"seed", true}, {"dof", true},
-        {"learn-dof", false}, {"ridge", true}, {"neighbors", true}, kJson},
+        {"learn-dof", false}, {"ridge", true}, {"neighbors", true}, kJson,
+        {"color-level", true}, {"layout", true}},
        0, 1, RunTneb},
       {"", "ghhc", "fit a gHHC tree (hyperbolic, gradient-based) to embeddings",
        "dendro ghhc EMBEDDINGS.npy|DATASET_ID --out FILE [--out FILE ...] [--labels Y.npy]\n"
@@ -123,7 +126,8 @@ const std::vector<Verb>& Verbs() {
         {"triples", true}, {"seed", true}, {"projection-dim", true}, {"projection", true},
         {"no-center", false},
         {"learning-rate", true}, {"batch-size", true}, {"neighbors", true}, {"margin", true},
-        {"margin-every", true}, {"no-margin", false}, {"link", true}, kJson},
+        {"margin-every", true}, {"no-margin", false}, {"link", true}, kJson,
+        {"color-level", true}, {"layout", true}},
        0, 1, RunGhhc},
       {"hppca", "train", "train a hierarchical PPCA classifier on labelled features",
        "dendro hppca train (FEATURES.npy LABELS.npy | DATASET_ID) --name NAME [--superclasses S]\n"
@@ -162,11 +166,15 @@ const std::vector<Verb>& Verbs() {
        1, 1, RunPredict},
       {"", "tree", "download a model's hierarchy",
        "dendro tree NAME[:VERSION|@LABEL] --out FILE [--out FILE ...] [--unrefined]\n"
-       "  Writes each --out by extension: .npy SciPy linkage, .nwk/.newick, .json.\n"
+       "            [--color-level K] [--layout auto|rectangular|radial]\n"
+       "  Writes each --out by extension: .npy SciPy linkage, .nwk/.newick, .json, or\n"
+       "  .svg, a dendrogram drawn with leaf names and a height axis (radial above 200\n"
+       "  leaves, or as --layout says), the clusters of the cut into K coloured with\n"
+       "  --color-level K.\n"
        "  gHHC and hppca trees are n-ary; they are served refined into binary merges so\n"
        "  that every cluster count is reachable (docs/methods.md). --unrefined writes\n"
        "  the method's own n-ary tree instead (.json or .nwk only).\n",
-       {{"out", true, true}, {"unrefined", false}},
+       {{"out", true, true}, {"unrefined", false}, {"color-level", true}, {"layout", true}},
        1, 1, RunTree},
       {"", "assign", "assign new rows to a model's clusters",
        "dendro assign --model NAME[:VERSION] INPUT.npy [--level K] --out A.npy\n"

@@ -18,6 +18,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
 #include "client/cli/cli.h"
+#include "core/hierarchy/export.h"
 #include "core/io/npy.h"
 #include "core/common/status_macros.h"
 #include "core/io/atomic_file.h"
@@ -415,9 +416,10 @@ absl::StatusOr<OutputKind> OutputKindFor(const std::string& path) {
   if (ext == ".npy") return OutputKind::kLinkageNpy;
   if (ext == ".nwk" || ext == ".newick") return OutputKind::kNewick;
   if (ext == ".json") return OutputKind::kJson;
+  if (ext == ".svg") return OutputKind::kSvg;
   return UsageError(absl::StrCat("--out ", path, ": unknown extension '", ext,
-                                 "' (expected .npy for a SciPy linkage matrix, .nwk/.newick "
-                                 "or .json)"));
+                                 "' (expected .npy for a SciPy linkage matrix, .nwk/.newick, "
+                                 ".json or .svg for a picture)"));
 }
 
 absl::Status CheckOutputs(const std::vector<std::string>& outs) {
@@ -442,7 +444,8 @@ absl::Status CheckOutputs(const std::vector<std::string>& outs) {
 }
 
 absl::StatusOr<v1::Model> FetchTrees(client::Client& client, const v1::ModelRef& ref,
-                                     const std::vector<std::string>& outs, bool unrefined) {
+                                     const std::vector<std::string>& outs,
+                                     const TreeOutputOptions& options) {
   v1::ModelRef pinned = ref;
   v1::Model model;
   for (const std::string& out : outs) {
@@ -450,13 +453,29 @@ absl::StatusOr<v1::Model> FetchTrees(client::Client& client, const v1::ModelRef&
     v1::TreeFormat format = v1::TREE_FORMAT_JSON;
     if (kind == OutputKind::kLinkageNpy) format = v1::TREE_FORMAT_LINKAGE_NPY;
     if (kind == OutputKind::kNewick) format = v1::TREE_FORMAT_NEWICK;
-    if (unrefined && kind == OutputKind::kLinkageNpy) {
+    if (options.unrefined && kind == OutputKind::kLinkageNpy) {
       return UsageError(absl::StrCat("--out ", out, ": an unrefined tree can be n-ary, which a "
-                                     "SciPy linkage cannot hold; use .json or .nwk"));
+                                     "SciPy linkage cannot hold; use .json, .nwk or .svg"));
     }
     DENDRO_ASSIGN_OR_RETURN(std::string content,
                             client.GetTree(pinned, format, kind == OutputKind::kJson, &model,
-                                           unrefined));
+                                           options.unrefined));
+    if (kind == OutputKind::kSvg) {
+      // Drawn here from the JSON tree: the server serves data, not pictures.
+      DENDRO_ASSIGN_OR_RETURN(Hierarchy tree, ParseJson(content));
+      SvgOptions svg;
+      svg.color_level = options.color_level;
+      svg.layout = options.layout;
+      svg.title = absl::StrCat(model.name(), " v", model.version(), " (", model.method(), ", ",
+                               tree.num_leaves(), " leaves",
+                               options.unrefined ? ", unrefined" : "", ")");
+      absl::StatusOr<std::string> drawn = ToSvg(tree, svg);
+      if (!drawn.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--out ", out, ": ", drawn.status().message()));
+      }
+      content = *std::move(drawn);
+    }
     // Every file of one command describes the same version.
     pinned.set_version(model.version());
     pinned.clear_label();
@@ -466,6 +485,24 @@ absl::StatusOr<v1::Model> FetchTrees(client::Client& client, const v1::ModelRef&
     DENDRO_ASSIGN_OR_RETURN(model, client.GetModel(ref));
   }
   return model;
+}
+
+absl::StatusOr<TreeOutputOptions> TreeOutputOptionsFrom(const Args& args) {
+  TreeOutputOptions o;
+  o.unrefined = args.Has("unrefined");
+  DENDRO_ASSIGN_OR_RETURN(int64_t level, args.GetInt("color-level", 0, 0, 1 << 30));
+  o.color_level = static_cast<int32_t>(level);
+  if (std::optional<std::string> layout = args.Get("layout")) {
+    if (*layout == "rectangular") {
+      o.layout = SvgOptions::Layout::kRectangular;
+    } else if (*layout == "radial") {
+      o.layout = SvgOptions::Layout::kRadial;
+    } else if (*layout != "auto") {
+      return UsageError(absl::StrCat("--layout must be auto, rectangular or radial, got '",
+                                     *layout, "'"));
+    }
+  }
+  return o;
 }
 
 // 1-D (or N x 1) integer labels.

@@ -359,6 +359,37 @@ printf 'a\n\nb\n' >blank.txt
 expect_error 1 "line 2 is empty" l2h logits.npy --leaf-names blank.txt --out x.nwk
 pass "l2h --leaf-names: names kept with the model, quoted in Newick, listed in JSON"
 
+# --- pictures ------------------------------------------------------------------------
+run tree named --out named.svg --color-level 3
+[[ $RC -eq 0 ]] || fail "tree --out named.svg: $(cat err.txt)"
+run tree hyper --out hyper.svg --layout radial
+[[ $RC -eq 0 ]] || fail "tree --out hyper.svg --layout radial: $(cat err.txt)"
+"$PY" - <<'EOF' || fail "the SVG pictures are not what they should be"
+import json
+import xml.etree.ElementTree as ET
+ns = {"s": "http://www.w3.org/2000/svg"}
+for path, tree in (("named.svg", "named.json"), ("hyper.svg", "g_refined.json")):
+    root = ET.parse(path).getroot()  # well-formed XML
+    assert root.tag == "{http://www.w3.org/2000/svg}svg", root.tag
+    t = json.load(open(tree))
+    edges = root.findall(".//s:path[@class='edge']", ns)
+    leaves = [e for e in root.iter("{http://www.w3.org/2000/svg}text")
+              if e.get("class", "").startswith("leaf")]
+    assert len(edges) == len(t["nodes"]) - 1, (path, len(edges))
+    assert len(leaves) == t["num_leaves"], (path, len(leaves))
+named = ET.parse("named.svg").getroot()
+texts = [e.text for e in named.iter("{http://www.w3.org/2000/svg}text")]
+assert "great white_shark" in texts and "O'Brien" in texts, texts
+clusters = {e.get("class") for e in named.iter("{http://www.w3.org/2000/svg}text")
+            if e.get("class", "").startswith("leaf")}
+assert clusters == {"leaf cluster-0", "leaf cluster-1", "leaf cluster-2"}, clusters
+EOF
+run tree named --out again.svg --color-level 3
+cmp -s named.svg again.svg || fail "the same tree drew a different SVG"
+expect_error 2 "--layout must be" tree named --out x.svg --layout round
+expect_error 1 "colour level must be in" tree named --out x.svg --color-level 99
+pass "tree --out .svg: valid SVG, one edge per node, names, clusters coloured, deterministic"
+
 # --- version labels and retention -------------------------------------------------
 run models label jsonfit 1 stable
 [[ $RC -eq 0 && "$(cat out.txt)" == "model jsonfit@stable is version 1" ]] ||

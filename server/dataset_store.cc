@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/crash_point.h"
 #include "core/common/status_macros.h"
 
 namespace dendro::server {
@@ -215,8 +216,10 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
   d.set_transient(header_.transient());
   d.set_size_bytes(x_.size() + (header_.has_labels() ? y_.size() : 0));
   SetNow(d.mutable_create_time());
+  CrashPoint("upload.data_received");
   DENDRO_RETURN_IF_ERROR(x_.Commit());
   if (header_.has_labels()) DENDRO_RETURN_IF_ERROR(y_.Commit());
+  CrashPoint("upload.files_committed");
   absl::Status s = store_->meta_->PutDataset(d);
   if (!s.ok()) {
     std::error_code ec;
@@ -224,6 +227,7 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
     return s;
   }
   dir_.clear();
+  CrashPoint("upload.catalogued");
   return d;
 }
 
@@ -269,6 +273,7 @@ absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const st
 absl::Status DatasetStore::Delete(const std::string& id) {
   DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, meta_->GetDataset(id));
   DENDRO_RETURN_IF_ERROR(meta_->DeleteDataset(id));
+  CrashPoint("dataset_delete.row_removed");
   {
     std::lock_guard<std::mutex> lock(mu_);
     open_.erase(id);

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/crash_point.h"
 #include "core/common/run_context.h"
 #include "core/common/status_macros.h"
 #include "server/logging.h"
@@ -408,6 +409,7 @@ void JobManager::WorkerLoop() {
       absl::Status s = PublishLocked(*entry);
       if (!s.ok()) spdlog::error("job {}: cannot record start: {}", id, s.ToString());
     }
+    CrashPoint("job.started");
     Run(entry);
   }
 }

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/crash_point.h"
 #include "core/common/status_macros.h"
 #include "core/io/atomic_file.h"
 #include "server/dataset_store.h"
@@ -68,6 +69,7 @@ absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Jo
     std::filesystem::remove_all(dir, ec);
     return saved;
   }
+  CrashPoint("model.files_written");
   v1::Model m;
   m.set_name(name);
   m.set_method(std::string(model.method()));
@@ -85,6 +87,7 @@ absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Jo
     return committed.status();
   }
   m.set_version(committed->version);
+  CrashPoint("model.committed");
   if (!committed->pruned.empty()) {
     spdlog::info("model '{}': retention removed {} older version(s)", name,
                  committed->pruned.size());
@@ -163,6 +166,7 @@ absl::StatusOr<std::pair<std::shared_ptr<const FittedModel>, v1::Model>> ModelRe
 absl::StatusOr<int> ModelRegistry::Delete(const std::string& name, int64_t version) {
   DENDRO_RETURN_IF_ERROR(ValidateVersion(version));
   DENDRO_ASSIGN_OR_RETURN(std::vector<StoredModel> removed, meta_->DeleteModels(name, version));
+  CrashPoint("model_delete.rows_removed");
   RemoveFiles(name, removed);
   return static_cast<int>(removed.size());
 }

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/crash_point.h"
 #include "core/io/posix_error.h"
 
 namespace dendro {
@@ -272,6 +273,7 @@ absl::Status AtomicFileWriter::Commit() {
   if (::close(fd) != 0 && errno != EINTR) {
     return Fail(PosixError(tmp_path_, "close", errno));
   }
+  CrashPoint("file.before_rename", path_.substr(path_.rfind('/') + 1));
   if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
     return Fail(PosixError(path_, absl::StrCat("rename ", tmp_path_, " to it"), errno));
   }

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <set>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/cli/cli.h"
 #include "core/io/atomic_file.h"
 #include "dendro/version.h"
@@ -276,7 +279,8 @@ void PrintGroupHelp(const std::string& group) {
   std::cout << "usage: dendro " << group << " SUBCOMMAND ...\n\nsubcommands:\n";
   for (const Verb& v : Verbs()) {
     if (group == v.group) {
-      std::cout << "  " << v.name << std::string(10 - std::string(v.name).size(), ' ')
+      const std::string name = v.name;
+      std::cout << "  " << name << std::string(name.size() < 10 ? 10 - name.size() : 1, ' ')
                 << v.summary << "\n";
     }
   }
@@ -294,6 +298,75 @@ const Verb* FindVerb(const std::string& group, const std::string& name) {
     if (group == v.group && name == v.name) return &v;
   }
   return nullptr;
+}
+
+// A bash completion script generated from the verb table, so it cannot
+// drift from the verbs and flags dendro accepts.
+void PrintBashCompletion() {
+  std::set<std::string> value_flags = {"--server", "--timeout", "--tls-ca", "--tls-cert",
+                                       "--tls-key", "--api-key-file"};
+  std::map<std::string, std::vector<std::string>> groups;  // group -> subcommands
+  std::vector<std::string> top;
+  for (const Verb& v : Verbs()) {
+    if (*v.group) {
+      if (groups.find(v.group) == groups.end()) top.push_back(v.group);
+      groups[v.group].push_back(v.name);
+    } else {
+      top.push_back(v.name);
+    }
+    for (const FlagSpec& f : v.flags) {
+      if (f.takes_value) value_flags.insert("--" + f.name);
+    }
+  }
+  top.push_back("completion");
+  std::cout << "# bash completion for dendro. Load it with: source <(dendro completion bash)\n"
+               "_dendro() {\n"
+               "  local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}\n"
+               "  local globals=\"--server --timeout --tls --tls-ca --tls-cert --tls-key "
+               "--api-key-file --version --help\"\n"
+               "  case \" " << absl::StrJoin(value_flags, " ") << " \" in\n"
+               "    *\" $prev \"*) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n"
+               "  esac\n"
+               "  local words=() i skip=0\n"
+               "  for ((i = 1; i < COMP_CWORD; i++)); do\n"
+               "    local w=${COMP_WORDS[i]}\n"
+               "    if ((skip)); then skip=0; continue; fi\n"
+               "    case \" " << absl::StrJoin(value_flags, " ") << " \" in\n"
+               "      *\" $w \"*) skip=1; continue ;;\n"
+               "    esac\n"
+               "    [[ $w == -* ]] || words+=(\"$w\")\n"
+               "  done\n"
+               "  local key=\"${words[*]:0:2}\"\n"
+               "  if ((${#words[@]} == 0)); then\n"
+               "    COMPREPLY=($(compgen -W \"" << absl::StrJoin(top, " ")
+            << " $globals\" -- \"$cur\")); return\n"
+               "  fi\n"
+               "  case \"${words[0]}\" in\n";
+  for (const auto& [group, subs] : groups) {
+    std::cout << "    " << group << ") if ((${#words[@]} == 1)); then COMPREPLY=($(compgen -W \""
+              << absl::StrJoin(subs, " ") << "\" -- \"$cur\")); return; fi ;;\n"
+              << "";
+  }
+  std::cout << "    completion) COMPREPLY=($(compgen -W bash -- \"$cur\")); return ;;\n"
+               "    *) key=${words[0]} ;;\n"
+               "  esac\n"
+               "  local flags=\"\"\n"
+               "  case \"$key\" in\n";
+  for (const Verb& v : Verbs()) {
+    std::vector<std::string> flags;
+    for (const FlagSpec& f : v.flags) flags.push_back("--" + f.name);
+    flags.push_back("--help");
+    const std::string key = *v.group ? std::string(v.group) + " " + v.name : v.name;
+    std::cout << "    \"" << key << "\") flags=\"" << absl::StrJoin(flags, " ") << "\" ;;\n";
+  }
+  std::cout << "  esac\n"
+               "  if [[ $cur == -* ]]; then\n"
+               "    COMPREPLY=($(compgen -W \"$flags $globals\" -- \"$cur\"))\n"
+               "  else\n"
+               "    COMPREPLY=($(compgen -f -- \"$cur\"))\n"
+               "  fi\n"
+               "}\n"
+               "complete -o filenames -F _dendro dendro\n";
 }
 
 bool IsHelp(const std::string& a) { return a == "--help" || a == "-h" || a == "help"; }
@@ -374,6 +447,13 @@ absl::Status Main(const std::vector<std::string>& argv) {
     }
     if (argv[i] == "--version") {
       std::cout << "dendro " << DENDRO_VERSION << " (" << DENDRO_GIT_REVISION << ")\n";
+      return absl::OkStatus();
+    }
+    if (argv[i] == "completion") {
+      if (i + 1 >= argv.size() || argv[i + 1] != "bash") {
+        return UsageError("'completion' takes one argument: bash");
+      }
+      PrintBashCompletion();
       return absl::OkStatus();
     }
     absl::StatusOr<bool> took = TakeGlobalFlag(argv, &i, &globals);

@@ -390,6 +390,19 @@ expect_error 2 "--layout must be" tree named --out x.svg --layout round
 expect_error 1 "colour level must be in" tree named --out x.svg --color-level 99
 pass "tree --out .svg: valid SVG, one edge per node, names, clusters coloured, deterministic"
 
+# --- bash completion -----------------------------------------------------------------
+"$DENDRO" completion bash >completion.sh
+complete_words() {  # prints the completions of the command line "$@" (last word = current)
+  bash -c 'source completion.sh; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _dendro; echo "${COMPREPLY[*]}"' _ "$@"
+}
+[[ " $(complete_words dendro mo) " == *" models "* ]] || fail "completion: 'dendro mo' -> $(complete_words dendro mo)"
+[[ " $(complete_words dendro models la) " == *" label "* ]] || fail "completion: models subcommands"
+[[ " $(complete_words dendro --server h:1 l2h --le) " == *" --leaf-names "* ]] ||
+  fail "completion: l2h flags after a global flag's value"
+[[ " $(complete_words dendro tree x --co) " == *" --color-level "* ]] || fail "completion: tree flags"
+expect_error 2 "takes one argument: bash" completion zsh
+pass "dendro completion bash completes verbs, subcommands and each verb's flags"
+
 # --- version labels and retention -------------------------------------------------
 run models label jsonfit 1 stable
 [[ $RC -eq 0 && "$(cat out.txt)" == "model jsonfit@stable is version 1" ]] ||

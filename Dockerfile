@@ -1,13 +1,13 @@
 # syntax=docker/dockerfile:1
 # Multi-stage build of dendrod and the dendro CLI on Debian 12.
-# The build stage installs exactly deploy/packages.txt (via the same
-# deploy/install-deps.sh a developer runs); the runtime stage installs
-# deploy/runtime-packages.txt and runs as an unprivileged user.
+# The build stage installs deploy/packages.txt up to its test-only section
+# (via the same deploy/install-deps.sh a developer runs); the runtime stage
+# installs deploy/runtime-packages.txt and runs as an unprivileged user.
 
 FROM debian:12 AS build
 WORKDIR /src
 COPY deploy/ deploy/
-RUN bash deploy/install-deps.sh deploy/packages.txt && rm -rf /var/lib/apt/lists/*
+RUN bash deploy/install-deps.sh deploy/packages.txt --no-tests && rm -rf /var/lib/apt/lists/*
 COPY . .
 # Portable binaries: no -march=native in an image that may run elsewhere.
 RUN BUILD_DIR=/build DENDRO_TESTS=OFF DENDRO_NATIVE=OFF BUILD_TYPE=Release \

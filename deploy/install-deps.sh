@@ -3,8 +3,14 @@
 # Idempotent: packages already present are skipped. Needs root (or sudo).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+#   install-deps.sh [LIST] [--no-tests]
+# --no-tests stops at the list's "# tests and benchmarks" line (image builds).
 list="${1:-$here/packages.txt}"
-mapfile -t pkgs < <(grep -v '^\s*#' "$list" | grep -v '^\s*$')
+if [[ "${2:-}" == "--no-tests" ]]; then
+  mapfile -t pkgs < <(sed '/^# tests and benchmarks/,$d' "$list" | grep -v '^\s*#' | grep -v '^\s*$')
+else
+  mapfile -t pkgs < <(grep -v '^\s*#' "$list" | grep -v '^\s*$')
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do

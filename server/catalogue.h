@@ -129,6 +129,15 @@ class Catalogue {
   std::function<void(const char*, double)> observer_;
 };
 
+// Errors both implementations return, worded once.
+// NOT_FOUND for `name` (version 0: any version) / for a missing label.
+absl::Status ModelNotFound(const std::string& name, int64_t version);
+absl::Status LabelNotFound(const std::string& name, const std::string& label);
+// FAILED_PRECONDITION: one version of `name` cannot be deleted while `labels`
+// (not empty) point at it.
+absl::Status LabelledVersion(const std::string& name, int64_t version,
+                             const std::vector<std::string>& labels);
+
 // The catalogue `spec` names: "" or "sqlite" for <data_dir>/metadata.db, or
 // a libpq URI "postgresql://[user@]host[:port]/dbname[?options]". A password
 // comes from the PGPASSWORD environment variable or a ~/.pgpass-style

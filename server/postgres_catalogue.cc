@@ -180,12 +180,6 @@ void UpsertJob(pqxx::work& txn, const v1::Job& job) {
       RequestKey(job.owner(), job.request_id()), static_cast<int64_t>(job.end_time().seconds()));
 }
 
-absl::Status ModelNotFound(const std::string& name, int64_t version) {
-  return absl::NotFoundError(version > 0
-                                 ? absl::StrCat("model '", name, "' version ", version, " not found")
-                                 : absl::StrCat("model '", name, "' not found"));
-}
-
 // The columns that carry a model row's registry fields, after `m.record`:
 // its labels (comma-joined, sorted; labels hold no commas) and its name's
 // retention policy. Used with "FROM models m".
@@ -455,7 +449,7 @@ absl::StatusOr<StoredModel> PostgresCatalogue::GetModel(const std::string& name,
       const pqxx::result l = txn.exec_params(
           "SELECT version FROM model_labels WHERE name = $1 AND label = $2", name, label);
       if (l.empty()) {
-        return absl::NotFoundError(absl::StrCat("model '", name, "' has no label '", label, "'"));
+        return LabelNotFound(name, label);
       }
       v = l[0][0].as<int64_t>();
     }
@@ -501,13 +495,7 @@ absl::StatusOr<std::vector<StoredModel>> PostgresCatalogue::DeleteModels(const s
                            name, version)) {
         labels.push_back(row[0].as<std::string>());
       }
-      if (!labels.empty()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "model '", name, "' version ", version, " is labelled '",
-            absl::StrJoin(labels, "', '"),
-            "'; move or delete the label first (deleting every version of the name drops "
-            "its labels too)"));
-      }
+      if (!labels.empty()) return LabelledVersion(name, version, labels);
     }
     std::vector<StoredModel> removed;
     for (const pqxx::row& row : txn.exec_params(
@@ -555,7 +543,7 @@ absl::StatusOr<int64_t> PostgresCatalogue::DeleteModelLabel(const std::string& n
         "DELETE FROM model_labels WHERE name = $1 AND label = $2 RETURNING version", name,
         label);
     if (r.empty()) {
-      return absl::NotFoundError(absl::StrCat("model '", name, "' has no label '", label, "'"));
+      return LabelNotFound(name, label);
     }
     return r[0][0].as<int64_t>();
   });

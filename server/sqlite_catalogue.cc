@@ -481,12 +481,6 @@ absl::StatusOr<std::vector<v1::Job>> SqliteCatalogue::UnfinishedJobs() {
 
 namespace {
 
-absl::Status ModelNotFound(const std::string& name, int64_t version) {
-  return absl::NotFoundError(version > 0
-                                 ? absl::StrCat("model '", name, "' version ", version, " not found")
-                                 : absl::StrCat("model '", name, "' not found"));
-}
-
 // The columns that carry a model row's registry fields, after m.record: its
 // labels (comma-joined; labels hold no commas; sorted by the caller) and its
 // name's retention policy. Used with "FROM models m".
@@ -611,7 +605,7 @@ absl::StatusOr<StoredModel> SqliteCatalogue::GetModel(const std::string& name, i
     st.Bind(1, name).Bind(2, label);
     DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
     if (!row) {
-      return absl::NotFoundError(absl::StrCat("model '", name, "' has no label '", label, "'"));
+      return LabelNotFound(name, label);
     }
     version = st.Int(0);
   }
@@ -683,11 +677,8 @@ absl::StatusOr<std::vector<StoredModel>> SqliteCatalogue::DeleteModels(const std
       v1::Model labelled = removed.front().model;
       DENDRO_RETURN_IF_ERROR(FillRegistryFields(db_, &labelled));
       if (labelled.labels_size() > 0) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "model '", name, "' version ", version, " is labelled '",
-            absl::StrJoin(labelled.labels(), "', '"),
-            "'; move or delete the label first (deleting every version of the name drops "
-            "its labels too)"));
+        return LabelledVersion(name, version,
+                               {labelled.labels().begin(), labelled.labels().end()});
       }
     }
     {
@@ -743,7 +734,7 @@ absl::StatusOr<int64_t> SqliteCatalogue::DeleteModelLabel(const std::string& nam
     get.Bind(1, name).Bind(2, label);
     DENDRO_ASSIGN_OR_RETURN(bool row, get.Step());
     if (!row) {
-      return absl::NotFoundError(absl::StrCat("model '", name, "' has no label '", label, "'"));
+      return LabelNotFound(name, label);
     }
     const int64_t version = get.Int(0);
     Stmt st(db_, "DELETE FROM model_labels WHERE name = ? AND label = ?");

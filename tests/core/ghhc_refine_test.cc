@@ -24,27 +24,14 @@
 #include "core/hierarchy/export.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/core/refine_test_util.h"
 
 namespace dendro {
 namespace {
 
-using ::testing::HasSubstr;
+using refine_test::LeafSet;
 
-std::vector<int32_t> LeafSet(const Hierarchy& h, int32_t v) {
-  std::vector<int32_t> out;
-  std::vector<int32_t> stack = {v};
-  while (!stack.empty()) {
-    const int32_t u = stack.back();
-    stack.pop_back();
-    if (h.is_leaf(u)) {
-      out.push_back(u);
-    } else {
-      for (int32_t c : h.children(u)) stack.push_back(c);
-    }
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
+using ::testing::HasSubstr;
 
 // Binary, every k reachable by CutToK, and (SciPy's maxclust condition)
 // all merge heights distinct; every coarse cluster is a refined cluster.

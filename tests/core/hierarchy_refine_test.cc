@@ -12,35 +12,18 @@
 #include "core/hierarchy/refine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/core/refine_test_util.h"
 
 namespace dendro {
 namespace {
 
+using refine_test::ExpectEveryCut;
+using refine_test::AllMergeHeightsDistinct;
+using refine_test::Iota;
+using refine_test::LeafSet;
+
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// Leaves below `v`, sorted.
-std::vector<int32_t> LeafSet(const Hierarchy& h, int32_t v) {
-  std::vector<int32_t> out;
-  std::vector<int32_t> stack = {v};
-  while (!stack.empty()) {
-    const int32_t u = stack.back();
-    stack.pop_back();
-    if (h.is_leaf(u)) {
-      out.push_back(u);
-    } else {
-      for (int32_t c : h.children(u)) stack.push_back(c);
-    }
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::vector<int32_t> Iota(int32_t from, int32_t to) {
-  std::vector<int32_t> v(to - from + 1);
-  std::iota(v.begin(), v.end(), from);
-  return v;
-}
 
 // A star: `num_leaves` leaves under one root at `height`.
 Hierarchy Star(int32_t num_leaves, double height = 1.0) {
@@ -56,25 +39,6 @@ Hierarchy Star(int32_t num_leaves, double height = 1.0) {
 // 1-D positions -> absolute difference.
 NodeDistance OnLine(std::vector<double> pos) {
   return [pos = std::move(pos)](int32_t a, int32_t b) { return std::fabs(pos[a] - pos[b]); };
-}
-
-// SciPy's fcluster(Z, k, 'maxclust') yields exactly k clusters for every
-// k in [1, L - 1] iff all linkage heights differ.
-bool AllMergeHeightsDistinct(const Hierarchy& h) {
-  std::vector<double> heights;
-  for (const Merge& m : h.ToMerges()) heights.push_back(m.height);
-  std::sort(heights.begin(), heights.end());
-  return std::adjacent_find(heights.begin(), heights.end()) == heights.end();
-}
-
-void ExpectEveryCut(const Hierarchy& h) {
-  EXPECT_TRUE(h.is_binary());
-  EXPECT_EQ(h.ReachableLevels(), Iota(1, h.num_leaves()));
-  for (int32_t k = 1; k <= h.num_leaves(); ++k) {
-    auto cut = h.CutToK(k);
-    ASSERT_TRUE(cut.ok()) << "k = " << k << ": " << cut.status();
-    EXPECT_EQ(*std::max_element(cut->begin(), cut->end()), k - 1);
-  }
 }
 
 TEST(RefineTest, StarTreeReachesEveryK) {

@@ -22,27 +22,15 @@
 #include "core/io/atomic_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/core/refine_test_util.h"
 
 namespace dendro {
 namespace {
 
-MatrixView View(const RowMatrixF& m) { return MatrixView(m.data(), m.rows(), m.cols()); }
+using refine_test::ExpectEveryCut;
+using refine_test::LeafSet;
 
-std::vector<int32_t> LeafSet(const Hierarchy& h, int32_t v) {
-  std::vector<int32_t> out;
-  std::vector<int32_t> stack = {v};
-  while (!stack.empty()) {
-    const int32_t u = stack.back();
-    stack.pop_back();
-    if (h.is_leaf(u)) {
-      out.push_back(u);
-    } else {
-      for (int32_t c : h.children(u)) stack.push_back(c);
-    }
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
+MatrixView View(const RowMatrixF& m) { return MatrixView(m.data(), m.rows(), m.cols()); }
 
 TwoLevelSpec Spec() {
   TwoLevelSpec spec;
@@ -56,19 +44,6 @@ TwoLevelSpec Spec() {
   spec.class_scale = 0.3;
   spec.noise = 0.15;
   return spec;
-}
-
-void ExpectEveryCut(const Hierarchy& h) {
-  EXPECT_TRUE(h.is_binary());
-  std::vector<int32_t> all(h.num_leaves());
-  std::iota(all.begin(), all.end(), 1);
-  EXPECT_EQ(h.ReachableLevels(), all);
-  for (int32_t k = 1; k <= h.num_leaves(); ++k) EXPECT_TRUE(h.CutToK(k).ok()) << "k = " << k;
-  // SciPy's maxclust reaches every k iff all merge heights differ.
-  std::vector<double> heights;
-  for (const Merge& m : h.ToMerges()) heights.push_back(m.height);
-  std::sort(heights.begin(), heights.end());
-  EXPECT_EQ(std::adjacent_find(heights.begin(), heights.end()), heights.end());
 }
 
 class HppcaRefineTest : public ::testing::Test {
@@ -97,6 +72,7 @@ TEST_F(HppcaRefineTest, RefinedTreeKeepsSuperclassesAndReachesEveryK) {
   const Hierarchy& c = model->coarse_hierarchy();
   EXPECT_FALSE(c.is_binary());
   ExpectEveryCut(r);
+  EXPECT_TRUE(refine_test::AllMergeHeightsDistinct(r));
   EXPECT_EQ(r.num_leaves(), model->num_classes());
   // Leaves are named by their class labels, in both trees.
   ASSERT_EQ(r.leaf_names().size(), static_cast<size_t>(model->num_classes()));
@@ -144,6 +120,7 @@ TEST_F(HppcaRefineTest, RefinedTreeKeepsSuperclassesAndReachesEveryK) {
   ASSERT_TRUE(flat.ok());
   EXPECT_EQ(flat->coarse_hierarchy().num_internal(), 1);
   ExpectEveryCut(flat->hierarchy());
+  EXPECT_TRUE(refine_test::AllMergeHeightsDistinct(flat->hierarchy()));
   EXPECT_EQ(flat->hierarchy().height(flat->hierarchy().root()), 1.0);
 }
 

@@ -78,7 +78,10 @@ struct GlobalOptions {
   bool tls = false;
   std::string tls_ca_file;  // implies tls
   std::string tls_cert_file, tls_key_file;  // client certificate (mutual TLS)
-  std::string api_key;  // from DENDRO_API_KEY or --api-key-file, never a flag value
+  std::string api_key;  // from DENDRO_API_KEY, never a flag value
+  // --api-key-file: read (and checked) when the first call is made; its key
+  // takes precedence over DENDRO_API_KEY.
+  std::string api_key_file;
 };
 
 class Context {

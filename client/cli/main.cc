@@ -12,18 +12,16 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
-#include <set>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/cli.h"
-#include "core/io/atomic_file.h"
 #include "dendro/version.h"
 
 namespace dendro::cli {
@@ -412,18 +410,9 @@ absl::StatusOr<bool> TakeGlobalFlag(const std::vector<std::string>& argv, size_t
       globals->tls = true;
       (std::string(name) == "tls-cert" ? globals->tls_cert_file : globals->tls_key_file) = value;
     } else if (std::string(name) == "api-key-file") {
-      std::string text;
-      if (absl::Status s = ReadFileToString(value, &text); !s.ok()) {
-        return absl::NotFoundError(absl::StrCat("cannot read the API key file ", value));
-      }
-      // The first line, without its trailing whitespace (and line end).
-      text.resize(std::min(text.size(), text.find('\n')));
-      text = std::string(absl::StripTrailingAsciiWhitespace(text));
-      if (text.empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the API key file ", value, " holds no key on its first line"));
-      }
-      globals->api_key = std::move(text);
+      // Read when a verb connects, so offline verbs work whatever it holds.
+      if (value.empty()) return UsageError("--api-key-file needs a file");
+      globals->api_key_file = value;
     } else {
       absl::Status s = ParseTimeout(value, &globals->timeout_seconds);
       if (!s.ok()) return s;

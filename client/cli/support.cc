@@ -13,6 +13,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
@@ -134,8 +135,28 @@ absl::StatusOr<int64_t> Args::GetInt(const std::string& flag, int64_t fallback, 
 
 // --- Context ------------------------------------------------------------------
 
+namespace {
+// The first line of `path`, without trailing whitespace (and line end).
+absl::StatusOr<std::string> ReadApiKeyFile(const std::string& path) {
+  std::string text;
+  if (!ReadFileToString(path, &text).ok()) {
+    return absl::NotFoundError(absl::StrCat("cannot read the API key file ", path));
+  }
+  text.resize(std::min(text.size(), text.find('\n')));
+  text = std::string(absl::StripTrailingAsciiWhitespace(text));
+  if (text.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the API key file ", path, " holds no key on its first line"));
+  }
+  return text;
+}
+}  // namespace
+
 absl::StatusOr<client::Client*> Context::client() {
   if (client_ == nullptr) {
+    if (!options_.api_key_file.empty()) {
+      DENDRO_ASSIGN_OR_RETURN(options_.api_key, ReadApiKeyFile(options_.api_key_file));
+    }
     client::ClientOptions opts;
     opts.target = options_.server;
     opts.deadline = std::chrono::milliseconds(

@@ -44,6 +44,9 @@ pass "keys hash / keys new"
 expect_error 1 "cannot read the API key file" --api-key-file missing.key models list
 : >empty.key
 expect_error 1 "holds no key" --api-key-file empty.key models list
+# The key file is read only when a verb talks to the server.
+printf '%s\n' "$key" | "$DENDRO" --api-key-file missing.key keys hash alice reader >/dev/null ||
+  fail "an offline verb failed on an unreadable --api-key-file"
 DENDRO_API_KEY='two words' expect_error 1 "whitespace or non-printable" models list
 expect_error 2 "--tls-cert and --tls-key" --tls-cert nothing.pem models list
 expect_error 1 "client certificate" --tls-cert nothing.pem --tls-key nothing.key models list

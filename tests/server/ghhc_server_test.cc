@@ -15,7 +15,7 @@
 #include "dendro/v1/dendro.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/server.h"
+#include "tests/server/server_fixture.h"
 
 namespace dendro::server {
 namespace {
@@ -37,94 +37,22 @@ std::vector<float> Blobs(int n, std::vector<int64_t>* labels) {
   return x;
 }
 
-class GhhcServerTest : public ::testing::Test {
+class GhhcServerTest : public ServerTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("dendro_ghhc_server_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-  }
-  void TearDown() override {
-    StopServer();
-    std::filesystem::remove_all(dir_);
-  }
-  void StartServer() {
-    ServerOptions opts;
-    opts.listen = "127.0.0.1:0";
-    opts.data_dir = dir_.string();
-    opts.drain_grace = absl::ZeroDuration();
-    server_ = std::make_unique<DendroServer>(opts);
-    ASSERT_TRUE(server_->Start().ok());
-    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
-                                       grpc::InsecureChannelCredentials());
-    datasets_ = v1::DatasetService::NewStub(channel);
-    jobs_ = v1::JobService::NewStub(channel);
-    models_ = v1::ModelService::NewStub(channel);
-  }
-  void StopServer() {
-    if (server_) server_->Shutdown();
-    server_.reset();
-  }
-
-  grpc::Status Upload(const std::vector<float>& x, int64_t rows, int64_t cols,
-                      const std::vector<int64_t>* labels, v1::Dataset* out) {
-    grpc::ClientContext ctx;
-    auto writer = datasets_->UploadDataset(&ctx, out);
-    v1::UploadDatasetRequest req;
-    req.mutable_header()->set_rows(rows);
-    req.mutable_header()->set_cols(cols);
-    req.mutable_header()->set_has_labels(labels != nullptr);
-    writer->Write(req);
-    req.set_data(std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float)));
-    writer->Write(req);
-    if (labels) {
-      req.set_labels(std::string(reinterpret_cast<const char*>(labels->data()),
-                                 labels->size() * sizeof(int64_t)));
-      writer->Write(req);
-    }
-    writer->WritesDone();
-    return writer->Finish();
-  }
-
   v1::Job Submit(const std::string& dataset, const std::string& model, const v1::GhhcParams& p,
                  grpc::Status* st) {
-    grpc::ClientContext ctx;
-    v1::SubmitJobRequest req;
-    req.mutable_spec()->set_dataset_id(dataset);
-    req.mutable_spec()->set_model_name(model);
-    *req.mutable_spec()->mutable_ghhc() = p;
-    v1::Job job;
-    *st = jobs_->SubmitJob(&ctx, req, &job);
-    return job;
-  }
-
-  v1::Job Wait(const std::string& id) {
-    grpc::ClientContext ctx;
-    v1::WaitJobRequest req;
-    req.set_id(id);
-    req.mutable_timeout()->set_seconds(120);
-    v1::Job job;
-    EXPECT_TRUE(jobs_->WaitJob(&ctx, req, &job).ok());
-    return job;
-  }
-
-  grpc::Status Assign(const std::string& model, const std::vector<float>& x, int64_t rows,
-                      int64_t cols, v1::AssignResponse* resp) {
-    grpc::ClientContext ctx;
-    v1::AssignRequest req;
-    req.mutable_model()->set_name(model);
-    req.set_rows(rows);
-    req.set_cols(cols);
-    req.set_data(std::string(reinterpret_cast<const char*>(x.data()), x.size() * 4));
-    return models_->Assign(&ctx, req, resp);
+    v1::JobSpec spec;
+    spec.set_dataset_id(dataset);
+    spec.set_model_name(model);
+    *spec.mutable_ghhc() = p;
+    return SubmitSpec(spec, st);
   }
 
   // Uploads n x 8 rows with labels and fits `model` with `p` to success.
   void UploadAndFit(const std::vector<float>& x, int n, const std::vector<int64_t>& labels,
                     const std::string& model, const v1::GhhcParams& p) {
     v1::Dataset ds;
-    ASSERT_TRUE(Upload(x, n, 8, &labels, &ds).ok());
+    ASSERT_TRUE(Upload(x, n, 8, &ds, &labels).ok());
     grpc::Status st;
     v1::Job job = Submit(ds.id(), model, p, &st);
     ASSERT_TRUE(st.ok()) << st.error_message();
@@ -132,12 +60,6 @@ class GhhcServerTest : public ::testing::Test {
     ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
     EXPECT_DOUBLE_EQ(job.progress(), 1.0);
   }
-
-  std::filesystem::path dir_;
-  std::unique_ptr<DendroServer> server_;
-  std::unique_ptr<v1::DatasetService::Stub> datasets_;
-  std::unique_ptr<v1::JobService::Stub> jobs_;
-  std::unique_ptr<v1::ModelService::Stub> models_;
 };
 
 // The core options SmallParams() stands for.
@@ -199,18 +121,18 @@ TEST_F(GhhcServerTest, FitAssignAndReload) {
 
   // Assign: the training rows land in their training leaves.
   v1::AssignResponse aresp;
-  ASSERT_TRUE(Assign("blobs", x, n, 8, &aresp).ok());
+  ASSERT_TRUE(Assign("blobs", x, n, 8, 0, &aresp).ok());
   ASSERT_EQ(aresp.leaf_size(), n);
   for (int i = 0; i < n; ++i) EXPECT_EQ(aresp.leaf(i), tree->point_leaf()[i]);
   v1::AssignResponse bad;
-  EXPECT_EQ(Assign("blobs", std::vector<float>(8, 0.f), 2, 4, &bad).error_code(),
+  EXPECT_EQ(Assign("blobs", std::vector<float>(8, 0.f), 2, 4, 0, &bad).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
 
   // After a restart the model is loaded from disk and assigns the same way.
   StopServer();
   StartServer();
   v1::AssignResponse again;
-  ASSERT_TRUE(Assign("blobs", x, n, 8, &again).ok());
+  ASSERT_TRUE(Assign("blobs", x, n, 8, 0, &again).ok());
   ASSERT_EQ(again.leaf_size(), n);
   for (int i = 0; i < n; ++i) EXPECT_EQ(again.leaf(i), aresp.leaf(i));
 }
@@ -250,7 +172,7 @@ TEST_F(GhhcServerTest, ParametersReachTheCoreAndProjectionSurvivesReload) {
   EXPECT_EQ(model.metadata().at("link"), "softplus");
 
   v1::AssignResponse before;
-  ASSERT_TRUE(Assign("projected", x, n, 8, &before).ok());
+  ASSERT_TRUE(Assign("projected", x, n, 8, 0, &before).ok());
   ASSERT_EQ(before.leaf_size(), n);
   for (int i = 0; i < n; ++i) {
     ASSERT_EQ(before.leaf(i), expected->hierarchy.point_leaf()[i]) << "row " << i;
@@ -258,7 +180,7 @@ TEST_F(GhhcServerTest, ParametersReachTheCoreAndProjectionSurvivesReload) {
   StopServer();
   StartServer();
   v1::AssignResponse after;
-  ASSERT_TRUE(Assign("projected", x, n, 8, &after).ok());
+  ASSERT_TRUE(Assign("projected", x, n, 8, 0, &after).ok());
   for (int i = 0; i < n; ++i) ASSERT_EQ(after.leaf(i), before.leaf(i)) << "row " << i;
 }
 
@@ -267,7 +189,7 @@ TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {
   std::vector<int64_t> labels;
   const std::vector<float> x = Blobs(30, &labels);
   v1::Dataset ds;
-  ASSERT_TRUE(Upload(x, 30, 8, nullptr, &ds).ok());
+  ASSERT_TRUE(Upload(x, 30, 8, &ds).ok());
   grpc::Status st;
   v1::GhhcParams p = SmallParams();
   p.set_internal_nodes(-2);
@@ -302,14 +224,14 @@ TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {
   Submit(ds.id(), "bad", p, &st);
   EXPECT_THAT(st.error_message(), HasSubstr("margin_every must be >= -1"));
   v1::Dataset two_rows;
-  ASSERT_TRUE(Upload(std::vector<float>(16, 1.f), 2, 8, nullptr, &two_rows).ok());
+  ASSERT_TRUE(Upload(std::vector<float>(16, 1.f), 2, 8, &two_rows).ok());
   Submit(two_rows.id(), "bad", SmallParams(), &st);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), HasSubstr("at least 3 points"));
   // A zero row after centring fails the job with a message naming the row.
   std::vector<float> same(8 * 5, 2.f);
   v1::Dataset constant;
-  ASSERT_TRUE(Upload(same, 5, 8, nullptr, &constant).ok());
+  ASSERT_TRUE(Upload(same, 5, 8, &constant).ok());
   v1::Job job = Submit(constant.id(), "bad", SmallParams(), &st);
   ASSERT_TRUE(st.ok()) << st.error_message();
   job = Wait(job.id());
@@ -323,7 +245,7 @@ TEST_F(GhhcServerTest, CancelStopsTheJob) {
   std::vector<int64_t> labels;
   const std::vector<float> x = Blobs(n, &labels);
   v1::Dataset ds;
-  ASSERT_TRUE(Upload(x, n, 8, nullptr, &ds).ok());
+  ASSERT_TRUE(Upload(x, n, 8, &ds).ok());
   v1::GhhcParams p = SmallParams();
   p.set_triples(int64_t{1} << 40);  // would run for days
   grpc::Status st;

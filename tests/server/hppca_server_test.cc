@@ -24,7 +24,7 @@
 #include "dendro/v1/dendro.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/server.h"
+#include "tests/server/server_fixture.h"
 
 namespace dendro::server {
 namespace {
@@ -67,71 +67,24 @@ HppcaOptions CoreOptions() {
   return o;
 }
 
-class HppcaServerTest : public ::testing::Test {
+class HppcaServerTest : public ServerTest {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("dendro_hppca_server_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
+    ServerTest::SetUp();
     gen_ = std::make_unique<TwoLevelGenerator>(Spec());
     train_ = gen_->Sample(50, 1);
     test_ = gen_->Sample(20, 2);
   }
-  void TearDown() override {
-    StopServer();
-    std::filesystem::remove_all(dir_);
-  }
-  void StartServer() {
-    ServerOptions opts;
-    opts.listen = "127.0.0.1:0";
-    opts.data_dir = dir_.string();
-    opts.drain_grace = absl::ZeroDuration();
-    server_ = std::make_unique<DendroServer>(opts);
-    ASSERT_TRUE(server_->Start().ok());
-    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
-                                       grpc::InsecureChannelCredentials());
-    datasets_ = v1::DatasetService::NewStub(channel);
-    jobs_ = v1::JobService::NewStub(channel);
-    models_ = v1::ModelService::NewStub(channel);
-  }
-  void StopServer() {
-    if (server_) server_->Shutdown();
-    server_.reset();
-  }
 
   grpc::Status Upload(const RowMatrixF& x, const std::vector<int64_t>* labels, v1::Dataset* out) {
-    grpc::ClientContext ctx;
-    auto writer = datasets_->UploadDataset(&ctx, out);
-    v1::UploadDatasetRequest req;
-    req.mutable_header()->set_rows(x.rows());
-    req.mutable_header()->set_cols(x.cols());
-    req.mutable_header()->set_has_labels(labels != nullptr);
-    writer->Write(req);
-    req.set_data(std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float)));
-    writer->Write(req);
-    if (labels) {
-      req.set_labels(std::string(reinterpret_cast<const char*>(labels->data()),
-                                 labels->size() * sizeof(int64_t)));
-      writer->Write(req);
-    }
-    writer->WritesDone();
-    return writer->Finish();
+    const std::vector<float> rows(x.data(), x.data() + x.size());
+    return ServerTest::Upload(rows, x.rows(), x.cols(), out, labels);
   }
 
+  // Submits `spec` and waits for it to end.
   v1::Job Run(const v1::JobSpec& spec, grpc::Status* st) {
-    grpc::ClientContext ctx;
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = spec;
-    v1::Job job;
-    *st = jobs_->SubmitJob(&ctx, req, &job);
-    if (!st->ok()) return job;
-    grpc::ClientContext wctx;
-    v1::WaitJobRequest wreq;
-    wreq.set_id(job.id());
-    wreq.mutable_timeout()->set_seconds(120);
-    EXPECT_TRUE(jobs_->WaitJob(&wctx, wreq, &job).ok());
-    return job;
+    v1::Job job = SubmitSpec(spec, st);
+    return st->ok() ? Wait(job.id()) : job;
   }
 
   v1::Job Train(const std::string& dataset, const std::string& name, grpc::Status* st) {
@@ -167,13 +120,8 @@ class HppcaServerTest : public ::testing::Test {
     return static_cast<double>(ok) / static_cast<double>(resp.rows());
   }
 
-  std::filesystem::path dir_;
   std::unique_ptr<TwoLevelGenerator> gen_;
   LabelledData train_, test_;
-  std::unique_ptr<DendroServer> server_;
-  std::unique_ptr<v1::DatasetService::Stub> datasets_;
-  std::unique_ptr<v1::JobService::Stub> jobs_;
-  std::unique_ptr<v1::ModelService::Stub> models_;
 };
 
 TEST_F(HppcaServerTest, TrainPredictStreamAndReload) {

@@ -167,6 +167,16 @@ class ServerTest : public ::testing::Test {
     return writer->Finish();
   }
 
+  // Submits `spec` as it is.
+  v1::Job SubmitSpec(const v1::JobSpec& spec, grpc::Status* st) {
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec;
+    v1::Job job;
+    *st = jobs_->SubmitJob(&ctx, req, &job);
+    return job;
+  }
+
   v1::Job Submit(const std::string& dataset, const std::string& model, grpc::Status* st) {
     grpc::ClientContext ctx;
     v1::SubmitJobRequest req;

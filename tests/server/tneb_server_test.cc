@@ -15,7 +15,7 @@
 #include "dendro/v1/dendro.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/server.h"
+#include "tests/server/server_fixture.h"
 
 namespace dendro::server {
 namespace {
@@ -38,95 +38,16 @@ std::vector<float> Blobs(int n, std::vector<int64_t>* labels) {
   return x;
 }
 
-class TnebServerTest : public ::testing::Test {
+class TnebServerTest : public ServerTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("dendro_tneb_server_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-  }
-  void TearDown() override {
-    StopServer();
-    std::filesystem::remove_all(dir_);
-  }
-  void StartServer() {
-    ServerOptions opts;
-    opts.listen = "127.0.0.1:0";
-    opts.data_dir = dir_.string();
-    opts.drain_grace = absl::ZeroDuration();
-    server_ = std::make_unique<DendroServer>(opts);
-    ASSERT_TRUE(server_->Start().ok());
-    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
-                                       grpc::InsecureChannelCredentials());
-    datasets_ = v1::DatasetService::NewStub(channel);
-    jobs_ = v1::JobService::NewStub(channel);
-    models_ = v1::ModelService::NewStub(channel);
-  }
-  void StopServer() {
-    if (server_) server_->Shutdown();
-    server_.reset();
-  }
-
-  grpc::Status Upload(const std::vector<float>& x, int64_t rows, int64_t cols,
-                      const std::vector<int64_t>* labels, v1::Dataset* out) {
-    grpc::ClientContext ctx;
-    auto writer = datasets_->UploadDataset(&ctx, out);
-    v1::UploadDatasetRequest req;
-    req.mutable_header()->set_rows(rows);
-    req.mutable_header()->set_cols(cols);
-    req.mutable_header()->set_has_labels(labels != nullptr);
-    writer->Write(req);
-    req.set_data(std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float)));
-    writer->Write(req);
-    if (labels) {
-      req.set_labels(std::string(reinterpret_cast<const char*>(labels->data()),
-                                 labels->size() * sizeof(int64_t)));
-      writer->Write(req);
-    }
-    writer->WritesDone();
-    return writer->Finish();
-  }
-
   v1::Job Submit(const std::string& dataset, const std::string& model, const v1::TnebParams& p,
                  grpc::Status* st) {
-    grpc::ClientContext ctx;
-    v1::SubmitJobRequest req;
-    req.mutable_spec()->set_dataset_id(dataset);
-    req.mutable_spec()->set_model_name(model);
-    *req.mutable_spec()->mutable_tneb() = p;
-    v1::Job job;
-    *st = jobs_->SubmitJob(&ctx, req, &job);
-    return job;
+    v1::JobSpec spec;
+    spec.set_dataset_id(dataset);
+    spec.set_model_name(model);
+    *spec.mutable_tneb() = p;
+    return SubmitSpec(spec, st);
   }
-
-  v1::Job Wait(const std::string& id) {
-    grpc::ClientContext ctx;
-    v1::WaitJobRequest req;
-    req.set_id(id);
-    req.mutable_timeout()->set_seconds(120);
-    v1::Job job;
-    EXPECT_TRUE(jobs_->WaitJob(&ctx, req, &job).ok());
-    return job;
-  }
-
-  grpc::Status Assign(const std::string& model, const std::vector<float>& x, int64_t rows,
-                      int64_t cols, int level, v1::AssignResponse* resp) {
-    grpc::ClientContext ctx;
-    v1::AssignRequest req;
-    req.mutable_model()->set_name(model);
-    req.set_rows(rows);
-    req.set_cols(cols);
-    req.set_level(level);
-    req.set_data(std::string(reinterpret_cast<const char*>(x.data()), x.size() * 4));
-    return models_->Assign(&ctx, req, resp);
-  }
-
-  std::filesystem::path dir_;
-  std::unique_ptr<DendroServer> server_;
-  std::unique_ptr<v1::DatasetService::Stub> datasets_;
-  std::unique_ptr<v1::JobService::Stub> jobs_;
-  std::unique_ptr<v1::ModelService::Stub> models_;
 };
 
 v1::TnebParams SmallParams() {
@@ -147,7 +68,7 @@ TEST_F(TnebServerTest, FitAssignAndReload) {
   std::vector<int64_t> labels;
   const std::vector<float> x = Blobs(n, &labels);
   v1::Dataset ds;
-  ASSERT_TRUE(Upload(x, n, 3, &labels, &ds).ok());
+  ASSERT_TRUE(Upload(x, n, 3, &ds, &labels).ok());
   grpc::Status st;
   v1::Job job = Submit(ds.id(), "blobs", SmallParams(), &st);
   ASSERT_TRUE(st.ok()) << st.error_message();
@@ -218,7 +139,7 @@ TEST_F(TnebServerTest, BadParametersAreRejectedAtSubmit) {
   std::vector<int64_t> labels;
   const std::vector<float> x = Blobs(30, &labels);
   v1::Dataset ds;
-  ASSERT_TRUE(Upload(x, 30, 3, nullptr, &ds).ok());
+  ASSERT_TRUE(Upload(x, 30, 3, &ds).ok());
   grpc::Status st;
   v1::TnebParams p = SmallParams();
   p.set_components(-2);
@@ -236,7 +157,7 @@ TEST_F(TnebServerTest, BadParametersAreRejectedAtSubmit) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), HasSubstr("learning_rate"));
   v1::Dataset one_col;
-  ASSERT_TRUE(Upload(std::vector<float>(30, 1.f), 30, 1, nullptr, &one_col).ok());
+  ASSERT_TRUE(Upload(std::vector<float>(30, 1.f), 30, 1, &one_col).ok());
   Submit(one_col.id(), "bad", SmallParams(), &st);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), HasSubstr("at least 2 columns"));

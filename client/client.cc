@@ -184,6 +184,11 @@ std::string FormatModelRef(const v1::ModelRef& ref) {
   return absl::StrCat(ref.name(), ":", ref.version());
 }
 
+void PinVersion(v1::ModelRef* ref, int64_t version) {
+  ref->set_version(version);
+  ref->clear_label();
+}
+
 bool IsTerminal(v1::JobState state) {
   return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
          state == v1::JOB_STATE_CANCELLED;
@@ -781,8 +786,7 @@ absl::StatusOr<AssignResult> Client::Assign(const v1::ModelRef& ref, const Matri
         if (begin == 0) {
           // Pin every later batch to the version the first one used.
           result.model_version = resp.model_version();
-          req.mutable_model()->set_version(resp.model_version());
-          req.mutable_model()->clear_label();  // a label may move meanwhile
+          PinVersion(req.mutable_model(), resp.model_version());
         }
         result.leaf.insert(result.leaf.end(), resp.leaf().begin(), resp.leaf().end());
         result.cluster.insert(result.cluster.end(), resp.cluster().begin(),
@@ -823,8 +827,7 @@ absl::StatusOr<PredictResult> Client::Predict(const v1::ModelRef& ref, const Mat
           result.top_k = resp.top_k();
           result.top_t = resp.top_t();
           result.model_version = resp.model_version();
-          req.mutable_model()->set_version(resp.model_version());
-          req.mutable_model()->clear_label();  // a label may move meanwhile
+          PinVersion(req.mutable_model(), resp.model_version());
         }
         result.labels.insert(result.labels.end(), resp.labels().begin(), resp.labels().end());
         result.scores.insert(result.scores.end(), resp.scores().begin(), resp.scores().end());

@@ -88,6 +88,9 @@ struct PredictResult {
 absl::StatusOr<v1::ModelRef> ParseModelRef(std::string_view text);
 // "NAME@LABEL", "NAME:VERSION", or "NAME" for version 0 (latest).
 std::string FormatModelRef(const v1::ModelRef& ref);
+// Points `ref` at exactly `version` (dropping any label, which may move), so
+// that the later calls of one operation all see the version the first used.
+void PinVersion(v1::ModelRef* ref, int64_t version);
 
 // True for SUCCEEDED, FAILED and CANCELLED.
 bool IsTerminal(v1::JobState state);

@@ -206,8 +206,7 @@ absl::Status RunPredict(Context& ctx, const Args& args) {
     // Super-class accuracy: the true class's super-class is among the T
     // opened (and, separately, is the first one).
     v1::ModelRef pinned = *ref;
-    pinned.set_version(pred.model_version);
-    pinned.clear_label();
+    client::PinVersion(&pinned, pred.model_version);
     DENDRO_ASSIGN_OR_RETURN(v1::GetClassesResponse classes, client->GetClasses(pinned));
     absl::flat_hash_map<int64_t, int32_t> super_of;
     for (int i = 0; i < classes.labels_size(); ++i) {

@@ -498,8 +498,7 @@ absl::StatusOr<v1::Model> FetchTrees(client::Client& client, const v1::ModelRef&
       content = *std::move(drawn);
     }
     // Every file of one command describes the same version.
-    pinned.set_version(model.version());
-    pinned.clear_label();
+    client::PinVersion(&pinned, model.version());
     DENDRO_RETURN_IF_ERROR(WriteFileAtomic(out, content));
   }
   if (outs.empty()) {

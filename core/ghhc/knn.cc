@@ -35,15 +35,9 @@ absl::Status ExactTable(const RowMat<float>& x, int32_t k, int threads, RunConte
   // Every row costs O(n (d + log k)); with exact_max_points raised far above
   // its default one block of rows can take seconds, so the workers also poll
   // before each block and every 16 rows (a cancel skips the rest).
-  std::atomic<bool> stop{false};
-  auto poll = [&] {
-    if (stop.load(std::memory_order_relaxed)) return true;
-    if (!ctx.Cancelled()) return false;
-    stop.store(true, std::memory_order_relaxed);
-    return true;
-  };
+  SharedCancel cancel(ctx);
   for (int64_t b0 = 0; b0 < num_blocks; b0 += kBlocksPerPoll) {
-    if (poll()) return absl::CancelledError("job cancelled");
+    if (cancel.Poll()) return absl::CancelledError("job cancelled");
     const int64_t b1 = std::min(num_blocks, b0 + kBlocksPerPoll);
 #pragma omp parallel num_threads(threads)
     {
@@ -52,12 +46,12 @@ absl::Status ExactTable(const RowMat<float>& x, int32_t k, int threads, RunConte
       std::vector<float> dist(n);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t blk = b0; blk < b1; ++blk) {
-        if (poll()) continue;
+        if (cancel.Poll()) continue;
         const int64_t r0 = blk * kBlock;
         const int64_t rn = std::min(kBlock, n - r0);
         s.noalias() = x.middleRows(r0, rn) * x.transpose();
         for (int64_t i = 0; i < rn; ++i) {
-          if (i % 16 == 15 && poll()) break;
+          if (i % 16 == 15 && cancel.Poll()) break;
           const int64_t row = r0 + i;
           for (int64_t j = 0; j < n; ++j) {
             dist[j] = std::max(sq[row] + sq[j] - 2.0f * s(i, j), 0.0f);
@@ -71,7 +65,7 @@ absl::Status ExactTable(const RowMat<float>& x, int32_t k, int threads, RunConte
         }
       }
     }
-    if (stop.load()) return absl::CancelledError("job cancelled");
+    if (cancel.seen()) return absl::CancelledError("job cancelled");
     progress(static_cast<double>(b1) / num_blocks);
   }
   return absl::OkStatus();
@@ -85,15 +79,9 @@ absl::Status HnswTable(const RowMat<float>& x, const KnnOptions& options, int32_
   const int32_t ef = options.hnsw_ef_search > 0 ? std::max(options.hnsw_ef_search, k + 1)
                                                 : std::max(2 * k + 2, 32);
   std::atomic<bool> failed{false};
-  // Set by any thread that sees a cancel; one insertion or query costs about
-  // ef x M distance evaluations, so every point polls.
-  std::atomic<bool> stop{false};
-  auto poll = [&] {
-    if (stop.load(std::memory_order_relaxed)) return true;
-    if (!ctx.Cancelled()) return false;
-    stop.store(true, std::memory_order_relaxed);
-    return true;
-  };
+  // Seen by every thread once one sees a cancel; one insertion or query
+  // costs about ef x M distance evaluations, so every point polls.
+  SharedCancel cancel(ctx);
   std::string error;
   auto record_error = [&](const char* what) {
 #pragma omp critical(ghhc_knn_error)
@@ -111,11 +99,11 @@ absl::Status HnswTable(const RowMat<float>& x, const KnnOptions& options, int32_
     // Building costs about as much as querying; weight them equally.
     constexpr int64_t kSuper = 8192;
     for (int64_t s0 = 1; s0 < n; s0 += kSuper) {
-      if (poll()) return absl::CancelledError("job cancelled");
+      if (cancel.Poll()) return absl::CancelledError("job cancelled");
       const int64_t s1 = std::min(n, s0 + kSuper);
 #pragma omp parallel for num_threads(options.num_threads) schedule(dynamic, 64)
       for (int64_t i = s0; i < s1; ++i) {
-        if (failed.load(std::memory_order_relaxed) || poll()) continue;
+        if (failed.load(std::memory_order_relaxed) || cancel.Poll()) continue;
         try {
           index->addPoint(x.row(i).data(), static_cast<hnswlib::labeltype>(i));
         } catch (const std::exception& e) {
@@ -123,17 +111,17 @@ absl::Status HnswTable(const RowMat<float>& x, const KnnOptions& options, int32_
         }
       }
       if (failed) break;
-      if (stop.load()) return absl::CancelledError("job cancelled");
+      if (cancel.seen()) return absl::CancelledError("job cancelled");
       progress(0.5 * static_cast<double>(s1) / n);
     }
     if (failed) return absl::InternalError(absl::StrCat("HNSW index build failed: ", error));
     index->setEf(static_cast<size_t>(ef));
     for (int64_t s0 = 0; s0 < n; s0 += kSuper) {
-      if (poll()) return absl::CancelledError("job cancelled");
+      if (cancel.Poll()) return absl::CancelledError("job cancelled");
       const int64_t s1 = std::min(n, s0 + kSuper);
 #pragma omp parallel for num_threads(options.num_threads) schedule(dynamic, 64)
       for (int64_t i = s0; i < s1; ++i) {
-        if (failed.load(std::memory_order_relaxed) || poll()) continue;
+        if (failed.load(std::memory_order_relaxed) || cancel.Poll()) continue;
         if (!query_mask.empty() && query_mask[i] == 0) {
           std::fill(out + i * k, out + (i + 1) * k, -1);
           continue;
@@ -164,7 +152,7 @@ absl::Status HnswTable(const RowMat<float>& x, const KnnOptions& options, int32_
         }
       }
       if (failed) break;
-      if (stop.load()) return absl::CancelledError("job cancelled");
+      if (cancel.seen()) return absl::CancelledError("job cancelled");
       progress(0.5 + 0.5 * static_cast<double>(s1) / n);
     }
     if (failed) return absl::InternalError(absl::StrCat("HNSW search failed: ", error));

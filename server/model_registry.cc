@@ -1,5 +1,6 @@
 #include "server/model_registry.h"
 
+#include <atomic>
 #include <filesystem>
 #include <set>
 
@@ -156,9 +157,12 @@ absl::StatusOr<std::pair<std::shared_ptr<const FittedModel>, v1::Model>> ModelRe
   std::shared_ptr<const FittedModel> model = *std::move(loaded);
   const int64_t bytes = DirectoryBytes(dir);
   if (!cache_.Put(key, model, bytes)) {
-    spdlog::warn("model '{}' version {} ({} MiB) is larger than the whole model cache; it is "
-                 "served but reloaded on every use (raise --model_cache_mb)",
-                 name, stored.model.version(), bytes >> 20);
+    // Such a model is reloaded on every request: say so once, not each time.
+    static std::atomic<bool> warned{false};
+    spdlog::log(warned.exchange(true) ? spdlog::level::debug : spdlog::level::warn,
+                "model '{}' version {} ({} MiB) is larger than the whole model cache; it is "
+                "served but reloaded on every use (raise --model_cache_mb)",
+                name, stored.model.version(), bytes >> 20);
   }
   return std::make_pair(model, stored.model);
 }

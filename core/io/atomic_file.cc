@@ -26,6 +26,16 @@ constexpr size_t kMaxIo = size_t{1} << 30;
 
 std::atomic<uint64_t> g_tmp_counter{0};
 
+// This machine's name, for temporary file names ("host" if unknown).
+const std::string& HostName() {
+  static const std::string name = [] {
+    char buf[256] = {0};
+    if (::gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return std::string("host");
+    return std::string(buf);
+  }();
+  return name;
+}
+
 absl::Status WriteFully(int fd, std::string_view bytes, const std::string& path) {
   const char* p = bytes.data();
   size_t n = bytes.size();
@@ -141,7 +151,9 @@ absl::Status AtomicFileWriter::Open(const std::string& path, AtomicFileWriter* o
   if (path.back() == '/') {
     return absl::InvalidArgumentError(absl::StrCat(path, ": names a directory, not a file"));
   }
-  const std::string prefix = absl::StrCat(path, ".tmp.", ::getpid(), ".");
+  // Host and pid: unique among the processes that may share a directory on
+  // a network volume.
+  const std::string prefix = absl::StrCat(path, ".tmp.", HostName(), ".", ::getpid(), ".");
   // A stale temporary file from an earlier process with the same pid is
   // possible (after a crash); skip over it.
   for (int attempt = 0; attempt < 1000; ++attempt) {

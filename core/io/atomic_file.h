@@ -1,6 +1,6 @@
 // Crash-safe file replacement.
 //
-// Every file Dendro persists is written as: create "<path>.tmp.<random>" in
+// Every file Dendro persists is written as: create "<path>.tmp.<host>.<pid>.<n>" in
 // the same directory, write, fsync the file, rename over <path>, fsync the
 // directory. A reader therefore sees either the old file or the complete new
 // one, never a torn write.

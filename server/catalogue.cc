@@ -1,5 +1,7 @@
 #include "server/catalogue.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -24,6 +26,51 @@ absl::Status LabelledVersion(const std::string& name, int64_t version,
       "model '", name, "' version ", version, " is labelled '", absl::StrJoin(labels, "', '"),
       "'; move or delete the label first (deleting every version of the name drops its labels "
       "too)"));
+}
+
+absl::Status LeaseLost(const std::string& id) {
+  return absl::AbortedError(absl::StrCat(
+      "job '", id, "': this replica's lease on it has ended (another replica may run it now)"));
+}
+
+absl::Status CancelledBeforeCommit(const std::string& id) {
+  return absl::CancelledError(
+      absl::StrCat("job '", id, "' was cancelled before its model was committed"));
+}
+
+void MarkRequeued(v1::Job& job, const std::string& why) {
+  job.set_state(v1::JOB_STATE_QUEUED);
+  job.set_stage(why);
+  job.set_progress(0);
+}
+
+void MarkClaimed(v1::Job& job) {
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.set_stage("starting");
+  job.set_progress(0);
+  job.set_attempts(job.attempts() + 1);
+  const int64_t nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  job.mutable_start_time()->set_seconds(nanos / 1000000000);
+  job.mutable_start_time()->set_nanos(static_cast<int32_t>(nanos % 1000000000));
+}
+
+void KeepCancelRequest(const v1::Job& stored, v1::Job& job) {
+  if (!stored.cancel_requested()) return;
+  job.set_cancel_requested(true);
+  if (job.state() == v1::JOB_STATE_QUEUED) {
+    // A requested cancel wins over a re-queue.
+    job.set_state(v1::JOB_STATE_CANCELLED);
+    job.set_stage("cancelled");
+    job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kCancelled));
+    job.mutable_error()->set_message("cancelled by request");
+    const int64_t nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+    job.mutable_end_time()->set_seconds(nanos / 1000000000);
+    job.mutable_end_time()->set_nanos(static_cast<int32_t>(nanos % 1000000000));
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Catalogue>> OpenCatalogue(const std::string& spec,

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "dendro/v1/dendro.pb.h"
 
 namespace dendro::server {
@@ -55,6 +56,19 @@ struct StoredModel {
 struct CommitResult {
   int64_t version = 0;
   std::vector<StoredModel> pruned;
+};
+
+// A job taken from the queue: its record as stored (RUNNING, attempts
+// counted) and the lease's fencing token. Writes made under the lease name
+// the token; once the lease has passed to someone else they are refused.
+struct ClaimedJob {
+  v1::Job job;
+  int64_t token = 0;
+};
+
+struct JobCounts {
+  int64_t queued = 0;
+  int64_t running = 0;
 };
 
 class Catalogue {
@@ -85,12 +99,62 @@ class Catalogue {
   // Jobs in QUEUED or RUNNING state, oldest first.
   virtual absl::StatusOr<std::vector<v1::Job>> UnfinishedJobs() = 0;
 
+  // --- The job queue, shared by every dendrod using this catalogue. ---
+  //
+  // A RUNNING job is leased: its holder (a replica id) must renew the lease
+  // before it expires, and every write it makes names the lease's token. A
+  // lease that expires (the holder died or lost the database) lets another
+  // replica re-queue and claim the job; the old holder's writes are then
+  // refused with ABORTED, so a job commits at most one model. Lease times
+  // are the catalogue's clock (the database server's for PostgreSQL), never
+  // compared with a replica's clock.
+  //
+  // Invariant: once cancel_requested is set on a job it stays set; writes
+  // by the lease holder keep it whatever their record says, and a job with
+  // it is never put back in the queue by its holder (it ends CANCELLED).
+
+  // Inserts `job` (QUEUED) unless `capacity` jobs are already QUEUED in the
+  // whole catalogue (RESOURCE_EXHAUSTED, naming the count).
+  // ALREADY_EXISTS for a second job with the same (owner, request_id).
+  virtual absl::Status EnqueueJob(const v1::Job& job, int capacity) = 0;
+  // Takes the oldest QUEUED job: it becomes RUNNING (stage "starting",
+  // progress 0, start_time now, attempts + 1), leased to `holder` for
+  // `ttl` under a new token. nullopt when nothing is queued.
+  virtual absl::StatusOr<std::optional<ClaimedJob>> ClaimJob(const std::string& holder,
+                                                             absl::Duration ttl) = 0;
+  // Extends the lease to `ttl` from now and records `progress` and `stage`,
+  // if `token` still holds the job. Returns the stored record (whose
+  // cancel_requested any replica may have set); ABORTED if the lease is lost.
+  virtual absl::StatusOr<v1::Job> RenewJobLease(const std::string& id, int64_t token,
+                                                absl::Duration ttl, double progress,
+                                                const std::string& stage) = 0;
+  // Stores `job` (finished, or QUEUED again) and ends the lease, if `token`
+  // still holds it; ABORTED otherwise.
+  virtual absl::Status ReleaseJob(const v1::Job& job, int64_t token) = 0;
+  // Puts back in the queue every RUNNING job whose lease has expired and,
+  // with a `holder`, every RUNNING job that holder leases (a replica that
+  // restarts under the same id). Returns the jobs re-queued.
+  virtual absl::StatusOr<std::vector<v1::Job>> RequeueLostJobs(const std::string& holder) = 0;
+  // Reads job `id` under a row lock, lets `edit` change it (returning true
+  // to store the change) and returns the record as stored. `edit` runs
+  // inside the transaction: it must be quick and must not call back into
+  // the catalogue.
+  virtual absl::StatusOr<v1::Job> UpdateJob(const std::string& id,
+                                            const std::function<bool(v1::Job&)>& edit) = 0;
+  // How many jobs are QUEUED and RUNNING, over every replica.
+  virtual absl::StatusOr<JobCounts> CountJobs() = 0;
+  // Whether a QUEUED or RUNNING job other than `except_job` reads the dataset.
+  virtual absl::StatusOr<bool> DatasetInUse(const std::string& dataset_id,
+                                            const std::string& except_job) = 0;
+
   // In one transaction: assigns the next version of model.name(), stores
   // the model row with `dir`, stores `job` (already marked SUCCEEDED) with
-  // the model name/version filled in, and applies the name's retention
-  // policy.
+  // the model name/version filled in, ends its lease and applies the name's
+  // retention policy. With a `lease_token` (non-zero) nothing is written
+  // unless that lease still holds the job (ABORTED), and a job whose cancel
+  // was requested is not committed (CANCELLED).
   virtual absl::StatusOr<CommitResult> CommitModel(v1::Model model, const std::string& dir,
-                                                   v1::Job job) = 0;
+                                                   v1::Job job, int64_t lease_token) = 0;
   // By label when `label` is set, else by version (0 = latest). The
   // returned model carries its labels and its name's keep_versions.
   virtual absl::StatusOr<StoredModel> GetModel(const std::string& name, int64_t version,
@@ -113,6 +177,10 @@ class Catalogue {
                                                                      int64_t keep_versions) = 0;
   // Every model's artifact directory; an error when unreadable (as above).
   virtual absl::StatusOr<std::vector<std::string>> AllModelDirs() = 0;
+
+  // Whether other dendrod processes may share this catalogue (and so the
+  // data directory): then each replica may sweep only what it owns.
+  virtual bool shared() const = 0;
 
   // Called after every catalogue operation with its name ("put_job") and
   // duration in seconds, lock wait included. Set it before the catalogue is
@@ -137,6 +205,17 @@ absl::Status LabelNotFound(const std::string& name, const std::string& label);
 // (not empty) point at it.
 absl::Status LabelledVersion(const std::string& name, int64_t version,
                              const std::vector<std::string>& labels);
+// ABORTED: job `id`'s lease has passed to another holder (or the job ended).
+absl::Status LeaseLost(const std::string& id);
+// CANCELLED: job `id` was cancelled before its model was committed.
+absl::Status CancelledBeforeCommit(const std::string& id);
+// The QUEUED record of a RUNNING job whose lease ended (`why` goes in the
+// stage), and the RUNNING record of a claimed one.
+void MarkRequeued(v1::Job& job, const std::string& why);
+void MarkClaimed(v1::Job& job);
+// Copies the stored job's cancel request into `job` (see the invariant);
+// a job so marked that would be re-queued is CANCELLED instead.
+void KeepCancelRequest(const v1::Job& stored, v1::Job& job);
 
 // The catalogue `spec` names: "" or "sqlite" for <data_dir>/metadata.db, or
 // a libpq URI "postgresql://[user@]host[:port]/dbname[?options]". A password

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/crash_point.h"
 #include "core/common/status_macros.h"
+#include "server/sweep.h"
 
 namespace dendro::server {
 namespace {
@@ -283,26 +284,32 @@ absl::Status DatasetStore::Delete(const std::string& id) {
   return absl::OkStatus();
 }
 
-absl::Status DatasetStore::RemoveOrphans() {
+absl::Status DatasetStore::RemoveOrphans(absl::Duration grace) {
   // Read the whole catalogue before touching a file: a catalogue that cannot
   // be read must not make every dataset look like an orphan.
   DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> ids, meta_->AllDatasetIds());
-  std::set<std::string> durable;
+  std::set<std::string> listed;
   for (const std::string& id : ids) {
     DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, meta_->GetDataset(id));
-    if (info.transient()) {
-      // Transient datasets do not outlive the process that received them.
-      DENDRO_RETURN_IF_ERROR(meta_->DeleteDataset(id));
-    } else {
-      durable.insert(id);
+    listed.insert(id);
+    if (!info.transient()) continue;
+    if (grace > absl::ZeroDuration()) {
+      // Shared: another replica's job may still read it, or its client may
+      // be about to submit one.
+      DENDRO_ASSIGN_OR_RETURN(bool in_use, meta_->DatasetInUse(id, ""));
+      if (in_use || !QuietFor(DirFor(id, true), grace)) continue;
     }
+    DENDRO_RETURN_IF_ERROR(meta_->DeleteDataset(id));
+    listed.erase(id);
   }
   std::error_code ec;
-  std::filesystem::remove_all(transient_root_, ec);
-  if (!std::filesystem::exists(root_, ec)) return absl::OkStatus();
-  for (const auto& entry : std::filesystem::directory_iterator(root_, ec)) {
-    if (!durable.count(entry.path().filename().string())) {
-      std::filesystem::remove_all(entry.path(), ec);
+  for (const std::string& root : {transient_root_, root_}) {
+    if (!std::filesystem::exists(root, ec)) continue;
+    for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+      if (!listed.count(entry.path().filename().string()) &&
+          QuietFor(entry.path().string(), grace)) {
+        std::filesystem::remove_all(entry.path(), ec);
+      }
     }
   }
   return absl::OkStatus();

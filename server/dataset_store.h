@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/io/atomic_file.h"
 #include "core/io/npy.h"
@@ -100,9 +101,13 @@ class DatasetStore {
   // Removes the metadata row, then the files.
   absl::Status Delete(const std::string& id);
   // At start-up: removes dataset directories with no metadata row (left by
-  // a crash between writing files and recording them) and every transient
-  // dataset. Removes nothing, and fails, if the catalogue cannot be read.
-  absl::Status RemoveOrphans();
+  // a crash between writing files and recording them) and transient
+  // datasets no queued or running job uses. With a `grace` (a data
+  // directory shared by replicas, see server/sweep.h) only those unchanged
+  // for that long; with none, every transient dataset (they do not outlive
+  // the server that received them). Removes nothing, and fails, if the
+  // catalogue cannot be read.
+  absl::Status RemoveOrphans(absl::Duration grace = absl::ZeroDuration());
 
  private:
   friend class DatasetUpload;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,37 @@
 #include "spdlog/spdlog.h"
 
 namespace dendro::server {
+namespace {
+
+bool IsFinished(v1::JobState s) {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
+         s == v1::JOB_STATE_CANCELLED;
+}
+
+// What WaitForChange compares: never 0 (the callers' start value) nor
+// UINT64_MAX (finished).
+uint64_t Fingerprint(const v1::Job& job) {
+  const uint64_t h = std::hash<std::string>{}(job.SerializeAsString());
+  return std::min<uint64_t>(h | 1, UINT64_MAX - 1);
+}
+
+void MarkCancelled(v1::Job& job, const std::string& why) {
+  job.set_state(v1::JOB_STATE_CANCELLED);
+  job.set_stage("cancelled");
+  job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kCancelled));
+  job.mutable_error()->set_message(why);
+  SetNow(job.mutable_end_time());
+}
+
+void MarkFailed(v1::Job& job, absl::StatusCode code, const std::string& why) {
+  job.set_state(v1::JOB_STATE_FAILED);
+  job.set_stage("failed");
+  job.mutable_error()->set_code(static_cast<int>(code));
+  job.mutable_error()->set_message(why);
+  SetNow(job.mutable_end_time());
+}
+
+}  // namespace
 
 // Connects a running algorithm to its job entry.
 class JobManager::Context final : public RunContext {
@@ -28,11 +60,11 @@ class JobManager::Context final : public RunContext {
     v1::Job& job = entry_->job;
     const bool stage_changed = job.stage() != stage;
     // Publish at most every 0.5% unless the stage changes: watchers need
-    // motion, not a message per inner-loop iteration.
+    // motion, not a message per inner-loop iteration. The catalogue gets
+    // the latest value at the next lease renewal.
     if (!stage_changed && fraction < job.progress() + 0.005) return;
     job.set_progress(std::max(job.progress(), fraction));
-    if (stage_changed) job.set_stage(std::string(stage));
-    ++entry_->version;
+    if (stage_changed && !job.cancel_requested()) job.set_stage(std::string(stage));
     mgr_->changed_cv_.notify_all();
   }
 
@@ -49,128 +81,75 @@ JobManager::JobManager(Options options, Catalogue* meta, DatasetStore* datasets,
 
 JobManager::~JobManager() { Shutdown(absl::ZeroDuration()); }
 
-absl::Status JobManager::PublishLocked(Entry& entry) {
-  ++entry.version;
-  changed_cv_.notify_all();
-  return meta_->PutJob(entry.job);
-}
-
 absl::Status JobManager::Start() {
-  DENDRO_ASSIGN_OR_RETURN(std::vector<v1::Job> unfinished, meta_->UnfinishedJobs());
+  DENDRO_ASSIGN_OR_RETURN(std::vector<v1::Job> requeued,
+                          meta_->RequeueLostJobs(options_.replica_id));
+  if (!requeued.empty()) {
+    spdlog::info("re-queued {} job(s) left running by an earlier start", requeued.size());
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (v1::Job& job : unfinished) {
-      auto entry = std::make_shared<Entry>();
-      if (job.cancel_requested()) {
-        // The cancel was recorded but the server stopped before the job did.
-        job.set_state(v1::JOB_STATE_CANCELLED);
-        job.set_stage("cancelled");
-        job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kCancelled));
-        job.mutable_error()->set_message(
-            "cancelled by request (the server stopped before the job did)");
-        SetNow(job.mutable_end_time());
-        entry->job = std::move(job);
-        DENDRO_RETURN_IF_ERROR(PublishLocked(*entry));
-        continue;
-      }
-      if (job.attempts() >= options_.max_attempts) {
-        // Started this often and never finished: the job itself is the
-        // likely reason the server went down. Never run it again.
-        job.set_state(v1::JOB_STATE_FAILED);
-        job.set_stage("failed");
-        job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kAborted));
-        job.mutable_error()->set_message(absl::StrCat(
-            "the job was started ", job.attempts(),
-            " times and the server stopped before it finished each time; it is not retried "
-            "again (dendrod --max_job_attempts)"));
-        SetNow(job.mutable_end_time());
-        spdlog::warn("job {}: failed after {} attempts", job.id(), job.attempts());
-        entry->job = std::move(job);
-        DENDRO_RETURN_IF_ERROR(PublishLocked(*entry));
-        continue;
-      }
-      if (absl::IsNotFound(datasets_->Get(job.spec().dataset_id()).status())) {
-        // Its dataset was transient (or deleted): nothing to re-run.
-        job.set_state(v1::JOB_STATE_FAILED);
-        job.set_stage("failed");
-        job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kFailedPrecondition));
-        job.mutable_error()->set_message(absl::StrCat(
-            "dataset ", job.spec().dataset_id(),
-            " no longer exists (transient datasets do not survive a restart)"));
-        SetNow(job.mutable_end_time());
-        entry->job = std::move(job);
-        DENDRO_RETURN_IF_ERROR(PublishLocked(*entry));
-        continue;
-      }
-      job.set_state(v1::JOB_STATE_QUEUED);
-      job.set_stage("queued (recovered after restart)");
-      job.set_progress(0);
-      entry->job = std::move(job);
-      DENDRO_RETURN_IF_ERROR(PublishLocked(*entry));
-      queue_.push_back(entry->job.id());
-      active_[entry->job.id()] = std::move(entry);
-    }
     accepting_ = true;
   }
-  if (!unfinished.empty()) spdlog::info("recovered {} unfinished job(s)", unfinished.size());
   for (int i = 0; i < std::max(1, options_.workers); ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
-  if (options_.retention > absl::ZeroDuration()) {
-    retention_thread_ = std::thread([this] { RetentionLoop(); });
-  }
-  queue_cv_.notify_all();
+  maintenance_thread_ = std::thread([this] { MaintenanceLoop(); });
   return absl::OkStatus();
 }
 
 bool JobManager::Shutdown(absl::Duration grace) {
   std::unique_lock<std::mutex> lock(mu_);
   accepting_ = false;
+  wake_cv_.notify_all();
   if (workers_.empty()) return !abandoned_;
   const absl::Time deadline = absl::Now() + grace;
-  while (running_ > 0 && absl::Now() < deadline) {
+  while (running_ + claiming_ > 0 && absl::Now() < deadline) {
     changed_cv_.wait_for(lock, std::chrono::milliseconds(50));
   }
   stopping_ = true;
-  retention_cv_.notify_all();
   for (auto& [id, entry] : active_) {
-    if (entry->job.state() == v1::JOB_STATE_RUNNING) {
+    entry->interrupted = true;
+    entry->cancel = true;
+  }
+  wake_cv_.notify_all();
+  const absl::Time stop_deadline = absl::Now() + options_.stop_timeout;
+  // A claim in flight ends registered (then interrupted at once, since
+  // stopping_ is set) or empty: wait for it like for a running job.
+  while (running_ + claiming_ > 0 && absl::Now() < stop_deadline) {
+    changed_cv_.wait_for(lock, std::chrono::milliseconds(20));
+    for (auto& [id, entry] : active_) {
       entry->interrupted = true;
       entry->cancel = true;
     }
   }
-  queue_cv_.notify_all();
-  const absl::Time stop_deadline = absl::Now() + options_.stop_timeout;
-  while (running_ > 0 && absl::Now() < stop_deadline) {
-    changed_cv_.wait_for(lock, std::chrono::milliseconds(20));
-  }
-  if (retention_thread_.joinable()) {
-    lock.unlock();
-    retention_thread_.join();  // wakes on stopping_
-    lock.lock();
-  }
-  if (running_ > 0) {
+  bool clean = true;
+  if (running_ + claiming_ > 0) {
     // A method that ignores cancellation must not hold the process: record
     // each such job as interrupted (or cancelled), stop publishing for it,
     // and let the caller exit without joining its thread.
     abandoned_ = true;
+    clean = false;
     for (auto& [id, entry] : active_) {
-      if (entry->job.state() != v1::JOB_STATE_RUNNING) continue;
       spdlog::error("job {}: did not stop within {} of the shutdown interrupt; abandoned", id,
                     absl::FormatDuration(options_.stop_timeout));
       RecordStopLocked(*entry, absl::CancelledError("interrupted"));
-      absl::Status s = meta_->PutJob(entry->job);
-      if (!s.ok()) spdlog::error("job {}: cannot record interruption: {}", id, s.ToString());
+      ReleaseLocked(*entry);
     }
-    lock.unlock();
-    for (auto& t : workers_) t.detach();
-    workers_.clear();
-    return false;
   }
+  maintenance_stop_ = true;
+  maintenance_cv_.notify_all();
   lock.unlock();
-  for (auto& t : workers_) t.join();
+  if (maintenance_thread_.joinable()) maintenance_thread_.join();
+  for (auto& t : workers_) {
+    if (clean) {
+      t.join();
+    } else {
+      t.detach();
+    }
+  }
   workers_.clear();
-  return true;
+  return clean;
 }
 
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
@@ -209,8 +188,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
   DENDRO_RETURN_IF_ERROR(ValidateModelName(spec.model_name()));
   DENDRO_RETURN_IF_ERROR(CheckMethodChange(spec, *method));
 
-  auto entry = std::make_shared<Entry>();
-  v1::Job& job = entry->job;
+  v1::Job job;
   job.set_id(NewId("job"));
   job.set_owner(owner);
   job.set_request_id(request_id);
@@ -219,30 +197,26 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
   job.set_stage("queued");
   SetNow(job.mutable_create_time());
 
-  absl::Status published;
+  absl::Status enqueued;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!accepting_) return absl::UnavailableError("server is shutting down; job not accepted");
-    if (static_cast<int>(queue_.size()) >= options_.queue_capacity) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "job queue is full (", queue_.size(), " jobs waiting, capacity ",
-          options_.queue_capacity, "); retry later"));
-    }
-    published = PublishLocked(*entry);
-    if (published.ok()) {
-      queue_.push_back(job.id());
-      active_[job.id()] = entry;
-      queue_cv_.notify_one();
+    // Under mu_, so this replica cannot delete the (transient) dataset
+    // between the check above and the insert.
+    enqueued = meta_->EnqueueJob(job, options_.queue_capacity);
+    if (enqueued.ok()) {
+      ++submissions_;
+      wake_cv_.notify_one();
       return job;
     }
   }
-  if (absl::IsAlreadyExists(published) && !request_id.empty()) {
+  if (absl::IsAlreadyExists(enqueued) && !request_id.empty()) {
     // The same request raced this one and was recorded first.
     DENDRO_ASSIGN_OR_RETURN(std::optional<v1::Job> previous,
                             meta_->FindJobByRequest(owner, request_id));
     if (previous.has_value()) return Replay(*previous, submitted);
   }
-  return published;
+  return enqueued;
 }
 
 absl::Status JobManager::ValidateRequestId(const std::string& request_id) {
@@ -284,35 +258,12 @@ absl::Status JobManager::CheckMethodChange(const v1::JobSpec& spec, const Method
 }
 
 absl::Status JobManager::Delete(const std::string& id) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (active_.count(id) != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job '", id, "' is queued or running; cancel it first"));
-    }
+  DENDRO_ASSIGN_OR_RETURN(v1::Job job, meta_->GetJob(id));
+  if (!IsFinished(job.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", id, "' is queued or running; cancel it first"));
   }
   return meta_->DeleteJob(id);
-}
-
-void JobManager::RetentionLoop() {
-  // Often enough that a record outlives its retention by at most a tenth
-  // of it (and never by more than ten minutes).
-  const absl::Duration period =
-      std::clamp(options_.retention / 10, absl::Seconds(1), absl::Minutes(10));
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
-    lock.unlock();
-    const int64_t cutoff = absl::ToUnixSeconds(absl::Now() - options_.retention);
-    absl::StatusOr<int> removed = meta_->DeleteJobsEndedBefore(cutoff);
-    if (!removed.ok()) {
-      spdlog::warn("job retention: {}", removed.status().ToString());
-    } else if (*removed > 0) {
-      spdlog::info("job retention: removed {} finished job record(s) older than {}", *removed,
-                   absl::FormatDuration(options_.retention));
-    }
-    lock.lock();
-    retention_cv_.wait_for(lock, absl::ToChronoNanoseconds(period), [this] { return stopping_; });
-  }
 }
 
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {
@@ -324,93 +275,259 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {
 }
 
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
-  absl::StatusOr<v1::Job> job = CancelEntry(id);
-  // A job cancelled before it started never reaches a worker: release its
-  // transient dataset here.
-  if (job.ok() && job->state() == v1::JOB_STATE_CANCELLED) {
-    ReleaseTransientDataset(job->spec().dataset_id());
+  {
+    // Running here: tell the algorithm now rather than at the next renewal.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = active_.find(id); it != active_.end()) {
+      Entry& entry = *it->second;
+      entry.cancel = true;
+      if (!entry.user_cancel) {
+        entry.user_cancel = true;
+        entry.job.set_cancel_requested(true);
+        entry.job.set_stage("cancelling");
+        changed_cv_.notify_all();
+      }
+    }
+  }
+  // Recorded at once in the catalogue, so the request survives a crash and
+  // reaches whichever replica holds the job.
+  DENDRO_ASSIGN_OR_RETURN(v1::Job job, meta_->UpdateJob(id, [](v1::Job& j) {
+    if (j.state() == v1::JOB_STATE_QUEUED) {
+      MarkCancelled(j, "cancelled before it started");
+      return true;
+    }
+    if (j.state() == v1::JOB_STATE_RUNNING && !j.cancel_requested()) {
+      j.set_cancel_requested(true);
+      j.set_stage("cancelling");
+      return true;
+    }
+    return false;
+  }));
+  if (job.state() == v1::JOB_STATE_CANCELLED && job.start_time().seconds() == 0) {
+    // Cancelled before it started: no worker will release its dataset.
+    ReleaseTransientDataset(job.spec().dataset_id());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = active_.find(id); it != active_.end()) {
+    // Claimed here while the request was being recorded.
+    Entry& entry = *it->second;
+    if (job.cancel_requested() && !entry.user_cancel) {
+      entry.cancel = true;
+      entry.user_cancel = true;
+      entry.job.set_cancel_requested(true);
+      entry.job.set_stage("cancelling");
+      changed_cv_.notify_all();
+    }
+    return entry.job;
   }
   return job;
-}
-
-absl::StatusOr<v1::Job> JobManager::CancelEntry(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = active_.find(id);
-  if (it == active_.end()) return meta_->GetJob(id);  // finished (or NotFound)
-  Entry& entry = *it->second;
-  entry.cancel = true;
-  if (entry.job.state() == v1::JOB_STATE_QUEUED) {
-    queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
-    entry.job.set_state(v1::JOB_STATE_CANCELLED);
-    entry.job.set_stage("cancelled");
-    entry.job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kCancelled));
-    entry.job.mutable_error()->set_message("cancelled before it started");
-    SetNow(entry.job.mutable_end_time());
-    DENDRO_RETURN_IF_ERROR(PublishLocked(entry));
-    v1::Job job = entry.job;
-    active_.erase(it);
-    return job;
-  }
-  // Running: record the request at once so it survives a shutdown or crash
-  // before the algorithm stops; the worker records CANCELLED when it does.
-  if (!entry.user_cancel) {
-    entry.user_cancel = true;
-    entry.job.set_cancel_requested(true);
-    entry.job.set_stage("cancelling");
-    if (!abandoned_) DENDRO_RETURN_IF_ERROR(PublishLocked(entry));
-  }
-  return entry.job;
 }
 
 absl::StatusOr<v1::Job> JobManager::WaitForChange(const std::string& id, uint64_t* seen,
                                                   absl::Time deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto it = active_.find(id);
-  if (it == active_.end()) {
+  for (;;) {
+    if (auto it = active_.find(id); it != active_.end()) {
+      std::shared_ptr<Entry> entry = it->second;
+      while (Fingerprint(entry->job) == *seen && absl::Now() < deadline &&
+             active_.count(id) != 0) {
+        const absl::Duration left = std::min(deadline - absl::Now(), absl::Seconds(1));
+        changed_cv_.wait_for(lock, absl::ToChronoNanoseconds(left));
+      }
+      if (active_.count(id) != 0 || absl::Now() >= deadline) {
+        *seen = Fingerprint(entry->job);
+        return entry->job;
+      }
+      continue;  // finished meanwhile: read the outcome from the catalogue
+    }
     lock.unlock();
     DENDRO_ASSIGN_OR_RETURN(v1::Job job, meta_->GetJob(id));
-    *seen = UINT64_MAX;  // finished: no further changes
-    return job;
+    if (IsFinished(job.state())) {
+      *seen = UINT64_MAX;  // no further changes
+      return job;
+    }
+    const uint64_t fingerprint = Fingerprint(job);
+    if (fingerprint != *seen || absl::Now() >= deadline) {
+      *seen = fingerprint;
+      return job;
+    }
+    // Queued, or running on another replica: poll (a claim here wakes us).
+    lock.lock();
+    const absl::Duration pause = std::min(deadline - absl::Now(), options_.poll_interval);
+    if (pause > absl::ZeroDuration()) {
+      changed_cv_.wait_for(lock, absl::ToChronoNanoseconds(pause));
+    }
   }
-  std::shared_ptr<Entry> entry = it->second;
-  while (entry->version <= *seen && absl::Now() < deadline) {
-    const absl::Duration left = std::min(deadline - absl::Now(), absl::Seconds(1));
-    changed_cv_.wait_for(lock, absl::ToChronoNanoseconds(left));
-  }
-  *seen = entry->version;
-  return entry->job;
 }
 
-bool JobManager::DatasetInUse(const std::string& dataset_id) {
+absl::StatusOr<bool> JobManager::DatasetInUse(const std::string& dataset_id) {
+  return meta_->DatasetInUse(dataset_id, "");
+}
+
+JobManager::Stats JobManager::GetStats() {
+  absl::StatusOr<JobCounts> counts = meta_->CountJobs();
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [id, entry] : active_) {
-    if (entry->job.spec().dataset_id() == dataset_id) return true;
-  }
-  return false;
+  return Stats{counts.ok() ? static_cast<int>(counts->queued) : -1, running_};
 }
 
 void JobManager::WorkerLoop() {
   for (;;) {
-    std::shared_ptr<Entry> entry;
+    uint64_t submissions;
     {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_ || !accepting_) return;
+      submissions = submissions_;
+      ++claiming_;
+    }
+    absl::StatusOr<std::optional<ClaimedJob>> claimed =
+        meta_->ClaimJob(options_.replica_id, options_.lease_ttl);
+    if (!claimed.ok() || !claimed->has_value()) {
+      if (!claimed.ok()) spdlog::warn("cannot claim a job: {}", claimed.status().ToString());
       std::unique_lock<std::mutex> lock(mu_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
-      const std::string id = queue_.front();
-      queue_.pop_front();
-      entry = active_.at(id);
-      v1::Job& job = entry->job;
-      job.set_state(v1::JOB_STATE_RUNNING);
-      job.set_stage("starting");
-      job.set_progress(0);
-      job.set_attempts(job.attempts() + 1);
-      SetNow(job.mutable_start_time());
+      --claiming_;
+      changed_cv_.notify_all();
+      wake_cv_.wait_for(lock, absl::ToChronoNanoseconds(options_.poll_interval), [&] {
+        return stopping_ || !accepting_ || submissions_ != submissions;
+      });
+      continue;
+    }
+    auto entry = std::make_shared<Entry>();
+    entry->job = std::move((*claimed)->job);
+    entry->token = (*claimed)->token;
+    const std::string id = entry->job.id();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --claiming_;
+      changed_cv_.notify_all();
+      if (!Admit(*entry)) continue;
+      // The catalogue already shows it RUNNING: from here it is this
+      // replica's to run, or (claimed as a drain passed its grace) to
+      // interrupt and hand back.
+      if (stopping_) {
+        entry->interrupted = true;
+        entry->cancel = true;
+      }
+      active_[id] = entry;
       ++running_;
-      absl::Status s = PublishLocked(*entry);
-      if (!s.ok()) spdlog::error("job {}: cannot record start: {}", id, s.ToString());
+      changed_cv_.notify_all();
     }
     CrashPoint("job.started");
     Run(entry);
+  }
+}
+
+bool JobManager::Admit(Entry& entry) {
+  v1::Job& job = entry.job;
+  if (job.cancel_requested()) {
+    // The cancel was recorded but the job's last run stopped before it did.
+    MarkCancelled(job, "cancelled by request (the server stopped before the job did)");
+  } else if (job.attempts() > options_.max_attempts) {
+    // Started this often and never finished: the job itself is the likely
+    // reason its servers went down. Never run it again.
+    job.set_attempts(options_.max_attempts);
+    MarkFailed(job, absl::StatusCode::kAborted,
+               absl::StrCat("the job was started ", job.attempts(),
+                            " times and the server stopped before it finished each time; it is "
+                            "not retried again (dendrod --max_job_attempts)"));
+    spdlog::warn("job {}: failed after {} attempts", job.id(), job.attempts());
+  } else if (absl::IsNotFound(datasets_->Get(job.spec().dataset_id()).status())) {
+    // Its dataset was transient (or deleted): nothing to re-run.
+    MarkFailed(job, absl::StatusCode::kFailedPrecondition,
+               absl::StrCat("dataset ", job.spec().dataset_id(),
+                            " no longer exists (transient datasets do not survive a restart)"));
+  } else {
+    return true;
+  }
+  ReleaseLocked(entry);
+  if (options_.on_finished) options_.on_finished(job);
+  return false;
+}
+
+void JobManager::MaintenanceLoop() {
+  // Re-queue checks a few times per lease: a dead replica's job waits at
+  // most about a quarter of lease_ttl beyond its expiry.
+  const absl::Duration requeue_period = std::max(options_.lease_ttl / 4, absl::Milliseconds(100));
+  // Retention often enough that a record outlives its retention by at most
+  // a tenth of it (and never by more than ten minutes).
+  const absl::Duration retention_period =
+      std::clamp(options_.retention / 10, absl::Seconds(1), absl::Minutes(10));
+  absl::Time next_requeue = absl::Now() + requeue_period;
+  absl::Time next_retention = absl::Now();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!maintenance_stop_) {
+    lock.unlock();
+    RenewLeases();
+    const absl::Time now = absl::Now();
+    if (now >= next_requeue) {
+      next_requeue = now + requeue_period;
+      absl::StatusOr<std::vector<v1::Job>> requeued = meta_->RequeueLostJobs("");
+      if (!requeued.ok()) {
+        spdlog::warn("cannot re-queue jobs with expired leases: {}", requeued.status().ToString());
+      } else {
+        for (const v1::Job& job : *requeued) {
+          spdlog::warn("job {}: its lease expired (the replica running it stopped); re-queued",
+                       job.id());
+        }
+        if (!requeued->empty()) wake_cv_.notify_all();
+      }
+    }
+    if (options_.retention > absl::ZeroDuration() && now >= next_retention) {
+      next_retention = now + retention_period;
+      const int64_t cutoff = absl::ToUnixSeconds(now - options_.retention);
+      absl::StatusOr<int> removed = meta_->DeleteJobsEndedBefore(cutoff);
+      if (!removed.ok()) {
+        spdlog::warn("job retention: {}", removed.status().ToString());
+      } else if (*removed > 0) {
+        spdlog::info("job retention: removed {} finished job record(s) older than {}", *removed,
+                     absl::FormatDuration(options_.retention));
+      }
+    }
+    lock.lock();
+    maintenance_cv_.wait_for(lock, absl::ToChronoNanoseconds(options_.renew_interval),
+                             [this] { return maintenance_stop_; });
+  }
+}
+
+void JobManager::RenewLeases() {
+  struct Lease {
+    std::shared_ptr<Entry> entry;
+    std::string id;
+    int64_t token;
+    double progress;
+    std::string stage;
+  };
+  std::vector<Lease> leases;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (abandoned_) return;
+    for (const auto& [id, entry] : active_) {
+      if (entry->lost) continue;
+      leases.push_back({entry, id, entry->token, entry->job.progress(), entry->job.stage()});
+    }
+  }
+  for (const Lease& l : leases) {
+    absl::StatusOr<v1::Job> stored =
+        meta_->RenewJobLease(l.id, l.token, options_.lease_ttl, l.progress, l.stage);
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& entry = *l.entry;
+    if (absl::IsAborted(stored.status())) {
+      if (!entry.lost) {
+        spdlog::error("job {}: lease lost (not renewed within {}); stopping this run, whose "
+                      "result will be dropped",
+                      l.id, absl::FormatDuration(options_.lease_ttl));
+      }
+      entry.lost = true;
+      entry.cancel = true;
+    } else if (!stored.ok()) {
+      spdlog::warn("job {}: cannot renew its lease: {}", l.id, stored.status().ToString());
+    } else if (stored->cancel_requested() && !entry.user_cancel) {
+      // Cancelled through another replica.
+      entry.user_cancel = true;
+      entry.cancel = true;
+      entry.job.set_cancel_requested(true);
+      entry.job.set_stage("cancelling");
+      changed_cv_.notify_all();
+    }
   }
 }
 
@@ -418,13 +535,12 @@ void JobManager::ReleaseTransientDataset(const std::string& dataset_id,
                                          const std::string& except_job) {
   auto info = datasets_->Get(dataset_id);
   if (!info.ok() || !info->transient()) return;
-  // Under mu_, so no job can be queued on it between the check and the
-  // delete (Submit queues under mu_).
+  // Under mu_, so no job can be submitted here on it between the check and
+  // the delete (Submit enqueues under mu_).
   std::lock_guard<std::mutex> lock(mu_);
   if (abandoned_) return;
-  for (const auto& [id, entry] : active_) {
-    if (id != except_job && entry->job.spec().dataset_id() == dataset_id) return;  // still needed
-  }
+  absl::StatusOr<bool> in_use = meta_->DatasetInUse(dataset_id, except_job);
+  if (!in_use.ok() || *in_use) return;  // still needed (or unknown: keep it)
   absl::Status s = datasets_->Delete(dataset_id);
   if (s.ok()) {
     spdlog::info("dataset {}: transient, removed after its last job", dataset_id);
@@ -437,13 +553,19 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
   const std::string id = entry->job.id();
   const ScopedJobLogContext log_context(id);
   const v1::JobSpec spec = entry->job.spec();
-  spdlog::info("job {}: running for model {} on dataset {}", id, spec.model_name(), spec.dataset_id());
+  spdlog::info("job {}: running for model {} on dataset {} (attempt {})", id, spec.model_name(),
+               spec.dataset_id(), entry->job.attempts());
   Context ctx(this, entry);
   absl::StatusOr<std::unique_ptr<FittedModel>> fitted = Fit(spec, ctx);
+  bool lost;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    lost = entry->lost;
+  }
   // The fit no longer reads its dataset: a transient one goes now, before
   // the outcome is visible, so a client that sees the job end never sees
-  // its dataset.
-  ReleaseTransientDataset(spec.dataset_id(), id);
+  // its dataset. (Unless the job has passed to another replica.)
+  if (!lost) ReleaseTransientDataset(spec.dataset_id(), id);
 
   absl::Status outcome = fitted.status();
   v1::Job done;
@@ -452,50 +574,63 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
     std::lock_guard<std::mutex> lock(mu_);
     if (abandoned_) return;  // its record already says interrupted
     cancel_requested = entry->user_cancel;
+    lost = entry->lost;
     done = entry->job;
   }
-  if (fitted.ok() && !cancel_requested) {
+  if (fitted.ok() && !cancel_requested && !lost) {
     done.set_state(v1::JOB_STATE_SUCCEEDED);
     done.set_stage("done");
     done.set_progress(1.0);
     SetNow(done.mutable_end_time());
-    auto model = models_->Commit(**fitted, done);
+    auto model = models_->Commit(**fitted, done, entry->token);
     if (model.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       done.set_model_name(model->name());
       done.set_model_version(model->version());
       entry->job = std::move(done);
-      ++entry->version;
-      --running_;
-      active_.erase(id);
-      changed_cv_.notify_all();
       spdlog::info("job {}: succeeded; model {} v{}", id, model->name(), model->version());
-      if (options_.on_finished) options_.on_finished(entry->job);
+      ForgetLocked(entry);
       return;
     }
     outcome = model.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::IsAborted(outcome)) entry->lost = true;
+    if (absl::IsCancelled(outcome)) entry->user_cancel = true;  // cancelled through another replica
   } else if (fitted.ok()) {
     outcome = absl::CancelledError("job cancelled");  // finished after a cancel: drop the result
   }
 
   std::lock_guard<std::mutex> lock(mu_);
   if (abandoned_) return;  // its record already says interrupted
+  if (entry->lost) {
+    spdlog::warn("job {}: this run's lease ended; its result is dropped (another replica owns "
+                 "the job now)",
+                 id);
+    --running_;
+    active_.erase(id);
+    changed_cv_.notify_all();
+    return;
+  }
   RecordStopLocked(*entry, outcome);
-  absl::Status s = PublishLocked(*entry);
-  if (!s.ok()) spdlog::error("job {}: cannot record outcome: {}", id, s.ToString());
-  --running_;
-  active_.erase(id);
-  const v1::JobState state = entry->job.state();
-  if (options_.on_finished && (state == v1::JOB_STATE_SUCCEEDED ||
-                               state == v1::JOB_STATE_FAILED ||
-                               state == v1::JOB_STATE_CANCELLED)) {
-    options_.on_finished(entry->job);
+  ReleaseLocked(*entry);
+  ForgetLocked(entry);
+}
+
+void JobManager::ReleaseLocked(Entry& entry) {
+  absl::Status s = meta_->ReleaseJob(entry.job, entry.token);
+  if (absl::IsAborted(s)) {
+    spdlog::warn("job {}: not recorded as {}: {}", entry.job.id(),
+                 v1::JobState_Name(entry.job.state()), std::string(s.message()));
+  } else if (!s.ok()) {
+    spdlog::error("job {}: cannot record its state: {}", entry.job.id(), s.ToString());
   }
 }
 
-JobManager::Stats JobManager::GetStats() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return Stats{static_cast<int>(queue_.size()), running_};
+void JobManager::ForgetLocked(const std::shared_ptr<Entry>& entry) {
+  --running_;
+  active_.erase(entry->job.id());
+  changed_cv_.notify_all();
+  if (options_.on_finished && IsFinished(entry->job.state())) options_.on_finished(entry->job);
 }
 
 absl::StatusOr<std::unique_ptr<FittedModel>> JobManager::Fit(const v1::JobSpec& spec,
@@ -529,7 +664,7 @@ void JobManager::RecordStopLocked(Entry& entry, const absl::Status& outcome) {
     spdlog::info("job {}: cancelled", id);
   } else if (outcome.code() == absl::StatusCode::kCancelled && entry.interrupted) {
     job.set_state(v1::JOB_STATE_QUEUED);
-    job.set_stage("interrupted by shutdown; re-queued at next start");
+    job.set_stage("queued (interrupted by a shutdown)");
     spdlog::warn("job {}: interrupted by shutdown", id);
   } else {
     job.set_state(v1::JOB_STATE_FAILED);

@@ -1,27 +1,41 @@
-// JobManager: the bounded job queue, its worker threads and job state.
+// JobManager: submits jobs to the catalogue's queue, runs the ones this
+// replica claims, and answers for any job.
 //
 // Lifecycle of a job: QUEUED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED.
-// Every state transition is written to the Catalogue before it becomes
-// visible; progress and stage text are kept in memory only. On Start(), jobs
-// the store still lists as QUEUED or RUNNING (the server stopped while they
-// were pending) are queued again, in submission order, unless a cancel was
-// recorded for them (then CANCELLED) or they were already started
-// max_attempts times (then FAILED: a job that kills the process cannot
-// crash-loop it). Shutdown() drains: new submissions are refused, running
-// jobs get a grace period, then are interrupted and left QUEUED for the next
-// start; a job that does not stop within stop_timeout of the interrupt is
-// recorded as interrupted and abandoned (the caller then ends the process).
+// The queue lives in the Catalogue, shared by every dendrod using it (one
+// with SQLite, any number with PostgreSQL). Idle workers claim the oldest
+// queued job (Catalogue::ClaimJob) under a lease that a maintenance thread
+// renews every renew_interval, writing the job's progress at the same time:
+// progress is published locally at once and to the catalogue at most once
+// per renew_interval. A replica that dies stops renewing; once its lease
+// expires any replica re-queues the job and one claims it again (attempts
+// counts the starts). A job claimed for the (max_attempts + 1)th time is
+// FAILED, never run again: a job that kills its server cannot crash-loop
+// the fleet. A replica that restarts under the same replica_id re-queues its
+// own jobs at once.
 //
-// A transient dataset is deleted as soon as the last job using it has
-// ended, whatever the outcome (and swept at start-up in any case).
+// Every write a running job makes (progress, outcome, model commit) names
+// its lease's token; after the lease has passed to another replica those
+// writes are refused, the stale run's result is dropped, and so a job
+// commits at most one model version.
+//
+// Cancel works from any replica: a queued job is CANCELLED at once; a
+// running one gets cancel_requested in the catalogue, which its holder reads
+// at its next renewal and passes to the algorithm (RunContext::Cancelled).
+// Shutdown() drains: new submissions are refused, this replica stops
+// claiming, running jobs get a grace period, then are interrupted and put
+// back in the queue (another replica may take them at once); a job that does
+// not stop within stop_timeout of the interrupt is recorded as interrupted
+// and abandoned (the caller then ends the process).
+//
+// A transient dataset is deleted as soon as no queued or running job uses
+// it, whatever the outcome.
 //
 // Invariants:
-//   * at most queue_capacity jobs wait in the queue (recovered jobs may
-//     exceed it once at start-up);
+//   * at most queue_capacity jobs are QUEUED over every replica;
 //   * a job's progress never decreases while it runs;
-//   * a cancel request reaches the running algorithm through
-//     RunContext::Cancelled(), and a requested cancel always wins over a
-//     shutdown interrupt: a cancelled job never runs again;
+//   * a requested cancel always wins over a shutdown interrupt: a cancelled
+//     job never runs again;
 //   * an exception thrown by a method (std::bad_alloc included) fails that
 //     job only.
 #ifndef DENDRO_SERVER_JOB_MANAGER_H_
@@ -30,7 +44,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -67,24 +80,36 @@ class JobManager {
     // Finished job records older than this are removed (their models stay);
     // zero keeps them forever.
     absl::Duration retention = absl::ZeroDuration();
+    // Names this process as a lease holder; unique among the replicas that
+    // share a catalogue, and the same across a restart where possible.
+    std::string replica_id = "local";
+    // A lease not renewed for this long lets another replica take the job.
+    absl::Duration lease_ttl = absl::Seconds(30);
+    // How often running jobs' leases are renewed and their progress written
+    // to the catalogue; well under lease_ttl.
+    absl::Duration renew_interval = absl::Seconds(1);
+    // How often idle workers look for jobs submitted through other replicas
+    // (a submission here wakes them at once).
+    absl::Duration poll_interval = absl::Milliseconds(250);
     // Called (with the manager's lock held: keep it cheap) when a job that
     // ran has ended SUCCEEDED, FAILED or CANCELLED. Optional.
     std::function<void(const v1::Job&)> on_finished;
   };
 
   struct Stats {
-    int queued = 0;
-    int running = 0;
+    int queued = 0;   // over every replica; -1 if the catalogue is unreadable
+    int running = 0;  // on this replica
   };
 
   JobManager(Options options, Catalogue* meta, DatasetStore* datasets,
              ModelRegistry* models);
   ~JobManager();
 
-  // Re-queues unfinished jobs and starts the workers.
+  // Re-queues the jobs this replica held before a restart (and any whose
+  // lease expired) and starts the workers.
   absl::Status Start();
   // Refuses new jobs, waits up to `grace` for running ones, interrupts the
-  // rest (they stay QUEUED in the store, or become CANCELLED if a cancel was
+  // rest (they go back to the queue, or become CANCELLED if a cancel was
   // asked for) and joins the workers. Returns false if some job did not stop
   // within stop_timeout of the interrupt: its record is already written as
   // interrupted, its worker thread is detached and must not outlive the
@@ -105,35 +130,41 @@ class JobManager {
   // Removes a finished job's record; FAILED_PRECONDITION while it is queued
   // or running.
   absl::Status Delete(const std::string& id);
-  // Blocks until the job has changed since `*seen` (a change counter the
-  // caller keeps, start at 0), the job is finished, or `deadline` passes;
-  // returns the current job and updates `*seen`.
+  // Blocks until the job differs from what `*seen` describes (a fingerprint
+  // the caller keeps; start at 0), the job is finished, or `deadline`
+  // passes; returns the current job and updates `*seen` (UINT64_MAX once the
+  // job has finished). A job running on another replica is polled.
   absl::StatusOr<v1::Job> WaitForChange(const std::string& id, uint64_t* seen,
                                         absl::Time deadline);
   Stats GetStats();
 
-  // True if a queued or running job reads the dataset.
-  bool DatasetInUse(const std::string& dataset_id);
+  // True if a queued or running job (on any replica) reads the dataset.
+  absl::StatusOr<bool> DatasetInUse(const std::string& dataset_id);
 
  private:
+  // A job this replica has claimed and not yet finished.
   struct Entry {
     v1::Job job;                      // guarded by mu_
-    uint64_t version = 1;             // guarded by mu_; bumps on each change
-    std::atomic<bool> cancel{false};  // user cancel or shutdown interrupt
+    int64_t token = 0;                // the lease's fencing token; set once
+    std::atomic<bool> cancel{false};  // user cancel, shutdown interrupt or lost lease
     std::atomic<bool> interrupted{false};
     bool user_cancel = false;         // guarded by mu_; a cancel was requested
+    bool lost = false;                // guarded by mu_; the lease passed on
   };
   class Context;
 
   void WorkerLoop();
+  // Checks a freshly claimed job; records and returns false if it must not
+  // run (cancelled while it waited, out of attempts, dataset gone).
+  bool Admit(Entry& entry);
   void Run(const std::shared_ptr<Entry>& entry);
-  // Applies Options::retention periodically until Shutdown.
-  void RetentionLoop();
+  // Renews leases (passing on remote cancels), re-queues jobs whose lease
+  // expired and applies Options::retention, until the workers have stopped.
+  void MaintenanceLoop();
+  void RenewLeases();
   static absl::Status ValidateRequestId(const std::string& request_id);
   // The answer to a repeated request: `previous` as it is now.
   absl::StatusOr<v1::Job> Replay(const v1::Job& previous, const v1::JobSpec& submitted);
-  // Cancel() without the transient-dataset release (takes mu_ itself).
-  absl::StatusOr<v1::Job> CancelEntry(const std::string& id);
   // Deletes a transient dataset unless a queued or running job other than
   // `except_job` uses it.
   void ReleaseTransientDataset(const std::string& dataset_id,
@@ -146,8 +177,10 @@ class JobManager {
   // Sets the terminal (or re-queued) state of an interrupted or failed job.
   // Requires mu_ held.
   void RecordStopLocked(Entry& entry, const absl::Status& outcome);
-  // Persists entry->job and publishes the change. Requires mu_ held.
-  absl::Status PublishLocked(Entry& entry);
+  // Writes entry.job under its lease (ending it). Requires mu_ held.
+  void ReleaseLocked(Entry& entry);
+  // Drops a finished entry and reports it. Requires mu_ held.
+  void ForgetLocked(const std::shared_ptr<Entry>& entry);
 
   Options options_;
   Catalogue* const meta_;
@@ -155,17 +188,19 @@ class JobManager {
   ModelRegistry* const models_;
 
   std::mutex mu_;
-  std::condition_variable queue_cv_;    // queue_ non-empty or stopping_
-  std::condition_variable changed_cv_;  // any entry changed
-  std::deque<std::string> queue_;
-  std::map<std::string, std::shared_ptr<Entry>> active_;  // queued or running
+  std::condition_variable wake_cv_;     // a job was submitted here, or draining
+  std::condition_variable changed_cv_;  // a local entry changed
+  uint64_t submissions_ = 0;            // bumps on each local submission
+  std::map<std::string, std::shared_ptr<Entry>> active_;  // claimed here
   int running_ = 0;
-  bool accepting_ = false;
-  bool stopping_ = false;
+  int claiming_ = 0;        // workers between ClaimJob and registering its job
+  bool accepting_ = false;  // submissions and claims allowed
+  bool stopping_ = false;   // workers must return
   bool abandoned_ = false;  // jobs outlived stop_timeout; workers detached
   std::vector<std::thread> workers_;
-  std::condition_variable retention_cv_;  // stopping_
-  std::thread retention_thread_;
+  std::condition_variable maintenance_cv_;  // maintenance_stop_
+  bool maintenance_stop_ = false;
+  std::thread maintenance_thread_;
 };
 
 }  // namespace dendro::server

@@ -40,6 +40,13 @@ ABSL_FLAG(int, drain_seconds, 30, "on SIGTERM, how long running jobs may finish"
 ABSL_FLAG(int, job_stop_seconds, 10,
           "after the drain, how long an interrupted job may take to stop before the process "
           "exits without it (it is re-queued)");
+ABSL_FLAG(std::string, replica_id, "",
+          "with a PostgreSQL --catalog: this replica's name among those sharing the catalogue "
+          "and data directory (e.g. the pod name); the same name after a restart lets it "
+          "re-queue its unfinished jobs at once (default: <hostname>-<random>)");
+ABSL_FLAG(int, job_lease_seconds, 30,
+          "a running job whose replica has not renewed its lease for this long (it died) is "
+          "re-queued for another replica");
 ABSL_FLAG(int, max_job_attempts, 3,
           "a job started this many times without finishing (the server went down under it) "
           "is FAILED instead of re-queued");
@@ -206,6 +213,8 @@ int main(int argc, char** argv) {
   options.drain_grace = absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
   options.job_stop_timeout = absl::Seconds(absl::GetFlag(FLAGS_job_stop_seconds));
   options.max_job_attempts = absl::GetFlag(FLAGS_max_job_attempts);
+  options.replica_id = absl::GetFlag(FLAGS_replica_id);
+  options.job_lease = absl::Seconds(absl::GetFlag(FLAGS_job_lease_seconds));
   options.job_retention = absl::Hours(24 * absl::GetFlag(FLAGS_job_retention_days));
   options.max_job_memory_bytes = absl::GetFlag(FLAGS_max_job_memory_mb) << 20;
   options.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_mb) << 20;

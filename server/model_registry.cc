@@ -9,6 +9,7 @@
 #include "core/common/status_macros.h"
 #include "core/io/atomic_file.h"
 #include "server/dataset_store.h"
+#include "server/sweep.h"
 #include "spdlog/spdlog.h"
 
 namespace dendro::server {
@@ -58,7 +59,8 @@ absl::Status ValidateLabel(const std::string& label) {
 ModelRegistry::ModelRegistry(std::string data_dir, Catalogue* meta, int64_t cache_bytes)
     : data_dir_(std::move(data_dir)), meta_(meta), cache_(cache_bytes) {}
 
-absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Job job) {
+absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Job job,
+                                                int64_t lease_token) {
   const std::string name = job.spec().model_name();
   DENDRO_RETURN_IF_ERROR(ValidateModelName(name));
   const std::string rel = absl::StrCat("models/", name, "/", NewId("m"));
@@ -81,7 +83,7 @@ absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Jo
   m.set_input_dim(model.input_dim());
   SetNow(m.mutable_create_time());
   for (const auto& [k, v] : model.metadata()) (*m.mutable_metadata())[k] = v;
-  auto committed = meta_->CommitModel(m, rel, std::move(job));
+  auto committed = meta_->CommitModel(m, rel, std::move(job), lease_token);
   if (!committed.ok()) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
@@ -207,7 +209,7 @@ absl::StatusOr<int> ModelRegistry::SetRetention(const std::string& name, int64_t
   return static_cast<int>(removed.size());
 }
 
-absl::Status ModelRegistry::RemoveOrphans() {
+absl::Status ModelRegistry::RemoveOrphans(absl::Duration grace) {
   DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> dirs, meta_->AllModelDirs());
   const std::set<std::string> live(dirs.begin(), dirs.end());
   std::error_code ec;
@@ -217,7 +219,9 @@ absl::Status ModelRegistry::RemoveOrphans() {
     for (const auto& version_dir : std::filesystem::directory_iterator(name_dir.path(), ec)) {
       const std::string rel = absl::StrCat("models/", name_dir.path().filename().string(), "/",
                                            version_dir.path().filename().string());
-      if (!live.count(rel)) std::filesystem::remove_all(version_dir.path(), ec);
+      if (!live.count(rel) && QuietFor(version_dir.path().string(), grace)) {
+        std::filesystem::remove_all(version_dir.path(), ec);
+      }
     }
   }
   return absl::OkStatus();

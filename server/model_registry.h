@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/catalogue.h"
 #include "server/model_cache.h"
 #include "server/methods/method.h"
@@ -32,8 +33,10 @@ class ModelRegistry {
   ModelRegistry(std::string data_dir, Catalogue* meta, int64_t cache_bytes);
 
   // Saves `model`'s artifacts and, in one metadata transaction, records the
-  // new version and marks `job` SUCCEEDED with it. Returns the stored Model.
-  absl::StatusOr<v1::Model> Commit(const FittedModel& model, v1::Job job);
+  // new version and marks `job` SUCCEEDED with it, if lease `lease_token`
+  // still holds the job (0: no lease check; see Catalogue::CommitModel).
+  // Returns the stored Model; on any error the artifacts are removed.
+  absl::StatusOr<v1::Model> Commit(const FittedModel& model, v1::Job job, int64_t lease_token);
 
   // By version (0 = latest) or label; both set is InvalidArgument.
   absl::StatusOr<v1::Model> Get(const v1::ModelRef& ref);
@@ -49,9 +52,10 @@ class ModelRegistry {
   absl::StatusOr<Page<v1::Model>> List(const std::string& name, int64_t after_seq, int limit) {
     return meta_->ListModels(name, after_seq, limit);
   }
-  // Removes artifact directories no metadata row points at. Removes
-  // nothing, and fails, if the catalogue cannot be read.
-  absl::Status RemoveOrphans();
+  // Removes artifact directories no metadata row points at (with a
+  // `grace`, only those unchanged for that long: see server/sweep.h).
+  // Removes nothing, and fails, if the catalogue cannot be read.
+  absl::Status RemoveOrphans(absl::Duration grace = absl::ZeroDuration());
   ModelCache::Stats CacheStats() const { return cache_.stats(); }
 
  private:

@@ -1,5 +1,6 @@
 #include "server/postgres_catalogue.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -22,8 +23,13 @@ struct PostgresCatalogue::Conn {
 
 namespace {
 
-// Any fixed number: the advisory lock that serialises schema migrations.
+// Any fixed numbers: the advisory locks that serialise schema migrations
+// and the queue-capacity check of EnqueueJob.
 constexpr int64_t kMigrationLock = 0x64656e64726f;  // "dendro"
+constexpr int64_t kQueueLock = 0x64656e64726f71;    // "dendroq"
+
+constexpr int kQueued = static_cast<int>(v1::JOB_STATE_QUEUED);
+constexpr int kRunning = static_cast<int>(v1::JOB_STATE_RUNNING);
 
 // Each entry brings the schema from version i to i + 1.
 constexpr const char* kMigrations[] = {
@@ -57,6 +63,15 @@ CREATE TABLE model_labels (
   label TEXT NOT NULL,
   version BIGINT NOT NULL,
   PRIMARY KEY (name, label));
+)sql",
+    // 2: job leases (the shared queue).
+    R"sql(
+ALTER TABLE jobs ADD COLUMN lease_holder TEXT;
+ALTER TABLE jobs ADD COLUMN lease_expires TIMESTAMPTZ;
+ALTER TABLE jobs ADD COLUMN lease_token BIGINT NOT NULL DEFAULT 0;
+CREATE SEQUENCE job_lease_tokens;
+CREATE INDEX jobs_queue ON jobs (state, seq);
+CREATE INDEX jobs_dataset ON jobs (dataset_id);
 )sql",
 };
 static_assert(std::size(kMigrations) == kPostgresSchemaVersion);
@@ -170,15 +185,31 @@ std::string RequestKey(const std::string& owner, const std::string& request_id) 
   return request_id.empty() ? std::string() : absl::StrCat(owner, "\n", request_id);
 }
 
+// Inserts or replaces a job row; a job that is not RUNNING holds no lease.
 void UpsertJob(pqxx::work& txn, const v1::Job& job) {
   txn.exec_params(
       "INSERT INTO jobs (id, state, dataset_id, record, request_key, end_seconds) "
       "VALUES ($1, $2, $3, $4, NULLIF($5, ''), NULLIF($6, 0)) "
       "ON CONFLICT (id) DO UPDATE SET state = excluded.state, record = excluded.record, "
-      "end_seconds = excluded.end_seconds",
+      "end_seconds = excluded.end_seconds, "
+      "lease_holder = CASE WHEN excluded.state = $7 THEN jobs.lease_holder END, "
+      "lease_expires = CASE WHEN excluded.state = $7 THEN jobs.lease_expires END",
       job.id(), static_cast<int>(job.state()), job.spec().dataset_id(), Blob(job),
-      RequestKey(job.owner(), job.request_id()), static_cast<int64_t>(job.end_time().seconds()));
+      RequestKey(job.owner(), job.request_id()), static_cast<int64_t>(job.end_time().seconds()),
+      kRunning);
 }
+
+// The stored record of job `id`, row-locked, if lease `token` still holds
+// it; ABORTED (LeaseLost) otherwise.
+absl::StatusOr<v1::Job> LockLeased(pqxx::work& txn, const std::string& id, int64_t token) {
+  const pqxx::result r = txn.exec_params(
+      "SELECT record FROM jobs WHERE id = $1 AND state = $2 AND lease_token = $3 FOR UPDATE", id,
+      kRunning, token);
+  if (r.empty()) return LeaseLost(id);
+  return Decode<v1::Job>(r[0][0], "job");
+}
+
+std::string Millis(absl::Duration d) { return absl::StrCat(absl::ToInt64Milliseconds(d)); }
 
 // The columns that carry a model row's registry fields, after `m.record`:
 // its labels (comma-joined, sorted; labels hold no commas) and its name's
@@ -412,12 +443,149 @@ absl::StatusOr<std::vector<v1::Job>> PostgresCatalogue::UnfinishedJobs() {
   });
 }
 
+// --- the job queue ----------------------------------------------------------
+
+absl::Status PostgresCatalogue::EnqueueJob(const v1::Job& job, int capacity) {
+  const Timed t(this, "enqueue_job");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::Status {
+    // Serialises enqueues so the capacity holds over every replica.
+    txn.exec_params("SELECT pg_advisory_xact_lock($1)", kQueueLock);
+    const int64_t queued =
+        txn.exec_params1("SELECT count(*) FROM jobs WHERE state = $1", kQueued)[0].as<int64_t>();
+    if (queued >= capacity) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("job queue is full (", queued, " jobs waiting over all replicas, capacity ",
+                       capacity, "); retry later"));
+    }
+    txn.exec_params(
+        "INSERT INTO jobs (id, state, dataset_id, record, request_key) "
+        "VALUES ($1, $2, $3, $4, NULLIF($5, ''))",
+        job.id(), static_cast<int>(job.state()), job.spec().dataset_id(), Blob(job),
+        RequestKey(job.owner(), job.request_id()));
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::optional<ClaimedJob>> PostgresCatalogue::ClaimJob(const std::string& holder,
+                                                                      absl::Duration ttl) {
+  const Timed t(this, "claim_job");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<std::optional<ClaimedJob>> {
+    // SKIP LOCKED: replicas claiming at once each take a different job.
+    const pqxx::result r = txn.exec_params(
+        "SELECT record FROM jobs WHERE state = $1 ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED",
+        kQueued);
+    if (r.empty()) return std::optional<ClaimedJob>();
+    ClaimedJob claimed;
+    DENDRO_ASSIGN_OR_RETURN(claimed.job, Decode<v1::Job>(r[0][0], "job"));
+    MarkClaimed(claimed.job);
+    claimed.token = txn.exec_params1(
+                           "UPDATE jobs SET state = $2, record = $3, lease_holder = $4, "
+                           "lease_expires = now() + $5 * interval '1 millisecond', "
+                           "lease_token = nextval('job_lease_tokens') WHERE id = $1 "
+                           "RETURNING lease_token",
+                           claimed.job.id(), kRunning, Blob(claimed.job), holder, Millis(ttl))[0]
+                        .as<int64_t>();
+    return std::optional<ClaimedJob>(std::move(claimed));
+  });
+}
+
+absl::StatusOr<v1::Job> PostgresCatalogue::RenewJobLease(const std::string& id, int64_t token,
+                                                         absl::Duration ttl, double progress,
+                                                         const std::string& stage) {
+  const Timed t(this, "renew_job_lease");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<v1::Job> {
+    DENDRO_ASSIGN_OR_RETURN(v1::Job stored, LockLeased(txn, id, token));
+    stored.set_progress(std::max(stored.progress(), progress));
+    if (!stored.cancel_requested()) stored.set_stage(stage);
+    txn.exec_params(
+        "UPDATE jobs SET record = $2, lease_expires = now() + $3 * interval '1 millisecond' "
+        "WHERE id = $1",
+        id, Blob(stored), Millis(ttl));
+    return stored;
+  });
+}
+
+absl::Status PostgresCatalogue::ReleaseJob(const v1::Job& job, int64_t token) {
+  const Timed t(this, "release_job");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::Status {
+    DENDRO_ASSIGN_OR_RETURN(v1::Job stored, LockLeased(txn, job.id(), token));
+    v1::Job out = job;
+    KeepCancelRequest(stored, out);
+    UpsertJob(txn, out);
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<v1::Job>> PostgresCatalogue::RequeueLostJobs(
+    const std::string& holder) {
+  const Timed t(this, "requeue_lost_jobs");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<std::vector<v1::Job>> {
+    std::vector<v1::Job> requeued;
+    const pqxx::result rows = txn.exec_params(
+        "SELECT record, lease_holder = $2 FROM jobs WHERE state = $1 AND "
+        "(lease_expires IS NULL OR lease_expires < now() OR lease_holder = $2) "
+        "ORDER BY seq FOR UPDATE SKIP LOCKED",
+        kRunning, holder);
+    for (const pqxx::row& row : rows) {
+      DENDRO_ASSIGN_OR_RETURN(v1::Job job, Decode<v1::Job>(row[0], "job"));
+      const bool restarted = !row[1].is_null() && row[1].as<bool>();
+      MarkRequeued(job, restarted ? "queued (its replica restarted)"
+                                  : "queued (the replica running it stopped renewing its lease)");
+      UpsertJob(txn, job);
+      requeued.push_back(std::move(job));
+    }
+    return requeued;
+  });
+}
+
+absl::StatusOr<v1::Job> PostgresCatalogue::UpdateJob(const std::string& id,
+                                                     const std::function<bool(v1::Job&)>& edit) {
+  const Timed t(this, "update_job");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<v1::Job> {
+    const pqxx::result r =
+        txn.exec_params("SELECT record FROM jobs WHERE id = $1 FOR UPDATE", id);
+    if (r.empty()) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+    DENDRO_ASSIGN_OR_RETURN(v1::Job job, Decode<v1::Job>(r[0][0], "job"));
+    if (edit(job)) UpsertJob(txn, job);
+    return job;
+  });
+}
+
+absl::StatusOr<JobCounts> PostgresCatalogue::CountJobs() {
+  const Timed t(this, "count_jobs");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<JobCounts> {
+    const pqxx::row r = txn.exec_params1(
+        "SELECT count(*) FILTER (WHERE state = $1), count(*) FILTER (WHERE state = $2) "
+        "FROM jobs WHERE state IN ($1, $2)",
+        kQueued, kRunning);
+    return JobCounts{r[0].as<int64_t>(), r[1].as<int64_t>()};
+  });
+}
+
+absl::StatusOr<bool> PostgresCatalogue::DatasetInUse(const std::string& dataset_id,
+                                                     const std::string& except_job) {
+  const Timed t(this, "dataset_in_use");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<bool> {
+    return !txn.exec_params(
+                   "SELECT 1 FROM jobs WHERE dataset_id = $1 AND state IN ($2, $3) AND id <> $4 "
+                   "LIMIT 1",
+                   dataset_id, kQueued, kRunning, except_job)
+                .empty();
+  });
+}
+
 // --- models -----------------------------------------------------------------
 
 absl::StatusOr<CommitResult> PostgresCatalogue::CommitModel(v1::Model model,
-                                                            const std::string& dir, v1::Job job) {
+                                                            const std::string& dir, v1::Job job,
+                                                            int64_t lease_token) {
   const Timed t(this, "commit_model");
   return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<CommitResult> {
+    if (lease_token != 0) {
+      // The fencing check: the job's row stays locked to the end.
+      DENDRO_ASSIGN_OR_RETURN(v1::Job stored, LockLeased(txn, job.id(), lease_token));
+      if (stored.cancel_requested()) return CancelledBeforeCommit(job.id());
+    }
     // The upsert takes the name's row lock, so concurrent commits under
     // one name get consecutive versions.
     const pqxx::row r = txn.exec_params1(

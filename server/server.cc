@@ -9,7 +9,10 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -25,6 +28,7 @@
 #include "server/job_manager.h"
 #include "server/catalogue.h"
 #include "server/metrics.h"
+#include "server/sweep.h"
 #include "server/model_registry.h"
 #include "server/services.h"
 #include "server/stream_limiter.h"
@@ -45,7 +49,8 @@ struct DendroServer::State {
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<grpc::Server> health_server;  // --health_listen
   int port = 0;
-  int lock_fd = -1;  // flock on <data_dir>/LOCK; closed last
+  int lock_fd = -1;          // flock on <data_dir>/LOCK; closed last
+  int replica_lock_fd = -1;  // flock on the replica id (shared catalogue)
   std::mutex mu;
   bool shut_down = false;
   bool abandoned = false;
@@ -64,39 +69,93 @@ DendroServer::~DendroServer() {
     return;
   }
   const int lock_fd = state_->lock_fd;
+  const int replica_lock_fd = state_->replica_lock_fd;
   state_.reset();
+  if (replica_lock_fd >= 0) ::close(replica_lock_fd);
   if (lock_fd >= 0) ::close(lock_fd);
 }
 
 namespace {
 
-// Takes an exclusive flock on <data_dir>/LOCK (held until `*fd` is closed)
-// and writes this process's pid into it, so two servers never share one
-// data directory.
-absl::Status LockDataDir(const std::string& data_dir, int* fd) {
+// Takes a flock on <data_dir>/LOCK, held until `*fd` is closed: exclusive
+// for a server that owns the directory (SQLite catalogue), shared for
+// replicas of a PostgreSQL catalogue, so an owner never runs beside
+// replicas. An owner writes its pid into the file for the message below.
+absl::Status LockDataDir(const std::string& data_dir, bool shared, int* fd) {
   const std::string path = data_dir + "/LOCK";
   *fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (*fd < 0) {
     return absl::PermissionDeniedError(absl::StrCat("cannot open ", path, ": ",
                                                     std::strerror(errno)));
   }
-  if (::flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+  if (::flock(*fd, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
     char buf[32] = {0};
     const ssize_t n = ::pread(*fd, buf, sizeof(buf) - 1, 0);
     ::close(*fd);
     *fd = -1;
     std::string holder(buf, n > 0 ? static_cast<size_t>(n) : 0);
     while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    if (shared) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "data directory ", data_dir, " is owned by a dendrod with an SQLite catalogue",
+          holder.empty() ? "" : absl::StrCat(" (pid ", holder, ")"),
+          "; replicas of a PostgreSQL catalogue cannot share it"));
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "data directory ", data_dir, " is in use by another dendrod",
         holder.empty() ? "" : absl::StrCat(" (pid ", holder, ")"),
         "; stop it or choose another --data_dir"));
   }
+  if (shared) return absl::OkStatus();
   // The lock is what matters; the pid is only a hint for the message above,
   // so a failure to write it is ignored.
   const std::string pid = absl::StrCat(::getpid(), "\n");
   if (::ftruncate(*fd, 0) == 0) (void)!::pwrite(*fd, pid.data(), pid.size(), 0);
   return absl::OkStatus();
+}
+
+// Refuses a replica id that another live process sharing the data directory
+// uses (an exclusive flock on <data_dir>/replicas/<id>.lock, held until
+// `*fd` is closed).
+absl::Status LockReplicaId(const std::string& data_dir, const std::string& id, int* fd) {
+  const std::string dir = data_dir + "/replicas";
+  DENDRO_RETURN_IF_ERROR(MakeDirs(dir));
+  const std::string path = absl::StrCat(dir, "/", id, ".lock");
+  *fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (*fd < 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot open the lock file of replica '", id,
+                                                    "': ", std::strerror(errno)));
+  }
+  if (::flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(*fd);
+    *fd = -1;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "replica id '", id, "' is in use by another dendrod on this data directory; give each "
+        "replica its own --replica_id"));
+  }
+  return absl::OkStatus();
+}
+
+// "<hostname>-<6 random hex digits>".
+std::string DefaultReplicaId() {
+  char host[256] = {0};
+  if (::gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+    std::snprintf(host, sizeof(host), "dendrod");
+  }
+  std::string id = NewId(host);
+  return id.substr(0, id.size() - 6);
+}
+
+// Replica ids name lock files: keep them to a safe alphabet.
+absl::Status ValidateReplicaId(const std::string& id) {
+  bool ok = !id.empty() && id.size() <= 128 && id[0] != '.';
+  for (char c : id) {
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
+  }
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--replica_id must be 1 to 128 characters from [A-Za-z0-9._-], not starting with '.'; "
+      "got '", id, "'"));
 }
 
 // Whether HOST:PORT names a loopback address.
@@ -132,7 +191,18 @@ absl::Status DendroServer::Start() {
                  options_.allow_insecure ? " (--allow_insecure)" : " (loopback only)");
   }
   DENDRO_RETURN_IF_ERROR(MakeDirs(options_.data_dir));
-  DENDRO_RETURN_IF_ERROR(LockDataDir(options_.data_dir, &s.lock_fd));
+  const bool shared = !options_.catalog.empty() && options_.catalog != "sqlite";
+  DENDRO_RETURN_IF_ERROR(LockDataDir(options_.data_dir, shared, &s.lock_fd));
+  std::string replica_id = "local";
+  if (shared) {
+    replica_id = options_.replica_id.empty() ? DefaultReplicaId() : options_.replica_id;
+    DENDRO_RETURN_IF_ERROR(ValidateReplicaId(replica_id));
+    DENDRO_RETURN_IF_ERROR(LockReplicaId(options_.data_dir, replica_id, &s.replica_lock_fd));
+    spdlog::info("replica '{}' of a shared catalogue", replica_id);
+  }
+  if (options_.job_lease < absl::Seconds(2)) {
+    return absl::InvalidArgumentError("--job_lease_seconds must be at least 2");
+  }
   DENDRO_ASSIGN_OR_RETURN(s.meta, OpenCatalogue(options_.catalog, options_.data_dir));
   DENDRO_ASSIGN_OR_RETURN(MinFreeDisk min_free, ParseMinFreeDisk(options_.min_free_disk));
   s.datasets = std::make_unique<DatasetStore>(options_.data_dir, s.meta.get(),
@@ -143,11 +213,14 @@ absl::Status DendroServer::Start() {
   spdlog::info("model cache holds up to {} MiB of loaded models", cache_bytes >> 20);
   // A catalogue that cannot be read stops the start: sweeping against it
   // would delete every dataset and model as an orphan.
-  if (absl::Status swept = s.datasets->RemoveOrphans(); !swept.ok()) {
+  // Replicas sharing the directory may be writing files they have not yet
+  // recorded: theirs are left alone unless long quiet.
+  const absl::Duration grace = s.meta->shared() ? kSharedOrphanGrace : absl::ZeroDuration();
+  if (absl::Status swept = s.datasets->RemoveOrphans(grace); !swept.ok()) {
     return absl::DataLossError(absl::StrCat("cannot read the dataset catalogue; refusing to start ",
                                             "(nothing was deleted): ", swept.message()));
   }
-  if (absl::Status swept = s.models->RemoveOrphans(); !swept.ok()) {
+  if (absl::Status swept = s.models->RemoveOrphans(grace); !swept.ok()) {
     return absl::DataLossError(absl::StrCat("cannot read the model catalogue; refusing to start ",
                                             "(nothing was deleted): ", swept.message()));
   }
@@ -157,6 +230,13 @@ absl::Status DendroServer::Start() {
   jopts.max_attempts = options_.max_job_attempts;
   jopts.retention = options_.job_retention;
   jopts.stop_timeout = options_.job_stop_timeout;
+  jopts.replica_id = replica_id;
+  jopts.lease_ttl = options_.job_lease;
+  // Progress reaches other replicas' watchers through the catalogue, so
+  // renew often when shared; alone, the lease only guards against a
+  // restart under the same catalogue, and progress is served from memory.
+  jopts.renew_interval =
+      std::min(shared ? absl::Seconds(1) : absl::Seconds(10), options_.job_lease / 3);
   jopts.limits.memory_bytes = options_.max_job_memory_bytes > 0 ? options_.max_job_memory_bytes
                                                                 : DefaultJobMemoryBytes();
   jopts.resolve_method = options_.resolve_method;

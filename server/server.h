@@ -25,6 +25,11 @@ struct ServerOptions {
   int workers = 1;
   int queue_capacity = 64;
   int max_job_attempts = 3;                     // see JobManager::Options
+  // Lease holder name among replicas sharing a PostgreSQL catalogue (see
+  // JobManager::Options); empty: "<hostname>-<random>", new at each start.
+  // Ignored with SQLite, where the one server is always "local".
+  std::string replica_id;
+  absl::Duration job_lease = absl::Seconds(30);
   absl::Duration job_retention = absl::ZeroDuration();  // 0: keep finished jobs
   absl::Duration job_stop_timeout = absl::Seconds(10);
   int64_t max_job_memory_bytes = 0;             // 0: DefaultJobMemoryBytes()

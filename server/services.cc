@@ -265,7 +265,9 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
                              v1::DeleteDatasetResponse*) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kDeleteDataset);
     if (!who.ok()) return ToGrpc(who.status());
-    if (deps_.jobs->DatasetInUse(req->id())) {
+    absl::StatusOr<bool> in_use = deps_.jobs->DatasetInUse(req->id());
+    if (!in_use.ok()) return ToGrpc(in_use.status());
+    if (*in_use) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           absl::StrCat("dataset '", req->id(),
                                        "' is used by a queued or running job"));

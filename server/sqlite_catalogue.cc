@@ -281,6 +281,7 @@ absl::Status SqliteCatalogue::Migrate() {
   // old finished jobs; keep_versions starts at 0, keep everything).
   bool has_request_key = false;
   bool has_end_seconds = false;
+  bool has_lease = false;
   bool has_keep_versions = false;
   {
     Stmt st(db_, "SELECT name FROM pragma_table_info('model_names')");
@@ -303,6 +304,7 @@ absl::Status SqliteCatalogue::Migrate() {
       if (!row) break;
       if (st.Text(0) == "request_key") has_request_key = true;
       if (st.Text(0) == "end_seconds") has_end_seconds = true;
+      if (st.Text(0) == "lease_token") has_lease = true;
     }
   }
   if (!has_request_key) {
@@ -310,6 +312,14 @@ absl::Status SqliteCatalogue::Migrate() {
   }
   if (!has_end_seconds) {
     DENDRO_RETURN_IF_ERROR(Exec("ALTER TABLE jobs ADD COLUMN end_seconds INTEGER"));
+  }
+  if (!has_lease) {
+    // Lease expiry in milliseconds since the epoch (this process's clock:
+    // an SQLite catalogue has one dendrod).
+    DENDRO_RETURN_IF_ERROR(Exec("ALTER TABLE jobs ADD COLUMN lease_holder TEXT; "
+                                "ALTER TABLE jobs ADD COLUMN lease_expires INTEGER; "
+                                "ALTER TABLE jobs ADD COLUMN lease_token INTEGER NOT NULL "
+                                "DEFAULT 0;"));
   }
   return Exec("CREATE UNIQUE INDEX IF NOT EXISTS jobs_request_key ON jobs (request_key) "
               "WHERE request_key IS NOT NULL");
@@ -379,12 +389,18 @@ std::string RequestKey(const std::string& owner, const std::string& request_id) 
   return request_id.empty() ? std::string() : absl::StrCat(owner, "\n", request_id);
 }
 
+constexpr int64_t kQueued = v1::JOB_STATE_QUEUED;
+constexpr int64_t kRunning = v1::JOB_STATE_RUNNING;
+
+// Inserts or replaces a job row; a job that is not RUNNING holds no lease.
 absl::Status UpsertJob(sqlite3* db, const v1::Job& job) {
   Stmt st(db,
           "INSERT INTO jobs (id, state, dataset_id, record, request_key, end_seconds) "
-          "VALUES (?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, 0)) "
+          "VALUES (?1, ?2, ?3, ?4, NULLIF(?5, ''), NULLIF(?6, 0)) "
           "ON CONFLICT(id) DO UPDATE SET state = excluded.state, "
-          "record = excluded.record, end_seconds = excluded.end_seconds");
+          "record = excluded.record, end_seconds = excluded.end_seconds, "
+          "lease_holder = CASE WHEN excluded.state = ?7 THEN lease_holder END, "
+          "lease_expires = CASE WHEN excluded.state = ?7 THEN lease_expires END");
   DENDRO_RETURN_IF_ERROR(st.prepared());
   return st.Bind(1, job.id())
       .Bind(2, static_cast<int64_t>(job.state()))
@@ -392,7 +408,21 @@ absl::Status UpsertJob(sqlite3* db, const v1::Job& job) {
       .BindBlob(4, job.SerializeAsString())
       .Bind(5, RequestKey(job.owner(), job.request_id()))
       .Bind(6, static_cast<int64_t>(job.end_time().seconds()))
+      .Bind(7, kRunning)
       .Run();
+}
+
+int64_t NowMillis() { return absl::ToUnixMillis(absl::Now()); }
+
+// The stored record of job `id` if lease `token` still holds it; ABORTED
+// (LeaseLost) otherwise. Call inside a write transaction.
+absl::StatusOr<v1::Job> ReadLeased(sqlite3* db, const std::string& id, int64_t token) {
+  Stmt st(db, "SELECT record FROM jobs WHERE id = ? AND state = ? AND lease_token = ?");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  st.Bind(1, id).Bind(2, kRunning).Bind(3, token);
+  DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return LeaseLost(id);
+  return Decode<v1::Job>(st.Text(0), "job");
 }
 }  // namespace
 
@@ -477,6 +507,172 @@ absl::StatusOr<std::vector<v1::Job>> SqliteCatalogue::UnfinishedJobs() {
   return jobs;
 }
 
+// --- the job queue ----------------------------------------------------------
+
+absl::Status SqliteCatalogue::EnqueueJob(const v1::Job& job, int capacity) {
+  const Op op(this, "enqueue_job");
+  Txn txn(db_);
+  DENDRO_RETURN_IF_ERROR(txn.began());
+  {
+    Stmt st(db_, "SELECT count(*) FROM jobs WHERE state = ?");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    st.Bind(1, kQueued);
+    DENDRO_RETURN_IF_ERROR(st.Step().status());
+    if (st.Int(0) >= capacity) {
+      return absl::ResourceExhaustedError(absl::StrCat("job queue is full (", st.Int(0),
+                                                       " jobs waiting, capacity ", capacity,
+                                                       "); retry later"));
+    }
+  }
+  Stmt st(db_,
+          "INSERT INTO jobs (id, state, dataset_id, record, request_key) "
+          "VALUES (?, ?, ?, ?, NULLIF(?, ''))");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  DENDRO_RETURN_IF_ERROR(st.Bind(1, job.id())
+                             .Bind(2, static_cast<int64_t>(job.state()))
+                             .Bind(3, job.spec().dataset_id())
+                             .BindBlob(4, job.SerializeAsString())
+                             .Bind(5, RequestKey(job.owner(), job.request_id()))
+                             .Run());
+  return txn.Commit();
+}
+
+absl::StatusOr<std::optional<ClaimedJob>> SqliteCatalogue::ClaimJob(const std::string& holder,
+                                                                    absl::Duration ttl) {
+  const Op op(this, "claim_job");
+  Txn txn(db_);
+  DENDRO_RETURN_IF_ERROR(txn.began());
+  ClaimedJob claimed;
+  {
+    Stmt st(db_, "SELECT record FROM jobs WHERE state = ? ORDER BY seq LIMIT 1");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    st.Bind(1, kQueued);
+    DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) return std::optional<ClaimedJob>();
+    DENDRO_ASSIGN_OR_RETURN(claimed.job, Decode<v1::Job>(st.Text(0), "job"));
+  }
+  {
+    Stmt st(db_, "SELECT COALESCE(MAX(lease_token), 0) + 1 FROM jobs");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    DENDRO_RETURN_IF_ERROR(st.Step().status());
+    claimed.token = st.Int(0);
+  }
+  MarkClaimed(claimed.job);
+  Stmt st(db_,
+          "UPDATE jobs SET state = ?, record = ?, lease_holder = ?, lease_expires = ?, "
+          "lease_token = ? WHERE id = ?");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  DENDRO_RETURN_IF_ERROR(st.Bind(1, kRunning)
+                             .BindBlob(2, claimed.job.SerializeAsString())
+                             .Bind(3, holder)
+                             .Bind(4, NowMillis() + absl::ToInt64Milliseconds(ttl))
+                             .Bind(5, claimed.token)
+                             .Bind(6, claimed.job.id())
+                             .Run());
+  DENDRO_RETURN_IF_ERROR(txn.Commit());
+  return std::optional<ClaimedJob>(std::move(claimed));
+}
+
+absl::StatusOr<v1::Job> SqliteCatalogue::RenewJobLease(const std::string& id, int64_t token,
+                                                       absl::Duration ttl, double progress,
+                                                       const std::string& stage) {
+  const Op op(this, "renew_job_lease");
+  Txn txn(db_);
+  DENDRO_RETURN_IF_ERROR(txn.began());
+  DENDRO_ASSIGN_OR_RETURN(v1::Job stored, ReadLeased(db_, id, token));
+  stored.set_progress(std::max(stored.progress(), progress));
+  if (!stored.cancel_requested()) stored.set_stage(stage);
+  Stmt st(db_, "UPDATE jobs SET record = ?, lease_expires = ? WHERE id = ?");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  DENDRO_RETURN_IF_ERROR(st.BindBlob(1, stored.SerializeAsString())
+                             .Bind(2, NowMillis() + absl::ToInt64Milliseconds(ttl))
+                             .Bind(3, id)
+                             .Run());
+  DENDRO_RETURN_IF_ERROR(txn.Commit());
+  return stored;
+}
+
+absl::Status SqliteCatalogue::ReleaseJob(const v1::Job& job, int64_t token) {
+  const Op op(this, "release_job");
+  Txn txn(db_);
+  DENDRO_RETURN_IF_ERROR(txn.began());
+  DENDRO_ASSIGN_OR_RETURN(v1::Job stored, ReadLeased(db_, job.id(), token));
+  v1::Job out = job;
+  KeepCancelRequest(stored, out);
+  DENDRO_RETURN_IF_ERROR(UpsertJob(db_, out));
+  return txn.Commit();
+}
+
+absl::StatusOr<std::vector<v1::Job>> SqliteCatalogue::RequeueLostJobs(const std::string& holder) {
+  const Op op(this, "requeue_lost_jobs");
+  Txn txn(db_);
+  DENDRO_RETURN_IF_ERROR(txn.began());
+  std::vector<std::pair<v1::Job, bool>> lost;
+  {
+    Stmt st(db_,
+            "SELECT record, COALESCE(lease_holder = ?2, 0) FROM jobs WHERE state = ?1 AND "
+            "(lease_expires IS NULL OR lease_expires < ?3 OR lease_holder = ?2) ORDER BY seq");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    st.Bind(1, kRunning).Bind(2, holder).Bind(3, NowMillis());
+    for (;;) {
+      DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      DENDRO_ASSIGN_OR_RETURN(v1::Job job, Decode<v1::Job>(st.Text(0), "job"));
+      lost.emplace_back(std::move(job), st.Int(1) != 0);
+    }
+  }
+  std::vector<v1::Job> requeued;
+  for (auto& [job, restarted] : lost) {
+    MarkRequeued(job, restarted ? "queued (recovered after restart)"
+                                : "queued (the server running it stopped renewing its lease)");
+    DENDRO_RETURN_IF_ERROR(UpsertJob(db_, job));
+    requeued.push_back(std::move(job));
+  }
+  DENDRO_RETURN_IF_ERROR(txn.Commit());
+  return requeued;
+}
+
+absl::StatusOr<v1::Job> SqliteCatalogue::UpdateJob(const std::string& id,
+                                                   const std::function<bool(v1::Job&)>& edit) {
+  const Op op(this, "update_job");
+  Txn txn(db_);
+  DENDRO_RETURN_IF_ERROR(txn.began());
+  v1::Job job;
+  {
+    Stmt st(db_, "SELECT record FROM jobs WHERE id = ?");
+    DENDRO_RETURN_IF_ERROR(st.prepared());
+    st.Bind(1, id);
+    DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+    DENDRO_ASSIGN_OR_RETURN(job, Decode<v1::Job>(st.Text(0), "job"));
+  }
+  if (!edit(job)) return job;
+  DENDRO_RETURN_IF_ERROR(UpsertJob(db_, job));
+  DENDRO_RETURN_IF_ERROR(txn.Commit());
+  return job;
+}
+
+absl::StatusOr<JobCounts> SqliteCatalogue::CountJobs() {
+  const Op op(this, "count_jobs");
+  Stmt st(db_,
+          "SELECT COALESCE(SUM(state = ?1), 0), COALESCE(SUM(state = ?2), 0) FROM jobs "
+          "WHERE state IN (?1, ?2)");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  st.Bind(1, kQueued).Bind(2, kRunning);
+  DENDRO_RETURN_IF_ERROR(st.Step().status());
+  return JobCounts{st.Int(0), st.Int(1)};
+}
+
+absl::StatusOr<bool> SqliteCatalogue::DatasetInUse(const std::string& dataset_id,
+                                                   const std::string& except_job) {
+  const Op op(this, "dataset_in_use");
+  Stmt st(db_,
+          "SELECT 1 FROM jobs WHERE dataset_id = ? AND state IN (?, ?) AND id <> ? LIMIT 1");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  st.Bind(1, dataset_id).Bind(2, kQueued).Bind(3, kRunning).Bind(4, except_job);
+  return st.Step();
+}
+
 // --- models -----------------------------------------------------------------
 
 namespace {
@@ -552,10 +748,14 @@ absl::StatusOr<std::vector<StoredModel>> PruneVersions(sqlite3* db, const std::s
 }  // namespace
 
 absl::StatusOr<CommitResult> SqliteCatalogue::CommitModel(v1::Model model, const std::string& dir,
-                                                        v1::Job job) {
+                                                        v1::Job job, int64_t lease_token) {
   const Op op(this, "commit_model");
   Txn txn(db_);
   DENDRO_RETURN_IF_ERROR(txn.began());
+  if (lease_token != 0) {
+    DENDRO_ASSIGN_OR_RETURN(v1::Job stored, ReadLeased(db_, job.id(), lease_token));
+    if (stored.cancel_requested()) return CancelledBeforeCommit(job.id());
+  }
   int64_t version = 1;
   int64_t keep = 0;
   {

@@ -40,8 +40,20 @@ class SqliteCatalogue final : public Catalogue {
                                                           const std::string& request_id) override;
   absl::StatusOr<Page<v1::Job>> ListJobs(int64_t after_seq, int limit) override;
   absl::StatusOr<std::vector<v1::Job>> UnfinishedJobs() override;
+  absl::Status EnqueueJob(const v1::Job& job, int capacity) override;
+  absl::StatusOr<std::optional<ClaimedJob>> ClaimJob(const std::string& holder,
+                                                     absl::Duration ttl) override;
+  absl::StatusOr<v1::Job> RenewJobLease(const std::string& id, int64_t token, absl::Duration ttl,
+                                        double progress, const std::string& stage) override;
+  absl::Status ReleaseJob(const v1::Job& job, int64_t token) override;
+  absl::StatusOr<std::vector<v1::Job>> RequeueLostJobs(const std::string& holder) override;
+  absl::StatusOr<v1::Job> UpdateJob(const std::string& id,
+                                    const std::function<bool(v1::Job&)>& edit) override;
+  absl::StatusOr<JobCounts> CountJobs() override;
+  absl::StatusOr<bool> DatasetInUse(const std::string& dataset_id,
+                                    const std::string& except_job) override;
   absl::StatusOr<CommitResult> CommitModel(v1::Model model, const std::string& dir,
-                                           v1::Job job) override;
+                                           v1::Job job, int64_t lease_token) override;
   absl::StatusOr<StoredModel> GetModel(const std::string& name, int64_t version,
                                        const std::string& label) override;
   absl::StatusOr<Page<v1::Model>> ListModels(const std::string& name, int64_t after_seq,
@@ -54,6 +66,7 @@ class SqliteCatalogue final : public Catalogue {
   absl::StatusOr<std::vector<StoredModel>> SetModelRetention(const std::string& name,
                                                              int64_t keep_versions) override;
   absl::StatusOr<std::vector<std::string>> AllModelDirs() override;
+  bool shared() const override { return false; }
 
  private:
   class Op;  // one operation: holds mu_, reports to observer_

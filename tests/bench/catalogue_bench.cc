@@ -49,7 +49,7 @@ void Bench(const char* label, Catalogue& cat, int n) {
   const double commit = OpsPerSecond(n, [&](int i) {
     job.set_id("job-" + std::to_string(i));
     job.set_state(v1::JOB_STATE_SUCCEEDED);
-    if (!cat.CommitModel(model, "models/bench/" + std::to_string(i), job).ok()) std::abort();
+    if (!cat.CommitModel(model, "models/bench/" + std::to_string(i), job, 0).ok()) std::abort();
   });
   const double get_model = OpsPerSecond(n, [&](int) {
     if (!cat.GetModel("bench", 0, "").ok()) std::abort();

@@ -1,7 +1,9 @@
 // The Catalogue contract, run on both implementations: SQLite in a
 // temporary directory and a real PostgreSQL 15 (postgres_harness.h). Every
 // case here must pass on both, so the two cannot drift.
+#include <chrono>
 #include <filesystem>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -53,7 +55,7 @@ class CatalogueTest : public ::testing::TestWithParam<std::string> {
     m.set_name(name);
     m.set_method("l2h");
     return cat_->CommitModel(m, "models/" + name + "/" + job_id,
-                             Job(job_id, v1::JOB_STATE_SUCCEEDED));
+                             Job(job_id, v1::JOB_STATE_SUCCEEDED), /*lease_token=*/0);
   }
   std::set<int64_t> Versions(const std::string& name) {
     std::set<int64_t> out;
@@ -227,6 +229,167 @@ TEST_P(CatalogueTest, ConcurrentCommitsGetDistinctConsecutiveVersions) {
   EXPECT_EQ(versions.size(), static_cast<size_t>(kThreads * kEach));
   EXPECT_EQ(*versions.begin(), 1);
   EXPECT_EQ(*versions.rbegin(), kThreads * kEach);
+}
+
+TEST_P(CatalogueTest, QueueClaimsOldestFirstAndHoldsTheCapacity) {
+  ASSERT_TRUE(cat_->EnqueueJob(Job("job-a"), 2).ok());
+  ASSERT_TRUE(cat_->EnqueueJob(Job("job-b"), 2).ok());
+  const absl::Status full = cat_->EnqueueJob(Job("job-c"), 2);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(full.message(), HasSubstr("capacity 2"));
+
+  auto first = cat_->ClaimJob("replica-1", absl::Seconds(30));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(first->has_value());
+  EXPECT_EQ((*first)->job.id(), "job-a");
+  EXPECT_EQ((*first)->job.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ((*first)->job.attempts(), 1);
+  EXPECT_GT((*first)->job.start_time().seconds(), 0);
+  // A claimed job no longer counts against the queue.
+  EXPECT_TRUE(cat_->EnqueueJob(Job("job-c"), 2).ok());
+  auto counts = cat_->CountJobs();
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ(counts->queued, 2);
+  EXPECT_EQ(counts->running, 1);
+
+  auto second = cat_->ClaimJob("replica-2", absl::Seconds(30));
+  ASSERT_TRUE(second.ok() && second->has_value());
+  EXPECT_EQ((*second)->job.id(), "job-b");
+  EXPECT_NE((*second)->token, (*first)->token);
+  EXPECT_TRUE(*cat_->DatasetInUse("ds-1", ""));
+  EXPECT_FALSE(*cat_->DatasetInUse("ds-2", ""));
+}
+
+TEST_P(CatalogueTest, ALostLeaseFencesEveryWriteOfItsHolder) {
+  ASSERT_TRUE(cat_->EnqueueJob(Job("job-a"), 10).ok());
+  auto old_claim = cat_->ClaimJob("replica-1", absl::Seconds(30));
+  ASSERT_TRUE(old_claim.ok() && old_claim->has_value());
+  const int64_t old_token = (*old_claim)->token;
+  auto renewed = cat_->RenewJobLease("job-a", old_token, absl::Seconds(30), 0.4, "fitting");
+  ASSERT_TRUE(renewed.ok()) << renewed.status();
+  EXPECT_DOUBLE_EQ(cat_->GetJob("job-a")->progress(), 0.4);
+  EXPECT_EQ(cat_->GetJob("job-a")->stage(), "fitting");
+
+  // replica-1 restarts under its id: its job goes back to the queue and
+  // replica-2 takes it.
+  auto requeued = cat_->RequeueLostJobs("replica-1");
+  ASSERT_TRUE(requeued.ok());
+  ASSERT_EQ(requeued->size(), 1u);
+  EXPECT_EQ(cat_->GetJob("job-a")->state(), v1::JOB_STATE_QUEUED);
+  auto new_claim = cat_->ClaimJob("replica-2", absl::Seconds(30));
+  ASSERT_TRUE(new_claim.ok() && new_claim->has_value());
+  EXPECT_EQ((*new_claim)->job.attempts(), 2);
+
+  // The old holder's writes are all refused.
+  EXPECT_EQ(cat_->RenewJobLease("job-a", old_token, absl::Seconds(30), 0.9, "x").status().code(),
+            absl::StatusCode::kAborted);
+  v1::Job stale = (*old_claim)->job;
+  stale.set_state(v1::JOB_STATE_FAILED);
+  EXPECT_EQ(cat_->ReleaseJob(stale, old_token).code(), absl::StatusCode::kAborted);
+  v1::Model m;
+  m.set_name("fenced");
+  stale.set_state(v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(cat_->CommitModel(m, "models/fenced/a", stale, old_token).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(cat_->GetModel("fenced", 0).status().code(), absl::StatusCode::kNotFound);
+
+  // The new holder commits exactly once; after that its lease is over too.
+  v1::Job done = (*new_claim)->job;
+  done.set_state(v1::JOB_STATE_SUCCEEDED);
+  auto committed = cat_->CommitModel(m, "models/fenced/b", done, (*new_claim)->token);
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  EXPECT_EQ(committed->version, 1);
+  EXPECT_EQ(cat_->GetJob("job-a")->state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(cat_->CommitModel(m, "models/fenced/c", done, (*new_claim)->token).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(cat_->CountJobs()->running, 0);
+}
+
+TEST_P(CatalogueTest, ExpiredLeasesAreRequeuedAndLiveOnesKept) {
+  ASSERT_TRUE(cat_->EnqueueJob(Job("job-short"), 10).ok());
+  ASSERT_TRUE(cat_->EnqueueJob(Job("job-long"), 10).ok());
+  ASSERT_TRUE(cat_->ClaimJob("replica-1", absl::Milliseconds(1)).ok());
+  ASSERT_TRUE(cat_->ClaimJob("replica-1", absl::Seconds(60)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto requeued = cat_->RequeueLostJobs("");
+  ASSERT_TRUE(requeued.ok()) << requeued.status();
+  ASSERT_EQ(requeued->size(), 1u);
+  EXPECT_EQ((*requeued)[0].id(), "job-short");
+  EXPECT_THAT((*requeued)[0].stage(), HasSubstr("lease"));
+  EXPECT_EQ(cat_->GetJob("job-short")->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(cat_->GetJob("job-long")->state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_P(CatalogueTest, ACancelRequestSurvivesTheHoldersWritesAndBlocksTheCommit) {
+  ASSERT_TRUE(cat_->EnqueueJob(Job("job-q"), 10).ok());
+  ASSERT_TRUE(cat_->EnqueueJob(Job("job-r"), 10).ok());
+  auto claim = cat_->ClaimJob("replica-1", absl::Seconds(30));  // job-q
+  ASSERT_TRUE(claim.ok() && claim->has_value());
+  const int64_t token = (*claim)->token;
+  auto marked = cat_->UpdateJob("job-q", [](v1::Job& j) {
+    j.set_cancel_requested(true);
+    return true;
+  });
+  ASSERT_TRUE(marked.ok());
+  // The holder's renewal neither clears the request nor hides it.
+  auto renewed = cat_->RenewJobLease("job-q", token, absl::Seconds(30), 0.5, "fitting");
+  ASSERT_TRUE(renewed.ok());
+  EXPECT_TRUE(renewed->cancel_requested());
+  EXPECT_TRUE(cat_->GetJob("job-q")->cancel_requested());
+  v1::Model m;
+  m.set_name("cancelled");
+  v1::Job done = (*claim)->job;
+  done.set_state(v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(cat_->CommitModel(m, "models/cancelled/a", done, token).status().code(),
+            absl::StatusCode::kCancelled);
+  // A holder that re-queues it (a shutdown) ends it CANCELLED instead.
+  v1::Job requeue = (*claim)->job;
+  requeue.set_state(v1::JOB_STATE_QUEUED);
+  ASSERT_TRUE(cat_->ReleaseJob(requeue, token).ok());
+  EXPECT_EQ(cat_->GetJob("job-q")->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_TRUE(cat_->GetJob("job-q")->cancel_requested());
+  // UpdateJob without a change writes nothing; a missing job is NOT_FOUND.
+  auto unchanged = cat_->UpdateJob("job-r", [](v1::Job&) { return false; });
+  ASSERT_TRUE(unchanged.ok());
+  EXPECT_EQ(unchanged->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(cat_->UpdateJob("job-x", [](v1::Job&) { return true; }).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_P(CatalogueTest, ConcurrentClaimsTakeEachJobOnce) {
+  constexpr int kJobs = 40;
+  for (int i = 0; i < kJobs; ++i) {
+    ASSERT_TRUE(cat_->EnqueueJob(Job("job-" + std::to_string(i)), kJobs).ok());
+  }
+  // Four replicas' worth of claimers on their own connections (PostgreSQL)
+  // or the one shared file (SQLite).
+  std::vector<std::unique_ptr<Catalogue>> replicas;
+  for (int r = 0; r < 4; ++r) {
+    auto opened = OpenCatalogue(spec_, dir_.string());
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    replicas.push_back(*std::move(opened));
+  }
+  std::vector<std::vector<std::string>> taken(replicas.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < replicas.size(); ++r) {
+    threads.emplace_back([&, r] {
+      for (;;) {
+        auto claim = replicas[r]->ClaimJob("replica-" + std::to_string(r), absl::Seconds(30));
+        if (!claim.ok()) continue;  // SQLite busy: try again
+        if (!claim->has_value()) return;
+        taken[r].push_back((*claim)->job.id());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<std::string> all;
+  size_t total = 0;
+  for (const auto& ids : taken) {
+    total += ids.size();
+    all.insert(ids.begin(), ids.end());
+  }
+  EXPECT_EQ(total, static_cast<size_t>(kJobs));
+  EXPECT_EQ(all.size(), static_cast<size_t>(kJobs));
 }
 
 TEST_P(CatalogueTest, ObserverSeesEveryOperation) {

@@ -779,7 +779,7 @@ TEST_F(RobustnessTest, AnOlderSqliteCatalogueGainsLabelsAndRetention) {
   m.set_name("old");
   v1::Job job;
   job.set_id("job-1");
-  auto committed = (*meta)->CommitModel(m, "models/old/x", job);
+  auto committed = (*meta)->CommitModel(m, "models/old/x", job, 0);
   ASSERT_TRUE(committed.ok()) << committed.status();
   EXPECT_EQ(committed->version, 4);
   EXPECT_TRUE(committed->pruned.empty());  // the default policy keeps everything
@@ -801,8 +801,28 @@ TEST_F(RobustnessTest, ASecondServerOnTheSameDataDirectoryOrPortIsRefused) {
     DendroServer second(opts);
     absl::Status s = second.Start();
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    // An SQLite owner names itself; replicas of a shared catalogue hold the
+    // directory together and none can (but an owner is still refused).
     EXPECT_THAT(std::string(s.message()),
-                HasSubstr("in use by another dendrod (pid " + std::to_string(::getpid())));
+                HasSubstr(catalog_.empty()
+                              ? "in use by another dendrod (pid " + std::to_string(::getpid())
+                              : std::string("in use by another dendrod")));
+  }
+  if (!catalog_.empty()) {
+    // A second replica of the same catalogue may share it, under another id.
+    ServerOptions opts;
+    opts.listen = "127.0.0.1:0";
+    opts.data_dir = dir_.string();
+    opts.catalog = catalog_;
+    opts.replica_id = "second";
+    DendroServer second(opts);
+    ASSERT_TRUE(second.Start().ok());
+    ServerOptions same = opts;
+    DendroServer third(same);
+    absl::Status s = third.Start();
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(s.message()), HasSubstr("replica id 'second' is in use"));
+    second.Shutdown();
   }
   {
     ServerOptions opts;

@@ -69,6 +69,9 @@ ABSL_FLAG(int, upload_idle_seconds, 60,
           "an upload or prediction stream that sends nothing for this long is cancelled");
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus metrics on at /metrics (off when empty)");
+ABSL_FLAG(std::string, http_listen, "",
+          "HOST:PORT to serve the read-only web console and JSON endpoints on (off when "
+          "empty; same keys as gRPC; HTTPS with --tls_cert; see docs/http.md)");
 ABSL_FLAG(std::string, auth_keys, "",
           "keys file: lines '<sha256-hex of key>|cn:<client cert CN>  <name>  <role>'; "
           "reloaded on SIGHUP (see 'dendro keys hash')");
@@ -223,6 +226,7 @@ int main(int argc, char** argv) {
   options.min_free_disk = absl::GetFlag(FLAGS_min_free_disk);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.health_listen = absl::GetFlag(FLAGS_health_listen);
+  options.http_listen = absl::GetFlag(FLAGS_http_listen);
   options.auth_keys_file = absl::GetFlag(FLAGS_auth_keys);
   options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   options.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);

@@ -25,6 +25,7 @@
 #include "server/auth.h"
 #include "server/caller.h"
 #include "server/dataset_store.h"
+#include "server/http_console.h"
 #include "server/job_manager.h"
 #include "server/catalogue.h"
 #include "server/metrics.h"
@@ -48,6 +49,7 @@ struct DendroServer::State {
   std::vector<std::unique_ptr<grpc::Service>> services;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<grpc::Server> health_server;  // --health_listen
+  std::unique_ptr<HttpConsole> http;  // --http_listen; before the stores it reads
   int port = 0;
   int lock_fd = -1;          // flock on <data_dir>/LOCK; closed last
   int replica_lock_fd = -1;  // flock on the replica id (shared catalogue)
@@ -352,6 +354,19 @@ absl::Status DendroServer::Start() {
     }
     spdlog::info("health checks (plaintext) on port {}", health_port);
   }
+  if (!options_.http_listen.empty()) {  // the web console (server/http_console.h)
+    HttpConsoleOptions hopts;
+    hopts.listen = options_.http_listen;
+    hopts.data_dir = options_.data_dir;
+    hopts.max_message_bytes = options_.max_message_bytes;
+    hopts.tls_cert_file = options_.tls_cert_file;
+    hopts.tls_key_file = options_.tls_key_file;
+    hopts.tls_client_ca_file = options_.tls_client_ca_file;
+    hopts.allow_insecure = options_.allow_insecure;
+    s.http = std::make_unique<HttpConsole>(
+        hopts, HttpConsoleDeps{s.datasets.get(), s.jobs.get(), s.models.get(), s.auth.get()});
+    DENDRO_RETURN_IF_ERROR(s.http->Start());
+  }
   DENDRO_RETURN_IF_ERROR(s.jobs->Start());
   SetServing(true);
   spdlog::info("dendrod serving on port {} (data dir {})", s.port, options_.data_dir);
@@ -368,6 +383,7 @@ void DendroServer::SetServing(bool serving) {
     health->SetServingStatus("", serving);
     for (const auto& name : ServiceNames()) health->SetServingStatus(name, serving);
   }
+  if (state_->http) state_->http->SetReady(serving);
 }
 
 absl::Status DendroServer::ReloadKeys() {
@@ -380,6 +396,8 @@ absl::Status DendroServer::ReloadKeys() {
   }
   return s;
 }
+
+int DendroServer::http_port() const { return state_->http ? state_->http->port() : 0; }
 
 int DendroServer::metrics_port() const {
   return state_->metrics ? state_->metrics->port() : 0;
@@ -404,6 +422,7 @@ bool DendroServer::Shutdown() {
   const bool stopped = s.jobs->Shutdown(options_.drain_grace);
   s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   if (s.health_server) s.health_server->Shutdown(std::chrono::system_clock::now());
+  if (s.http) s.http->Stop();
   if (!stopped) {
     // A detached job thread still uses the stores: never free them.
     std::lock_guard<std::mutex> lock(s.mu);

@@ -45,6 +45,9 @@ struct ServerOptions {
   // HOST:PORT of a plaintext port serving only grpc.health.v1 (and
   // reflection), for probes that cannot present TLS or keys; empty: off.
   std::string health_listen;
+  // HOST:PORT of the web console and JSON endpoints (server/http_console.h;
+  // port 0 picks one); empty: off.
+  std::string http_listen;
   // TLS: both set to PEM file paths to serve TLS; both empty for plaintext.
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -71,6 +74,8 @@ class DendroServer {
   int port() const;
   // The metrics port actually bound; 0 when metrics are off.
   int metrics_port() const;
+  // The web console's port actually bound; 0 when it is off.
+  int http_port() const;
   // Re-reads the keys file (SIGHUP). On error the keys in force stay.
   absl::Status ReloadKeys();
   // Blocks until Shutdown() completes.

@@ -1,0 +1,525 @@
+#include "server/http_json.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+#include "core/hierarchy/export.h"
+#include "core/hierarchy/svg.h"
+#include "core/matrix/matrix.h"
+#include "dendro/version.h"
+#include "nlohmann/json.hpp"
+
+namespace dendro::server {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kDefaultPageSize = 50;
+constexpr int kMaxPageSize = 1000;
+
+// The proto's JSON mapping, with every field present (a job at progress 0
+// still has "progress": 0).
+absl::StatusOr<HttpBody> ProtoJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  HttpBody body;
+  auto s = google::protobuf::util::MessageToJsonString(message, &body.content, options);
+  if (!s.ok()) {
+    return absl::InternalError(absl::StrCat("cannot write JSON: ", s.ToString()));
+  }
+  return body;
+}
+
+HttpBody JsonBody(const json& value) {
+  HttpBody body;
+  body.content = value.dump();
+  return body;
+}
+
+const std::string* FindParam(const QueryParams& query, const std::string& name) {
+  auto it = query.find(name);
+  return it == query.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<int64_t> IntParam(const QueryParams& query, const std::string& name,
+                                 int64_t fallback) {
+  const std::string* v = FindParam(query, name);
+  if (v == nullptr || v->empty()) return fallback;
+  int64_t out = 0;
+  if (!absl::SimpleAtoi(*v, &out)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("query parameter ", name, " must be an integer, got '",
+                     absl::CHexEscape(v->substr(0, 64)), "'"));
+  }
+  return out;
+}
+
+absl::StatusOr<bool> BoolParam(const QueryParams& query, const std::string& name) {
+  const std::string* v = FindParam(query, name);
+  if (v == nullptr) return false;
+  const std::string lower = absl::AsciiStrToLower(*v);
+  if (lower.empty() || lower == "1" || lower == "true") return true;
+  if (lower == "0" || lower == "false") return false;
+  return absl::InvalidArgumentError(absl::StrCat("query parameter ", name,
+                                                 " must be true or false, got '",
+                                                 absl::CHexEscape(v->substr(0, 64)), "'"));
+}
+
+absl::StatusOr<int> PageSize(const QueryParams& query) {
+  DENDRO_ASSIGN_OR_RETURN(int64_t n, IntParam(query, "page_size", 0));
+  if (n < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("page_size must be >= 0, got ", n));
+  }
+  if (n == 0) return kDefaultPageSize;
+  return static_cast<int>(std::min<int64_t>(n, kMaxPageSize));
+}
+
+// The same opaque AIP-158 tokens as the gRPC lists ("<kind>:<scope>:<seq>",
+// web-safe base64), so a token from one works with the other.
+std::string MakeToken(const std::string& kind, const std::string& scope, int64_t seq) {
+  return absl::WebSafeBase64Escape(absl::StrCat(kind, ":", scope, ":", seq));
+}
+
+absl::StatusOr<int64_t> ParseToken(const QueryParams& query, const std::string& kind,
+                                   const std::string& scope) {
+  const std::string* token = FindParam(query, "page_token");
+  if (token == nullptr || token->empty()) return 0;
+  std::string raw;
+  const std::string prefix = absl::StrCat(kind, ":", scope, ":");
+  int64_t seq = 0;
+  if (!absl::WebSafeBase64Unescape(*token, &raw) || !absl::StartsWith(raw, prefix) ||
+      !absl::SimpleAtoi(raw.substr(prefix.size()), &seq) || seq < 0) {
+    return absl::InvalidArgumentError("page_token is not valid for this request");
+  }
+  return seq;
+}
+
+bool IsTerminal(v1::JobState s) {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
+         s == v1::JOB_STATE_CANCELLED;
+}
+
+// Every version of `name`, oldest first.
+absl::StatusOr<std::vector<v1::Model>> AllVersions(ModelRegistry* models,
+                                                   const std::string& name) {
+  std::vector<v1::Model> out;
+  int64_t after = 0;
+  for (;;) {
+    DENDRO_ASSIGN_OR_RETURN(Page<v1::Model> page, models->List(name, after, kMaxPageSize));
+    for (v1::Model& m : page.items) out.push_back(std::move(m));
+    if (!page.more) return out;
+    after = page.last_seq;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Inference requests.
+
+enum class Op { kUnset, kAssign, kPredict };
+
+struct InferRequest {
+  json id;  // echoed when present
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<float> data;
+  Op op = Op::kUnset;
+  int64_t level = 0;
+  int64_t top_k = 0;
+  int64_t top_t = 0;
+  bool flat = false;
+};
+
+absl::StatusOr<int64_t> JsonInt(const json& parent, const char* key, const std::string& where) {
+  auto it = parent.find(key);
+  if (it == parent.end() || it->is_null()) return 0;
+  if (!it->is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, key, " must be an integer"));
+  }
+  return it->get<int64_t>();
+}
+
+// Appends the numbers of `value` (a number or a row of numbers) to `out`.
+absl::Status AppendNumbers(const json& value, const std::string& where, std::vector<float>* out) {
+  if (value.is_number()) {
+    const double d = value.get<double>();
+    const float f = static_cast<float>(d);
+    if (!std::isfinite(f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " = ", value.dump(), " is not a finite float32"));
+    }
+    out->push_back(f);
+    return absl::OkStatus();
+  }
+  if (value.is_array()) {
+    for (size_t j = 0; j < value.size(); ++j) {
+      if (!value[j].is_number()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "[", j, "] is not a number (rows may nest one level)"));
+      }
+      DENDRO_RETURN_IF_ERROR(AppendNumbers(value[j], absl::StrCat(where, "[", j, "]"), out));
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(where, " is not a number or a row of numbers"));
+}
+
+absl::StatusOr<InferRequest> ParseInfer(std::string_view body) {
+  json doc = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    return absl::InvalidArgumentError("the request body is not valid JSON");
+  }
+  if (!doc.is_object()) {
+    return absl::InvalidArgumentError("the request body must be a JSON object with \"inputs\"");
+  }
+  InferRequest req;
+  if (auto it = doc.find("id"); it != doc.end()) req.id = *it;
+  auto inputs = doc.find("inputs");
+  if (inputs == doc.end() || !inputs->is_array() || inputs->size() != 1) {
+    return absl::InvalidArgumentError(
+        "\"inputs\" must be an array of exactly one tensor {name, shape, datatype, data}");
+  }
+  const json& in = (*inputs)[0];
+  if (!in.is_object()) return absl::InvalidArgumentError("inputs[0] must be an object");
+  if (auto dt = in.find("datatype"); dt != in.end()) {
+    if (!dt->is_string() || (*dt != "FP32" && *dt != "FP64")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("inputs[0].datatype must be \"FP32\" (or \"FP64\", read as float32), got ",
+                       dt->dump()));
+    }
+  }
+  auto shape = in.find("shape");
+  if (shape == in.end() || !shape->is_array() || shape->size() != 2 ||
+      !(*shape)[0].is_number_integer() || !(*shape)[1].is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inputs[0].shape must be [rows, cols], got ",
+        shape == in.end() ? std::string("nothing") : shape->dump().substr(0, 80)));
+  }
+  req.rows = (*shape)[0].get<int64_t>();
+  req.cols = (*shape)[1].get<int64_t>();
+  if (req.rows < 1 || req.cols < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("inputs[0].shape must be positive, got [",
+                                                   req.rows, ", ", req.cols, "]"));
+  }
+  auto data = in.find("data");
+  if (data == in.end() || !data->is_array()) {
+    return absl::InvalidArgumentError(
+        "inputs[0].data must be an array of numbers (flat, row-major, or one array per row)");
+  }
+  // The payload cap of the listener bounds rows x cols; refuse an
+  // inconsistent shape before allocating for it.
+  if (req.rows > std::numeric_limits<int64_t>::max() / req.cols ||
+      (static_cast<int64_t>(data->size()) != req.rows &&
+       static_cast<int64_t>(data->size()) != req.rows * req.cols)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inputs[0].data has ", data->size(), " entries; shape [", req.rows, ", ", req.cols,
+        "] needs ", req.rows, " rows or ", req.rows, " x ", req.cols, " numbers"));
+  }
+  req.data.reserve(req.rows * req.cols);
+  DENDRO_RETURN_IF_ERROR(AppendNumbers(*data, "inputs[0].data", &req.data));
+  if (static_cast<int64_t>(req.data.size()) != req.rows * req.cols) {
+    return absl::InvalidArgumentError(absl::StrCat("inputs[0].data holds ", req.data.size(),
+                                                   " numbers; shape [", req.rows, ", ",
+                                                   req.cols, "] needs ", req.rows * req.cols));
+  }
+  auto params = doc.find("parameters");
+  if (params != doc.end() && !params->is_null()) {
+    if (!params->is_object()) return absl::InvalidArgumentError("parameters must be an object");
+    if (auto op = params->find("op"); op != params->end()) {
+      if (*op == "assign") {
+        req.op = Op::kAssign;
+      } else if (*op == "predict") {
+        req.op = Op::kPredict;
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameters.op must be \"assign\" or \"predict\", got ", op->dump().substr(0, 80)));
+      }
+    }
+    DENDRO_ASSIGN_OR_RETURN(req.level, JsonInt(*params, "level", "parameters."));
+    DENDRO_ASSIGN_OR_RETURN(req.top_k, JsonInt(*params, "top_k", "parameters."));
+    DENDRO_ASSIGN_OR_RETURN(req.top_t, JsonInt(*params, "top_t", "parameters."));
+    if (auto flat = params->find("flat"); flat != params->end()) {
+      if (!flat->is_boolean()) {
+        return absl::InvalidArgumentError("parameters.flat must be true or false");
+      }
+      req.flat = flat->get<bool>();
+    }
+  }
+  return req;
+}
+
+json Tensor(const char* name, const char* datatype, std::vector<int64_t> shape, json data) {
+  return json{{"name", name}, {"datatype", datatype}, {"shape", std::move(shape)},
+              {"data", std::move(data)}};
+}
+
+}  // namespace
+
+absl::StatusOr<v1::ModelRef> ParseModelRef(const std::string& name, const std::string& version) {
+  v1::ModelRef ref;
+  ref.set_name(name);
+  DENDRO_RETURN_IF_ERROR(ValidateModelName(ref.name()));
+  if (version.empty() || version == "latest") return ref;
+  if (absl::ascii_isdigit(static_cast<unsigned char>(version[0]))) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(version, &v) || v < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model version must be a number >= 1, a label or 'latest', got '",
+          absl::CHexEscape(version.substr(0, 64)), "'"));
+    }
+    ref.set_version(v);
+    return ref;
+  }
+  DENDRO_RETURN_IF_ERROR(ValidateLabel(version));
+  ref.set_label(version);
+  return ref;
+}
+
+absl::StatusOr<HttpBody> JsonApi::ListDatasets(const QueryParams& query) const {
+  DENDRO_ASSIGN_OR_RETURN(int64_t after, ParseToken(query, "ds", ""));
+  DENDRO_ASSIGN_OR_RETURN(int limit, PageSize(query));
+  DENDRO_ASSIGN_OR_RETURN(Page<v1::Dataset> page, deps_.datasets->List(after, limit));
+  v1::ListDatasetsResponse resp;
+  for (v1::Dataset& d : page.items) *resp.add_datasets() = std::move(d);
+  if (page.more) resp.set_next_page_token(MakeToken("ds", "", page.last_seq));
+  return ProtoJson(resp);
+}
+
+absl::StatusOr<HttpBody> JsonApi::GetDataset(const std::string& id) const {
+  DENDRO_ASSIGN_OR_RETURN(v1::Dataset d, deps_.datasets->Get(id));
+  return ProtoJson(d);
+}
+
+absl::StatusOr<HttpBody> JsonApi::ListJobs(const QueryParams& query) const {
+  DENDRO_ASSIGN_OR_RETURN(int64_t after, ParseToken(query, "job", ""));
+  DENDRO_ASSIGN_OR_RETURN(int limit, PageSize(query));
+  DENDRO_ASSIGN_OR_RETURN(Page<v1::Job> page, deps_.jobs->List(after, limit));
+  v1::ListJobsResponse resp;
+  for (v1::Job& job : page.items) {
+    // The catalogue holds states, not progress: ask the manager for the
+    // live record of every unfinished job.
+    if (!IsTerminal(job.state())) {
+      if (absl::StatusOr<v1::Job> live = deps_.jobs->Get(job.id()); live.ok()) {
+        job = *std::move(live);
+      }
+    }
+    *resp.add_jobs() = std::move(job);
+  }
+  if (page.more) resp.set_next_page_token(MakeToken("job", "", page.last_seq));
+  return ProtoJson(resp);
+}
+
+absl::StatusOr<HttpBody> JsonApi::GetJob(const std::string& id) const {
+  DENDRO_ASSIGN_OR_RETURN(v1::Job job, deps_.jobs->Get(id));
+  return ProtoJson(job);
+}
+
+absl::StatusOr<HttpBody> JsonApi::ListModels(const QueryParams& query) const {
+  const std::string* name_param = FindParam(query, "name");
+  const std::string name = name_param == nullptr ? "" : *name_param;
+  if (!name.empty()) DENDRO_RETURN_IF_ERROR(ValidateModelName(name));
+  DENDRO_ASSIGN_OR_RETURN(int64_t after, ParseToken(query, "model", name));
+  DENDRO_ASSIGN_OR_RETURN(int limit, PageSize(query));
+  DENDRO_ASSIGN_OR_RETURN(Page<v1::Model> page, deps_.models->List(name, after, limit));
+  v1::ListModelsResponse resp;
+  for (v1::Model& m : page.items) *resp.add_models() = std::move(m);
+  if (page.more) resp.set_next_page_token(MakeToken("model", name, page.last_seq));
+  return ProtoJson(resp);
+}
+
+absl::StatusOr<HttpBody> JsonApi::GetModel(const v1::ModelRef& ref) const {
+  DENDRO_ASSIGN_OR_RETURN(v1::Model m, deps_.models->Get(ref));
+  return ProtoJson(m);
+}
+
+absl::StatusOr<HttpBody> JsonApi::GetTree(const v1::ModelRef& ref,
+                                          const QueryParams& query) const {
+  const std::string* format_param = FindParam(query, "format");
+  const std::string format = format_param == nullptr ? "json" : *format_param;
+  if (format != "json" && format != "newick") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "query parameter format must be json or newick, got '",
+        absl::CHexEscape(format.substr(0, 64)), "' (the SVG is at .../tree.svg)"));
+  }
+  DENDRO_ASSIGN_OR_RETURN(bool unrefined, BoolParam(query, "unrefined"));
+  DENDRO_ASSIGN_OR_RETURN(bool include_points, BoolParam(query, "include_points"));
+  DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));
+  const Hierarchy& tree = unrefined ? loaded.first->coarse_tree() : loaded.first->tree();
+  HttpBody body;
+  if (format == "newick") {
+    body.content = ToNewick(tree);
+    body.content_type = "text/plain; charset=utf-8";
+  } else {
+    body.content = ToJson(tree, include_points);
+  }
+  return body;
+}
+
+absl::StatusOr<HttpBody> JsonApi::GetTreeSvg(const v1::ModelRef& ref,
+                                             const QueryParams& query) const {
+  SvgOptions options;
+  if (const std::string* layout = FindParam(query, "layout"); layout != nullptr) {
+    if (*layout == "rectangular") {
+      options.layout = SvgOptions::Layout::kRectangular;
+    } else if (*layout == "radial") {
+      options.layout = SvgOptions::Layout::kRadial;
+    } else if (!layout->empty() && *layout != "auto") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "query parameter layout must be auto, rectangular or radial, got '",
+          absl::CHexEscape(layout->substr(0, 64)), "'"));
+    }
+  }
+  DENDRO_ASSIGN_OR_RETURN(int64_t level, IntParam(query, "color_level", 0));
+  if (level < 0 || level > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("query parameter color_level must be >= 0, got ", level));
+  }
+  options.color_level = static_cast<int32_t>(level);
+  DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));
+  options.title = absl::StrCat(loaded.second.name(), " v", loaded.second.version());
+  HttpBody body;
+  DENDRO_ASSIGN_OR_RETURN(body.content, ToSvg(loaded.first->tree(), options));
+  body.content_type = "image/svg+xml";
+  return body;
+}
+
+absl::StatusOr<HttpBody> JsonApi::GetClasses(const v1::ModelRef& ref) const {
+  DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));
+  DENDRO_ASSIGN_OR_RETURN(ClassTable table, loaded.first->Classes());
+  v1::GetClassesResponse resp;
+  resp.set_model_version(loaded.second.version());
+  resp.mutable_labels()->Add(table.labels.begin(), table.labels.end());
+  resp.mutable_superclasses()->Add(table.superclasses.begin(), table.superclasses.end());
+  resp.mutable_train_counts()->Add(table.train_counts.begin(), table.train_counts.end());
+  resp.set_num_superclasses(table.num_superclasses);
+  return ProtoJson(resp);
+}
+
+HttpBody JsonApi::ServerMetadata() {
+  return JsonBody(json{{"name", "dendrod"},
+                       {"version", DENDRO_VERSION},
+                       {"extensions", json::array({"model_repository_read"})}});
+}
+
+absl::StatusOr<HttpBody> JsonApi::ModelMetadata(const v1::ModelRef& ref) const {
+  DENDRO_ASSIGN_OR_RETURN(v1::Model model, deps_.models->Get(ref));
+  DENDRO_ASSIGN_OR_RETURN(std::vector<v1::Model> versions, AllVersions(deps_.models, ref.name()));
+  json version_list = json::array();
+  for (const v1::Model& m : versions) version_list.push_back(std::to_string(m.version()));
+  DENDRO_ASSIGN_OR_RETURN(HttpBody model_json, ProtoJson(model));
+  json out;
+  out["name"] = model.name();
+  out["versions"] = std::move(version_list);
+  out["platform"] = absl::StrCat("dendro_", model.method());
+  out["inputs"] = json::array(
+      {json{{"name", "input"}, {"datatype", "FP32"}, {"shape", {-1, model.input_dim()}}}});
+  out["outputs"] = json::array({
+      json{{"name", "leaf"}, {"datatype", "INT32"}, {"shape", {-1}}, {"op", "assign"}},
+      json{{"name", "cluster"}, {"datatype", "INT32"}, {"shape", {-1}}, {"op", "assign"}},
+      json{{"name", "labels"}, {"datatype", "INT64"}, {"shape", {-1, -1}}, {"op", "predict"}},
+      json{{"name", "scores"}, {"datatype", "FP32"}, {"shape", {-1, -1}}, {"op", "predict"}},
+      json{{"name", "superclasses"}, {"datatype", "INT32"}, {"shape", {-1, -1}},
+           {"op", "predict"}},
+      json{{"name", "classes_evaluated"}, {"datatype", "INT32"}, {"shape", {-1}},
+           {"op", "predict"}},
+  });
+  out["model"] = json::parse(model_json.content);
+  return JsonBody(out);
+}
+
+absl::StatusOr<HttpBody> JsonApi::ModelReady(const v1::ModelRef& ref) const {
+  DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));
+  return JsonBody(json{{"name", loaded.second.name()},
+                       {"version", std::to_string(loaded.second.version())},
+                       {"ready", true}});
+}
+
+absl::StatusOr<HttpBody> JsonApi::Infer(
+    const v1::ModelRef& ref, std::string_view body,
+    const std::function<absl::Status(Rpc)>& authorize) const {
+  DENDRO_ASSIGN_OR_RETURN(InferRequest req, ParseInfer(body));
+  if (req.op != Op::kPredict) DENDRO_RETURN_IF_ERROR(authorize(Rpc::kAssign));
+  if (req.op != Op::kAssign) DENDRO_RETURN_IF_ERROR(authorize(Rpc::kPredict));
+  DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));
+  const FittedModel& model = *loaded.first;
+  const v1::Model& info = loaded.second;
+  Op op = req.op;
+  if (op == Op::kUnset) op = model.Classes().ok() ? Op::kPredict : Op::kAssign;
+  if (req.cols != model.input_dim()) {
+    return absl::InvalidArgumentError(absl::StrCat("inputs[0]: model '", info.name(), "' v",
+                                                   info.version(), " expects ",
+                                                   model.input_dim(), " columns, got ",
+                                                   req.cols));
+  }
+  const MatrixView rows(req.data.data(), req.rows, req.cols);
+  DENDRO_RETURN_IF_ERROR(ValidateFinite(rows));
+  json out;
+  out["model_name"] = info.name();
+  out["model_version"] = std::to_string(info.version());
+  if (!req.id.is_null()) out["id"] = req.id;
+  const Hierarchy& tree = model.tree();
+  if (op == Op::kAssign) {
+    if (req.level < 0 || req.level > tree.num_leaves()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameters.level must be in [0, ", tree.num_leaves(), "], got ", req.level));
+    }
+    // Two numbers of at most 11 characters and a comma each per row.
+    if (req.rows > deps_.max_message_bytes / 24) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the answer for ", req.rows, " rows could exceed the ", deps_.max_message_bytes >> 20,
+          " MiB answer limit; send at most ", deps_.max_message_bytes / 24, " rows"));
+    }
+    DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> leaves, model.AssignLeaves(rows));
+    std::vector<int32_t> clusters = leaves;
+    if (req.level > 0) {
+      DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> cut,
+                              tree.CutToK(static_cast<int32_t>(req.level)));
+      for (int32_t& c : clusters) c = cut[c];
+    }
+    out["parameters"] = json{{"op", "assign"}, {"level", req.level}};
+    out["outputs"] = json::array({Tensor("leaf", "INT32", {req.rows}, leaves),
+                                  Tensor("cluster", "INT32", {req.rows}, clusters)});
+    return JsonBody(out);
+  }
+  if (req.top_k < 0 || req.top_t < 0 || req.top_k > std::numeric_limits<int32_t>::max() ||
+      req.top_t > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError("parameters.top_k and parameters.top_t must be >= 0");
+  }
+  PredictOptions options;
+  options.top_t = static_cast<int32_t>(req.top_t);
+  options.top_k = req.top_k == 0 ? 1 : static_cast<int32_t>(req.top_k);
+  options.flat = req.flat;
+  // Per row: top_k labels (<= 20 characters) and scores (<= 16), top_t
+  // super-classes (<= 11) and one count, with their commas.
+  const int64_t classes = std::max<int64_t>(1, tree.num_leaves());
+  const int64_t per_row = std::min<int64_t>(options.top_k, classes) * 38 +
+                          std::min<int64_t>(options.top_t, classes) * 12 + 12;
+  if (req.rows > deps_.max_message_bytes / per_row) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the answer for ", req.rows, " rows could exceed the ", deps_.max_message_bytes >> 20,
+        " MiB answer limit; send at most ", deps_.max_message_bytes / per_row, " rows"));
+  }
+  DENDRO_ASSIGN_OR_RETURN(Prediction p, model.Predict(rows, options));
+  out["parameters"] = json{{"op", "predict"}, {"top_k", p.top_k}, {"top_t", p.top_t},
+                           {"flat", req.flat}};
+  out["outputs"] = json::array({
+      Tensor("labels", "INT64", {req.rows, p.top_k}, p.labels),
+      Tensor("scores", "FP32", {req.rows, p.top_k}, p.scores),
+      Tensor("superclasses", "INT32", {req.rows, p.top_t}, p.superclasses),
+      Tensor("classes_evaluated", "INT32", {req.rows}, p.classes_evaluated),
+  });
+  return JsonBody(out);
+}
+
+}  // namespace dendro::server

@@ -150,29 +150,34 @@ absl::StatusOr<int64_t> JsonInt(const json& parent, const char* key, const std::
   return it->get<int64_t>();
 }
 
-// Appends the numbers of `value` (a number or a row of numbers) to `out`.
-absl::Status AppendNumbers(const json& value, const std::string& where, std::vector<float>* out) {
-  if (value.is_number()) {
-    const double d = value.get<double>();
-    const float f = static_cast<float>(d);
-    if (!std::isfinite(f)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, " = ", value.dump(), " is not a finite float32"));
-    }
-    out->push_back(f);
-    return absl::OkStatus();
+// Appends the float32 value of `value`, a JSON number, to `out`.
+absl::Status AppendNumber(const json& value, const std::string& where, std::vector<float>* out) {
+  if (!value.is_number()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " is not a number"));
   }
-  if (value.is_array()) {
-    for (size_t j = 0; j < value.size(); ++j) {
-      if (!value[j].is_number()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, "[", j, "] is not a number (rows may nest one level)"));
-      }
-      DENDRO_RETURN_IF_ERROR(AppendNumbers(value[j], absl::StrCat(where, "[", j, "]"), out));
-    }
-    return absl::OkStatus();
+  const float f = static_cast<float>(value.get<double>());
+  if (!std::isfinite(f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " = ", value.dump(), " is not a finite float32"));
   }
-  return absl::InvalidArgumentError(absl::StrCat(where, " is not a number or a row of numbers"));
+  out->push_back(f);
+  return absl::OkStatus();
+}
+
+// Appends `data`: numbers (row-major), or rows of numbers.
+absl::Status AppendData(const json& data, std::vector<float>* out) {
+  for (size_t i = 0; i < data.size(); ++i) {
+    const json& item = data[i];
+    const std::string where = absl::StrCat("inputs[0].data[", i, "]");
+    if (!item.is_array()) {
+      DENDRO_RETURN_IF_ERROR(AppendNumber(item, where, out));
+      continue;
+    }
+    for (size_t j = 0; j < item.size(); ++j) {
+      DENDRO_RETURN_IF_ERROR(AppendNumber(item[j], absl::StrCat(where, "[", j, "]"), out));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<InferRequest> ParseInfer(std::string_view body) {
@@ -227,7 +232,7 @@ absl::StatusOr<InferRequest> ParseInfer(std::string_view body) {
         "] needs ", req.rows, " rows or ", req.rows, " x ", req.cols, " numbers"));
   }
   req.data.reserve(req.rows * req.cols);
-  DENDRO_RETURN_IF_ERROR(AppendNumbers(*data, "inputs[0].data", &req.data));
+  DENDRO_RETURN_IF_ERROR(AppendData(*data, &req.data));
   if (static_cast<int64_t>(req.data.size()) != req.rows * req.cols) {
     return absl::InvalidArgumentError(absl::StrCat("inputs[0].data holds ", req.data.size(),
                                                    " numbers; shape [", req.rows, ", ",

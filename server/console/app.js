@@ -8,7 +8,8 @@
 //   #/models/NAME/versions/V           one version and its tree (SVG)
 // A fragment may end in ?key=K (the API key: kept in this tab's session
 // storage, then removed from the address), q=TEXT (leaf search on the tree
-// page) and color=K (colour the tree's K clusters).
+// page), color=K (colour the tree's K clusters) and zoom=F (start the tree
+// enlarged F times about its centre).
 //
 // Every value from the server reaches the page through textContent or an
 // attribute set by the DOM API, never as markup; the tree's SVG (drawn by
@@ -403,7 +404,8 @@
              drag.box[1] - (ev.clientY - drag.y) * scale, drag.box[2], drag.box[3]];
       apply();
     });
-    return { zoomIn: () => zoom(1.25, 0.5, 0.5), zoomOut: () => zoom(0.8, 0.5, 0.5), reset };
+    return { zoomIn: () => zoom(1.25, 0.5, 0.5), zoomOut: () => zoom(0.8, 0.5, 0.5), reset,
+             zoomBy: (factor) => zoom(factor, 0.5, 0.5) };
   }
 
   // Marks the leaf labels containing `query` (case-insensitive) and dims
@@ -459,6 +461,8 @@
       zoomIn.onclick = zoomer.zoomIn;
       zoomOut.onclick = zoomer.zoomOut;
       zoomReset.onclick = zoomer.reset;
+      const startZoom = parseFloat(params.get("zoom") || "");
+      if (startZoom > 0 && isFinite(startZoom)) zoomer.zoomBy(startZoom);
       const update = () => {
         const hits = searchLeaves(svg, search.value);
         const total = svg.querySelectorAll("text.leaf").length;

@@ -230,11 +230,22 @@ class ConsoleBrowserTest(unittest.TestCase):
             self.assertIsNotNone(root.find("button", id=button), button)
         self.screenshot(f"/models/demo/versions/1?q=cat&color=3&key={key}", "console-tree.png")
 
-    def test_coloured_tree_has_the_clusters(self):
+    def test_coloured_and_zoomed_tree(self):
         key = urllib.parse.quote(KEYS["reader"])
-        root = self.dom(f"/models/demo/versions/1?color=3&key={key}")
+        status, _, raw = hl.request(
+            f"{self.server.base}/api/v1/models/demo/versions/1/tree.svg?color_level=3", "reader")
+        self.assertEqual(status, 200)
+        drawn = Dom(raw.decode()).root.find("svg")
+        x0, y0, w0, h0 = map(float, drawn.attrs["viewbox"].split())
+        root = self.dom(f"/models/demo/versions/1?color=3&zoom=2&key={key}")
         svg = root.find("svg", id="tree-svg")
         self.assertIsNotNone(svg)
+        # zoom=2 halves the viewBox about its centre.
+        x, y, w, h = map(float, svg.attrs["viewbox"].split())
+        self.assertAlmostEqual(w, w0 / 2, places=1)
+        self.assertAlmostEqual(h, h0 / 2, places=1)
+        self.assertAlmostEqual(x + w / 2, x0 + w0 / 2, places=1)
+        self.assertAlmostEqual(y + h / 2, y0 + h0 / 2, places=1)
         clusters = {c for t in svg.find_all("text", cls="leaf") for c in t.classes()
                     if c.startswith("cluster-")}
         self.assertEqual(clusters, {"cluster-0", "cluster-1", "cluster-2"})

@@ -10,8 +10,9 @@ a classifier and a running job over gRPC, then checks with urllib that
   * a bad request gets a 4xx and a JSON error naming what is wrong, and no
     answer ever names a server path;
   * jobs show live progress; ready turns 503 while the server drains;
-  * without keys a non-loopback --http_listen is refused, and with
-    --tls_cert the listener speaks HTTPS.
+  * without keys a non-loopback --http_listen is refused; with --tls_cert
+    the listener speaks HTTPS, and with --tls_client_ca a client
+    certificate's common name identifies the caller.
 
 Usage: http_json_test.py DENDROD_BINARY
 """
@@ -373,6 +374,59 @@ class ListenerSetupTest(unittest.TestCase):
                 # Plain HTTP gets no answer from a TLS listener.
                 with self.assertRaises(Exception):
                     request(f"http://127.0.0.1:{port}/v2/health/live")
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait()
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def test_client_certificates_identify_callers(self):
+        if shutil.which("openssl") is None:
+            self.skipTest("the openssl binary is not installed (Debian package openssl)")
+        work = tempfile.mkdtemp(prefix="dendro_https_mtls_")
+        p = lambda name: os.path.join(work, name)  # noqa: E731
+
+        def openssl(*args):
+            subprocess.run(["openssl", *args], check=True, capture_output=True)
+        try:
+            for ca in ("ca", "other_ca"):
+                openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-subj", f"/CN={ca}", "-keyout", p(f"{ca}.key"), "-out", p(f"{ca}.pem"))
+            with open(p("san.ext"), "w") as f:
+                f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+            for name, ca, extra in (("server", "ca", ("-extfile", p("san.ext"))),
+                                    ("alice", "ca", ()), ("mallory", "other_ca", ())):
+                openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+                        "-keyout", p(f"{name}.key"), "-out", p(f"{name}.csr"))
+                openssl("x509", "-req", "-in", p(f"{name}.csr"), "-CA", p(f"{ca}.pem"),
+                        "-CAkey", p(f"{ca}.key"), "-CAcreateserial", "-days", "2",
+                        "-out", p(f"{name}.pem"), *extra)
+            with open(p("keys"), "w") as f:
+                f.write("cn:alice  alice  reader\n")
+            os.makedirs(p("data"))
+            port = hl.free_port()
+            proc = subprocess.Popen(
+                [hl.bb.DENDROD, "--listen", "127.0.0.1:0", "--data_dir", p("data"),
+                 "--port_file", p("port"), "--auth_keys", p("keys"), "--tls_cert",
+                 p("server.pem"), "--tls_key", p("server.key"), "--tls_client_ca", p("ca.pem"),
+                 "--http_listen", f"127.0.0.1:{port}"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                while not os.path.exists(p("port")):
+                    self.assertIsNone(proc.poll(), "dendrod exited")
+                    time.sleep(0.05)
+                url = f"https://127.0.0.1:{port}/api/v1/datasets"
+                alice = hl.tls_context(p("ca.pem"))
+                alice.load_cert_chain(p("alice.pem"), p("alice.key"))
+                self.assertEqual(get_json(url, role=None, context=alice)["datasets"], [])
+                # A certificate from another CA, or none, is refused in the
+                # handshake.
+                for cert in ("mallory", None):
+                    ctx = hl.tls_context(p("ca.pem"))
+                    if cert:
+                        ctx.load_cert_chain(p(f"{cert}.pem"), p(f"{cert}.key"))
+                    with self.subTest(cert=cert), self.assertRaises(Exception):
+                        request(url, context=ctx)
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait()

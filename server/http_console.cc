@@ -73,7 +73,11 @@ void SetCommonHeaders(httplib::Response& res) {
 void SetJsonError(httplib::Response& res, int http_status, const std::string& code,
                   const std::string& message) {
   res.status = http_status;
-  res.set_content(json{{"error", message}, {"code", code}}.dump(), "application/json");
+  // A message may quote request bytes that are not UTF-8: replace them
+  // rather than fail.
+  res.set_content(json{{"error", message}, {"code", code}}.dump(-1, ' ', false,
+                                                               json::error_handler_t::replace),
+                  "application/json");
 }
 
 // A client-proposed request id: 1 to 64 characters [A-Za-z0-9._-].

@@ -44,7 +44,7 @@ absl::StatusOr<HttpBody> ProtoJson(const google::protobuf::Message& message) {
 
 HttpBody JsonBody(const json& value) {
   HttpBody body;
-  body.content = value.dump();
+  body.content = value.dump(-1, ' ', false, json::error_handler_t::replace);
   return body;
 }
 

@@ -275,6 +275,7 @@ class JsonEndpointsTest(unittest.TestCase):
             ("/api/v1/models/tree/versions/1/classes", 400, ""),
             ("/api/v1/models/tree/versions/no-such-label", 404, "no-such-label"),
             ("/api/v1/no/such/thing", 404, "no such endpoint"),
+            ("/api/v1/models/%FFbad/versions/1", 400, "model name"),
         ]
         for path, expected, fragment in gets:
             with self.subTest(path=path):

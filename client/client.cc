@@ -271,6 +271,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     creds = grpc::InsecureChannelCredentials();
   }
   grpc::ChannelArguments args;
+  // Spread calls over every address the target resolves to (all replicas
+  // behind a headless Service, or an "ipv4:a:p,b:q" list). Each call, and
+  // so each streamed upload, stays on one connection.
+  args.SetLoadBalancingPolicyName("round_robin");
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
   auto impl = std::make_unique<Impl>();

@@ -35,7 +35,9 @@
 namespace dendro::client {
 
 struct ClientOptions {
-  // "HOST:PORT" or any gRPC target URI ("unix:/path", "dns:///host:port").
+  // "HOST:PORT" or any gRPC target URI ("unix:/path", "dns:///host:port",
+  // "ipv4:127.0.0.1:50061,127.0.0.1:50062"). Calls are spread round-robin
+  // over every address the target resolves to.
   std::string target;
   // Deadline of each unary call.
   std::chrono::milliseconds deadline{60'000};

@@ -250,7 +250,10 @@ const std::vector<Verb>& Verbs() {
 
 constexpr char kGlobalHelp[] =
     "global flags (before or after the verb):\n"
-    "  --server HOST:PORT  dendrod address (default: $DENDRO_SERVER, else 127.0.0.1:50051)\n"
+    "  --server TARGET     dendrod address: HOST:PORT or a gRPC target such as\n"
+    "                      dns:///dendrod-headless:50051 or ipv4:10.0.0.1:50051,10.0.0.2:50051\n"
+    "                      (calls are spread over every address; default: $DENDRO_SERVER,\n"
+    "                      else 127.0.0.1:50051)\n"
     "  --timeout SECONDS   deadline of each call to the server (default 60)\n"
     "  --tls               connect with TLS, checking the server against the system roots\n"
     "  --tls-ca FILE       connect with TLS, checking the server against this PEM CA\n"
@@ -399,7 +402,7 @@ absl::StatusOr<bool> TakeGlobalFlag(const std::vector<std::string>& argv, size_t
       continue;
     }
     if (std::string(name) == "server") {
-      if (value.empty()) return UsageError("--server needs a HOST:PORT value");
+      if (value.empty()) return UsageError("--server needs a HOST:PORT or gRPC target value");
       globals->server = value;
     } else if (std::string(name) == "tls-ca") {
       if (value.empty()) return UsageError("--tls-ca needs a PEM file");

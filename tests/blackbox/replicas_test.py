@@ -16,7 +16,10 @@ loopback, each with its own --replica_id and a 3 s job lease, sharing
      replica takes it, and it SUCCEEDS with attempts = 2 and one model
      version.
 
-Usage: replicas_test.py DENDROD_BINARY
+  5. the CLI given an "ipv4:a,b,c" target spreads one-shot fits (upload,
+     submit, wait) over the replicas.
+
+Usage: replicas_test.py DENDROD_BINARY [DENDRO_CLI_BINARY]
 """
 import os
 import re
@@ -27,6 +30,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc_blackbox_test as bb  # noqa: E402  (generates the stubs)
@@ -53,7 +57,7 @@ class Replica:
             [bb.DENDROD, "--listen", "127.0.0.1:0", "--port_file", self.port_file,
              "--data_dir", data_dir, "--catalog", catalog, "--replica_id", name,
              "--job_lease_seconds", str(LEASE_SECONDS), "--queue_size", str(QUEUE_SIZE),
-             "--threads", "1", "--drain_seconds", "0"],
+             "--threads", "1", "--drain_seconds", "0", "--metrics_listen", "127.0.0.1:0"],
             stdout=self.log, stderr=self.log)
         deadline = time.time() + 60
         while not os.path.exists(self.port_file):
@@ -72,6 +76,22 @@ class Replica:
         """True if this replica's log says it started `job_id`."""
         with open(self.log_path, "rb") as f:
             return re.search(rb"job " + job_id.encode() + rb": running", f.read()) is not None
+
+    def rpcs(self, method):
+        """How many calls of `method` this replica has handled (its /metrics)."""
+        with open(self.log_path, "rb") as f:
+            port = int(re.findall(rb"metrics on port (\d+)", f.read())[-1])  # this process's
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        total = 0
+        for line in text.splitlines():
+            if line.startswith("grpc_server_handled_total{") and f'grpc_method="{method}"' in line:
+                total += int(float(line.rsplit(" ", 1)[1]))
+        return total
+
+    def log_lines(self, needle):
+        with open(self.log_path, "rb") as f:
+            return sum(1 for line in f if needle in line)
 
     def stop(self, sig=signal.SIGTERM):
         self.channel.close()
@@ -277,7 +297,37 @@ class ReplicasTest(unittest.TestCase):
                                    timeout=30)
         self.assertEqual(got.version, 1)
 
+    def test_5_the_cli_spreads_calls_over_a_target_list(self):
+        if not DENDRO_CLI:
+            self.skipTest("no dendro CLI binary given")
+        rs = self.replicas
+        target = "ipv4:" + ",".join(f"127.0.0.1:{r.port}" for r in rs)
+        logits = os.path.join(self.work, "logits.npy")
+        np.save(logits, self.logits.astype(np.float32))
+        methods = ("UploadDataset", "SubmitJob", "WaitJob", "GetJob", "WatchJob", "GetTree")
+        before = [sum(r.rpcs(m) for m in methods) for r in rs]
+        uploads_before = sum(r.rpcs("UploadDataset") for r in rs)
+        for i in range(6):
+            out = subprocess.run([DENDRO_CLI, "--server", target, "l2h", logits,
+                                  "--name", f"cli-rr-{i}", "--json"],
+                                 capture_output=True, text=True, timeout=GUARD)
+            self.assertEqual(out.returncode, 0, out.stderr)
+        # A fresh process sends its first call to the first replica it
+        # reaches; the calls after it rotate over all of them.
+        calls = [sum(r.rpcs(m) for m in methods) - b for r, b in zip(rs, before)]
+        print(f"6 one-shot l2h runs, calls per replica: {calls}", flush=True)
+        self.assertEqual(sum(r.rpcs("UploadDataset") for r in rs) - uploads_before, 6)
+        self.assertEqual(sum(1 for n in calls if n > 0), 3)
+        for i in range(6):
+            got = rs[i % 3].models.GetModel(
+                pb.GetModelRequest(model=pb.ModelRef(name=f"cli-rr-{i}")), timeout=30)
+            self.assertEqual(got.version, 1)
+
+
+DENDRO_CLI = None
 
 if __name__ == "__main__":
     bb.DENDROD = sys.argv.pop(1)
+    if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
+        DENDRO_CLI = sys.argv.pop(1)
     unittest.main(verbosity=2)

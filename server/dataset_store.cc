@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <random>
 #include <set>
 #include <vector>
@@ -12,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/crash_point.h"
 #include "core/common/status_macros.h"
-#include "server/sweep.h"
 
 namespace dendro::server {
 namespace {
@@ -55,14 +53,11 @@ absl::Span<const int64_t> LoadedDataset::labels() const {
 // --- DatasetUpload ------------------------------------------------------------
 
 DatasetUpload::~DatasetUpload() {
-  // An unfinished upload leaves nothing: abandon the temporary files, then
-  // remove the dataset's directory (dir_ is cleared once published).
-  x_.Abandon();
-  y_.Abandon();
-  if (!dir_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
+  // An unfinished upload leaves nothing: abandon the unfinished objects, then
+  // remove the dataset's prefix (prefix_ is cleared once published).
+  x_.reset();
+  y_.reset();
+  if (!prefix_.empty()) store_->artifacts_->Remove(prefix_).IgnoreError();
 }
 
 absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
@@ -88,24 +83,22 @@ absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
         " MiB, over this server's limit of ", RoundUpMiB(store_->max_dataset_bytes_),
         " MiB per dataset (dendrod --max_dataset_mb)"));
   }
-  const std::string parent = header.transient() ? store_->transient_root_ : store_->root_;
-  DENDRO_RETURN_IF_ERROR(MakeDirs(parent));
   DENDRO_RETURN_IF_ERROR(store_->disk_.Check(total_bytes, "upload"));
   begun_ = true;
   header_ = header;
   expected_data_bytes_ = header.rows() * header.cols() * 4;
   id_ = NewId("ds");
-  dir_ = store_->DirFor(id_, header.transient());
-  DENDRO_RETURN_IF_ERROR(MakeDirs(dir_));
+  prefix_ = DatasetStore::KeyFor(id_, header.transient());
   const Durability durability =
       header.transient() ? Durability::kVolatile : Durability::kDurable;
-  DENDRO_RETURN_IF_ERROR(AtomicFileWriter::Open(dir_ + "/X.npy", &x_, durability));
+  ArtifactStore* artifacts = store_->artifacts_;
+  DENDRO_ASSIGN_OR_RETURN(x_, artifacts->Create(prefix_ + "/X.npy", durability));
   const int64_t shape[2] = {header.rows(), header.cols()};
-  DENDRO_RETURN_IF_ERROR(x_.Append(MakeNpyHeader(DType::kFloat32, shape)));
+  DENDRO_RETURN_IF_ERROR(x_->Append(MakeNpyHeader(DType::kFloat32, shape)));
   if (header.has_labels()) {
-    DENDRO_RETURN_IF_ERROR(AtomicFileWriter::Open(dir_ + "/y.npy", &y_, durability));
+    DENDRO_ASSIGN_OR_RETURN(y_, artifacts->Create(prefix_ + "/y.npy", durability));
     const int64_t yshape[1] = {header.rows()};
-    DENDRO_RETURN_IF_ERROR(y_.Append(MakeNpyHeader(DType::kInt64, yshape)));
+    DENDRO_RETURN_IF_ERROR(y_->Append(MakeNpyHeader(DType::kInt64, yshape)));
   }
   return absl::OkStatus();
 }
@@ -170,7 +163,7 @@ absl::Status DatasetUpload::AppendData(std::string_view bytes) {
         " float32 (", expected_data_bytes_, " bytes)"));
   }
   DENDRO_RETURN_IF_ERROR(ValidateFloats(bytes));
-  DENDRO_RETURN_IF_ERROR(x_.Append(bytes));
+  DENDRO_RETURN_IF_ERROR(x_->Append(bytes));
   data_bytes_ += static_cast<int64_t>(bytes.size());
   return absl::OkStatus();
 }
@@ -189,7 +182,7 @@ absl::Status DatasetUpload::AppendLabels(std::string_view bytes) {
     return absl::InvalidArgumentError(absl::StrCat("upload: more than ", header_.rows(),
                                                    " int64 labels"));
   }
-  DENDRO_RETURN_IF_ERROR(y_.Append(bytes));
+  DENDRO_RETURN_IF_ERROR(y_->Append(bytes));
   label_bytes_ += static_cast<int64_t>(bytes.size());
   return absl::OkStatus();
 }
@@ -215,35 +208,30 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
   d.set_cols(header_.cols());
   d.set_has_labels(header_.has_labels());
   d.set_transient(header_.transient());
-  d.set_size_bytes(x_.size() + (header_.has_labels() ? y_.size() : 0));
+  d.set_size_bytes(x_->size() + (header_.has_labels() ? y_->size() : 0));
   SetNow(d.mutable_create_time());
   CrashPoint("upload.data_received");
-  DENDRO_RETURN_IF_ERROR(x_.Commit());
-  if (header_.has_labels()) DENDRO_RETURN_IF_ERROR(y_.Commit());
+  DENDRO_RETURN_IF_ERROR(x_->Commit());
+  if (header_.has_labels()) DENDRO_RETURN_IF_ERROR(y_->Commit());
   CrashPoint("upload.files_committed");
-  absl::Status s = store_->meta_->PutDataset(d);
-  if (!s.ok()) {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-    return s;
-  }
-  dir_.clear();
+  // On an error the destructor removes the files.
+  DENDRO_RETURN_IF_ERROR(store_->meta_->PutDataset(d));
+  prefix_.clear();
   CrashPoint("upload.catalogued");
   return d;
 }
 
 // --- DatasetStore -------------------------------------------------------------
 
-DatasetStore::DatasetStore(std::string data_dir, Catalogue* meta, int64_t max_dataset_bytes,
-                           MinFreeDisk min_free)
-    : root_(data_dir + "/datasets"),
-      transient_root_(data_dir + "/transient"),
+DatasetStore::DatasetStore(ArtifactStore* artifacts, Catalogue* meta, DiskGuard disk,
+                           int64_t max_dataset_bytes)
+    : artifacts_(artifacts),
       meta_(meta),
       max_dataset_bytes_(max_dataset_bytes),
-      disk_(data_dir, min_free) {}
+      disk_(std::move(disk)) {}
 
-std::string DatasetStore::DirFor(const std::string& id, bool transient) const {
-  return absl::StrCat(transient ? transient_root_ : root_, "/", id);
+std::string DatasetStore::KeyFor(const std::string& id, bool transient) {
+  return absl::StrCat(transient ? "transient/" : "datasets/", id);
 }
 
 absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const std::string& id) {
@@ -254,14 +242,16 @@ absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const st
   DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, meta_->GetDataset(id));
   auto ds = std::make_shared<LoadedDataset>();
   ds->info_ = info;
-  const std::string dir = DirFor(id, info.transient());
-  DENDRO_ASSIGN_OR_RETURN(ds->x_, MappedNpy::Open(dir + "/X.npy"));
+  const std::string prefix = KeyFor(id, info.transient());
+  DENDRO_ASSIGN_OR_RETURN(const std::string x_path, artifacts_->LocalPath(prefix + "/X.npy"));
+  DENDRO_ASSIGN_OR_RETURN(ds->x_, MappedNpy::Open(x_path));
   if (ds->x_->header().dtype != DType::kFloat32 || ds->x_->header().rows() != info.rows() ||
       ds->x_->header().cols() != info.cols()) {
     return absl::DataLossError(absl::StrCat("dataset ", id, ": X.npy does not match metadata"));
   }
   if (info.has_labels()) {
-    DENDRO_ASSIGN_OR_RETURN(ds->y_, MappedNpy::Open(dir + "/y.npy"));
+    DENDRO_ASSIGN_OR_RETURN(const std::string y_path, artifacts_->LocalPath(prefix + "/y.npy"));
+    DENDRO_ASSIGN_OR_RETURN(ds->y_, MappedNpy::Open(y_path));
     if (ds->y_->header().dtype != DType::kInt64 || ds->y_->header().rows() != info.rows()) {
       return absl::DataLossError(
           absl::StrCat("dataset ", id, ": y.npy does not match metadata"));
@@ -279,38 +269,51 @@ absl::Status DatasetStore::Delete(const std::string& id) {
     std::lock_guard<std::mutex> lock(mu_);
     open_.erase(id);
   }
-  std::error_code ec;
-  std::filesystem::remove_all(DirFor(id, info.transient()), ec);
+  // The row is gone, so the dataset is; files left by a failure here are
+  // swept as orphans at the next start.
+  artifacts_->Remove(KeyFor(id, info.transient())).IgnoreError();
   return absl::OkStatus();
 }
 
-absl::Status DatasetStore::RemoveOrphans(absl::Duration grace) {
-  // Read the whole catalogue before touching a file: a catalogue that cannot
-  // be read must not make every dataset look like an orphan.
+absl::Status DatasetStore::RemoveOrphans() {
+  const absl::Duration grace = artifacts_->orphan_grace();
+  // List the files first: an upload that finishes after the listing is
+  // then in the catalogue read below, and is never taken for an orphan.
+  std::map<std::string, absl::Time> files;
+  for (const char* root : {"transient", "datasets"}) {
+    DENDRO_ASSIGN_OR_RETURN(std::vector<ArtifactEntry> entries, artifacts_->List(root));
+    for (ArtifactEntry& e : entries) files[std::move(e.key)] = e.modified;
+  }
+  const auto quiet = [&](const std::string& key) {
+    if (grace <= absl::ZeroDuration()) return true;
+    auto it = files.find(key);
+    return it == files.end() || it->second <= absl::Now() - grace;
+  };
+  // Read the whole catalogue before removing anything: a catalogue that
+  // cannot be read must not make every dataset look like an orphan.
   DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> ids, meta_->AllDatasetIds());
-  std::set<std::string> listed;
+  std::vector<v1::Dataset> infos;
   for (const std::string& id : ids) {
     DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, meta_->GetDataset(id));
-    listed.insert(id);
+    infos.push_back(std::move(info));
+  }
+  std::set<std::string> listed;
+  for (const v1::Dataset& info : infos) {
+    const std::string key = KeyFor(info.id(), info.transient());
+    listed.insert(key);
     if (!info.transient()) continue;
     if (grace > absl::ZeroDuration()) {
       // Shared: another replica's job may still read it, or its client may
       // be about to submit one.
-      DENDRO_ASSIGN_OR_RETURN(bool in_use, meta_->DatasetInUse(id, ""));
-      if (in_use || !QuietFor(DirFor(id, true), grace)) continue;
+      DENDRO_ASSIGN_OR_RETURN(bool in_use, meta_->DatasetInUse(info.id(), ""));
+      if (in_use || !quiet(key)) continue;
     }
-    DENDRO_RETURN_IF_ERROR(meta_->DeleteDataset(id));
-    listed.erase(id);
+    DENDRO_RETURN_IF_ERROR(meta_->DeleteDataset(info.id()));
+    listed.erase(key);
   }
-  std::error_code ec;
-  for (const std::string& root : {transient_root_, root_}) {
-    if (!std::filesystem::exists(root, ec)) continue;
-    for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
-      if (!listed.count(entry.path().filename().string()) &&
-          QuietFor(entry.path().string(), grace)) {
-        std::filesystem::remove_all(entry.path(), ec);
-      }
-    }
+  for (const auto& [key, modified] : files) {
+    // A file that cannot be removed now is retried at the next start.
+    if (!listed.count(key) && quiet(key)) artifacts_->Remove(key).IgnoreError();
   }
   return absl::OkStatus();
 }

@@ -1,13 +1,13 @@
 // DatasetStore: uploaded matrices on disk.
 //
-// Layout: <data_dir>/datasets/<id>/X.npy (float32, rows x cols) and, when
-// labelled, y.npy (int64, rows). Transient datasets live under
-// <data_dir>/transient/<id>/, are written without fsync, and are removed
-// (files and rows) at the next start. An upload streams straight into a temporary
-// file (the server never holds a second copy of the data in memory),
-// validating every float as it arrives; only a complete, valid upload is
-// renamed into place and then recorded in the Catalogue. Opened datasets
-// are memory-mapped and shared between concurrent jobs.
+// Artifact keys (see server/artifact_store.h): datasets/<id>/X.npy (float32,
+// rows x cols) and, when labelled, datasets/<id>/y.npy (int64, rows).
+// Transient datasets live under transient/<id>/, are written without fsync,
+// and are removed (files and rows) at the next start. An upload streams
+// straight into a new artifact (the server never holds a second copy of the
+// data in memory), validating every float as it arrives; only a complete,
+// valid upload is committed and then recorded in the Catalogue. Opened
+// datasets are memory-mapped and shared between concurrent jobs.
 #ifndef DENDRO_SERVER_DATASET_STORE_H_
 #define DENDRO_SERVER_DATASET_STORE_H_
 
@@ -21,10 +21,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "core/io/atomic_file.h"
 #include "core/io/npy.h"
 #include "core/matrix/matrix.h"
 #include "dendro/v1/dendro.pb.h"
+#include "server/artifact_store.h"
 #include "server/disk_guard.h"
 #include "server/catalogue.h"
 
@@ -69,9 +69,9 @@ class DatasetUpload {
   v1::DatasetHeader header_;
   bool begun_ = false;
   std::string id_;
-  std::string dir_;
-  AtomicFileWriter x_;
-  AtomicFileWriter y_;
+  std::string prefix_;  // the dataset's key prefix; cleared once published
+  std::unique_ptr<ArtifactWriter> x_;
+  std::unique_ptr<ArtifactWriter> y_;
   int64_t data_bytes_ = 0;   // received so far
   int64_t label_bytes_ = 0;
   int64_t expected_data_bytes_ = 0;
@@ -82,10 +82,10 @@ class DatasetUpload {
 class DatasetStore {
  public:
   // Uploads whose data and labels together exceed `max_dataset_bytes` are
-  // refused at the header, as are uploads that would leave less than
-  // `min_free` of the disk free (see DiskGuard).
-  DatasetStore(std::string data_dir, Catalogue* meta,
-               int64_t max_dataset_bytes = kDefaultMaxDatasetBytes, MinFreeDisk min_free = {});
+  // refused at the header, as are uploads that `disk` says would leave too
+  // little of the volume free. `artifacts` and `meta` must outlive the store.
+  DatasetStore(ArtifactStore* artifacts, Catalogue* meta, DiskGuard disk,
+               int64_t max_dataset_bytes = kDefaultMaxDatasetBytes);
   // The data volume's guard, shared with the job manager.
   const DiskGuard& disk() const { return disk_; }
   static constexpr int64_t kDefaultMaxDatasetBytes = int64_t{64} << 30;
@@ -100,21 +100,20 @@ class DatasetStore {
   absl::StatusOr<std::shared_ptr<const LoadedDataset>> Open(const std::string& id);
   // Removes the metadata row, then the files.
   absl::Status Delete(const std::string& id);
-  // At start-up: removes dataset directories with no metadata row (left by
-  // a crash between writing files and recording them) and transient
-  // datasets no queued or running job uses. With a `grace` (a data
-  // directory shared by replicas, see server/sweep.h) only those unchanged
-  // for that long; with none, every transient dataset (they do not outlive
-  // the server that received them). Removes nothing, and fails, if the
-  // catalogue cannot be read.
-  absl::Status RemoveOrphans(absl::Duration grace = absl::ZeroDuration());
+  // At start-up: removes dataset artifacts with no metadata row (left by a
+  // crash between writing files and recording them) and transient datasets
+  // no queued or running job uses. Where the store has an orphan grace (a
+  // volume shared by replicas) only those unchanged for that long; without
+  // one, every transient dataset (they do not outlive the server that
+  // received them). Removes nothing, and fails, if the catalogue cannot be
+  // read.
+  absl::Status RemoveOrphans();
 
  private:
   friend class DatasetUpload;
-  std::string DirFor(const std::string& id, bool transient) const;
+  static std::string KeyFor(const std::string& id, bool transient);
 
-  std::string root_;            // <data_dir>/datasets
-  std::string transient_root_;  // <data_dir>/transient
+  ArtifactStore* const artifacts_;
   Catalogue* meta_;
   const int64_t max_dataset_bytes_;
   const DiskGuard disk_;

@@ -1,15 +1,13 @@
 #include "server/model_registry.h"
 
 #include <atomic>
-#include <filesystem>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/common/crash_point.h"
 #include "core/common/status_macros.h"
-#include "core/io/atomic_file.h"
 #include "server/dataset_store.h"
-#include "server/sweep.h"
 #include "spdlog/spdlog.h"
 
 namespace dendro::server {
@@ -56,21 +54,19 @@ absl::Status ValidateLabel(const std::string& label) {
   return absl::OkStatus();
 }
 
-ModelRegistry::ModelRegistry(std::string data_dir, Catalogue* meta, int64_t cache_bytes)
-    : data_dir_(std::move(data_dir)), meta_(meta), cache_(cache_bytes) {}
+ModelRegistry::ModelRegistry(ArtifactStore* artifacts, Catalogue* meta, int64_t cache_bytes)
+    : artifacts_(artifacts), meta_(meta), cache_(cache_bytes) {}
 
 absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Job job,
                                                 int64_t lease_token) {
   const std::string name = job.spec().model_name();
   DENDRO_RETURN_IF_ERROR(ValidateModelName(name));
-  const std::string rel = absl::StrCat("models/", name, "/", NewId("m"));
-  const std::string dir = absl::StrCat(data_dir_, "/", rel);
-  DENDRO_RETURN_IF_ERROR(MakeDirs(dir));
-  absl::Status saved = model.Save(dir);
-  if (!saved.ok()) {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-    return saved;
+  const std::string key = absl::StrCat("models/", name, "/", NewId("m"));
+  {
+    // Unpublished, the staged directory removes itself.
+    DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<StagedDirectory> staged, artifacts_->Stage(key));
+    DENDRO_RETURN_IF_ERROR(model.Save(staged->path()));
+    DENDRO_RETURN_IF_ERROR(staged->Publish());
   }
   CrashPoint("model.files_written");
   v1::Model m;
@@ -83,10 +79,9 @@ absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Jo
   m.set_input_dim(model.input_dim());
   SetNow(m.mutable_create_time());
   for (const auto& [k, v] : model.metadata()) (*m.mutable_metadata())[k] = v;
-  auto committed = meta_->CommitModel(m, rel, std::move(job), lease_token);
+  auto committed = meta_->CommitModel(m, key, std::move(job), lease_token);
   if (!committed.ok()) {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
+    artifacts_->Remove(key).IgnoreError();
     return committed.status();
   }
   m.set_version(committed->version);
@@ -104,21 +99,6 @@ absl::Status ValidateVersion(int64_t version) {
   if (version >= 0) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("model version must be >= 0 (0: the latest), got ", version));
-}
-
-// Bytes of the regular files under `dir`: the charge of a loaded model.
-int64_t DirectoryBytes(const std::string& dir) {
-  int64_t total = 0;
-  std::error_code ec;
-  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
-       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    std::error_code size_ec;
-    if (it->is_regular_file(size_ec)) {
-      const auto size = it->file_size(size_ec);
-      if (!size_ec) total += static_cast<int64_t>(size);
-    }
-  }
-  return total;
 }
 
 absl::StatusOr<StoredModel> Lookup(Catalogue* meta, const v1::ModelRef& ref) {
@@ -149,15 +129,22 @@ absl::StatusOr<std::pair<std::shared_ptr<const FittedModel>, v1::Model>> ModelRe
     return std::make_pair(std::move(hit), stored.model);
   }
   DENDRO_ASSIGN_OR_RETURN(const Method* method, MethodByName(stored.model.method()));
-  const std::string dir = absl::StrCat(data_dir_, "/", stored.dir);
-  auto loaded = method->Load(dir);
+  absl::StatusOr<std::string> path = artifacts_->LocalPath(stored.dir);
+  absl::StatusOr<std::unique_ptr<FittedModel>> loaded =
+      path.ok() ? method->Load(*path) : path.status();
   if (!loaded.ok()) {
+    // Deleted (here or through another replica) since the lookup: that is
+    // not damage.
+    if (absl::IsNotFound(Lookup(meta_, ref).status())) {
+      return absl::NotFoundError(absl::StrCat("model '", name, "' version ",
+                                              stored.model.version(), " was just deleted"));
+    }
     return absl::DataLossError(absl::StrCat("model '", name, "' version ",
                                             stored.model.version(),
                                             " could not be loaded: ", loaded.status().message()));
   }
   std::shared_ptr<const FittedModel> model = *std::move(loaded);
-  const int64_t bytes = DirectoryBytes(dir);
+  const int64_t bytes = artifacts_->Bytes(stored.dir);
   if (!cache_.Put(key, model, bytes)) {
     // Such a model is reloaded on every request: say so once, not each time.
     static std::atomic<bool> warned{false};
@@ -180,8 +167,9 @@ absl::StatusOr<int> ModelRegistry::Delete(const std::string& name, int64_t versi
 void ModelRegistry::RemoveFiles(const std::string& name, const std::vector<StoredModel>& removed) {
   for (const auto& r : removed) {
     cache_.Erase(std::make_pair(name, r.model.version()));
-    std::error_code ec;
-    std::filesystem::remove_all(absl::StrCat(data_dir_, "/", r.dir), ec);
+    // The rows are gone; files left by a failure here are swept at the next
+    // start.
+    artifacts_->Remove(r.dir).IgnoreError();
   }
 }
 
@@ -209,20 +197,23 @@ absl::StatusOr<int> ModelRegistry::SetRetention(const std::string& name, int64_t
   return static_cast<int>(removed.size());
 }
 
-absl::Status ModelRegistry::RemoveOrphans(absl::Duration grace) {
+absl::Status ModelRegistry::RemoveOrphans() {
+  const absl::Duration grace = artifacts_->orphan_grace();
+  // List the files before reading the catalogue: a model committed in
+  // between is then listed, never taken for an orphan.
+  DENDRO_ASSIGN_OR_RETURN(std::vector<ArtifactEntry> names, artifacts_->List("models"));
+  std::vector<ArtifactEntry> versions;
+  for (const ArtifactEntry& name : names) {
+    DENDRO_ASSIGN_OR_RETURN(std::vector<ArtifactEntry> v, artifacts_->List(name.key));
+    versions.insert(versions.end(), v.begin(), v.end());
+  }
   DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> dirs, meta_->AllModelDirs());
   const std::set<std::string> live(dirs.begin(), dirs.end());
-  std::error_code ec;
-  const std::string root = data_dir_ + "/models";
-  if (!std::filesystem::exists(root, ec)) return absl::OkStatus();
-  for (const auto& name_dir : std::filesystem::directory_iterator(root, ec)) {
-    for (const auto& version_dir : std::filesystem::directory_iterator(name_dir.path(), ec)) {
-      const std::string rel = absl::StrCat("models/", name_dir.path().filename().string(), "/",
-                                           version_dir.path().filename().string());
-      if (!live.count(rel) && QuietFor(version_dir.path().string(), grace)) {
-        std::filesystem::remove_all(version_dir.path(), ec);
-      }
-    }
+  const absl::Time cutoff = absl::Now() - grace;
+  for (const ArtifactEntry& v : versions) {
+    if (live.count(v.key)) continue;
+    if (grace > absl::ZeroDuration() && v.modified > cutoff) continue;
+    artifacts_->Remove(v.key).IgnoreError();  // retried at the next start
   }
   return absl::OkStatus();
 }

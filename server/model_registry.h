@@ -1,9 +1,9 @@
 // ModelRegistry: versioned, persisted fitted models.
 //
 // A model is (name, version) with versions 1, 2, ... per name, assigned when
-// a job's result is committed. Artifacts live in
-// <data_dir>/models/<name>/<random id>/, written and fsynced before the
-// metadata row that points at them. Loaded models are kept in a ModelCache
+// a job's result is committed. Its files live under the artifact prefix
+// models/<name>/<random id> (see server/artifact_store.h), published before
+// the metadata row that points at them. Loaded models are kept in a ModelCache
 // bounded in bytes; every Load checks the catalogue first, so a model deleted
 // or replaced is never served from the cache.
 #ifndef DENDRO_SERVER_MODEL_REGISTRY_H_
@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
+#include "server/artifact_store.h"
 #include "server/catalogue.h"
 #include "server/model_cache.h"
 #include "server/methods/method.h"
@@ -30,7 +30,8 @@ absl::Status ValidateLabel(const std::string& label);
 class ModelRegistry {
  public:
   // `cache_bytes` > 0 bounds the memory of loaded models kept for reuse.
-  ModelRegistry(std::string data_dir, Catalogue* meta, int64_t cache_bytes);
+  // `artifacts` and `meta` must outlive the registry.
+  ModelRegistry(ArtifactStore* artifacts, Catalogue* meta, int64_t cache_bytes);
 
   // Saves `model`'s artifacts and, in one metadata transaction, records the
   // new version and marks `job` SUCCEEDED with it, if lease `lease_token`
@@ -52,17 +53,17 @@ class ModelRegistry {
   absl::StatusOr<Page<v1::Model>> List(const std::string& name, int64_t after_seq, int limit) {
     return meta_->ListModels(name, after_seq, limit);
   }
-  // Removes artifact directories no metadata row points at (with a
-  // `grace`, only those unchanged for that long: see server/sweep.h).
-  // Removes nothing, and fails, if the catalogue cannot be read.
-  absl::Status RemoveOrphans(absl::Duration grace = absl::ZeroDuration());
+  // Removes model artifacts no metadata row points at (where the store has
+  // an orphan grace, only those unchanged for that long). Removes nothing,
+  // and fails, if the catalogue cannot be read.
+  absl::Status RemoveOrphans();
   ModelCache::Stats CacheStats() const { return cache_.stats(); }
 
  private:
-  // Drops removed versions from the cache and deletes their directories.
+  // Drops removed versions from the cache and removes their artifacts.
   void RemoveFiles(const std::string& name, const std::vector<StoredModel>& removed);
 
-  std::string data_dir_;
+  ArtifactStore* const artifacts_;
   Catalogue* meta_;
   ModelCache cache_;
 };

@@ -25,11 +25,12 @@
 #include "server/auth.h"
 #include "server/caller.h"
 #include "server/dataset_store.h"
+#include "server/local_artifact_store.h"
+#include "server/shared_volume_store.h"
 #include "server/http_console.h"
 #include "server/job_manager.h"
 #include "server/catalogue.h"
 #include "server/metrics.h"
-#include "server/sweep.h"
 #include "server/model_registry.h"
 #include "server/services.h"
 #include "server/stream_limiter.h"
@@ -42,6 +43,7 @@ struct DendroServer::State {
   std::unique_ptr<ServerMetrics> metrics;
   std::unique_ptr<Authenticator> auth;  // likewise used by the handlers
   std::unique_ptr<Catalogue> meta;
+  std::unique_ptr<ArtifactStore> artifacts;  // outlives the two below
   std::unique_ptr<DatasetStore> datasets;
   std::unique_ptr<ModelRegistry> models;
   std::unique_ptr<JobManager> jobs;
@@ -207,24 +209,34 @@ absl::Status DendroServer::Start() {
   }
   DENDRO_ASSIGN_OR_RETURN(s.meta, OpenCatalogue(options_.catalog, options_.data_dir));
   DENDRO_ASSIGN_OR_RETURN(MinFreeDisk min_free, ParseMinFreeDisk(options_.min_free_disk));
-  s.datasets = std::make_unique<DatasetStore>(options_.data_dir, s.meta.get(),
-                                              options_.max_dataset_bytes, min_free);
+  // Replicas sharing the directory may be writing files they have not yet
+  // recorded, and reading files another replica deletes: see
+  // server/shared_volume_store.h.
+  if (s.meta->shared()) {
+    s.artifacts = std::make_unique<SharedVolumeStore>(options_.data_dir);
+  } else {
+    s.artifacts = std::make_unique<LocalArtifactStore>(options_.data_dir);
+  }
+  s.datasets = std::make_unique<DatasetStore>(s.artifacts.get(), s.meta.get(),
+                                              DiskGuard(options_.data_dir, min_free),
+                                              options_.max_dataset_bytes);
   const int64_t cache_bytes = options_.model_cache_bytes > 0 ? options_.model_cache_bytes
                                                              : DefaultJobMemoryBytes() / 3;
-  s.models = std::make_unique<ModelRegistry>(options_.data_dir, s.meta.get(), cache_bytes);
+  s.models = std::make_unique<ModelRegistry>(s.artifacts.get(), s.meta.get(), cache_bytes);
   spdlog::info("model cache holds up to {} MiB of loaded models", cache_bytes >> 20);
   // A catalogue that cannot be read stops the start: sweeping against it
   // would delete every dataset and model as an orphan.
-  // Replicas sharing the directory may be writing files they have not yet
-  // recorded: theirs are left alone unless long quiet.
-  const absl::Duration grace = s.meta->shared() ? kSharedOrphanGrace : absl::ZeroDuration();
-  if (absl::Status swept = s.datasets->RemoveOrphans(grace); !swept.ok()) {
-    return absl::DataLossError(absl::StrCat("cannot read the dataset catalogue; refusing to start ",
+  if (absl::Status swept = s.datasets->RemoveOrphans(); !swept.ok()) {
+    return absl::DataLossError(absl::StrCat("cannot read the dataset catalogue or files; refusing to start ",
                                             "(nothing was deleted): ", swept.message()));
   }
-  if (absl::Status swept = s.models->RemoveOrphans(grace); !swept.ok()) {
-    return absl::DataLossError(absl::StrCat("cannot read the model catalogue; refusing to start ",
+  if (absl::Status swept = s.models->RemoveOrphans(); !swept.ok()) {
+    return absl::DataLossError(absl::StrCat("cannot read the model catalogue or files; refusing to start ",
                                             "(nothing was deleted): ", swept.message()));
+  }
+  if (absl::Status kept = s.artifacts->Maintain(); !kept.ok()) {
+    spdlog::warn("artifact store housekeeping failed (retried at the next start): {}",
+                 std::string(kept.message()));
   }
   JobManager::Options jopts;
   jopts.workers = options_.workers;

@@ -77,23 +77,6 @@ std::string DirName(const std::string& path) {
   return path.substr(0, slash);
 }
 
-// Makes a rename in `dir` durable.
-absl::Status SyncDir(const std::string& dir) {
-  int fd;
-  do {
-    fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return PosixError(dir, "open directory for fsync", errno);
-  int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  // Some file systems cannot fsync a directory; there is nothing more to do.
-  if (rc != 0 && err != EINVAL && err != ENOTSUP) {
-    return PosixError(dir, "fsync directory", err);
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status WriteFileAtomic(const std::string& path, std::string_view contents) {
@@ -291,7 +274,7 @@ absl::Status AtomicFileWriter::Commit() {
   }
   tmp_path_.clear();
   buffer_ = std::string();
-  return durable ? SyncDir(DirName(path_)) : absl::OkStatus();
+  return durable ? SyncDirectory(DirName(path_)) : absl::OkStatus();
 }
 
 void AtomicFileWriter::Abandon() {
@@ -302,6 +285,22 @@ void AtomicFileWriter::Abandon() {
   }
   buffer_ = std::string();
   size_ = 0;
+}
+
+absl::Status SyncDirectory(const std::string& dir) {
+  int fd;
+  do {
+    fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return PosixError(dir, "open directory for fsync", errno);
+  int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  // Some file systems cannot fsync a directory; there is nothing more to do.
+  if (rc != 0 && err != EINVAL && err != ENOTSUP) {
+    return PosixError(dir, "fsync directory", err);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status MakeDirs(const std::string& dir) {

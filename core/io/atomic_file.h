@@ -85,6 +85,11 @@ class AtomicFileWriter {
 // Creates `dir` and its parents (like mkdir -p).
 absl::Status MakeDirs(const std::string& dir);
 
+// fsyncs the directory `dir`, making the creation, rename or removal of its
+// entries durable. File systems that cannot fsync a directory are not an
+// error.
+absl::Status SyncDirectory(const std::string& dir);
+
 }  // namespace dendro
 
 #endif  // DENDRO_CORE_IO_ATOMIC_FILE_H_

@@ -1,6 +1,5 @@
 // Start-up sweeps of unlisted files: at once for a data directory one
 // server owns, only after a quiet period for one that replicas share.
-#include "server/sweep.h"
 
 #include <sys/time.h>
 #include <utime.h>
@@ -12,7 +11,9 @@
 #include "gtest/gtest.h"
 #include "server/catalogue.h"
 #include "server/dataset_store.h"
+#include "server/local_artifact_store.h"
 #include "server/model_registry.h"
+#include "server/shared_volume_store.h"
 
 namespace dendro::server {
 namespace {
@@ -54,24 +55,30 @@ class SweepTest : public ::testing::Test {
   std::unique_ptr<Catalogue> cat_;
 };
 
-TEST_F(SweepTest, QuietForLooksAtEverythingUnderThePath) {
+// True if `path` and everything under it is unchanged for `grace`.
+bool Quiet(const fs::path& path, absl::Duration grace) {
+  absl::Time newest;
+  return NewestChange(path.string(), &newest) && newest <= absl::Now() - grace;
+}
+
+TEST_F(SweepTest, NewestChangeLooksAtEverythingUnderThePath) {
   Touch(dir_ / "a" / "b" / "x.npy");
-  EXPECT_TRUE(QuietFor((dir_ / "a").string(), absl::ZeroDuration()));
-  EXPECT_FALSE(QuietFor((dir_ / "a").string(), absl::Hours(1)));
+  EXPECT_FALSE(Quiet(dir_ / "a", absl::Hours(1)));
   Age(dir_ / "a", absl::Hours(2));
-  EXPECT_TRUE(QuietFor((dir_ / "a").string(), absl::Hours(1)));
+  EXPECT_TRUE(Quiet(dir_ / "a", absl::Hours(1)));
   // One file still being written keeps the whole directory.
   Touch(dir_ / "a" / "b" / "y.npy.tmp.host.1.0");
   Age(dir_ / "a" / "b", absl::Hours(2));
   Age(dir_ / "a", absl::Hours(2));
   std::ofstream(dir_ / "a" / "b" / "y.npy.tmp.host.1.0", std::ios::app) << "more";
-  EXPECT_FALSE(QuietFor((dir_ / "a").string(), absl::Hours(1)));
-  EXPECT_FALSE(QuietFor((dir_ / "missing").string(), absl::Hours(1)));
+  EXPECT_FALSE(Quiet(dir_ / "a", absl::Hours(1)));
+  EXPECT_FALSE(Quiet(dir_ / "missing", absl::Hours(1)));
 }
 
 TEST_F(SweepTest, SharedDirectoriesKeepRecentUnlistedFilesAndDropOldOnes) {
-  DatasetStore datasets(dir_.string(), cat_.get(), int64_t{1} << 30, MinFreeDisk{});
-  ModelRegistry models(dir_.string(), cat_.get(), 0);
+  SharedVolumeStore shared(dir_.string());
+  DatasetStore datasets(&shared, cat_.get(), DiskGuard(dir_.string(), {}));
+  ModelRegistry models(&shared, cat_.get(), 0);
   // Another replica's upload and model save in progress, and the leftovers
   // of a replica that crashed long ago.
   Touch(dir_ / "datasets" / "ds-inflight" / "x.npy.tmp.other.7.0");
@@ -82,8 +89,8 @@ TEST_F(SweepTest, SharedDirectoriesKeepRecentUnlistedFilesAndDropOldOnes) {
   Age(dir_ / "datasets" / "ds-stale", absl::Hours(3));
   Age(dir_ / "models" / "m" / "m-stale", absl::Hours(3));
 
-  ASSERT_TRUE(datasets.RemoveOrphans(kSharedOrphanGrace).ok());
-  ASSERT_TRUE(models.RemoveOrphans(kSharedOrphanGrace).ok());
+  ASSERT_TRUE(datasets.RemoveOrphans().ok());
+  ASSERT_TRUE(models.RemoveOrphans().ok());
   EXPECT_TRUE(fs::exists(dir_ / "datasets" / "ds-inflight"));
   EXPECT_TRUE(fs::exists(dir_ / "transient" / "ds-inflight2"));
   EXPECT_TRUE(fs::exists(dir_ / "models" / "m" / "m-inflight"));
@@ -91,15 +98,19 @@ TEST_F(SweepTest, SharedDirectoriesKeepRecentUnlistedFilesAndDropOldOnes) {
   EXPECT_FALSE(fs::exists(dir_ / "models" / "m" / "m-stale"));
 
   // A server that owns the directory removes them all at once.
-  ASSERT_TRUE(datasets.RemoveOrphans().ok());
-  ASSERT_TRUE(models.RemoveOrphans().ok());
+  LocalArtifactStore owned(dir_.string());
+  DatasetStore owned_datasets(&owned, cat_.get(), DiskGuard(dir_.string(), {}));
+  ModelRegistry owned_models(&owned, cat_.get(), 0);
+  ASSERT_TRUE(owned_datasets.RemoveOrphans().ok());
+  ASSERT_TRUE(owned_models.RemoveOrphans().ok());
   EXPECT_FALSE(fs::exists(dir_ / "datasets" / "ds-inflight"));
   EXPECT_FALSE(fs::exists(dir_ / "transient" / "ds-inflight2"));
   EXPECT_FALSE(fs::exists(dir_ / "models" / "m" / "m-inflight"));
 }
 
 TEST_F(SweepTest, SharedTransientDatasetsStayWhileAJobNeedsThem) {
-  DatasetStore datasets(dir_.string(), cat_.get(), int64_t{1} << 30, MinFreeDisk{});
+  SharedVolumeStore shared(dir_.string());
+  DatasetStore datasets(&shared, cat_.get(), DiskGuard(dir_.string(), {}));
   for (const std::string id : {"ds-used", "ds-idle"}) {
     v1::Dataset d;
     d.set_id(id);
@@ -113,7 +124,7 @@ TEST_F(SweepTest, SharedTransientDatasetsStayWhileAJobNeedsThem) {
   job.set_state(v1::JOB_STATE_QUEUED);
   job.mutable_spec()->set_dataset_id("ds-used");
   ASSERT_TRUE(cat_->EnqueueJob(job, 10).ok());
-  ASSERT_TRUE(datasets.RemoveOrphans(kSharedOrphanGrace).ok());
+  ASSERT_TRUE(datasets.RemoveOrphans().ok());
   EXPECT_TRUE(cat_->GetDataset("ds-used").ok());
   EXPECT_TRUE(fs::exists(dir_ / "transient" / "ds-used"));
   EXPECT_EQ(cat_->GetDataset("ds-idle").status().code(), absl::StatusCode::kNotFound);

@@ -1,0 +1,198 @@
+#include "server/local_artifact_store.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+
+namespace dendro::server {
+namespace {
+
+std::string Parent(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+}
+
+absl::Status FromErrorCode(const std::error_code& ec, const std::string& key,
+                           std::string_view what) {
+  return absl::Status(absl::ErrnoToStatusCode(ec.value()),
+                      absl::StrCat("artifact '", key, "': ", absl::string_view(what.data(), what.size()),
+                                   ": ", ec.message()));
+}
+
+bool ModificationTime(const std::string& path, absl::Time* t) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return false;
+  *t = absl::TimeFromTimespec(st.st_mtim);
+  return true;
+}
+
+}  // namespace
+
+bool NewestChange(const std::string& path, absl::Time* newest) {
+  if (!ModificationTime(path, newest)) return false;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(path, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    absl::Time t;
+    if (!ModificationTime(it->path().string(), &t)) return false;
+    *newest = std::max(*newest, t);
+  }
+  return !ec;
+}
+
+// --- Writer ---------------------------------------------------------------------
+
+class LocalArtifactStore::Writer : public ArtifactWriter {
+ public:
+  Writer(const LocalArtifactStore* store, Durability durability)
+      : store_(store), durability_(durability) {}
+  AtomicFileWriter& file() { return file_; }
+  void set_dir(std::string dir) { dir_ = std::move(dir); }
+
+  absl::Status Append(std::string_view bytes) override { return file_.Append(bytes); }
+  int64_t size() const override { return file_.size(); }
+  absl::Status Commit() override {
+    DENDRO_RETURN_IF_ERROR(file_.Commit());
+    // The file's own directory was synced by the commit; the names leading
+    // to it may be new too.
+    if (durability_ == Durability::kDurable && dir_ != store_->root()) {
+      return store_->SyncUpToRoot(Parent(dir_));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const LocalArtifactStore* store_;
+  const Durability durability_;
+  AtomicFileWriter file_;
+  std::string dir_;
+};
+
+// --- Staged ---------------------------------------------------------------------
+
+class LocalArtifactStore::Staged : public StagedDirectory {
+ public:
+  Staged(const LocalArtifactStore* store, std::string path)
+      : store_(store), path_(std::move(path)) {}
+  ~Staged() override {
+    if (published_) return;
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const override { return path_; }
+  absl::Status Publish() override {
+    DENDRO_RETURN_IF_ERROR(store_->SyncUpToRoot(path_));
+    published_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  const LocalArtifactStore* store_;
+  const std::string path_;
+  bool published_ = false;
+};
+
+// --- LocalArtifactStore -----------------------------------------------------------
+
+LocalArtifactStore::LocalArtifactStore(std::string root) : root_(std::move(root)) {}
+
+absl::Status LocalArtifactStore::SyncUpToRoot(const std::string& dir) const {
+  std::string d = dir;
+  while (true) {
+    DENDRO_RETURN_IF_ERROR(SyncDirectory(d));
+    if (d.size() <= root_.size()) return absl::OkStatus();
+    d = Parent(d);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<ArtifactWriter>> LocalArtifactStore::Create(
+    const std::string& key, Durability durability) {
+  DENDRO_RETURN_IF_ERROR(ValidateArtifactKey(key));
+  const std::string path = PathFor(key);
+  const std::string dir = Parent(path);
+  DENDRO_RETURN_IF_ERROR(MakeDirs(dir));
+  auto writer = std::make_unique<Writer>(this, durability);
+  writer->set_dir(dir);
+  DENDRO_RETURN_IF_ERROR(AtomicFileWriter::Open(path, &writer->file(), durability));
+  return std::unique_ptr<ArtifactWriter>(std::move(writer));
+}
+
+absl::StatusOr<std::unique_ptr<StagedDirectory>> LocalArtifactStore::Stage(
+    const std::string& prefix) {
+  DENDRO_RETURN_IF_ERROR(ValidateArtifactKey(prefix));
+  const std::string path = PathFor(prefix);
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
+    return absl::AlreadyExistsError(absl::StrCat("artifact '", prefix, "' already exists"));
+  }
+  DENDRO_RETURN_IF_ERROR(MakeDirs(path));
+  return std::unique_ptr<StagedDirectory>(std::make_unique<Staged>(this, path));
+}
+
+absl::StatusOr<std::string> LocalArtifactStore::LocalPath(const std::string& key) {
+  DENDRO_RETURN_IF_ERROR(ValidateArtifactKey(key));
+  std::string path = PathFor(key);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    if (ec) return FromErrorCode(ec, key, "stat");
+    return absl::NotFoundError(absl::StrCat("artifact '", key, "' is missing"));
+  }
+  return path;
+}
+
+int64_t LocalArtifactStore::Bytes(const std::string& key) {
+  if (!ValidateArtifactKey(key).ok()) return 0;
+  const std::string path = PathFor(key);
+  int64_t total = 0;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) {
+    const auto size = std::filesystem::file_size(path, ec);
+    return ec ? 0 : static_cast<int64_t>(size);
+  }
+  for (auto it = std::filesystem::recursive_directory_iterator(path, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code size_ec;
+    if (it->is_regular_file(size_ec)) {
+      const auto size = it->file_size(size_ec);
+      if (!size_ec) total += static_cast<int64_t>(size);
+    }
+  }
+  return total;
+}
+
+absl::Status LocalArtifactStore::Remove(const std::string& key) {
+  DENDRO_RETURN_IF_ERROR(ValidateArtifactKey(key));
+  std::error_code ec;
+  std::filesystem::remove_all(PathFor(key), ec);
+  if (ec) return FromErrorCode(ec, key, "remove");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ArtifactEntry>> LocalArtifactStore::List(const std::string& prefix) {
+  DENDRO_RETURN_IF_ERROR(ValidateArtifactKey(prefix));
+  std::vector<ArtifactEntry> out;
+  const std::string dir = PathFor(prefix);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    if (ec && ec != std::errc::no_such_file_or_directory) return FromErrorCode(ec, prefix, "list");
+    return out;
+  }
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ArtifactEntry e;
+    e.key = absl::StrCat(prefix, "/", it->path().filename().string());
+    // An entry that vanished or cannot be read counts as just changed: a
+    // sweep then leaves it for another time.
+    if (!NewestChange(it->path().string(), &e.modified)) e.modified = absl::InfiniteFuture();
+    out.push_back(std::move(e));
+  }
+  if (ec) return FromErrorCode(ec, prefix, "list");
+  return out;
+}
+
+}  // namespace dendro::server

@@ -1,0 +1,228 @@
+// The ArtifactStore contract, run against both implementations through one
+// fixture, and what the shared-volume store does beyond it.
+#include "server/artifact_store.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "server/local_artifact_store.h"
+#include "server/shared_volume_store.h"
+
+namespace dendro::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct StoreKind {
+  std::string name;
+  std::function<std::unique_ptr<ArtifactStore>(const std::string&)> make;
+};
+
+class ArtifactStoreContract : public ::testing::TestWithParam<StoreKind> {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            absl::StrCat("dendro_artifacts_", GetParam().name, "_", ::getpid());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    store_ = GetParam().make(root_.string());
+  }
+  void TearDown() override {
+    store_.reset();
+    fs::remove_all(root_);
+  }
+  // Regular files anywhere under `dir`, trash excluded.
+  int FilesUnder(const fs::path& dir) {
+    int n = 0;
+    if (!fs::exists(dir)) return 0;
+    for (const auto& e : fs::recursive_directory_iterator(dir)) {
+      if (e.path().string().find("/trash/") != std::string::npos) continue;
+      n += e.is_regular_file() ? 1 : 0;
+    }
+    return n;
+  }
+  absl::Status Put(const std::string& key, const std::string& bytes) {
+    auto w = store_->Create(key, Durability::kDurable);
+    if (!w.ok()) return w.status();
+    if (absl::Status s = (*w)->Append(bytes); !s.ok()) return s;
+    return (*w)->Commit();
+  }
+
+  fs::path root_;
+  std::unique_ptr<ArtifactStore> store_;
+};
+
+TEST_P(ArtifactStoreContract, AnObjectAppearsOnlyWhenCommittedAndWhole) {
+  auto w = store_->Create("datasets/ds-1/X.npy", Durability::kDurable);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE((*w)->Append("hello, ").ok());
+  ASSERT_TRUE((*w)->Append(std::string(3 << 20, 'x')).ok());
+  EXPECT_EQ((*w)->size(), 7 + (3 << 20));
+  EXPECT_EQ(store_->LocalPath("datasets/ds-1/X.npy").status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE((*w)->Commit().ok());
+  auto path = store_->LocalPath("datasets/ds-1/X.npy");
+  ASSERT_TRUE(path.ok()) << path.status();
+  EXPECT_EQ(Slurp(*path), "hello, " + std::string(3 << 20, 'x'));
+  EXPECT_EQ(store_->Bytes("datasets/ds-1/X.npy"), 7 + (3 << 20));
+  EXPECT_EQ(store_->Bytes("datasets/ds-1"), 7 + (3 << 20));
+  EXPECT_EQ(store_->Bytes("datasets/absent"), 0);
+}
+
+TEST_P(ArtifactStoreContract, VolatileObjectsAreAlsoAtomicForReaders) {
+  auto w = store_->Create("transient/ds-2/X.npy", Durability::kVolatile);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE((*w)->Append("abc").ok());
+  EXPECT_FALSE(store_->LocalPath("transient/ds-2/X.npy").ok());
+  ASSERT_TRUE((*w)->Commit().ok());
+  EXPECT_EQ(Slurp(*store_->LocalPath("transient/ds-2/X.npy")), "abc");
+}
+
+TEST_P(ArtifactStoreContract, AnAbandonedWriterLeavesNoFile) {
+  {
+    auto w = store_->Create("datasets/ds-3/X.npy", Durability::kDurable);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Append(std::string(1 << 20, 'y')).ok());
+  }
+  EXPECT_FALSE(store_->LocalPath("datasets/ds-3/X.npy").ok());
+  EXPECT_EQ(FilesUnder(root_), 0);
+}
+
+TEST_P(ArtifactStoreContract, AStagedDirectoryIsPublishedOrRemoved) {
+  {
+    auto staged = store_->Stage("models/m/m-1");
+    ASSERT_TRUE(staged.ok()) << staged.status();
+    std::ofstream((*staged)->path() + "/tree.json") << "{}";
+    ASSERT_TRUE((*staged)->Publish().ok());
+  }
+  auto path = store_->LocalPath("models/m/m-1");
+  ASSERT_TRUE(path.ok());
+  EXPECT_EQ(Slurp(*path + "/tree.json"), "{}");
+  EXPECT_EQ(store_->Bytes("models/m/m-1"), 2);
+  EXPECT_EQ(store_->Stage("models/m/m-1").status().code(), absl::StatusCode::kAlreadyExists);
+  {
+    auto staged = store_->Stage("models/m/m-2");
+    ASSERT_TRUE(staged.ok());
+    std::ofstream((*staged)->path() + "/tree.json") << "{\"half\":";
+  }
+  EXPECT_EQ(store_->LocalPath("models/m/m-2").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(FilesUnder(root_), 1);
+}
+
+TEST_P(ArtifactStoreContract, RemoveHidesAnObjectAndIsIdempotent) {
+  ASSERT_TRUE(Put("datasets/ds-4/X.npy", "1234").ok());
+  ASSERT_TRUE(Put("datasets/ds-5/X.npy", "5678").ok());
+  // A reader that opened the file before the removal keeps reading it.
+  std::ifstream reader(*store_->LocalPath("datasets/ds-4/X.npy"), std::ios::binary);
+  ASSERT_TRUE(store_->Remove("datasets/ds-4").ok());
+  ASSERT_TRUE(store_->Remove("datasets/ds-4").ok());
+  ASSERT_TRUE(store_->Remove("datasets/never-there").ok());
+  EXPECT_EQ(store_->LocalPath("datasets/ds-4/X.npy").status().code(),
+            absl::StatusCode::kNotFound);
+  std::string got(4, '\0');
+  reader.read(got.data(), 4);
+  EXPECT_EQ(got, "1234");
+  auto listed = store_->List("datasets");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].key, "datasets/ds-5");
+}
+
+TEST_P(ArtifactStoreContract, ListGivesChildrenAndTheirNewestChange) {
+  EXPECT_TRUE(store_->List("models")->empty());
+  const absl::Time before = absl::Now() - absl::Seconds(2);
+  ASSERT_TRUE(Put("models/a/m-1/tree.json", "{}").ok());
+  ASSERT_TRUE(Put("models/b/m-1/tree.json", "{}").ok());
+  auto listed = store_->List("models");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 2u);
+  for (const ArtifactEntry& e : *listed) {
+    EXPECT_TRUE(e.key == "models/a" || e.key == "models/b") << e.key;
+    EXPECT_GE(e.modified, before);
+    EXPECT_LE(e.modified, absl::Now() + absl::Seconds(2));
+  }
+}
+
+TEST_P(ArtifactStoreContract, KeysThatCouldEscapeTheStoreAreRefused) {
+  for (const std::string key : {"", "/etc/passwd", "../x", "a/../../x", "a//b", "a/./b", "a/",
+                                "a b", "a\\b"}) {
+    SCOPED_TRACE(key);
+    EXPECT_EQ(store_->Create(key, Durability::kDurable).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(store_->Stage(key).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(store_->LocalPath(key).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(store_->Remove(key).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(store_->List(key).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(ValidateArtifactKey("models/my.model_v-2/m-0a1b").ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Stores, ArtifactStoreContract,
+    ::testing::Values(
+        StoreKind{"local",
+                  [](const std::string& root) { return std::make_unique<LocalArtifactStore>(root); }},
+        StoreKind{"shared_volume",
+                  [](const std::string& root) { return std::make_unique<SharedVolumeStore>(root); }}),
+    [](const ::testing::TestParamInfo<StoreKind>& info) { return info.param.name; });
+
+// --- What differs ---------------------------------------------------------------
+
+TEST(LocalArtifactStore, OwnsItsDirectorySoOrphansNeedNoGraceAndRemovalIsImmediate) {
+  const fs::path root = fs::temp_directory_path() / absl::StrCat("dendro_local_", ::getpid());
+  fs::remove_all(root);
+  LocalArtifactStore store(root.string());
+  EXPECT_EQ(store.orphan_grace(), absl::ZeroDuration());
+  auto w = store.Create("datasets/ds-1/X.npy", Durability::kDurable);
+  ASSERT_TRUE(w.ok() && (*w)->Append("x").ok() && (*w)->Commit().ok());
+  ASSERT_TRUE(store.Remove("datasets/ds-1").ok());
+  EXPECT_FALSE(fs::exists(root / "datasets" / "ds-1"));
+  EXPECT_FALSE(fs::exists(root / "trash"));
+  fs::remove_all(root);
+}
+
+TEST(SharedVolumeStore, DefersRemovalThroughTrashForReadersOnOtherReplicas) {
+  const fs::path root = fs::temp_directory_path() / absl::StrCat("dendro_shared_", ::getpid());
+  fs::remove_all(root);
+  SharedVolumeStore store(root.string(), absl::Hours(1), absl::Minutes(10));
+  EXPECT_EQ(store.orphan_grace(), absl::Hours(1));
+  auto w = store.Create("models/m/m-1/tree.json", Durability::kDurable);
+  ASSERT_TRUE(w.ok() && (*w)->Append("{}").ok() && (*w)->Commit().ok());
+  ASSERT_TRUE(store.Remove("models/m/m-1").ok());
+  EXPECT_FALSE(fs::exists(root / "models" / "m" / "m-1"));
+  // Still on the volume, under a name that says when it was removed.
+  std::vector<fs::path> trash;
+  for (const auto& e : fs::directory_iterator(root / "trash")) trash.push_back(e.path());
+  ASSERT_EQ(trash.size(), 1u);
+  const std::string name = trash[0].filename().string();
+  EXPECT_NE(name.find("models+m+m-1"), std::string::npos) << name;
+  EXPECT_EQ(fs::file_size(trash[0] / "tree.json"), 2u);
+  ASSERT_TRUE(store.Maintain().ok());
+  EXPECT_TRUE(fs::exists(trash[0]));  // younger than the trash grace
+  // Eleven minutes later, the next housekeeping deletes it.
+  const std::string aged = absl::StrCat(absl::ToUnixSeconds(absl::Now() - absl::Minutes(11)),
+                                        name.substr(name.find('-')));
+  fs::rename(trash[0], root / "trash" / aged);
+  ASSERT_TRUE(store.Maintain().ok());
+  EXPECT_FALSE(fs::exists(root / "trash" / aged));
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace dendro::server

@@ -14,6 +14,12 @@
 // clusters of CutToK(k) are drawn in k distinct colours and the merges above
 // the cut in grey; every leaf label carries its cluster number in a `class`.
 //
+// Both layouts draw what scipy.cluster.hierarchy.dendrogram draws (with its
+// defaults) for the same linkage: the same leaf order (a merge's first
+// operand first) and the same legs at the same heights, up to scale.
+// tests/core/hierarchy_svg_golden_test.cc checks this against goldens
+// recorded from SciPy (tests/golden/svg/make_svg_golden.py).
+//
 // Invariants: the output is well-formed XML (names are escaped), has exactly
 // one <path> per node that has a parent (class "edge") and one <text> per
 // leaf (class "leaf"), and is a pure function of the tree and the options

@@ -33,7 +33,7 @@ struct Verb {
   const char* group;  // "" for top-level verbs
   const char* name;
   const char* summary;
-  const char* usage;  // shown by --help, after "usage: "
+  std::string usage;  // shown by --help, after "usage: "; every flag with its default
   std::vector<FlagSpec> flags;
   int min_positional;
   int max_positional;
@@ -45,63 +45,93 @@ const FlagSpec kPageSize{"page-size", true, false};
 const FlagSpec kPageToken{"page-token", true, false};
 const FlagSpec kAll{"all", false, false};
 
+// The flags every fit verb (l2h, tneb, ghhc) shares, for their --help.
+const std::string kFitFlagsHelp =
+    "  DATASET_ID      a dataset already uploaded ('dendro upload') instead of a file:\n"
+    "                  nothing is uploaded and the dataset is kept\n"
+    "  --dataset ID    the same as a DATASET_ID argument (default: none, a file is given)\n"
+    "  --out FILE      repeatable; written by extension once the job succeeds: .npy SciPy\n"
+    "                  linkage, .nwk/.newick Newick, .json the full tree with point\n"
+    "                  assignments, .svg a dendrogram (see 'dendro tree --help')\n"
+    "                  (default: none, only the model is kept)\n"
+    "  --labels Y.npy  also upload labels and print metrics (JSON) for the fitted tree;\n"
+    "                  not with a dataset, which has the labels uploaded with it\n"
+    "                  (default: none, no metrics)\n"
+    "  --level K       clusters for the flat metrics, with --labels (default: the number\n"
+    "                  of label values)\n"
+    "  --name NAME     model name (default: the file's stem, or the dataset's display\n"
+    "                  name, else its id)\n"
+    "  --no-wait       print the job id and exit; no outputs are written (default: wait\n"
+    "                  for the job, with a progress bar on a terminal)\n"
+    "  --keep-dataset  upload the input durably (default: a transient dataset, not\n"
+    "                  fsynced, dropped when the server restarts or the job ends)\n"
+    "  --allow-method-change  register under NAME even if its latest version was\n"
+    "                  fitted with another method (default: refused)\n"
+    "  --color-level K colour the clusters of the cut into K in .svg outputs (default: 0,\n"
+    "                  one colour)\n"
+    "  --layout L      auto, rectangular or radial, for .svg outputs (default: auto,\n"
+    "                  radial above 200 leaves)\n"
+    "  --json          print one JSON object instead: model, version, job, leaves,\n"
+    "                  dataset (when kept) and metrics (with --labels); with --no-wait\n"
+    "                  job and dataset (default: text lines)\n";
+
+const std::string kListFlagsHelp =
+    "  --page-size N   entries per page, 1-1000 (default: 50, the server's)\n"
+    "  --page-token T  the page to start from, as the previous page printed (default:\n"
+    "                  the first page)\n"
+    "  --all           fetch every page from there on (default: one page)\n"
+    "  --json          print the response as one JSON object (default: a table)\n";
+
+const std::string kJsonHelp = "  --json          print one JSON object (default: text lines)\n";
+
 const std::vector<Verb>& Verbs() {
   static const auto* verbs = new std::vector<Verb>{
       {"", "upload", "upload a float32/float64 .npy matrix as a dataset",
        "dendro upload X.npy [--labels Y.npy] [--name NAME] [--transient]\n"
        "  Streams X.npy (2-D, float32 or float64) to the server and prints the dataset id.\n"
-       "  --labels Y.npy  1-D int32/int64 labels, one per row\n"
+       "  --labels Y.npy  1-D int32/int64 labels, one per row (default: none)\n"
        "  --name NAME     display name (default: the file name)\n"
-       "  --transient     not written durably; dropped when the server restarts\n",
+       "  --transient     not written durably; dropped when the server restarts (default:\n"
+       "                  durable)\n",
        {{"labels", true}, {"name", true}, {"transient", false}},
        1, 1, RunUpload},
       {"", "l2h", "fit an L2H hierarchy to a logits matrix and fetch it",
-       "dendro l2h LOGITS.npy|DATASET_ID --out FILE [--out FILE ...] [--labels Y.npy]\n"
+       "dendro l2h LOGITS.npy|DATASET_ID [--out FILE ...] [--labels Y.npy]\n"
        "          [--name NAME] [--aggregation sum_of_means|mean_of_means|sum_of_sums]\n"
        "          [--level K] [--leaf-names FILE] [--no-wait] [--keep-dataset]\n"
-       "          [--allow-method-change] [--json]\n"
-       "  Uploads LOGITS.npy (N x K), fits L2H and waits for the job; then writes each\n"
-       "  --out by extension: .npy SciPy linkage, .nwk/.newick Newick, .json the full tree\n"
-       "  with point assignments. Prints \"model NAME version V\".\n"
-       "  DATASET_ID      a dataset already uploaded ('dendro upload'; also --dataset ID)\n"
-       "                  instead of a file: nothing is uploaded and the dataset is kept\n"
-       "  --labels Y.npy  also upload labels and print metrics (JSON) for the fitted tree\n"
-       "                  (not with a dataset: it has the labels uploaded with it)\n"
-       "  --level K       clusters for the flat metrics (default: number of label values)\n"
+       "          [--allow-method-change] [--color-level K] [--layout L] [--json]\n"
+       "  Uploads LOGITS.npy (N x K), fits L2H, waits for the job, writes the trees asked\n"
+       "  for and prints \"model NAME version V\".\n"
+       "  --aggregation A how a group's cluster scores combine: sum_of_means, mean_of_means\n"
+       "                  or sum_of_sums (default: sum_of_means, the paper's choice)\n"
        "  --leaf-names FILE  class names, one per line in column order; kept with the\n"
-       "                  model and used by the Newick and JSON trees\n"
-       "  --name NAME     model name (default: the file's stem, or the dataset's display\n"
-       "                  name, else its id)\n"
-       "  --no-wait       print the job id and exit; no outputs are written\n"
-       "  --keep-dataset  upload the logits durably (by default they are a transient\n"
-       "                  dataset: not fsynced, dropped when the server restarts)\n"
-       "  --allow-method-change  register under NAME even if its latest version was\n"
-       "                  fitted with another method (refused otherwise)\n"
-       "  --out tree.svg  also draws the tree (see 'dendro tree --help'; --color-level K\n"
-       "                  colours the clusters of the cut into K, --layout picks one)\n"
-       "  --json          print one JSON object instead: model, version, job, leaves,\n"
-       "                  dataset (when kept) and metrics (with --labels); with --no-wait\n"
-       "                  job and dataset\n",
+       "                  model and used by the Newick, JSON and SVG trees (default: none,\n"
+       "                  leaves are named by their cluster ids)\n" +
+           kFitFlagsHelp,
        {{"labels", true}, {"name", true}, {"aggregation", true}, {"out", true, true},
         {"leaf-names", true},
         {"level", true}, {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, kJson, {"color-level", true}, {"layout", true}},
        0, 1, RunL2h},
       {"", "tneb", "fit a t-NEB hierarchy (Student-t mixture, density paths) to embeddings",
-       "dendro tneb EMBEDDINGS.npy|DATASET_ID --out FILE [--out FILE ...] [--labels Y.npy]\n"
+       "dendro tneb EMBEDDINGS.npy|DATASET_ID [--out FILE ...] [--labels Y.npy]\n"
        "           [--name NAME] [--components M] [--restarts R] [--standardize]\n"
-       "           [--gaussian] [--seed S] [--level K] [--no-wait] [--keep-dataset]\n"
-       "           [--allow-method-change]\n"
-       "  Fits the mixture (paper defaults: M = 25, 20 restarts, nu = 1), links components\n"
-       "  by maximum-density paths and merges them along the maximum spanning tree.\n"
-       "  --standardize   zero mean, unit variance per feature (kept with the model and\n"
-       "                  applied by 'dendro assign')\n"
-       "  --gaussian      g-NEB: Gaussian components\n"
-       "  --dof NU / --learn-dof   fixed degrees of freedom (default 1) or learned\n"
-       "  --ridge R       added to each scale matrix (default 1e-4)\n"
-       "  --neighbors K   nearest components to link by paths (default 10)\n"
-       "  --labels Y.npy  print NMI/ARI/... at --level K (default: the number of labels)\n"
-       "  Other flags as for 'dendro l2h'.\n",
+       "           [--gaussian] [--dof NU | --learn-dof] [--ridge R] [--neighbors K]\n"
+       "           [--seed S] [--level K] [--no-wait] [--keep-dataset]\n"
+       "           [--allow-method-change] [--color-level K] [--layout L] [--json]\n"
+       "  Fits the mixture, links components by maximum-density paths and merges them\n"
+       "  along the maximum spanning tree. Defaults are the paper's.\n"
+       "  --components M  mixture components (default: 25)\n"
+       "  --restarts R    EM restarts, the best log-likelihood kept (default: 20)\n"
+       "  --standardize   zero mean, unit variance per feature, kept with the model and\n"
+       "                  applied by 'dendro assign' (default: the features as given)\n"
+       "  --gaussian      g-NEB: Gaussian components (default: Student-t)\n"
+       "  --dof NU        fixed degrees of freedom (default: 1)\n"
+       "  --learn-dof     learn the degrees of freedom per component (default: fixed)\n"
+       "  --ridge R       added to each scale matrix (default: 1e-4)\n"
+       "  --neighbors K   nearest components to link by paths (default: 10)\n"
+       "  --seed S        random seed (default: 0)\n" +
+           kFitFlagsHelp,
        {{"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
         {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, {"components", true}, {"restarts", true},
@@ -110,17 +140,30 @@ const std::vector<Verb>& Verbs() {
         {"color-level", true}, {"layout", true}},
        0, 1, RunTneb},
       {"", "ghhc", "fit a gHHC tree (hyperbolic, gradient-based) to embeddings",
-       "dendro ghhc EMBEDDINGS.npy|DATASET_ID --out FILE [--out FILE ...] [--labels Y.npy]\n"
+       "dendro ghhc EMBEDDINGS.npy|DATASET_ID [--out FILE ...] [--labels Y.npy]\n"
        "           [--name NAME] [--internal-nodes M] [--triples T] [--seed S] [--level K]\n"
        "           [--no-wait] [--keep-dataset] [--allow-method-change]\n"
        "           [--projection-dim P] [--projection pca|random]\n"
        "           [--no-center] [--learning-rate X] [--batch-size B] [--neighbors K]\n"
        "           [--margin G] [--margin-every N] [--no-margin] [--link sigmoid|softplus]\n"
+       "           [--color-level K] [--layout L] [--json]\n"
        "  Learns M internal nodes in the Poincare ball from sampled triples and extracts\n"
        "  the tree; with --labels prints dendrogram purity and the flat metrics.\n"
-       "  --projection-dim P: a P-dimensional ball, through PCA (default) or a seeded\n"
-       "  random projection; kept with the model for 'dendro assign'.\n"
-       "  Other flags as for 'dendro l2h'.\n",
+       "  --internal-nodes M  internal nodes learned (default: 100)\n"
+       "  --triples T     triples seen in total (default: 200000)\n"
+       "  --seed S        random seed (default: 1)\n"
+       "  --projection-dim P  a P-dimensional ball, kept with the model for 'dendro\n"
+       "                  assign' (default: 0, the data's own dimension)\n"
+       "  --projection K  pca or random (seeded), with --projection-dim (default: pca)\n"
+       "  --no-center     do not subtract the training mean (default: centre)\n"
+       "  --learning-rate X  RSGD step size (default: 0.01)\n"
+       "  --batch-size B  triples per RSGD step (default: 100)\n"
+       "  --neighbors K   x_j is among the K nearest neighbours of x_i (default: 5)\n"
+       "  --margin G      gamma of the margin objective (default: 0.25)\n"
+       "  --margin-every N  triple batches between margin steps (default: 10)\n"
+       "  --no-margin     no margin steps at all (default: margin steps on)\n"
+       "  --link L        sigmoid or softplus, s() of eq. 15 (default: sigmoid)\n" +
+           kFitFlagsHelp,
        {{"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
         {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, {"internal-nodes", true},
@@ -133,15 +176,28 @@ const std::vector<Verb>& Verbs() {
       {"hppca", "train", "train a hierarchical PPCA classifier on labelled features",
        "dendro hppca train (FEATURES.npy LABELS.npy | DATASET_ID) --name NAME [--superclasses S]\n"
        "                   [--q Q] [--r R] [--lambda L] [--top-t T] [--log-det] [--raw-data]\n"
-       "                   [--seed S] [--flat] [--keep-dataset] [--allow-method-change]\n"
-       "  Per-class PPCA (q components, paper default 50) grouped into S super-classes\n"
-       "  (default about sqrt(K * T)) with their own PPCA (r components). --flat: S = 0.\n"
-       "  --lambda: PPCA noise (0.01); --top-t: the T predictions use by default (5);\n"
-       "  --log-det: score with eq. 1; --raw-data: cluster samples of rows, not Gaussians.\n"
-       "  DATASET_ID (or --dataset ID): a dataset uploaded with labels, used instead of\n"
-       "  the two files; nothing is uploaded and the dataset is kept.\n"
-       "  --allow-method-change: register under NAME even if its latest version was\n"
-       "  fitted with another method (refused otherwise).\n",
+       "                   [--seed S] [--flat] [--keep-dataset] [--allow-method-change] [--json]\n"
+       "  Per-class PPCA Gaussians grouped into super-classes with their own PPCA.\n"
+       "  DATASET_ID      a dataset uploaded with labels, used instead of the two files:\n"
+       "                  nothing is uploaded and the dataset is kept\n"
+       "  --dataset ID    the same as a DATASET_ID argument (default: none, files are given)\n"
+       "  --name NAME     model name (required)\n"
+       "  --superclasses S  super-classes (default: about sqrt(K * T) for K classes)\n"
+       "  --q Q           components of each class's PPCA (default: min(50, d))\n"
+       "  --r R           components of each super-class's PPCA (default: min(50, d))\n"
+       "  --lambda L      PPCA noise variance (default: 0.01)\n"
+       "  --top-t T       super-classes a prediction opens when it names none (default: 5)\n"
+       "  --log-det       score with eq. 1 (default: the Theorem 1 score, eq. 7)\n"
+       "  --raw-data      cluster samples of rows, not the class Gaussians (default: the\n"
+       "                  Gaussians)\n"
+       "  --seed S        random seed of the k-means (default: 0)\n"
+       "  --flat          no super-classes: one flat classifier (default: super-classes)\n"
+       "  --keep-dataset  upload the files durably (default: a transient dataset, dropped\n"
+       "                  when the job ends)\n"
+       "  --allow-method-change  register under NAME even if its latest version was\n"
+       "                  fitted with another method (default: refused)\n"
+       "  --json          print one JSON object: model, version, job, dataset (when kept)\n"
+       "                  (default: \"model NAME version V\")\n",
        {{"name", true}, {"superclasses", true}, {"q", true}, {"r", true}, {"seed", true},
         {"flat", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, {"lambda", true}, {"top-t", true},
@@ -149,54 +205,81 @@ const std::vector<Verb>& Verbs() {
        0, 2, RunHppcaTrain},
       {"hppca", "add", "add the classes of a labelled dataset to a classifier",
        "dendro hppca add NAME[:VERSION] (FEATURES.npy LABELS.npy | DATASET_ID) [--recluster]\n"
-       "                 [--keep-dataset] [--allow-method-change]\n"
+       "                 [--keep-dataset] [--allow-method-change] [--json]\n"
        "  Fits only the new classes and joins each to its nearest super-class; the result\n"
-       "  is a new version of NAME. --recluster re-runs the super-class k-means.\n"
-       "  DATASET_ID (or --dataset ID), --allow-method-change: as for 'dendro hppca train'.\n",
+       "  is a new version of NAME.\n"
+       "  DATASET_ID      a dataset uploaded with labels, used instead of the two files\n"
+       "  --dataset ID    the same as a DATASET_ID argument (default: none, files are given)\n"
+       "  --recluster     re-run the super-class k-means over all classes (default: keep\n"
+       "                  the super-classes)\n"
+       "  --keep-dataset  upload the files durably (default: a transient dataset, dropped\n"
+       "                  when the job ends)\n"
+       "  --allow-method-change  as for 'dendro hppca train' (default: refused)\n"
+       "  --json          print one JSON object: model, version, job, dataset (when kept)\n"
+       "                  (default: \"model NAME version V\")\n",
        {{"recluster", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, kJson},
        1, 3, RunHppcaAdd},
       {"", "predict", "classify rows with a classifier model",
-       "dendro predict --model NAME[:VERSION] FEATURES.npy --out PRED.npy [--top-t T]\n"
-       "               [--top-k K] [--flat] [--labels Y.npy]\n"
+       "dendro predict --model NAME[:VERSION|@LABEL] FEATURES.npy --out PRED.npy\n"
+       "               [--top-t T] [--top-k K] [--flat] [--labels Y.npy]\n"
        "  Writes the predicted original labels: shape (N,), or (N, K) best first.\n"
-       "  --labels: also print accuracy, classes evaluated per row, and the measured\n"
-       "  speed-up over the flat classifier on the same rows (JSON).\n",
+       "  --model REF     the classifier (required)\n"
+       "  --out PRED.npy  where the predictions go (required)\n"
+       "  --top-t T       super-classes to open per row (default: the model's, set by\n"
+       "                  'hppca train --top-t')\n"
+       "  --top-k K       labels per row, best first (default: 1)\n"
+       "  --flat          score every class, ignoring the super-classes (default: open the\n"
+       "                  top T super-classes only)\n"
+       "  --labels Y.npy  also print accuracy, classes evaluated per row, and the measured\n"
+       "                  speed-up over the flat classifier on the same rows, as JSON\n"
+       "                  (default: none)\n",
        {{"model", true}, {"out", true}, {"top-t", true}, {"top-k", true}, {"flat", false},
         {"labels", true}},
        1, 1, RunPredict},
       {"", "tree", "download a model's hierarchy",
        "dendro tree NAME[:VERSION|@LABEL] --out FILE [--out FILE ...] [--unrefined]\n"
        "            [--color-level K] [--layout auto|rectangular|radial]\n"
-       "  Writes each --out by extension: .npy SciPy linkage, .nwk/.newick, .json, or\n"
-       "  .svg, a dendrogram drawn with leaf names and a height axis (radial above 200\n"
-       "  leaves, or as --layout says), the clusters of the cut into K coloured with\n"
-       "  --color-level K.\n"
        "  gHHC and hppca trees are n-ary; they are served refined into binary merges so\n"
-       "  that every cluster count is reachable (docs/methods.md). --unrefined writes\n"
-       "  the method's own n-ary tree instead (.json or .nwk only).\n",
+       "  that every cluster count is reachable (docs/methods.md).\n"
+       "  --out FILE      written by extension: .npy SciPy linkage, .nwk/.newick, .json, or\n"
+       "                  .svg, a dendrogram drawn with leaf names and a height axis;\n"
+       "                  repeatable (required, at least one)\n"
+       "  --unrefined     write the method's own n-ary tree (.json or .nwk only) (default:\n"
+       "                  the binary refinement)\n"
+       "  --color-level K colour the clusters of the cut into K in .svg outputs (default: 0,\n"
+       "                  one colour)\n"
+       "  --layout L      auto, rectangular or radial, for .svg outputs (default: auto,\n"
+       "                  radial above 200 leaves)\n",
        {{"out", true, true}, {"unrefined", false}, {"color-level", true}, {"layout", true}},
        1, 1, RunTree},
       {"", "assign", "assign new rows to a model's clusters",
-       "dendro assign --model NAME[:VERSION] INPUT.npy [--level K] --out A.npy\n"
-       "  Writes one int32 per row of INPUT.npy: its cluster when the hierarchy is cut\n"
-       "  into K clusters, or its leaf-cluster id without --level.\n",
+       "dendro assign --model NAME[:VERSION|@LABEL] INPUT.npy [--level K] --out A.npy\n"
+       "  Writes one int32 per row of INPUT.npy.\n"
+       "  --model REF     the model (required)\n"
+       "  --out A.npy     where the assignments go (required)\n"
+       "  --level K       give each row its cluster when the hierarchy is cut into K\n"
+       "                  clusters (default: its leaf-cluster id)\n",
        {{"model", true}, {"level", true}, {"out", true}},
        1, 1, RunAssign},
       {"", "eval", "score a hierarchy against true labels (local, no server)",
        "dendro eval TREE.json --labels Y.npy [--assignments A.npy] [--level K]\n"
        "  Prints NMI, ARI, ACC, leaf purity (at K clusters), dendrogram purity and LHD as\n"
-       "  JSON. --assignments: leaf-cluster id per point (as 'dendro assign' writes without\n"
-       "  --level); default: the training points' leaves embedded in TREE.json.\n",
+       "  JSON.\n"
+       "  --labels Y.npy  the true label of each point (required)\n"
+       "  --assignments A.npy  leaf-cluster id per point, as 'dendro assign' writes without\n"
+       "                  --level (default: the training points' leaves in TREE.json)\n"
+       "  --level K       clusters for the flat metrics (default: the number of label\n"
+       "                  values)\n",
        {{"labels", true}, {"assignments", true}, {"level", true}},
        1, 1, RunEval},
       {"jobs", "list", "list jobs",
-       "dendro jobs list [--page-size N] [--page-token T] [--all] [--json]\n",
+       "dendro jobs list [--page-size N] [--page-token T] [--all] [--json]\n" + kListFlagsHelp,
        {kPageSize, kPageToken, kAll, kJson}, 0, 0, RunJobsList},
-      {"jobs", "get", "show a job", "dendro jobs get JOB_ID [--json]\n", {kJson}, 1, 1,
-       RunJobsGet},
+      {"jobs", "get", "show a job", "dendro jobs get JOB_ID [--json]\n" + kJsonHelp, {kJson}, 1,
+       1, RunJobsGet},
       {"jobs", "cancel", "cancel a queued or running job",
-       "dendro jobs cancel JOB_ID [--json]\n", {kJson}, 1, 1, RunJobsCancel},
+       "dendro jobs cancel JOB_ID [--json]\n" + kJsonHelp, {kJson}, 1, 1, RunJobsCancel},
       {"jobs", "watch", "follow a job until it finishes",
        "dendro jobs watch JOB_ID\n"
        "  Prints a line per update (a progress bar on a terminal); exits 1 if the job fails.\n",
@@ -204,20 +287,24 @@ const std::vector<Verb>& Verbs() {
       {"jobs", "delete", "delete a finished job's record (its model stays)",
        "dendro jobs delete JOB_ID\n", {}, 1, 1, RunJobsDelete},
       {"models", "list", "list models",
-       "dendro models list [--name NAME] [--page-size N] [--page-token T] [--all] [--json]\n",
+       "dendro models list [--name NAME] [--page-size N] [--page-token T] [--all] [--json]\n"
+       "  --name NAME     only the versions of this model (default: every model)\n" +
+           kListFlagsHelp,
        {{"name", true}, kPageSize, kPageToken, kAll, kJson}, 0, 0, RunModelsList},
-      {"models", "get", "show a model", "dendro models get NAME[:VERSION|@LABEL] [--json]\n", {kJson}, 1,
-       1, RunModelsGet},
+      {"models", "get", "show a model",
+       "dendro models get NAME[:VERSION|@LABEL] [--json]\n" + kJsonHelp, {kJson}, 1, 1,
+       RunModelsGet},
       {"models", "delete", "delete one version, or every version, of a model",
        "dendro models delete NAME[:VERSION]\n"
        "  Without :VERSION every version of NAME is deleted (and its labels). A version\n"
        "  a label points at is kept until the label is moved or removed.\n",
        {}, 1, 1, RunModelsDelete},
       {"models", "label", "point a label (e.g. stable) at a version: NAME@LABEL",
-       "dendro models label NAME VERSION|latest LABEL\n"
+       "dendro models label NAME VERSION|latest LABEL [--json]\n"
        "  Points LABEL at that version (moving it if it points elsewhere). Use NAME@LABEL\n"
        "  wherever NAME:VERSION is accepted. A label is 1-64 letters, digits, '.', '_' or\n"
-       "  '-', starting with a letter.\n",
+       "  '-', starting with a letter.\n" +
+           kJsonHelp,
        {kJson}, 3, 3, RunModelsLabel},
       {"models", "unlabel", "remove a label from a model",
        "dendro models unlabel NAME LABEL\n", {}, 2, 2, RunModelsUnlabel},
@@ -227,9 +314,11 @@ const std::vector<Verb>& Verbs() {
        "  are deleted; labelled versions are always kept. N = 0 keeps every version.\n",
        {}, 2, 2, RunModelsRetain},
       {"datasets", "list", "list datasets",
-       "dendro datasets list [--page-size N] [--page-token T] [--all] [--json]\n",
+       "dendro datasets list [--page-size N] [--page-token T] [--all] [--json]\n" +
+           kListFlagsHelp,
        {kPageSize, kPageToken, kAll, kJson}, 0, 0, RunDatasetsList},
-      {"datasets", "get", "show a dataset", "dendro datasets get DATASET_ID [--json]\n", {kJson},
+      {"datasets", "get", "show a dataset",
+       "dendro datasets get DATASET_ID [--json]\n" + kJsonHelp, {kJson},
        1, 1, RunDatasetsGet},
       {"datasets", "delete", "delete a dataset", "dendro datasets delete DATASET_ID\n", {}, 1, 1,
        RunDatasetsDelete},
@@ -251,17 +340,20 @@ const std::vector<Verb>& Verbs() {
 constexpr char kGlobalHelp[] =
     "global flags (before or after the verb):\n"
     "  --server TARGET     dendrod address: HOST:PORT or a gRPC target such as\n"
-    "                      dns:///dendrod-headless:50051 or ipv4:10.0.0.1:50051,10.0.0.2:50051\n"
-    "                      (calls are spread over every address; default: $DENDRO_SERVER,\n"
+    "                      dns:///dendrod-headless:50051 or ipv4:10.0.0.1:50051,10.0.0.2:50051;\n"
+    "                      calls are spread over every address (default: $DENDRO_SERVER,\n"
     "                      else 127.0.0.1:50051)\n"
-    "  --timeout SECONDS   deadline of each call to the server (default 60)\n"
+    "  --timeout SECONDS   deadline of each call to the server (default: 60)\n"
     "  --tls               connect with TLS, checking the server against the system roots\n"
+    "                      (default: plaintext, unless another --tls* flag is given)\n"
     "  --tls-ca FILE       connect with TLS, checking the server against this PEM CA\n"
-    "  --tls-cert FILE --tls-key FILE  client certificate for servers that require one\n"
-    "  --api-key-file FILE read the API key from FILE's first line (else from the\n"
-    "                      DENDRO_API_KEY environment variable); there is no flag taking\n"
+    "                      (default: the system roots)\n"
+    "  --tls-cert FILE     client certificate (PEM) for servers that require one; needs\n"
+    "                      --tls-key (default: none)\n"
+    "  --tls-key FILE      the client certificate's private key (default: none)\n"
+    "  --api-key-file FILE read the API key from FILE's first line; there is no flag taking\n"
     "                      the key itself, since the command line is visible to ps\n"
-    "  --version           print the version and git revision, then exit\n";
+    "                      (default: $DENDRO_API_KEY, else no key)\n";
 
 void PrintMainHelp() {
   std::cout << "usage: dendro [--server HOST:PORT] [--timeout SECONDS] [--tls | --tls-ca FILE]\n"
@@ -273,7 +365,9 @@ void PrintMainHelp() {
     std::cout << "  " << name << std::string(name.size() < 18 ? 18 - name.size() : 1, ' ')
               << v.summary << "\n";
   }
-  std::cout << "\n" << kGlobalHelp << "\nRun 'dendro VERB --help' for a verb's flags.\n";
+  std::cout << "\n" << kGlobalHelp
+            << "  --version           print the version and git revision, then exit\n"
+               "\nRun 'dendro VERB --help' for a verb's flags and their defaults.\n";
 }
 
 void PrintGroupHelp(const std::string& group) {

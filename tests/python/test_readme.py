@@ -1,9 +1,21 @@
-"""The README's "From Python" example runs as written against a real dendrod."""
+"""The README's examples run as written against a real dendrod: the "From Python"
+example, and every shell block that talks to a server (see NOT_RUN for the rest)."""
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+import signal
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
+from xml.etree import ElementTree
+
+import numpy as np
+import pytest
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,3 +57,276 @@ def test_readme_python_example(server, monkeypatch, capsys):
     assert (model.name, model.method, tree.num_leaves) == ("example", "l2h", 20)
     assert tree.linkage.shape == (19, 4)
     assert capsys.readouterr().out.strip().endswith(";")
+
+
+# --- The README's shell examples -----------------------------------------------------
+#
+# Every ```sh or ```bash block of README.md is either run here against a real
+# dendrod or listed in NOT_RUN with the reason; a new block that is neither
+# fails test_every_shell_block_is_run_or_listed. Blocks are known by their
+# first command line (comment lines skipped; trailing comments are cut from
+# every command).
+#
+# How a block runs: in a fresh directory holding the input files its commands
+# name (made up here, with shapes that fit together), each command on its own
+# `bash -c` with `set -eo pipefail`, `dendro` and `dendrod` first on PATH.
+# Commands that only set shell state (`umask`, `source`) are repeated before
+# every later command of the block. A `dendrod ...` command is started in the
+# background, waited for until its port accepts connections, and stopped when
+# the block ends. The only edits to a command are the explicit placeholders
+# of each block's SUBSTITUTIONS.
+
+NOT_RUN = {
+    "sudo bash deploy/quickstart.sh":
+        "installs Debian packages with apt-get and builds; tests/run.sh does the same steps",
+    "sudo bash tests/run.sh": "runs the whole suite, this test included",
+    "/usr/bin/python3 -m pip install --no-deps --no-build-isolation ./client/python":
+        "installs into the system's Python; test_install.py runs the same pip command "
+        "into a temporary directory",
+    "kubectl apply -k deploy/k8s/single":
+        "needs a Kubernetes cluster (kubectl); deploy_yaml_lint and deploy_k8s_variants "
+        "check the manifests",
+    "docker build -t dendro .":
+        "needs a Docker daemon; deploy/test-image.sh builds and checks the image with buildah",
+}
+CLI_BLOCK = "dendro l2h logits.npy --labels y.npy --name cifar100 --out tree.json --out tree.nwk"
+SECURITY_BLOCK = "umask 077"
+STATE_COMMANDS = ("umask ", "source ")
+
+
+def shell_blocks() -> list:
+    """[(first command line, [commands])] for every ```sh/```bash block."""
+    text = (ROOT / "README.md").read_text()
+    blocks = []
+    for body in re.findall(r"^```(?:sh|bash)\n(.*?)^```", text, re.S | re.M):
+        commands, pending = [], ""
+        for line in body.splitlines():
+            if not pending and (not line.strip() or line.lstrip().startswith("#")):
+                continue
+            if line.endswith("\\"):
+                pending += line[:-1] + " "
+                continue
+            commands.append(re.sub(r"\s+#\s.*$", "", pending + line))  # a trailing comment
+            pending = ""
+        assert commands, f"an empty shell block in README.md:\n{body}"
+        blocks.append((commands[0], commands))
+    return blocks
+
+
+def find_block(prefix: str) -> list:
+    found = [cmds for first, cmds in shell_blocks() if first.startswith(prefix)]
+    assert len(found) == 1, f"README.md has {len(found)} shell blocks starting {prefix!r}"
+    return found[0]
+
+
+def test_every_shell_block_is_run_or_listed():
+    firsts = [first for first, _ in shell_blocks()]
+    run_here = [f for f in firsts if f.startswith((CLI_BLOCK, SECURITY_BLOCK))]
+    assert len(run_here) == 2, firsts
+    unlisted = [f for f in firsts if f not in run_here and f not in NOT_RUN]
+    assert not unlisted, f"README shell blocks neither run nor listed in NOT_RUN: {unlisted}"
+    stale = [f for f in NOT_RUN if f not in firsts]
+    assert not stale, f"NOT_RUN lists blocks README.md no longer has: {stale}"
+    for first, commands in shell_blocks():
+        if first in NOT_RUN:
+            print(f"README block not run ({NOT_RUN[first]}): {first}", file=sys.__stderr__)
+
+
+@pytest.fixture(scope="module")
+def dendro_path() -> str:
+    path = os.environ.get("DENDRO") or str(ROOT / "build" / "client" / "dendro")
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"no dendro binary at {path} (set DENDRO)")
+    return path
+
+
+@pytest.fixture
+def shell_env(dendro_path, dendrod_path, tmp_path, monkeypatch):
+    """An environment whose PATH starts with dendro and dendrod."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dendro").symlink_to(os.path.abspath(dendro_path))
+    (bin_dir / "dendrod").symlink_to(os.path.abspath(dendrod_path))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DENDRO_")}
+    env["PATH"] = f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
+    return env
+
+
+class BlockRun:
+    """Runs one README block's commands in `cwd`, recording every output."""
+
+    def __init__(self, cwd: Path, env: dict) -> None:
+        self.cwd, self.env = cwd, env
+        self.state: list = []
+        self.outputs: list = []  # (command, stdout)
+        self.servers: list = []
+
+    def run(self, command: str) -> str:
+        if command.startswith(STATE_COMMANDS):
+            self.state.append(command)
+        if command.startswith("dendrod "):
+            return self.start_server(command)
+        script = "\n".join(["set -eo pipefail", *self.state, command])
+        done = subprocess.run(["bash", "-c", script], cwd=self.cwd, env=self.env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (f"README command failed (exit {done.returncode}): "
+                                      f"{command}\nstdout:\n{done.stdout}\n"
+                                      f"stderr:\n{done.stderr}")
+        self.outputs.append((command, done.stdout))
+        return done.stdout
+
+    def start_server(self, command: str) -> str:
+        port = int(re.search(r"--listen \S+:(\d+)", command).group(1))
+        log = open(self.cwd / "dendrod.log", "ab")
+        script = "\n".join(["set -eo pipefail", *self.state, "exec " + command])
+        proc = subprocess.Popen(["bash", "-c", script], cwd=self.cwd, env=self.env,
+                                stdout=log, stderr=log)
+        self.servers.append((proc, log))
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (f"README's dendrod exited {proc.returncode}:\n"
+                                         f"{(self.cwd / 'dendrod.log').read_text()}")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return ""
+            assert time.monotonic() < deadline, "README's dendrod did not open its port"
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        for proc, log in self.servers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            log.close()
+
+    def output_of(self, prefix: str) -> str:
+        found = [out for cmd, out in self.outputs if cmd.startswith(prefix)]
+        assert len(found) == 1, f"{len(found)} commands ran starting {prefix!r}"
+        return found[0]
+
+
+def write_cli_inputs(d: Path) -> None:
+    """The files the "Using the CLI" block names, with shapes that fit together:
+    24-class logits (4 super-classes of 6) with labels, a held-out set, embeddings
+    labelled like the logits, a 100-column matrix for --projection-dim 64, and
+    120 classes of features for hppca (--superclasses 100) plus 10 new ones."""
+    from test_client import hierarchical_logits
+    rng = np.random.default_rng(2026)
+    x, y = hierarchical_logits(2000, 4, 6, seed=21)
+    xt, yt = hierarchical_logits(500, 4, 6, seed=22)
+    np.save(d / "logits.npy", x)
+    np.save(d / "y.npy", y.astype(np.int64))
+    np.save(d / "test_logits.npy", xt)
+    np.save(d / "y_test.npy", yt.astype(np.int64))  # also test.npy's classes below
+    centres = rng.normal(0, 4, (24, 8))
+    for name in ("emb.npy", "embeddings.npy"):
+        np.save(d / name, (centres[y] + rng.normal(size=(2000, 8))).astype(np.float32))
+    np.save(d / "wide.npy", rng.normal(size=(600, 100)).astype(np.float32))
+    means = rng.normal(0, 3, (130, 32))
+    labels = np.repeat(np.arange(120), 6)
+    new_labels = np.repeat(np.arange(120, 130), 6)
+    for stem, lab in (("feats", labels), ("new_feats", new_labels)):
+        np.save(d / f"{stem}.npy", (means[lab] + rng.normal(size=(len(lab), 32))).astype(np.float32))
+    np.save(d / "labels.npy", labels.astype(np.int64))
+    np.save(d / "new_labels.npy", new_labels.astype(np.int64))
+    np.save(d / "test.npy", (means[yt] + rng.normal(size=(500, 32))).astype(np.float32))
+
+
+def test_readme_cli_example(server, shell_env, tmp_path):
+    work = tmp_path / "cli"
+    work.mkdir()
+    write_cli_inputs(work)
+    shell_env["DENDRO_SERVER"] = server.target  # as the block's text says dendro finds it
+    block = BlockRun(work, shell_env)
+    dataset = None
+    try:
+        for command in find_block(CLI_BLOCK):
+            # SUBSTITUTIONS: "ds-…" stands for the id the block's upload printed.
+            if "ds-…" in command:
+                assert dataset is not None, f"'ds-…' before any upload: {command}"
+                command = command.replace("ds-…", dataset)
+            out = block.run(command)
+            if command.startswith("dendro upload "):
+                dataset = out.strip()
+                assert re.fullmatch(r"ds-[0-9a-z-]+", dataset), out
+    finally:
+        block.stop()
+
+    # What the block's comments promise, checked on what it wrote.
+    from scipy.cluster.hierarchy import is_valid_linkage
+    z = np.load(work / "Z.npy")
+    assert z.shape == (23, 4) and is_valid_linkage(z)
+    assert (work / "tree.nwk").read_text().strip().endswith(";")
+    assert json.loads((work / "tree.json").read_text())
+    svg = ElementTree.parse(work / "tree.svg").getroot()
+    leaves = [t for t in svg.iter("{http://www.w3.org/2000/svg}text")
+              if t.get("class", "").startswith("leaf")]
+    assert len(leaves) == 24
+    assert len({t.get("class") for t in leaves}) == 20  # --color-level 20: 20 clusters
+    supers = np.load(work / "superclasses.npy")
+    assert supers.shape == (500,) and set(supers.tolist()) <= set(range(20))
+    leaf_ids = np.load(work / "leaves.npy")
+    assert leaf_ids.shape == (500,) and set(leaf_ids.tolist()) <= set(range(24))
+    metrics = json.loads(block.output_of("dendro eval tree.json"))
+    assert {"nmi", "ari", "acc", "dendrogram_purity"} <= set(metrics), metrics
+    for name in ("tneb.json", "ghhc.nwk", "ghhc.json"):
+        assert (work / name).stat().st_size > 0, name
+    assert np.load(work / "pred.npy").shape == (500, 5)
+    assert "cifar100" in block.output_of("dendro models list --name cifar100")
+    labelled = subprocess.run(["dendro", "models", "get", "cifar100@stable", "--json"], cwd=work,
+                              env=shell_env, capture_output=True, text=True, timeout=60)
+    assert labelled.returncode == 0, labelled.stderr
+    assert int(json.loads(labelled.stdout)["version"]) == 1
+    assert dataset in block.output_of("dendro upload embeddings.npy")
+
+
+def test_readme_security_example(shell_env, tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.fail("the openssl binary is not installed (Debian package openssl)")
+    work = tmp_path / "secure"
+    work.mkdir()
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=work)
+
+    # The block's prerequisites: a CA and a server certificate for dendro.internal
+    # (and localhost, which the test connects to instead).
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=ca",
+            "-keyout", "ca.key", "-out", "ca.pem")
+    (work / "san.ext").write_text("subjectAltName=DNS:dendro.internal,DNS:localhost\n")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=dendro.internal",
+            "-keyout", "server.key", "-out", "server.csr")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "2", "-out", "server.pem", "-extfile", "san.ext")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # SUBSTITUTIONS: a free loopback port instead of 0.0.0.0:50051, and localhost
+    # for dendro.internal, which does not resolve here.
+    substitutions = {"0.0.0.0:50051": f"127.0.0.1:{port}",
+                     "dendro.internal:50051": f"localhost:{port}"}
+    block = BlockRun(work, shell_env)
+    try:
+        for command in find_block(SECURITY_BLOCK):
+            for old, new in substitutions.items():
+                command = command.replace(old, new)
+            block.run(command)
+        # Without the key the same call is refused: the key is what let them in.
+        refused = subprocess.run(["dendro", "--tls-ca", "ca.pem", "--server",
+                                  f"localhost:{port}", "models", "list"], cwd=work,
+                                 env=shell_env, capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1 and "API key" in refused.stderr, refused.stderr
+    finally:
+        block.stop()
+    key = (work / "ci.key").read_text().splitlines()
+    assert len(key) == 1 and len(key[0]) >= 16  # line 2 moved into the keys file
+    assert (work / "ci.key").stat().st_mode & 0o077 == 0  # umask 077
+    keys_line = (work / "keys").read_text().split()
+    assert keys_line[1:] == ["ci-pipeline", "writer"]
+    assert re.fullmatch(r"[0-9a-f]{64}", keys_line[0]) and key[0] not in keys_line
+    listings = [out for cmd, out in block.outputs if cmd.endswith("models list")]
+    assert len(listings) == 2

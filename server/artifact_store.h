@@ -44,8 +44,9 @@ class ArtifactWriter {
  public:
   virtual ~ArtifactWriter() = default;  // abandons the object unless committed
   virtual absl::Status Append(std::string_view bytes) = 0;
-  // Bytes appended so far.
+  // Bytes appended so far, and their checksum (server/checksum.h).
   virtual int64_t size() const = 0;
+  virtual std::string checksum() const = 0;
   // Publishes the object under its key. On an error nothing is published.
   virtual absl::Status Commit() = 0;
 };
@@ -97,6 +98,10 @@ class ArtifactStore {
   // deletions). Never touches a listed object.
   virtual absl::Status Maintain() = 0;
 };
+
+// The store for `data_dir`: a SharedVolumeStore when replicas share it (a
+// shared catalogue), else a LocalArtifactStore.
+std::unique_ptr<ArtifactStore> OpenArtifactStore(const std::string& data_dir, bool shared);
 
 // Keys are relative paths of [A-Za-z0-9._-] components, none of them "." or
 // "..", without a leading or trailing '/'. Everything a store is given is

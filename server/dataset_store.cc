@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/crash_point.h"
 #include "core/common/status_macros.h"
+#include "server/checksum.h"
 
 namespace dendro::server {
 namespace {
@@ -210,6 +211,8 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
   d.set_transient(header_.transient());
   d.set_size_bytes(x_->size() + (header_.has_labels() ? y_->size() : 0));
   SetNow(d.mutable_create_time());
+  (*d.mutable_checksums())["X.npy"] = x_->checksum();
+  if (header_.has_labels()) (*d.mutable_checksums())["y.npy"] = y_->checksum();
   CrashPoint("upload.data_received");
   DENDRO_RETURN_IF_ERROR(x_->Commit());
   if (header_.has_labels()) DENDRO_RETURN_IF_ERROR(y_->Commit());
@@ -217,6 +220,11 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
   // On an error the destructor removes the files.
   DENDRO_RETURN_IF_ERROR(store_->meta_->PutDataset(d));
   prefix_.clear();
+  {
+    // Its checksums were computed from the bytes as they were written.
+    std::lock_guard<std::mutex> lock(store_->mu_);
+    store_->verified_.insert(id_);
+  }
   CrashPoint("upload.catalogued");
   return d;
 }
@@ -257,6 +265,18 @@ absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const st
           absl::StrCat("dataset ", id, ": y.npy does not match metadata"));
     }
   }
+  if (!info.checksums().empty() && !verified_.count(id)) {
+    ChecksumMap actual;
+    for (const auto& [file, recorded] : info.checksums()) {
+      absl::StatusOr<std::string> path = artifacts_->LocalPath(absl::StrCat(prefix, "/", file));
+      if (absl::IsNotFound(path.status())) continue;  // reported as missing below
+      if (!path.ok()) return path.status();
+      DENDRO_ASSIGN_OR_RETURN(actual[file], ChecksumFile(*path));
+    }
+    DENDRO_RETURN_IF_ERROR(
+        CompareChecksums(ToChecksumMap(info.checksums()), actual, absl::StrCat("dataset ", id)));
+    verified_.insert(id);
+  }
   open_[id] = ds;
   return std::shared_ptr<const LoadedDataset>(ds);
 }
@@ -268,6 +288,7 @@ absl::Status DatasetStore::Delete(const std::string& id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     open_.erase(id);
+    verified_.erase(id);
   }
   // The row is gone, so the dataset is; files left by a failure here are
   // swept as orphans at the next start.

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -119,6 +120,9 @@ class DatasetStore {
   const DiskGuard disk_;
   std::mutex mu_;
   std::map<std::string, std::weak_ptr<const LoadedDataset>> open_;
+  // Datasets whose files this process has checksummed (or written) since it
+  // started: Open() verifies each dataset once, not on every job.
+  std::set<std::string> verified_;
 };
 
 // Random lowercase hex id with a prefix, e.g. NewId("ds") -> "ds-3f9c0a1b2d4e".

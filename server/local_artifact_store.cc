@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
+#include "server/checksum.h"
 
 namespace dendro::server {
 namespace {
@@ -54,8 +55,13 @@ class LocalArtifactStore::Writer : public ArtifactWriter {
   AtomicFileWriter& file() { return file_; }
   void set_dir(std::string dir) { dir_ = std::move(dir); }
 
-  absl::Status Append(std::string_view bytes) override { return file_.Append(bytes); }
+  absl::Status Append(std::string_view bytes) override {
+    DENDRO_RETURN_IF_ERROR(file_.Append(bytes));
+    sum_.Update(bytes);
+    return absl::OkStatus();
+  }
   int64_t size() const override { return file_.size(); }
+  std::string checksum() const override { return sum_.Hex(); }
   absl::Status Commit() override {
     DENDRO_RETURN_IF_ERROR(file_.Commit());
     // The file's own directory was synced by the commit; the names leading
@@ -70,6 +76,7 @@ class LocalArtifactStore::Writer : public ArtifactWriter {
   const LocalArtifactStore* store_;
   const Durability durability_;
   AtomicFileWriter file_;
+  Checksum sum_;
   std::string dir_;
 };
 

@@ -21,9 +21,14 @@
 #include "server/auth.h"
 #include "server/logging.h"
 #include "server/server.h"
+#include "server/verify.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "HOST:PORT to serve gRPC on");
+ABSL_FLAG(bool, verify, false,
+          "do not serve: check every dataset's and model's files in --data_dir (and --catalog) "
+          "against their recorded checksums, print the damaged ones, and exit 0 if all are "
+          "intact, 1 if any is damaged, 2 if the check could not run");
 ABSL_FLAG(std::string, data_dir, "./dendro-data",
           "directory for the metadata database, datasets and models");
 ABSL_FLAG(std::string, catalog, "",
@@ -191,6 +196,10 @@ int main(int argc, char** argv) {
   }
   // gRPC's own messages go through the same logger (and format).
   gpr_set_log_function(&LogFromGrpc);
+  if (absl::GetFlag(FLAGS_verify)) {
+    return dendro::server::RunVerify(absl::GetFlag(FLAGS_data_dir), absl::GetFlag(FLAGS_catalog),
+                                     std::cout);
+  }
 
   sigset_t set;
   sigemptyset(&set);

@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "core/common/crash_point.h"
 #include "core/common/status_macros.h"
+#include "server/checksum.h"
 #include "server/dataset_store.h"
 #include "spdlog/spdlog.h"
 
@@ -62,10 +63,12 @@ absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Jo
   const std::string name = job.spec().model_name();
   DENDRO_RETURN_IF_ERROR(ValidateModelName(name));
   const std::string key = absl::StrCat("models/", name, "/", NewId("m"));
+  ChecksumMap sums;
   {
     // Unpublished, the staged directory removes itself.
     DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<StagedDirectory> staged, artifacts_->Stage(key));
     DENDRO_RETURN_IF_ERROR(model.Save(staged->path()));
+    DENDRO_ASSIGN_OR_RETURN(sums, ChecksumTree(staged->path()));
     DENDRO_RETURN_IF_ERROR(staged->Publish());
   }
   CrashPoint("model.files_written");
@@ -79,6 +82,7 @@ absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Jo
   m.set_input_dim(model.input_dim());
   SetNow(m.mutable_create_time());
   for (const auto& [k, v] : model.metadata()) (*m.mutable_metadata())[k] = v;
+  m.mutable_checksums()->insert(sums.begin(), sums.end());
   auto committed = meta_->CommitModel(m, key, std::move(job), lease_token);
   if (!committed.ok()) {
     artifacts_->Remove(key).IgnoreError();
@@ -129,19 +133,25 @@ absl::StatusOr<std::pair<std::shared_ptr<const FittedModel>, v1::Model>> ModelRe
     return std::make_pair(std::move(hit), stored.model);
   }
   DENDRO_ASSIGN_OR_RETURN(const Method* method, MethodByName(stored.model.method()));
+  const std::string what = absl::StrCat("model '", name, "' version ", stored.model.version());
   absl::StatusOr<std::string> path = artifacts_->LocalPath(stored.dir);
+  absl::Status intact = path.status();
+  if (intact.ok() && !stored.model.checksums().empty()) {
+    absl::StatusOr<ChecksumMap> actual = ChecksumTree(*path);
+    intact = actual.ok() ? CompareChecksums(ToChecksumMap(stored.model.checksums()), *actual, what)
+                         : actual.status();
+  }
   absl::StatusOr<std::unique_ptr<FittedModel>> loaded =
-      path.ok() ? method->Load(*path) : path.status();
+      intact.ok() ? method->Load(*path) : intact;
   if (!loaded.ok()) {
     // Deleted (here or through another replica) since the lookup: that is
     // not damage.
     if (absl::IsNotFound(Lookup(meta_, ref).status())) {
-      return absl::NotFoundError(absl::StrCat("model '", name, "' version ",
-                                              stored.model.version(), " was just deleted"));
+      return absl::NotFoundError(absl::StrCat(what, " was just deleted"));
     }
-    return absl::DataLossError(absl::StrCat("model '", name, "' version ",
-                                            stored.model.version(),
-                                            " could not be loaded: ", loaded.status().message()));
+    if (absl::IsDataLoss(intact)) return intact;  // CompareChecksums named the model
+    return absl::DataLossError(
+        absl::StrCat(what, " could not be loaded: ", loaded.status().message()));
   }
   std::shared_ptr<const FittedModel> model = *std::move(loaded);
   const int64_t bytes = artifacts_->Bytes(stored.dir);

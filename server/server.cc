@@ -25,8 +25,7 @@
 #include "server/auth.h"
 #include "server/caller.h"
 #include "server/dataset_store.h"
-#include "server/local_artifact_store.h"
-#include "server/shared_volume_store.h"
+#include "server/artifact_store.h"
 #include "server/http_console.h"
 #include "server/job_manager.h"
 #include "server/catalogue.h"
@@ -212,11 +211,7 @@ absl::Status DendroServer::Start() {
   // Replicas sharing the directory may be writing files they have not yet
   // recorded, and reading files another replica deletes: see
   // server/shared_volume_store.h.
-  if (s.meta->shared()) {
-    s.artifacts = std::make_unique<SharedVolumeStore>(options_.data_dir);
-  } else {
-    s.artifacts = std::make_unique<LocalArtifactStore>(options_.data_dir);
-  }
+  s.artifacts = OpenArtifactStore(options_.data_dir, s.meta->shared());
   s.datasets = std::make_unique<DatasetStore>(s.artifacts.get(), s.meta.get(),
                                               DiskGuard(options_.data_dir, min_free),
                                               options_.max_dataset_bytes);

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "server/checksum.h"
 #include "server/local_artifact_store.h"
 #include "server/shared_volume_store.h"
 
@@ -83,6 +84,30 @@ TEST_P(ArtifactStoreContract, AnObjectAppearsOnlyWhenCommittedAndWhole) {
   EXPECT_EQ(store_->Bytes("datasets/ds-1/X.npy"), 7 + (3 << 20));
   EXPECT_EQ(store_->Bytes("datasets/ds-1"), 7 + (3 << 20));
   EXPECT_EQ(store_->Bytes("datasets/absent"), 0);
+  // The writer's checksum is that of the bytes as they lie on disk.
+  auto on_disk = ChecksumFile(*path);
+  ASSERT_TRUE(on_disk.ok());
+  EXPECT_EQ((*w)->checksum(), *on_disk);
+  EXPECT_NE((*w)->checksum(), ChecksumFile(*path + ".absent").value_or(""));
+}
+
+TEST(Checksums, NameTheFileThatDiffersIsMissingOrIsExtra) {
+  const ChecksumMap recorded = {{"a.json", "0123456789abcdef"}, {"b.npy", "fedcba9876543210"}};
+  EXPECT_TRUE(CompareChecksums(recorded, recorded, "model 'm' version 1").ok());
+  ChecksumMap changed = recorded;
+  changed["b.npy"] = "fedcba9876543211";
+  absl::Status s = CompareChecksums(recorded, changed, "model 'm' version 1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("model 'm' version 1 is damaged: b.npy"), std::string::npos) << s;
+  ChecksumMap missing = recorded;
+  missing.erase("a.json");
+  EXPECT_NE(CompareChecksums(recorded, missing, "x").message().find("a.json is missing"),
+            std::string::npos);
+  ChecksumMap extra = recorded;
+  extra["c.bin"] = "0000000000000000";
+  EXPECT_NE(CompareChecksums(recorded, extra, "x").message().find("c.bin"), std::string::npos);
+  // XXH3-64 of the empty input, a published test vector.
+  EXPECT_EQ(Checksum().Hex(), "2d06800538d394c2");
 }
 
 TEST_P(ArtifactStoreContract, VolatileObjectsAreAlsoAtomicForReaders) {

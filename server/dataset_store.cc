@@ -1,9 +1,6 @@
 #include "server/dataset_store.h"
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <cstring>
 #include <random>
 #include <set>
 #include <vector>
@@ -14,12 +11,6 @@
 #include "server/checksum.h"
 
 namespace dendro::server {
-namespace {
-
-constexpr int64_t kMaxElements = int64_t{1} << 40;
-
-}  // namespace
-
 std::string NewId(std::string_view prefix) {
   static thread_local std::mt19937_64 rng(std::random_device{}() ^
                                           static_cast<uint64_t>(std::chrono::steady_clock::now()
@@ -62,32 +53,10 @@ DatasetUpload::~DatasetUpload() {
 }
 
 absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
-  if (begun_) return absl::InvalidArgumentError("upload: header sent twice");
-  if (header.rows() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("upload header: rows must be >= 1, got ", header.rows()));
-  }
-  if (header.cols() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("upload header: cols must be >= 1, got ", header.cols()));
-  }
-  if (header.rows() > kMaxElements / header.cols()) {
-    return absl::InvalidArgumentError(absl::StrCat("upload header: ", header.rows(), " x ",
-                                                   header.cols(), " is too large"));
-  }
-  // kMaxElements keeps these products far from overflow.
-  const int64_t total_bytes =
-      header.rows() * header.cols() * 4 + (header.has_labels() ? header.rows() * 8 : 0);
-  if (total_bytes > store_->max_dataset_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "upload header: ", header.rows(), " x ", header.cols(), " is ", RoundUpMiB(total_bytes),
-        " MiB, over this server's limit of ", RoundUpMiB(store_->max_dataset_bytes_),
-        " MiB per dataset (dendrod --max_dataset_mb)"));
-  }
-  DENDRO_RETURN_IF_ERROR(store_->disk_.Check(total_bytes, "upload"));
-  begun_ = true;
+  DENDRO_RETURN_IF_ERROR(validator_.Begin(header.rows(), header.cols(), header.has_labels(),
+                                          store_->max_dataset_bytes_));
+  DENDRO_RETURN_IF_ERROR(store_->disk_.Check(validator_.total_bytes(), "upload"));
   header_ = header;
-  expected_data_bytes_ = header.rows() * header.cols() * 4;
   id_ = NewId("ds");
   prefix_ = DatasetStore::KeyFor(id_, header.transient());
   const Durability durability =
@@ -104,103 +73,21 @@ absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
   return absl::OkStatus();
 }
 
-absl::Status DatasetUpload::ValidateFloats(std::string_view bytes) {
-  const int64_t cols = header_.cols();
-  // Index of the first float that starts in `bytes` (after completing carry).
-  size_t pos = 0;
-  if (!carry_.empty()) {
-    const size_t need = 4 - carry_.size();
-    const size_t take = std::min(need, bytes.size());
-    carry_.append(bytes.data(), take);
-    pos = take;
-    if (carry_.size() < 4) return absl::OkStatus();
-    float f;
-    std::memcpy(&f, carry_.data(), 4);
-    const int64_t index = (data_bytes_ - (4 - take)) / 4;  // float index of carry
-    if (!std::isfinite(f)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "row ", index / cols, ", column ", index % cols, " is ",
-          std::isnan(f) ? "NaN" : (f > 0 ? "+inf" : "-inf"), "; all values must be finite"));
-    }
-    carry_.clear();
-  }
-  const size_t whole = (bytes.size() - pos) / 4;
-  const int64_t first_index = (data_bytes_ + static_cast<int64_t>(pos)) / 4;
-  const char* p = bytes.data() + pos;
-  // Validate in aligned float blocks; copy when the chunk is misaligned.
-  std::vector<float> buf;
-  const float* floats = reinterpret_cast<const float*>(p);
-  if (reinterpret_cast<uintptr_t>(p) % alignof(float) != 0) {
-    buf.resize(whole);
-    std::memcpy(buf.data(), p, whole * 4);
-    floats = buf.data();
-  }
-  // ValidateFinite reports positions relative to a row-major block; present
-  // the block as one long row and translate the column back.
-  absl::Status s = ValidateFinite(floats, 1, static_cast<int64_t>(whole), 0);
-  if (!s.ok()) {
-    for (size_t i = 0; i < whole; ++i) {
-      if (!std::isfinite(floats[i])) {
-        const int64_t index = first_index + static_cast<int64_t>(i);
-        return absl::InvalidArgumentError(
-            absl::StrCat("row ", index / cols, ", column ", index % cols, " is ",
-                         std::isnan(floats[i]) ? "NaN" : (floats[i] > 0 ? "+inf" : "-inf"),
-                         "; all values must be finite"));
-      }
-    }
-  }
-  carry_.assign(p + whole * 4, bytes.size() - pos - whole * 4);
-  return absl::OkStatus();
-}
-
 absl::Status DatasetUpload::AppendData(std::string_view bytes) {
-  if (!begun_) return absl::InvalidArgumentError("upload: the first message must be a header");
-  if (label_bytes_ > 0) {
-    return absl::InvalidArgumentError("upload: data chunk after labels started");
-  }
-  if (data_bytes_ + static_cast<int64_t>(bytes.size()) > expected_data_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "upload: more data than the header's ", header_.rows(), " x ", header_.cols(),
-        " float32 (", expected_data_bytes_, " bytes)"));
-  }
-  DENDRO_RETURN_IF_ERROR(ValidateFloats(bytes));
-  DENDRO_RETURN_IF_ERROR(x_->Append(bytes));
-  data_bytes_ += static_cast<int64_t>(bytes.size());
-  return absl::OkStatus();
+  DENDRO_RETURN_IF_ERROR(validator_.Data(bytes));
+  if (!x_) return absl::FailedPreconditionError("upload: the header was refused");
+  return x_->Append(bytes);
 }
 
 absl::Status DatasetUpload::AppendLabels(std::string_view bytes) {
-  if (!begun_) return absl::InvalidArgumentError("upload: the first message must be a header");
-  if (!header_.has_labels()) {
-    return absl::InvalidArgumentError("upload: labels sent but header.has_labels is false");
-  }
-  if (data_bytes_ != expected_data_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat("upload: labels sent after only ",
-                                                   data_bytes_, " of ", expected_data_bytes_,
-                                                   " data bytes"));
-  }
-  if (label_bytes_ + static_cast<int64_t>(bytes.size()) > header_.rows() * 8) {
-    return absl::InvalidArgumentError(absl::StrCat("upload: more than ", header_.rows(),
-                                                   " int64 labels"));
-  }
-  DENDRO_RETURN_IF_ERROR(y_->Append(bytes));
-  label_bytes_ += static_cast<int64_t>(bytes.size());
-  return absl::OkStatus();
+  DENDRO_RETURN_IF_ERROR(validator_.Labels(bytes));
+  if (!y_) return absl::FailedPreconditionError("upload: the header was refused");
+  return y_->Append(bytes);
 }
 
 absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
-  if (!begun_) return absl::InvalidArgumentError("upload: empty stream (no header)");
-  if (data_bytes_ != expected_data_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "upload: shape mismatch: header says ", header_.rows(), " x ", header_.cols(),
-        " float32 = ", expected_data_bytes_, " bytes, received ", data_bytes_));
-  }
-  if (header_.has_labels() && label_bytes_ != header_.rows() * 8) {
-    return absl::InvalidArgumentError(absl::StrCat("upload: expected ", header_.rows(),
-                                                   " int64 labels (", header_.rows() * 8,
-                                                   " bytes), received ", label_bytes_,
-                                                   " bytes"));
-  }
+  DENDRO_RETURN_IF_ERROR(validator_.Finish());
+  if (!x_) return absl::FailedPreconditionError("upload: the header was refused");
   v1::Dataset d;
   d.set_id(id_);
   d.set_display_name(header_.display_name());

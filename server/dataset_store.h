@@ -28,6 +28,7 @@
 #include "server/artifact_store.h"
 #include "server/disk_guard.h"
 #include "server/catalogue.h"
+#include "server/upload_validator.h"
 
 namespace dendro::server {
 
@@ -64,19 +65,14 @@ class DatasetUpload {
  private:
   friend class DatasetStore;
   explicit DatasetUpload(DatasetStore* store) : store_(store) {}
-  absl::Status ValidateFloats(std::string_view bytes);
 
   DatasetStore* store_;
+  UploadValidator validator_;
   v1::DatasetHeader header_;
-  bool begun_ = false;
   std::string id_;
   std::string prefix_;  // the dataset's key prefix; cleared once published
   std::unique_ptr<ArtifactWriter> x_;
   std::unique_ptr<ArtifactWriter> y_;
-  int64_t data_bytes_ = 0;   // received so far
-  int64_t label_bytes_ = 0;
-  int64_t expected_data_bytes_ = 0;
-  std::string carry_;        // < 4 bytes of a float split across chunks
   std::string owner_;
 };
 

@@ -7,7 +7,10 @@ npy:        small valid .npy files from NumPy itself (every dtype the reader
 tree:       hierarchy JSON documents in the format core/hierarchy/export.h
             describes (binary, n-ary, with names and point assignments);
 model_load: a selector byte (which file of which saved model) and a mode
-            byte, followed by a short payload.
+            byte, followed by a short payload;
+upload:     small upload streams (whole, floats split across chunks, labels,
+            a NaN across a boundary, short, labels too early);
+jobspec:    a dataset shape and a JobSpec per method (protoc --encode).
 
 Usage: make_corpus.py [OUT_DIR]   (default: the corpus directory beside it)
 """
@@ -71,3 +74,58 @@ write("tree", "single_leaf", tree_doc(1, [(-1, 0, [])]))
 for selector in range(12):
     write("model_load", f"replace_{selector}", bytes([selector, 0]) + b'{"format": 1}')
     write("model_load", f"mutate_{selector}", bytes([selector, 1, 40]) + b"\xff\x00\x7f\x80")
+
+
+# --- upload: [rows % 48, cols % 12, flags, max bytes / 32] then messages of
+# (op % 4: 0/1 data, 2 labels, 3 finish; length; payload).
+def upload_seed(rows, cols, has_labels, ops, max_units=255):
+    b = bytes([rows - 1, cols - 1, 1 if has_labels else 0, max_units])
+    for op, payload in ops:
+        b += bytes([op, len(payload)]) + payload
+    return b
+
+
+x = rng.randn(3, 2).astype("<f4").tobytes()
+y = np.arange(3, dtype="<i8").tobytes()
+write("upload", "whole", upload_seed(3, 2, False, [(0, x), (3, b"")]))
+write("upload", "split_floats", upload_seed(3, 2, False, [(0, x[:5]), (1, x[5:13]), (0, x[13:]),
+                                                          (3, b"")]))
+write("upload", "labels", upload_seed(3, 2, True, [(0, x), (2, y[:7]), (2, y[7:]), (3, b"")]))
+nan = np.array([1.0, np.nan, 2.0, np.inf], dtype="<f4").tobytes()
+write("upload", "nan_across_chunks", upload_seed(2, 2, False, [(0, nan[:6]), (0, nan[6:])]))
+write("upload", "short", upload_seed(3, 2, False, [(0, x[:8]), (3, b"")]))
+write("upload", "labels_early", upload_seed(3, 2, True, [(0, x[:8]), (2, y)]))
+
+
+# --- jobspec: [rows u32, cols u16, has_labels] then a serialized JobSpec,
+# encoded from text format by protoc.
+def jobspec_seed(rows, cols, has_labels, text):
+    import struct
+    import subprocess
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "proto")
+    spec = subprocess.run(["protoc", f"--proto_path={root}", "--encode=dendro.v1.JobSpec",
+                           "dendro/v1/dendro.proto"], input=text.encode(), capture_output=True,
+                          check=True).stdout
+    return struct.pack("<IH", rows - 1, cols - 1) + bytes([1 if has_labels else 0]) + spec
+
+
+write("jobspec", "l2h", jobspec_seed(1000, 10, False,
+                                     'dataset_id: "ds-1" model_name: "m" l2h { aggregation: "mean_of_means" }'))
+write("jobspec", "l2h_names", jobspec_seed(50, 3, False,
+                                           'model_name: "m" leaf_names: "a" leaf_names: "b" '
+                                           'leaf_names: "c" l2h {}'))
+write("jobspec", "tneb", jobspec_seed(2000, 8, False,
+                                      "tneb { components: 30 dof: 1 restarts: 2 neighbors: 5 "
+                                      "path_points: 50 standardize: true seed: 3 }"))
+write("jobspec", "tneb_gaussian", jobspec_seed(500, 2, False, "tneb { gaussian: true learn_dof: true }"))
+write("jobspec", "ghhc", jobspec_seed(10000, 64, False,
+                                      'ghhc { internal_nodes: 64 learning_rate: 0.01 batch_size: 100 '
+                                      'triples: 100000 neighbors: 5 margin: 0.1 projection_dim: 8 '
+                                      'projection: "random" link: "softplus" }'))
+write("jobspec", "hppca", jobspec_seed(5000, 32, True,
+                                       "hppca { superclasses: 4 q: 10 r: 10 lambda: 0.01 "
+                                       "default_top_t: 3 }"))
+write("jobspec", "hppca_flat", jobspec_seed(100, 4, True, "hppca { superclasses: -1 }"))
+write("jobspec", "hppca_add", jobspec_seed(100, 4, True,
+                                           'hppca_add { base { name: "h" version: 2 } recluster: true }'))
+write("jobspec", "none", jobspec_seed(10, 10, False, 'dataset_id: "ds-1"'))

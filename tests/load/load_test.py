@@ -295,20 +295,21 @@ class Client(threading.Thread):
             return
         if (ds.rows, ds.cols) != x.shape:
             self.stats.fail(f"{name}: answered {ds.rows} x {ds.cols} for {x.shape}")
-        old = None
+        # The pool keeps about 30 datasets: up to two of the oldest go per
+        # upload, so refused deletes do not let it grow.
         with self.shared.lock:
             self.shared.datasets.append(ds.id)
-            if len(self.shared.datasets) > 30:
-                old = self.shared.datasets.popleft()
-        if old is not None:
+            old = [self.shared.datasets.popleft()
+                   for _ in range(min(2, len(self.shared.datasets) - 30))]
+        for victim in old:
             # Refused (FAILED_PRECONDITION) while a queued or running job uses
             # it: then it goes back to the pool, to be deleted later.
             done = call(self.stats, "DeleteDataset", {"FAILED_PRECONDITION"},
-                        lambda: self.s.datasets.DeleteDataset(pb.DeleteDatasetRequest(id=old),
+                        lambda: self.s.datasets.DeleteDataset(pb.DeleteDatasetRequest(id=victim),
                                                               timeout=UNARY_DEADLINE))
             if done is None:
                 with self.shared.lock:
-                    self.shared.datasets.append(old)
+                    self.shared.datasets.append(victim)
 
     def fit(self):
         ds = self.shared.pick_dataset(self.pyrng)
@@ -724,6 +725,7 @@ def main():
             else:
                 errors[code] += 1
                 failed_jobs.append(line)
+        print(f"datasets in the clients' pool at the end: {len(shared.datasets)}")
         print(f"job outcomes seen: {dict(states)} of {len(shared.ended)} jobs; "
               f"failed by code (besides the known race): {dict(errors)}")
         for line in failed_jobs[:10]:

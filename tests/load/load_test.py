@@ -169,6 +169,8 @@ class Shared:
         self.datasets = collections.deque()          # live dataset ids, oldest first
         self.jobs = collections.deque(maxlen=300)    # recent job ids
         self.ended = {}   # job id -> (state, error code, message) once seen finished
+        self.submitted = {}   # job id -> (dataset id, call start, call end)
+        self.deleted = {}     # dataset id -> (call start, call end) of the delete answered OK
 
     def observe(self, job):
         if job.state in (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED):
@@ -203,7 +205,8 @@ def dataset_delete_race(code, message):
 
     DeleteDataset checks "used by a queued or running job" and then deletes,
     apart from SubmitJob's check-then-enqueue; interleaved, the job is queued
-    on a dataset that is gone and fails when it starts. (A server bug.)
+    on a dataset that is gone and fails when it starts. (A server bug.) The
+    caller also requires that the two calls, both answered OK, overlapped.
     """
     return code in ("FAILED_PRECONDITION", "NOT_FOUND") and "dataset" in message and \
         ("no longer exists" in message or "not found" in message)
@@ -305,24 +308,29 @@ class Client(threading.Thread):
         for victim in old:
             # Refused (FAILED_PRECONDITION) while a queued or running job uses
             # it: then it goes back to the pool, to be deleted later.
+            start = time.monotonic()
             done = call(self.stats, "DeleteDataset", {"FAILED_PRECONDITION"},
                         lambda: self.s.datasets.DeleteDataset(pb.DeleteDatasetRequest(id=victim),
                                                               timeout=UNARY_DEADLINE))
-            if done is None:
-                with self.shared.lock:
+            with self.shared.lock:
+                if done is None:
                     self.shared.datasets.append(victim)
+                else:
+                    self.shared.deleted[victim] = (start, time.monotonic())
 
     def fit(self):
         ds = self.shared.pick_dataset(self.pyrng)
         if ds is None:
             return
         spec = pb.JobSpec(dataset_id=ds, model_name=self.pyrng.choice(FIT_NAMES), l2h=pb.L2hParams())
+        start = time.monotonic()
         job = call(self.stats, "SubmitJob", {"RESOURCE_EXHAUSTED", "NOT_FOUND"},
                    lambda: self.s.jobs.SubmitJob(pb.SubmitJobRequest(spec=spec),
                                                  timeout=UNARY_DEADLINE))
         if job is not None:
             with self.shared.lock:
                 self.shared.jobs.append(job.id)
+                self.shared.submitted[job.id] = (ds, start, time.monotonic())
 
     def slow_fit(self):
         """A gHHC fit of a few seconds: holds the one worker, so jobs queue."""
@@ -332,12 +340,14 @@ class Client(threading.Thread):
         spec = pb.JobSpec(dataset_id=ds, model_name=self.pyrng.choice(SLOW_NAMES),
                           ghhc=pb.GhhcParams(internal_nodes=20,
                                              triples=int(self.rng.integers(300_000, 1_500_000))))
+        start = time.monotonic()
         job = call(self.stats, "SubmitJob(ghhc)", {"RESOURCE_EXHAUSTED", "NOT_FOUND"},
                    lambda: self.s.jobs.SubmitJob(pb.SubmitJobRequest(spec=spec),
                                                  timeout=UNARY_DEADLINE))
         if job is not None:
             with self.shared.lock:
                 self.shared.jobs.append(job.id)
+                self.shared.submitted[job.id] = (ds, start, time.monotonic())
 
     def watch(self):
         # Mostly recent jobs, which are likely still queued or running.
@@ -513,7 +523,7 @@ def run_load(server, duration, fixtures, stats, samples):
     shared = Shared()
     stop = threading.Event()
     clients = [Client(i, server.port, stats, shared, stop, fixtures) for i in range(CLIENTS)]
-    start = time.monotonic()
+    start = shared.start = time.monotonic()
     for c in clients:
         c.start()
     steady_at = duration / 3
@@ -721,7 +731,15 @@ def main():
             if state != "JOB_STATE_FAILED":
                 continue
             line = f"{job_id} {code}: {message}"
-            if dataset_delete_race(code, message):
+            # The race only if the SubmitJob and the DeleteDataset of its
+            # dataset, both answered OK, ran at the same time.
+            ds, s0, s1 = shared.submitted.get(job_id, ("?", None, None))
+            d0, d1 = shared.deleted.get(ds, (None, None))
+            overlap = s0 is not None and d0 is not None and d0 < s1 and s0 < d1
+            if s0 is not None and d0 is not None:
+                line += (f" [SubmitJob OK {s0 - shared.start:.3f}-{s1 - shared.start:.3f} s, "
+                         f"DeleteDataset OK {d0 - shared.start:.3f}-{d1 - shared.start:.3f} s]")
+            if dataset_delete_race(code, message) and overlap:
                 raced_jobs.append(line)
             else:
                 errors[code] += 1

@@ -38,6 +38,15 @@ absl::Status CancelledBeforeCommit(const std::string& id) {
       absl::StrCat("job '", id, "' was cancelled before its model was committed"));
 }
 
+absl::Status DatasetInUseError(const std::string& id) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("dataset '", id, "' is used by a queued or running job"));
+}
+
+absl::Status DatasetGoneError(const std::string& id) {
+  return absl::NotFoundError(absl::StrCat("dataset '", id, "' not found (deleted meanwhile)"));
+}
+
 void MarkRequeued(v1::Job& job, const std::string& why) {
   job.set_state(v1::JOB_STATE_QUEUED);
   job.set_stage(why);

@@ -79,6 +79,13 @@ class Catalogue {
   virtual absl::StatusOr<v1::Dataset> GetDataset(const std::string& id) = 0;
   virtual absl::StatusOr<Page<v1::Dataset>> ListDatasets(int64_t after_seq, int limit) = 0;
   virtual absl::Status DeleteDataset(const std::string& id) = 0;
+  // Removes the row unless a QUEUED or RUNNING job other than `except_job`
+  // uses the dataset (FailedPrecondition, nothing removed). The check and
+  // the removal are atomic with EnqueueJob, which refuses a job whose
+  // dataset has no row: no job is ever queued on a dataset this removed,
+  // whichever replica does either.
+  virtual absl::Status DeleteUnusedDataset(const std::string& id,
+                                           const std::string& except_job) = 0;
   // Every dataset id. An error (never an empty list) when the catalogue
   // cannot be read: callers sweep files that are not listed here.
   virtual absl::StatusOr<std::vector<std::string>> AllDatasetIds() = 0;
@@ -114,7 +121,8 @@ class Catalogue {
   // it is never put back in the queue by its holder (it ends CANCELLED).
 
   // Inserts `job` (QUEUED) unless `capacity` jobs are already QUEUED in the
-  // whole catalogue (RESOURCE_EXHAUSTED, naming the count).
+  // whole catalogue (RESOURCE_EXHAUSTED, naming the count) or its dataset
+  // has no row (NOT_FOUND; see DeleteUnusedDataset).
   // ALREADY_EXISTS for a second job with the same (owner, request_id).
   virtual absl::Status EnqueueJob(const v1::Job& job, int capacity) = 0;
   // Takes the oldest QUEUED job: it becomes RUNNING (stage "starting",
@@ -209,6 +217,10 @@ absl::Status LabelledVersion(const std::string& name, int64_t version,
 absl::Status LeaseLost(const std::string& id);
 // CANCELLED: job `id` was cancelled before its model was committed.
 absl::Status CancelledBeforeCommit(const std::string& id);
+// FailedPrecondition: a queued or running job uses the dataset.
+absl::Status DatasetInUseError(const std::string& id);
+// NotFound: a job's dataset was deleted before the job could be queued.
+absl::Status DatasetGoneError(const std::string& id);
 // The QUEUED record of a RUNNING job whose lease ended (`why` goes in the
 // stage), and the RUNNING record of a claimed one.
 void MarkRequeued(v1::Job& job, const std::string& why);

@@ -168,9 +168,9 @@ absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const st
   return std::shared_ptr<const LoadedDataset>(ds);
 }
 
-absl::Status DatasetStore::Delete(const std::string& id) {
+absl::Status DatasetStore::Delete(const std::string& id, const std::string& except_job) {
   DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, meta_->GetDataset(id));
-  DENDRO_RETURN_IF_ERROR(meta_->DeleteDataset(id));
+  DENDRO_RETURN_IF_ERROR(meta_->DeleteUnusedDataset(id, except_job));
   CrashPoint("dataset_delete.row_removed");
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -95,8 +95,9 @@ class DatasetStore {
     return meta_->ListDatasets(after_seq, limit);
   }
   absl::StatusOr<std::shared_ptr<const LoadedDataset>> Open(const std::string& id);
-  // Removes the metadata row, then the files.
-  absl::Status Delete(const std::string& id);
+  // Removes the metadata row, then the files; FailedPrecondition (nothing
+  // removed) while a queued or running job other than `except_job` uses it.
+  absl::Status Delete(const std::string& id, const std::string& except_job = "");
   // At start-up: removes dataset artifacts with no metadata row (left by a
   // crash between writing files and recording them) and transient datasets
   // no queued or running job uses. Where the store has an orphan grace (a

@@ -360,9 +360,6 @@ absl::StatusOr<v1::Job> JobManager::WaitForChange(const std::string& id, uint64_
   }
 }
 
-absl::StatusOr<bool> JobManager::DatasetInUse(const std::string& dataset_id) {
-  return meta_->DatasetInUse(dataset_id, "");
-}
 
 JobManager::Stats JobManager::GetStats() {
   absl::StatusOr<JobCounts> counts = meta_->CountJobs();
@@ -510,6 +507,7 @@ void JobManager::RenewLeases() {
         meta_->RenewJobLease(l.id, l.token, options_.lease_ttl, l.progress, l.stage);
     std::lock_guard<std::mutex> lock(mu_);
     Entry& entry = *l.entry;
+    if (entry.finishing) continue;  // the outcome, not a lost lease, ended it
     if (absl::IsAborted(stored.status())) {
       if (!entry.lost) {
         spdlog::error("job {}: lease lost (not renewed within {}); stopping this run, whose "
@@ -535,16 +533,14 @@ void JobManager::ReleaseTransientDataset(const std::string& dataset_id,
                                          const std::string& except_job) {
   auto info = datasets_->Get(dataset_id);
   if (!info.ok() || !info->transient()) return;
-  // Under mu_, so no job can be submitted here on it between the check and
-  // the delete (Submit enqueues under mu_).
   std::lock_guard<std::mutex> lock(mu_);
   if (abandoned_) return;
-  absl::StatusOr<bool> in_use = meta_->DatasetInUse(dataset_id, except_job);
-  if (!in_use.ok() || *in_use) return;  // still needed (or unknown: keep it)
-  absl::Status s = datasets_->Delete(dataset_id);
+  // Refused, atomically with any Submit on any replica, while another job
+  // still needs it.
+  absl::Status s = datasets_->Delete(dataset_id, except_job);
   if (s.ok()) {
     spdlog::info("dataset {}: transient, removed after its last job", dataset_id);
-  } else if (!absl::IsNotFound(s)) {
+  } else if (!absl::IsNotFound(s) && !absl::IsFailedPrecondition(s)) {
     spdlog::warn("dataset {}: cannot remove transient dataset: {}", dataset_id, s.ToString());
   }
 }
@@ -576,6 +572,7 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
     cancel_requested = entry->user_cancel;
     lost = entry->lost;
     done = entry->job;
+    entry->finishing = true;
   }
   if (fitted.ok() && !cancel_requested && !lost) {
     done.set_state(v1::JOB_STATE_SUCCEEDED);

@@ -138,9 +138,6 @@ class JobManager {
                                         absl::Time deadline);
   Stats GetStats();
 
-  // True if a queued or running job (on any replica) reads the dataset.
-  absl::StatusOr<bool> DatasetInUse(const std::string& dataset_id);
-
  private:
   // A job this replica has claimed and not yet finished.
   struct Entry {
@@ -150,6 +147,9 @@ class JobManager {
     std::atomic<bool> interrupted{false};
     bool user_cancel = false;         // guarded by mu_; a cancel was requested
     bool lost = false;                // guarded by mu_; the lease passed on
+    // Guarded by mu_: the run is writing its outcome, which ends the lease;
+    // a renewal refused from then on says nothing about a lost lease.
+    bool finishing = false;
   };
   class Context;
 

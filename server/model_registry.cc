@@ -144,9 +144,10 @@ absl::StatusOr<std::pair<std::shared_ptr<const FittedModel>, v1::Model>> ModelRe
   absl::StatusOr<std::unique_ptr<FittedModel>> loaded =
       intact.ok() ? method->Load(*path) : intact;
   if (!loaded.ok()) {
-    // Deleted (here or through another replica) since the lookup: that is
-    // not damage.
-    if (absl::IsNotFound(Lookup(meta_, ref).status())) {
+    // This version deleted (here or through another replica) since the
+    // lookup: that is not damage. Look for the version, not the ref: a
+    // "latest" ref may now find a newer one.
+    if (absl::IsNotFound(meta_->GetModel(name, stored.model.version()).status())) {
       return absl::NotFoundError(absl::StrCat(what, " was just deleted"));
     }
     if (absl::IsDataLoss(intact)) return intact;  // CompareChecksums named the model

@@ -358,6 +358,26 @@ absl::Status PostgresCatalogue::DeleteDataset(const std::string& id) {
   });
 }
 
+absl::Status PostgresCatalogue::DeleteUnusedDataset(const std::string& id,
+                                                    const std::string& except_job) {
+  const Timed t(this, "delete_unused_dataset");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::Status {
+    // The row lock waits for any EnqueueJob holding the row FOR SHARE; the
+    // statements after it see that job once it has committed.
+    if (txn.exec_params("SELECT 1 FROM datasets WHERE id = $1 FOR UPDATE", id).empty()) {
+      return absl::NotFoundError(absl::StrCat("dataset '", id, "' not found"));
+    }
+    if (!txn.exec_params("SELECT 1 FROM jobs WHERE dataset_id = $1 AND state IN ($2, $3) "
+                         "AND id <> $4 LIMIT 1",
+                         id, kQueued, kRunning, except_job)
+             .empty()) {
+      return DatasetInUseError(id);
+    }
+    txn.exec_params("DELETE FROM datasets WHERE id = $1", id);
+    return absl::OkStatus();
+  });
+}
+
 absl::StatusOr<std::vector<std::string>> PostgresCatalogue::AllDatasetIds() {
   const Timed t(this, "all_dataset_ids");
   return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<std::vector<std::string>> {
@@ -450,6 +470,12 @@ absl::Status PostgresCatalogue::EnqueueJob(const v1::Job& job, int capacity) {
   return InTxn(*conn_, [&](pqxx::work& txn) -> absl::Status {
     // Serialises enqueues so the capacity holds over every replica.
     txn.exec_params("SELECT pg_advisory_xact_lock($1)", kQueueLock);
+    // Held until commit: a DeleteUnusedDataset waits for this job to be
+    // visible, or this sees the dataset gone.
+    if (txn.exec_params("SELECT 1 FROM datasets WHERE id = $1 FOR SHARE", job.spec().dataset_id())
+            .empty()) {
+      return DatasetGoneError(job.spec().dataset_id());
+    }
     const int64_t queued =
         txn.exec_params1("SELECT count(*) FROM jobs WHERE state = $1", kQueued)[0].as<int64_t>();
     if (queued >= capacity) {

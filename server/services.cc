@@ -265,13 +265,8 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
                              v1::DeleteDatasetResponse*) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kDeleteDataset);
     if (!who.ok()) return ToGrpc(who.status());
-    absl::StatusOr<bool> in_use = deps_.jobs->DatasetInUse(req->id());
-    if (!in_use.ok()) return ToGrpc(in_use.status());
-    if (*in_use) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat("dataset '", req->id(),
-                                       "' is used by a queued or running job"));
-    }
+    // Refused while a queued or running job uses it, atomically with
+    // SubmitJob on any replica (Catalogue::DeleteUnusedDataset).
     const grpc::Status out = ToGrpc(deps_.datasets->Delete(req->id()));
     Audit(*who, "deleted dataset", req->id(), ctx, out);
     return out;

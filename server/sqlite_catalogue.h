@@ -31,6 +31,7 @@ class SqliteCatalogue final : public Catalogue {
   absl::StatusOr<v1::Dataset> GetDataset(const std::string& id) override;
   absl::StatusOr<Page<v1::Dataset>> ListDatasets(int64_t after_seq, int limit) override;
   absl::Status DeleteDataset(const std::string& id) override;
+  absl::Status DeleteUnusedDataset(const std::string& id, const std::string& except_job) override;
   absl::StatusOr<std::vector<std::string>> AllDatasetIds() override;
   absl::Status PutJob(const v1::Job& job) override;
   absl::StatusOr<v1::Job> GetJob(const std::string& id) override;

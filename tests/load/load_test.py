@@ -16,7 +16,7 @@ Asserted:
   * SubmitJob was refused with RESOURCE_EXHAUSTED (the queue filled);
   * answers are right under load: Assign on the l2h model gives each row's
     argmax as its leaf, Predict answers every row with a known label;
-  * no job failed (but for the known race below);
+  * no job failed, and a single server never logs a lost lease;
   * dendrod's RSS grows by less than RSS_BOUND_MIB after the first third;
   * its open file descriptors return to the pre-load count (+ FD_SLACK)
     once the clients have closed, and again after the idle connections;
@@ -26,10 +26,10 @@ Asserted:
     --upload_idle_seconds and its temporary file is removed;
   * with 1,000 idle connections open, a new client is served.
 
-Two server bugs this test found are recognised by their exact symptoms,
-counted and printed as KNOWN instead of failing the run (see
-deleted_model_race and dataset_delete_race); any other form of the same
-status code still fails it.
+Three server bugs this test found are fixed and now fail it if they come
+back: a job accepted on a dataset being deleted (it failed when it started),
+DATA_LOSS for a model deleted while it was being loaded (NOT_FOUND is
+right), and "lease lost" logged for a job that had just succeeded.
 
 Usage: load_test.py DENDROD_BINARY [SECONDS]   (default 75)
 """
@@ -189,36 +189,11 @@ class Shared:
             return rng.choice(jobs) if jobs else None
 
 
-def deleted_model_race(code, details):
-    """DATA_LOSS for a model whose files a concurrent DeleteModel removed.
-
-    The server resolves the version, the delete removes its row and files,
-    and the load then finds no file and reports damage. (A server bug: it
-    should answer NOT_FOUND. Only tolerated on models the clients delete.)
-    """
-    return code == "DATA_LOSS" and "could not be loaded" in details and \
-        "No such file" in details
-
-
-def dataset_delete_race(code, message):
-    """A job accepted on a dataset that a concurrent DeleteDataset removed.
-
-    DeleteDataset checks "used by a queued or running job" and then deletes,
-    apart from SubmitJob's check-then-enqueue; interleaved, the job is queued
-    on a dataset that is gone and fails when it starts. (A server bug.) The
-    caller also requires that the two calls, both answered OK, overlapped.
-    """
-    return code in ("FAILED_PRECONDITION", "NOT_FOUND") and "dataset" in message and \
-        ("no longer exists" in message or "not found" in message)
-
-
-def call(stats, name, allowed, fn, slow=False, known=None):
+def call(stats, name, allowed, fn, slow=False):
     """Runs fn() (which makes one call with a deadline) and records its code.
 
     Returns the answer, or None on an error status. A code outside `allowed`
     is a failure, and so is DEADLINE_EXCEEDED unless the call is `slow`.
-    known(code, details) marks a server bug this test has found: counted and
-    reported under its own name instead of failing the run.
     """
     start = time.monotonic()
     try:
@@ -228,9 +203,6 @@ def call(stats, name, allowed, fn, slow=False, known=None):
     except grpc.RpcError as e:
         elapsed = time.monotonic() - start
         code = e.code().name
-        if known is not None and known(code, e.details() or ""):
-            code += "(known bug)"
-            allowed = {code}
         stats.record(name, code, elapsed, e.details() or "")
         if code not in allowed and not (slow and code == "DEADLINE_EXCEEDED"):
             stats.fail(f"{name}: {code} after {elapsed:.2f} s: {e.details()}")
@@ -402,7 +374,7 @@ class Client(threading.Thread):
         call(self.stats, "Assign(fitted)", {"NOT_FOUND"}, lambda: self.s.models.Assign(
             pb.AssignRequest(model=pb.ModelRef(name=self.pyrng.choice(FIT_NAMES)), rows=len(x),
                              cols=x.shape[1], data=x.tobytes(), level=2), timeout=UNARY_DEADLINE),
-             known=deleted_model_race)
+)
 
     def get_tree(self):
         name = self.pyrng.choice(["base"] + FIT_NAMES)
@@ -411,8 +383,7 @@ class Client(threading.Thread):
         resp = call(self.stats, "GetTree" if name == "base" else "GetTree(fitted)",
                     {"NOT_FOUND"} if name != "base" else set(),
                     lambda: self.s.models.GetTree(pb.GetTreeRequest(
-                        model=pb.ModelRef(name=name), format=fmt), timeout=UNARY_DEADLINE),
-                    known=deleted_model_race if name != "base" else None)
+                        model=pb.ModelRef(name=name), format=fmt), timeout=UNARY_DEADLINE))
         if resp is not None and not resp.content:
             self.stats.fail(f"GetTree {name}: empty content")
 
@@ -725,7 +696,7 @@ def main():
             if not token:
                 break
         states, errors = collections.Counter(), collections.Counter()
-        failed_jobs, raced_jobs = [], []
+        failed_jobs = []
         for job_id, (state, code, message) in sorted(shared.ended.items()):
             states[state] += 1
             if state != "JOB_STATE_FAILED":
@@ -739,32 +710,22 @@ def main():
             if s0 is not None and d0 is not None:
                 line += (f" [SubmitJob OK {s0 - shared.start:.3f}-{s1 - shared.start:.3f} s, "
                          f"DeleteDataset OK {d0 - shared.start:.3f}-{d1 - shared.start:.3f} s]")
-            if dataset_delete_race(code, message) and overlap:
-                raced_jobs.append(line)
-            else:
-                errors[code] += 1
-                failed_jobs.append(line)
+            if overlap:
+                line += " (submitted while its dataset was being deleted)"
+            errors[code] += 1
+            failed_jobs.append(line)
         print(f"datasets in the clients' pool at the end: {len(shared.datasets)}")
         print(f"job outcomes seen: {dict(states)} of {len(shared.ended)} jobs; "
-              f"failed by code (besides the known race): {dict(errors)}")
+              f"failed by code: {dict(errors)}")
         for line in failed_jobs[:10]:
             print(f"  {line}")
-        checks.append(("failed jobs (other than the known race below)", dict(errors) or 0,
-                       not errors))
-        known = collections.Counter()
-        for name, code, _ in stats.calls:
-            if code.endswith("(known bug)"):
-                known[f"{name} {code}"] += 1
-        if raced_jobs:
-            known["jobs accepted on a dataset deleted meanwhile (FAILED at start)"] = len(raced_jobs)
+        checks.append(("failed jobs", dict(errors) or 0, not errors))
         with open(server.log_path, errors="replace") as f:
             lease_lines = [line for line in f if "lease lost" in line]
-        if lease_lines:
-            known["'lease lost' logged for a job on the only replica"] = len(lease_lines)
-        for what, n in known.items():
-            print(f"KNOWN server issue, seen {n} times: {what}")
-        for line in raced_jobs[:3] + lease_lines[:3]:
+        for line in lease_lines[:3]:
             print(f"  {line.strip()[:220]}")
+        checks.append(("'lease lost' lines logged by the only replica", len(lease_lines),
+                       not lease_lines))
 
         check_oversized(server, setup, checks)
         check_stalled_upload(server, setup, checks)

@@ -50,6 +50,15 @@ class CatalogueTest : public ::testing::TestWithParam<std::string> {
     j.mutable_spec()->set_dataset_id("ds-1");
     return j;
   }
+  // EnqueueJob, with the jobs' dataset ("ds-1") recorded first.
+  absl::Status Enqueue(const v1::Job& job, int capacity) {
+    if (!cat_->GetDataset("ds-1").ok()) {
+      v1::Dataset d;
+      d.set_id("ds-1");
+      if (absl::Status s = cat_->PutDataset(d); !s.ok()) return s;
+    }
+    return cat_->EnqueueJob(job, capacity);
+  }
   absl::StatusOr<CommitResult> Commit(const std::string& name, const std::string& job_id) {
     v1::Model m;
     m.set_name(name);
@@ -232,9 +241,9 @@ TEST_P(CatalogueTest, ConcurrentCommitsGetDistinctConsecutiveVersions) {
 }
 
 TEST_P(CatalogueTest, QueueClaimsOldestFirstAndHoldsTheCapacity) {
-  ASSERT_TRUE(cat_->EnqueueJob(Job("job-a"), 2).ok());
-  ASSERT_TRUE(cat_->EnqueueJob(Job("job-b"), 2).ok());
-  const absl::Status full = cat_->EnqueueJob(Job("job-c"), 2);
+  ASSERT_TRUE(Enqueue(Job("job-a"), 2).ok());
+  ASSERT_TRUE(Enqueue(Job("job-b"), 2).ok());
+  const absl::Status full = Enqueue(Job("job-c"), 2);
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(full.message(), HasSubstr("capacity 2"));
 
@@ -246,7 +255,7 @@ TEST_P(CatalogueTest, QueueClaimsOldestFirstAndHoldsTheCapacity) {
   EXPECT_EQ((*first)->job.attempts(), 1);
   EXPECT_GT((*first)->job.start_time().seconds(), 0);
   // A claimed job no longer counts against the queue.
-  EXPECT_TRUE(cat_->EnqueueJob(Job("job-c"), 2).ok());
+  EXPECT_TRUE(Enqueue(Job("job-c"), 2).ok());
   auto counts = cat_->CountJobs();
   ASSERT_TRUE(counts.ok());
   EXPECT_EQ(counts->queued, 2);
@@ -261,7 +270,7 @@ TEST_P(CatalogueTest, QueueClaimsOldestFirstAndHoldsTheCapacity) {
 }
 
 TEST_P(CatalogueTest, ALostLeaseFencesEveryWriteOfItsHolder) {
-  ASSERT_TRUE(cat_->EnqueueJob(Job("job-a"), 10).ok());
+  ASSERT_TRUE(Enqueue(Job("job-a"), 10).ok());
   auto old_claim = cat_->ClaimJob("replica-1", absl::Seconds(30));
   ASSERT_TRUE(old_claim.ok() && old_claim->has_value());
   const int64_t old_token = (*old_claim)->token;
@@ -306,8 +315,8 @@ TEST_P(CatalogueTest, ALostLeaseFencesEveryWriteOfItsHolder) {
 }
 
 TEST_P(CatalogueTest, ExpiredLeasesAreRequeuedAndLiveOnesKept) {
-  ASSERT_TRUE(cat_->EnqueueJob(Job("job-short"), 10).ok());
-  ASSERT_TRUE(cat_->EnqueueJob(Job("job-long"), 10).ok());
+  ASSERT_TRUE(Enqueue(Job("job-short"), 10).ok());
+  ASSERT_TRUE(Enqueue(Job("job-long"), 10).ok());
   ASSERT_TRUE(cat_->ClaimJob("replica-1", absl::Milliseconds(1)).ok());
   ASSERT_TRUE(cat_->ClaimJob("replica-1", absl::Seconds(60)).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -321,8 +330,8 @@ TEST_P(CatalogueTest, ExpiredLeasesAreRequeuedAndLiveOnesKept) {
 }
 
 TEST_P(CatalogueTest, ACancelRequestSurvivesTheHoldersWritesAndBlocksTheCommit) {
-  ASSERT_TRUE(cat_->EnqueueJob(Job("job-q"), 10).ok());
-  ASSERT_TRUE(cat_->EnqueueJob(Job("job-r"), 10).ok());
+  ASSERT_TRUE(Enqueue(Job("job-q"), 10).ok());
+  ASSERT_TRUE(Enqueue(Job("job-r"), 10).ok());
   auto claim = cat_->ClaimJob("replica-1", absl::Seconds(30));  // job-q
   ASSERT_TRUE(claim.ok() && claim->has_value());
   const int64_t token = (*claim)->token;
@@ -359,7 +368,7 @@ TEST_P(CatalogueTest, ACancelRequestSurvivesTheHoldersWritesAndBlocksTheCommit) 
 TEST_P(CatalogueTest, ConcurrentClaimsTakeEachJobOnce) {
   constexpr int kJobs = 40;
   for (int i = 0; i < kJobs; ++i) {
-    ASSERT_TRUE(cat_->EnqueueJob(Job("job-" + std::to_string(i)), kJobs).ok());
+    ASSERT_TRUE(Enqueue(Job("job-" + std::to_string(i)), kJobs).ok());
   }
   // Four replicas' worth of claimers on their own connections (PostgreSQL)
   // or the one shared file (SQLite).
@@ -390,6 +399,67 @@ TEST_P(CatalogueTest, ConcurrentClaimsTakeEachJobOnce) {
   }
   EXPECT_EQ(total, static_cast<size_t>(kJobs));
   EXPECT_EQ(all.size(), static_cast<size_t>(kJobs));
+}
+
+TEST_P(CatalogueTest, ADatasetInUseIsNotDeletedAndADeletedOneTakesNoJob) {
+  v1::Dataset d;
+  d.set_id("ds-2");
+  ASSERT_TRUE(cat_->PutDataset(d).ok());
+  v1::Job job = Job("job-a");
+  job.mutable_spec()->set_dataset_id("ds-2");
+  ASSERT_TRUE(cat_->EnqueueJob(job, 10).ok());
+  const absl::Status used = cat_->DeleteUnusedDataset("ds-2", "");
+  EXPECT_EQ(used.code(), absl::StatusCode::kFailedPrecondition) << used;
+  EXPECT_NE(used.message().find("used by a queued or running job"), std::string::npos);
+  EXPECT_TRUE(cat_->GetDataset("ds-2").ok());
+  // The job itself does not keep its dataset (a transient one goes when it ends).
+  ASSERT_TRUE(cat_->DeleteUnusedDataset("ds-2", "job-a").ok());
+  EXPECT_EQ(cat_->DeleteUnusedDataset("ds-2", "").code(), absl::StatusCode::kNotFound);
+  job.set_id("job-b");
+  const absl::Status gone = cat_->EnqueueJob(job, 10);
+  EXPECT_EQ(gone.code(), absl::StatusCode::kNotFound) << gone;
+  EXPECT_EQ(cat_->GetJob("job-b").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(CatalogueTest, SubmitAndDeleteRacingNeverBothSucceed) {
+  // Another replica's connection (PostgreSQL), or this server's one
+  // catalogue from two threads (SQLite: one process owns the file).
+  std::unique_ptr<Catalogue> other_owned;
+  Catalogue* other = cat_.get();
+  if (GetParam() == "postgres") {
+    auto opened = OpenCatalogue(spec_, dir_.string());
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    other_owned = *std::move(opened);
+    other = other_owned.get();
+  }
+  int both = 0, jobs = 0, deletes = 0;
+  for (int i = 0; i < 40; ++i) {
+    const std::string ds = "ds-race-" + std::to_string(i);
+    v1::Dataset d;
+    d.set_id(ds);
+    ASSERT_TRUE(cat_->PutDataset(d).ok());
+    v1::Job job = Job("job-race-" + std::to_string(i));
+    job.mutable_spec()->set_dataset_id(ds);
+    absl::Status enqueued, deleted;
+    std::thread a([&] { enqueued = cat_->EnqueueJob(job, 1000); });
+    std::thread b([&] { deleted = other->DeleteUnusedDataset(ds, ""); });
+    a.join();
+    b.join();
+    if (enqueued.ok() && deleted.ok()) ++both;
+    jobs += enqueued.ok();
+    deletes += deleted.ok();
+    // Exactly one wins (SQLite may also answer busy; neither then).
+    EXPECT_TRUE(enqueued.ok() || absl::IsNotFound(enqueued) || absl::IsUnavailable(enqueued))
+        << enqueued;
+    EXPECT_TRUE(deleted.ok() || absl::IsFailedPrecondition(deleted) ||
+                absl::IsUnavailable(deleted))
+        << deleted;
+    // What the catalogue holds agrees with the answers.
+    EXPECT_EQ(cat_->GetJob(job.id()).ok(), enqueued.ok());
+    EXPECT_EQ(cat_->GetDataset(ds).ok(), !deleted.ok());
+  }
+  EXPECT_EQ(both, 0);
+  EXPECT_EQ(jobs + deletes, 40);
 }
 
 TEST_P(CatalogueTest, ObserverSeesEveryOperation) {

@@ -6,6 +6,7 @@
 // Usage:
 //   tneb_densired [--seeds S] [--gaussian] [--learn-dof] [--dof NU]
 //                 [--no-standardize] [--components M] [--restarts R] [--threads T]
+//                 [--tolerance TOL] [--max-iterations N]
 //                 [--dump PREFIX] X.npy Y.npy [X.npy Y.npy ...]
 // --dump writes PREFIX<dataset>_s<seed>_pred.npy (cluster at the true k) and
 // _leaf.npy (leaf of every point) for inspection.
@@ -32,7 +33,7 @@ int Usage() {
   std::fprintf(stderr,
                "usage: tneb_densired [--seeds S] [--gaussian] [--learn-dof] [--dof NU] "
                "[--no-standardize] [--components M] [--restarts R] [--threads T] [--dump PREFIX] "
-               "X.npy Y.npy [...]\n");
+               "[--tolerance TOL] [--max-iterations N] X.npy Y.npy [...]\n");
   return 2;
 }
 
@@ -73,6 +74,14 @@ int main(int argc, char** argv) {
       const char* v = next();
       if (!v) return Usage();
       base.restarts = std::atoi(v);
+    } else if (a == "--tolerance") {
+      const char* v = next();
+      if (!v) return Usage();
+      base.tolerance = std::atof(v);
+    } else if (a == "--max-iterations") {
+      const char* v = next();
+      if (!v) return Usage();
+      base.max_iterations = std::atoi(v);
     } else if (a == "--threads") {
       const char* v = next();
       if (!v) return Usage();

@@ -151,9 +151,6 @@ class Catalogue {
                                             const std::function<bool(v1::Job&)>& edit) = 0;
   // How many jobs are QUEUED and RUNNING, over every replica.
   virtual absl::StatusOr<JobCounts> CountJobs() = 0;
-  // Whether a QUEUED or RUNNING job other than `except_job` reads the dataset.
-  virtual absl::StatusOr<bool> DatasetInUse(const std::string& dataset_id,
-                                            const std::string& except_job) = 0;
 
   // In one transaction: assigns the next version of model.name(), stores
   // the model row with `dir`, stores `job` (already marked SUCCEEDED) with

@@ -212,11 +212,15 @@ absl::Status DatasetStore::RemoveOrphans() {
     if (!info.transient()) continue;
     if (grace > absl::ZeroDuration()) {
       // Shared: another replica's job may still read it, or its client may
-      // be about to submit one.
-      DENDRO_ASSIGN_OR_RETURN(bool in_use, meta_->DatasetInUse(info.id(), ""));
-      if (in_use || !quiet(key)) continue;
+      // be about to submit one; the check and the delete are one step
+      // against any replica's SubmitJob.
+      if (!quiet(key)) continue;
+      const absl::Status deleted = meta_->DeleteUnusedDataset(info.id(), "");
+      if (absl::IsFailedPrecondition(deleted) || absl::IsNotFound(deleted)) continue;
+      DENDRO_RETURN_IF_ERROR(deleted);
+    } else {
+      DENDRO_RETURN_IF_ERROR(meta_->DeleteDataset(info.id()));
     }
-    DENDRO_RETURN_IF_ERROR(meta_->DeleteDataset(info.id()));
     listed.erase(key);
   }
   for (const auto& [key, modified] : files) {

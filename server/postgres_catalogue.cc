@@ -588,18 +588,6 @@ absl::StatusOr<JobCounts> PostgresCatalogue::CountJobs() {
   });
 }
 
-absl::StatusOr<bool> PostgresCatalogue::DatasetInUse(const std::string& dataset_id,
-                                                     const std::string& except_job) {
-  const Timed t(this, "dataset_in_use");
-  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<bool> {
-    return !txn.exec_params(
-                   "SELECT 1 FROM jobs WHERE dataset_id = $1 AND state IN ($2, $3) AND id <> $4 "
-                   "LIMIT 1",
-                   dataset_id, kQueued, kRunning, except_job)
-                .empty();
-  });
-}
-
 // --- models -----------------------------------------------------------------
 
 absl::StatusOr<CommitResult> PostgresCatalogue::CommitModel(v1::Model model,

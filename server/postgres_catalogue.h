@@ -61,8 +61,6 @@ class PostgresCatalogue final : public Catalogue {
   absl::StatusOr<v1::Job> UpdateJob(const std::string& id,
                                     const std::function<bool(v1::Job&)>& edit) override;
   absl::StatusOr<JobCounts> CountJobs() override;
-  absl::StatusOr<bool> DatasetInUse(const std::string& dataset_id,
-                                    const std::string& except_job) override;
   absl::StatusOr<CommitResult> CommitModel(v1::Model model, const std::string& dir, v1::Job job,
                                            int64_t lease_token) override;
   absl::StatusOr<StoredModel> GetModel(const std::string& name, int64_t version,

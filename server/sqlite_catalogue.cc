@@ -363,8 +363,14 @@ absl::StatusOr<Page<v1::Dataset>> SqliteCatalogue::ListDatasets(int64_t after_se
   return ReadPage<v1::Dataset>(st, limit, "dataset");
 }
 
-absl::Status SqliteCatalogue::DeleteDataset(const std::string& id) {
-  const Op op(this, "delete_dataset");
+absl::StatusOr<bool> SqliteCatalogue::DatasetExistsLocked(const std::string& id) {
+  Stmt st(db_, "SELECT 1 FROM datasets WHERE id = ?");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  st.Bind(1, id);
+  return st.Step();
+}
+
+absl::Status SqliteCatalogue::DeleteDatasetRowLocked(const std::string& id) {
   return DeleteWithReserveLocked([&]() -> absl::Status {
     Stmt st(db_, "DELETE FROM datasets WHERE id = ?");
     DENDRO_RETURN_IF_ERROR(st.prepared());
@@ -376,38 +382,27 @@ absl::Status SqliteCatalogue::DeleteDataset(const std::string& id) {
   });
 }
 
+absl::Status SqliteCatalogue::DeleteDataset(const std::string& id) {
+  const Op op(this, "delete_dataset");
+  return DeleteDatasetRowLocked(id);
+}
+
 absl::Status SqliteCatalogue::DeleteUnusedDataset(const std::string& id,
                                                   const std::string& except_job) {
   // One Op: the check and the delete hold mu_, as EnqueueJob does, and this
   // process is the catalogue's only writer.
   const Op op(this, "delete_unused_dataset");
-  {
-    Stmt st(db_, "SELECT 1 FROM datasets WHERE id = ?");
-    DENDRO_RETURN_IF_ERROR(st.prepared());
-    st.Bind(1, id);
-    DENDRO_ASSIGN_OR_RETURN(bool exists, st.Step());
-    if (!exists) return absl::NotFoundError(absl::StrCat("dataset '", id, "' not found"));
-  }
-  {
-    Stmt st(db_,
-            "SELECT 1 FROM jobs WHERE dataset_id = ? AND state IN (?, ?) AND id <> ? LIMIT 1");
-    DENDRO_RETURN_IF_ERROR(st.prepared());
-    st.Bind(1, id)
-        .Bind(2, static_cast<int64_t>(v1::JOB_STATE_QUEUED))
-        .Bind(3, static_cast<int64_t>(v1::JOB_STATE_RUNNING))
-        .Bind(4, except_job);
-    DENDRO_ASSIGN_OR_RETURN(bool used, st.Step());
-    if (used) return DatasetInUseError(id);
-  }
-  return DeleteWithReserveLocked([&]() -> absl::Status {
-    Stmt st(db_, "DELETE FROM datasets WHERE id = ?");
-    DENDRO_RETURN_IF_ERROR(st.prepared());
-    DENDRO_RETURN_IF_ERROR(st.Bind(1, id).Run());
-    if (sqlite3_changes(db_) == 0) {
-      return absl::NotFoundError(absl::StrCat("dataset '", id, "' not found"));
-    }
-    return absl::OkStatus();
-  });
+  DENDRO_ASSIGN_OR_RETURN(bool exists, DatasetExistsLocked(id));
+  if (!exists) return absl::NotFoundError(absl::StrCat("dataset '", id, "' not found"));
+  Stmt st(db_, "SELECT 1 FROM jobs WHERE dataset_id = ? AND state IN (?, ?) AND id <> ? LIMIT 1");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  st.Bind(1, id)
+      .Bind(2, static_cast<int64_t>(v1::JOB_STATE_QUEUED))
+      .Bind(3, static_cast<int64_t>(v1::JOB_STATE_RUNNING))
+      .Bind(4, except_job);
+  DENDRO_ASSIGN_OR_RETURN(bool used, st.Step());
+  if (used) return DatasetInUseError(id);
+  return DeleteDatasetRowLocked(id);
 }
 
 absl::StatusOr<std::vector<std::string>> SqliteCatalogue::AllDatasetIds() {
@@ -547,13 +542,8 @@ absl::Status SqliteCatalogue::EnqueueJob(const v1::Job& job, int capacity) {
   const Op op(this, "enqueue_job");
   Txn txn(db_);
   DENDRO_RETURN_IF_ERROR(txn.began());
-  {
-    Stmt st(db_, "SELECT 1 FROM datasets WHERE id = ?");
-    DENDRO_RETURN_IF_ERROR(st.prepared());
-    st.Bind(1, job.spec().dataset_id());
-    DENDRO_ASSIGN_OR_RETURN(bool exists, st.Step());
-    if (!exists) return DatasetGoneError(job.spec().dataset_id());
-  }
+  DENDRO_ASSIGN_OR_RETURN(bool exists, DatasetExistsLocked(job.spec().dataset_id()));
+  if (!exists) return DatasetGoneError(job.spec().dataset_id());
   {
     Stmt st(db_, "SELECT count(*) FROM jobs WHERE state = ?");
     DENDRO_RETURN_IF_ERROR(st.prepared());
@@ -702,16 +692,6 @@ absl::StatusOr<JobCounts> SqliteCatalogue::CountJobs() {
   st.Bind(1, kQueued).Bind(2, kRunning);
   DENDRO_RETURN_IF_ERROR(st.Step().status());
   return JobCounts{st.Int(0), st.Int(1)};
-}
-
-absl::StatusOr<bool> SqliteCatalogue::DatasetInUse(const std::string& dataset_id,
-                                                   const std::string& except_job) {
-  const Op op(this, "dataset_in_use");
-  Stmt st(db_,
-          "SELECT 1 FROM jobs WHERE dataset_id = ? AND state IN (?, ?) AND id <> ? LIMIT 1");
-  DENDRO_RETURN_IF_ERROR(st.prepared());
-  st.Bind(1, dataset_id).Bind(2, kQueued).Bind(3, kRunning).Bind(4, except_job);
-  return st.Step();
 }
 
 // --- models -----------------------------------------------------------------

@@ -51,8 +51,6 @@ class SqliteCatalogue final : public Catalogue {
   absl::StatusOr<v1::Job> UpdateJob(const std::string& id,
                                     const std::function<bool(v1::Job&)>& edit) override;
   absl::StatusOr<JobCounts> CountJobs() override;
-  absl::StatusOr<bool> DatasetInUse(const std::string& dataset_id,
-                                    const std::string& except_job) override;
   absl::StatusOr<CommitResult> CommitModel(v1::Model model, const std::string& dir,
                                            v1::Job job, int64_t lease_token) override;
   absl::StatusOr<StoredModel> GetModel(const std::string& name, int64_t version,
@@ -82,6 +80,9 @@ class SqliteCatalogue final : public Catalogue {
   // and the delete retried once, so space can always be freed. The reserve
   // is re-created (if there is room) before later deletes and at start.
   void RestoreReserveLocked();
+  // The dataset's row exists / is removed (NotFound if there is none).
+  absl::StatusOr<bool> DatasetExistsLocked(const std::string& id);
+  absl::Status DeleteDatasetRowLocked(const std::string& id);
   template <typename Fn>
   auto DeleteWithReserveLocked(Fn fn) -> decltype(fn());
 

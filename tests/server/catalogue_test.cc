@@ -265,8 +265,12 @@ TEST_P(CatalogueTest, QueueClaimsOldestFirstAndHoldsTheCapacity) {
   ASSERT_TRUE(second.ok() && second->has_value());
   EXPECT_EQ((*second)->job.id(), "job-b");
   EXPECT_NE((*second)->token, (*first)->token);
-  EXPECT_TRUE(*cat_->DatasetInUse("ds-1", ""));
-  EXPECT_FALSE(*cat_->DatasetInUse("ds-2", ""));
+  // Its running and queued jobs keep the dataset.
+  EXPECT_EQ(cat_->DeleteUnusedDataset("ds-1", "").code(), absl::StatusCode::kFailedPrecondition);
+  v1::Dataset unused;
+  unused.set_id("ds-2");
+  ASSERT_TRUE(cat_->PutDataset(unused).ok());
+  EXPECT_TRUE(cat_->DeleteUnusedDataset("ds-2", "").ok());
 }
 
 TEST_P(CatalogueTest, ALostLeaseFencesEveryWriteOfItsHolder) {

@@ -106,10 +106,11 @@ class DatasetStore {
   // received them). Removes nothing, and fails, if the catalogue cannot be
   // read.
   absl::Status RemoveOrphans();
+  // The artifact prefix of a dataset's files (see server/artifact_store.h).
+  static std::string KeyFor(const std::string& id, bool transient);
 
  private:
   friend class DatasetUpload;
-  static std::string KeyFor(const std::string& id, bool transient);
 
   ArtifactStore* const artifacts_;
   Catalogue* meta_;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
 #include "server/checksum.h"
+#include "server/dataset_store.h"
 
 namespace dendro::server {
 namespace {
@@ -32,8 +33,8 @@ absl::StatusOr<VerifyReport> VerifyArtifacts(Catalogue* meta, ArtifactStore* art
     if (!d.ok()) return d.status();
     ++report.datasets;
     if (d->checksums().empty()) ++report.unchecked;
-    const std::string prefix = absl::StrCat(d->transient() ? "transient/" : "datasets/", id);
-    std::string problem = Check(artifacts, prefix, ToChecksumMap(d->checksums()),
+    std::string problem = Check(artifacts, DatasetStore::KeyFor(id, d->transient()),
+                                ToChecksumMap(d->checksums()),
                                 absl::StrCat("dataset ", id));
     // A row deleted while its files were being read is not damage.
     if (!problem.empty() && meta->GetDataset(id).ok()) report.damaged.push_back(problem);

@@ -291,29 +291,24 @@ class Client(threading.Thread):
                     self.shared.deleted[victim] = (start, time.monotonic())
 
     def fit(self):
-        ds = self.shared.pick_dataset(self.pyrng)
-        if ds is None:
-            return
-        spec = pb.JobSpec(dataset_id=ds, model_name=self.pyrng.choice(FIT_NAMES), l2h=pb.L2hParams())
-        start = time.monotonic()
-        job = call(self.stats, "SubmitJob", {"RESOURCE_EXHAUSTED", "NOT_FOUND"},
-                   lambda: self.s.jobs.SubmitJob(pb.SubmitJobRequest(spec=spec),
-                                                 timeout=UNARY_DEADLINE))
-        if job is not None:
-            with self.shared.lock:
-                self.shared.jobs.append(job.id)
-                self.shared.submitted[job.id] = (ds, start, time.monotonic())
+        self._submit("SubmitJob", lambda ds: pb.JobSpec(
+            dataset_id=ds, model_name=self.pyrng.choice(FIT_NAMES), l2h=pb.L2hParams()))
 
     def slow_fit(self):
         """A gHHC fit of a few seconds: holds the one worker, so jobs queue."""
+        self._submit("SubmitJob(ghhc)", lambda ds: pb.JobSpec(
+            dataset_id=ds, model_name=self.pyrng.choice(SLOW_NAMES),
+            ghhc=pb.GhhcParams(internal_nodes=20,
+                               triples=int(self.rng.integers(300_000, 1_500_000)))))
+
+    def _submit(self, name, make_spec):
+        """Submits make_spec(dataset) on a pool dataset; records when, for the race check."""
         ds = self.shared.pick_dataset(self.pyrng)
         if ds is None:
             return
-        spec = pb.JobSpec(dataset_id=ds, model_name=self.pyrng.choice(SLOW_NAMES),
-                          ghhc=pb.GhhcParams(internal_nodes=20,
-                                             triples=int(self.rng.integers(300_000, 1_500_000))))
+        spec = make_spec(ds)
         start = time.monotonic()
-        job = call(self.stats, "SubmitJob(ghhc)", {"RESOURCE_EXHAUSTED", "NOT_FOUND"},
+        job = call(self.stats, name, {"RESOURCE_EXHAUSTED", "NOT_FOUND"},
                    lambda: self.s.jobs.SubmitJob(pb.SubmitJobRequest(spec=spec),
                                                  timeout=UNARY_DEADLINE))
         if job is not None:

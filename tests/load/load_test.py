@@ -562,6 +562,9 @@ def check_stalled_upload(server, s, results):
         code, detail = e.code().name, e.details()
     elapsed = time.monotonic() - start
     release.set()
+    # The client hears CANCELLED before the server's handler has finished
+    # cleaning up; give it a moment, bounded.
+    wait_for(lambda: not set(server.temp_files()) - temps_before, 10, 0.05)
     left = set(server.temp_files()) - temps_before
     results.append(("stalled upload: temp file while open", had_temp, had_temp))
     # The server cancels it (CANCELLED); the client's own deadline would be

@@ -130,10 +130,17 @@ std::string DatasetStore::KeyFor(const std::string& id, bool transient) {
 }
 
 absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = open_.find(id); it != open_.end()) {
-    if (auto sp = it->second.lock()) return sp;
+  bool verified;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = open_.find(id); it != open_.end()) {
+      if (auto sp = it->second.lock()) return sp;
+    }
+    verified = verified_.count(id) > 0;
   }
+  // Mapping and checksumming run without the lock, so that a large dataset
+  // being verified does not hold up opens of other datasets. Two first opens
+  // of one dataset may both verify it; the first to finish is kept.
   DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, meta_->GetDataset(id));
   auto ds = std::make_shared<LoadedDataset>();
   ds->info_ = info;
@@ -152,7 +159,7 @@ absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const st
           absl::StrCat("dataset ", id, ": y.npy does not match metadata"));
     }
   }
-  if (!info.checksums().empty() && !verified_.count(id)) {
+  if (!info.checksums().empty() && !verified) {
     ChecksumMap actual;
     for (const auto& [file, recorded] : info.checksums()) {
       absl::StatusOr<std::string> path = artifacts_->LocalPath(absl::StrCat(prefix, "/", file));
@@ -162,8 +169,12 @@ absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const st
     }
     DENDRO_RETURN_IF_ERROR(
         CompareChecksums(ToChecksumMap(info.checksums()), actual, absl::StrCat("dataset ", id)));
-    verified_.insert(id);
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = open_.find(id); it != open_.end()) {
+    if (auto sp = it->second.lock()) return sp;
+  }
+  verified_.insert(id);
   open_[id] = ds;
   return std::shared_ptr<const LoadedDataset>(ds);
 }

@@ -116,7 +116,7 @@ class DatasetStore {
   Catalogue* meta_;
   const int64_t max_dataset_bytes_;
   const DiskGuard disk_;
-  std::mutex mu_;
+  std::mutex mu_;  // guards open_ and verified_; never held across I/O
   std::map<std::string, std::weak_ptr<const LoadedDataset>> open_;
   // Datasets whose files this process has checksummed (or written) since it
   // started: Open() verifies each dataset once, not on every job.

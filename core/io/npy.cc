@@ -635,65 +635,77 @@ absl::StatusOr<absl::Span<const float>> MappedNpy::AsFloat32() const {
                                  static_cast<size_t>(header_.num_elements()));
 }
 
-absl::StatusOr<NpyArrayF32> ReadNpyFloat32(const std::string& path) {
-  DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(path));
-  const NpyHeader& h = npy->header();
+absl::StatusOr<NpyArrayF32> ToFloat32(const MappedNpy& npy) {
+  const NpyHeader& h = npy.header();
   if (!IsFloat(h.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": expected a float32 or float64 array, got ", ToAbsl(DTypeName(h.dtype))));
+        npy.path(), ": expected a float32 or float64 array, got ", ToAbsl(DTypeName(h.dtype))));
   }
   NpyArrayF32 out;
   out.shape = h.shape;
   const int64_t n = h.num_elements();
   if (h.dtype == DType::kFloat32) {
-    Convert<float, float>(npy->data(), n, &out.data);
+    Convert<float, float>(npy.data(), n, &out.data);
     return out;
   }
-  Convert<float, double>(npy->data(), n, &out.data);
-  const double* in = static_cast<const double*>(npy->data());
+  Convert<float, double>(npy.data(), n, &out.data);
+  const double* in = static_cast<const double*>(npy.data());
   for (int64_t i = 0; i < n; ++i) {
     if (!std::isfinite(out.data[i]) && std::isfinite(in[i])) {
       const int64_t cols = h.cols();
       return absl::InvalidArgumentError(absl::StrCat(
-          path, ": value ", in[i], " at row ", i / cols, ", column ", i % cols,
+          npy.path(), ": value ", in[i], " at row ", i / cols, ", column ", i % cols,
           " is outside the float32 range"));
     }
   }
   return out;
 }
 
-absl::StatusOr<NpyArrayF64> ReadNpyFloat64(const std::string& path) {
-  DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(path));
-  const NpyHeader& h = npy->header();
+absl::StatusOr<NpyArrayF64> ToFloat64(const MappedNpy& npy) {
+  const NpyHeader& h = npy.header();
   if (!IsFloat(h.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": expected a float32 or float64 array, got ", ToAbsl(DTypeName(h.dtype))));
+        npy.path(), ": expected a float32 or float64 array, got ", ToAbsl(DTypeName(h.dtype))));
   }
   NpyArrayF64 out;
   out.shape = h.shape;
   if (h.dtype == DType::kFloat32) {
-    Convert<double, float>(npy->data(), h.num_elements(), &out.data);
+    Convert<double, float>(npy.data(), h.num_elements(), &out.data);
   } else {
-    Convert<double, double>(npy->data(), h.num_elements(), &out.data);
+    Convert<double, double>(npy.data(), h.num_elements(), &out.data);
   }
   return out;
 }
 
-absl::StatusOr<NpyArrayI64> ReadNpyInt(const std::string& path) {
-  DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(path));
-  const NpyHeader& h = npy->header();
+absl::StatusOr<NpyArrayI64> ToInt64(const MappedNpy& npy) {
+  const NpyHeader& h = npy.header();
   if (IsFloat(h.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": expected an int32 or int64 array, got ", ToAbsl(DTypeName(h.dtype))));
+        npy.path(), ": expected an int32 or int64 array, got ", ToAbsl(DTypeName(h.dtype))));
   }
   NpyArrayI64 out;
   out.shape = h.shape;
   if (h.dtype == DType::kInt32) {
-    Convert<int64_t, int32_t>(npy->data(), h.num_elements(), &out.data);
+    Convert<int64_t, int32_t>(npy.data(), h.num_elements(), &out.data);
   } else {
-    Convert<int64_t, int64_t>(npy->data(), h.num_elements(), &out.data);
+    Convert<int64_t, int64_t>(npy.data(), h.num_elements(), &out.data);
   }
   return out;
+}
+
+absl::StatusOr<NpyArrayF32> ReadNpyFloat32(const std::string& path) {
+  DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(path));
+  return ToFloat32(*npy);
+}
+
+absl::StatusOr<NpyArrayF64> ReadNpyFloat64(const std::string& path) {
+  DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(path));
+  return ToFloat64(*npy);
+}
+
+absl::StatusOr<NpyArrayI64> ReadNpyInt(const std::string& path) {
+  DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(path));
+  return ToInt64(*npy);
 }
 
 absl::Status WriteNpy(const std::string& path, absl::Span<const float> data,

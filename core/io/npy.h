@@ -87,6 +87,11 @@ absl::StatusOr<NpyArrayF32> ReadNpyFloat32(const std::string& path);
 absl::StatusOr<NpyArrayF64> ReadNpyFloat64(const std::string& path);
 // int32 or int64 file -> int64.
 absl::StatusOr<NpyArrayI64> ReadNpyInt(const std::string& path);
+// The same conversions from a file already open (e.g. to check its shape
+// before copying it); errors name npy.path().
+absl::StatusOr<NpyArrayF32> ToFloat32(const MappedNpy& npy);
+absl::StatusOr<NpyArrayF64> ToFloat64(const MappedNpy& npy);
+absl::StatusOr<NpyArrayI64> ToInt64(const MappedNpy& npy);
 
 // Atomic writes (temp file + fsync + rename, see io/atomic_file.h). `shape`
 // must have 1 or 2 non-negative entries whose product is data.size().

@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -13,154 +14,119 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
 #include "core/ghhc/ghhc.h"
-#include "core/io/atomic_file.h"
-#include "core/io/json_fields.h"
-#include "core/io/npy.h"
-#include "nlohmann/json.hpp"
+#include "core/io/model_artifact.h"
 
 namespace dendro {
 namespace {
 
-constexpr int kFormatVersion = 1;
-constexpr char kFormat[] = "dendro.ghhc_model";
+constexpr ArtifactFormat kFormat{"ghhc_model.json", "dendro.ghhc_model", 1, "gHHC",
+                                 absl::StatusCode::kInvalidArgument};
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string s;
-  for (int64_t v : shape) absl::StrAppend(&s, s.empty() ? "" : " x ", v);
-  return s;
+struct GhhcManifest final : ArtifactManifest {
+  int64_t dim = 0;
+  int64_t internal_nodes = 0;
+  bool center = false;
+  double point_norm = 0;
+  int64_t projection_dim = 0;  // 0: none (and absent in older models)
+  void Fields(ManifestFields& f) override {
+    f.Int("dim", &dim, /*min=*/1);
+    f.Int("internal_nodes", &internal_nodes, /*min=*/1);
+    f.Bool("center", &center);
+    f.Number("point_norm", &point_norm);
+    f.Optional().Int("projection_dim", &projection_dim, /*min=*/0);
+  }
+};
+
+// Every value finite.
+absl::Status CheckFinite(const ModelArtifactReader& r, const char* file,
+                         const std::vector<double>& v) {
+  for (double x : v) {
+    if (!std::isfinite(x)) return r.Error(file, "non-finite value");
+  }
+  return absl::OkStatus();
 }
 
-absl::Status CheckShape(const std::string& path, const std::vector<int64_t>& got,
-                        const std::vector<int64_t>& want) {
-  if (got == want) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(path, ": expected shape ", ShapeText(want), ", found ", ShapeText(got)));
+// Every entry in [-1, m).
+absl::Status CheckNodeIds(const ModelArtifactReader& r, const char* file,
+                          const std::vector<int64_t>& v, int64_t m) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] < -1 || v[i] >= m) {
+      return r.Error(file, absl::StrCat("entry ", i, " = ", v[i], " outside [-1, ", m, ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir) {
-  const int64_t m = model.num_nodes();
-  const int64_t d = model.ball_dim();
-  const int64_t projection_dim = model.projection.empty() ? 0 : d;
-  if (model.dim < 1 || static_cast<int64_t>(model.nodes.size()) != m * d ||
+  GhhcManifest m;
+  m.dim = model.dim;
+  m.internal_nodes = model.num_nodes();
+  m.center = model.center;
+  m.point_norm = model.point_norm;
+  m.projection_dim = model.projection.empty() ? 0 : model.ball_dim();
+  const int64_t bd = model.ball_dim();
+  if (model.dim < 1 || static_cast<int64_t>(model.nodes.size()) != m.internal_nodes * bd ||
       static_cast<int64_t>(model.mean.size()) != model.dim ||
-      static_cast<int64_t>(model.projection.size()) != model.dim * projection_dim ||
-      static_cast<int64_t>(model.node_parent.size()) != m) {
+      static_cast<int64_t>(model.projection.size()) != model.dim * m.projection_dim ||
+      static_cast<int64_t>(model.node_parent.size()) != m.internal_nodes) {
     return absl::InvalidArgumentError("inconsistent gHHC model: array sizes do not match");
   }
-  nlohmann::json j;
-  j["format"] = kFormat;
-  j["version"] = kFormatVersion;
-  j["dim"] = model.dim;
-  j["internal_nodes"] = m;
-  j["center"] = model.center;
-  j["point_norm"] = model.point_norm;
-  j["projection_dim"] = projection_dim;
-  DENDRO_RETURN_IF_ERROR(WriteFileAtomic(dir + "/ghhc_model.json", DumpJson(j, 2) + "\n"));
-  const int64_t vec_d[1] = {model.dim};
-  const int64_t mat[2] = {m, d};
-  const int64_t vec_m[1] = {m};
-  DENDRO_RETURN_IF_ERROR(WriteNpy(dir + "/ghhc_mean.npy", absl::MakeConstSpan(model.mean), vec_d));
-  if (projection_dim > 0) {
-    const int64_t proj[2] = {model.dim, projection_dim};
-    DENDRO_RETURN_IF_ERROR(
-        WriteNpy(dir + "/ghhc_projection.npy", absl::MakeConstSpan(model.projection), proj));
+  ModelArtifactWriter w(dir, kFormat);
+  w.Add("ghhc_mean.npy", model.mean, {model.dim});
+  if (m.projection_dim > 0) {
+    w.Add("ghhc_projection.npy", model.projection, {model.dim, m.projection_dim});
   }
-  DENDRO_RETURN_IF_ERROR(WriteNpy(dir + "/ghhc_nodes.npy", absl::MakeConstSpan(model.nodes), mat));
-  DENDRO_RETURN_IF_ERROR(
-      WriteNpy(dir + "/ghhc_node_leaf.npy", absl::MakeConstSpan(model.node_leaf), vec_m));
-  DENDRO_RETURN_IF_ERROR(
-      WriteNpy(dir + "/ghhc_node_parent.npy", absl::MakeConstSpan(model.node_parent), vec_m));
-  return absl::OkStatus();
+  w.Add("ghhc_nodes.npy", model.nodes, {m.internal_nodes, bd});
+  w.Add("ghhc_node_leaf.npy", model.node_leaf, {m.internal_nodes});
+  w.Add("ghhc_node_parent.npy", model.node_parent, {m.internal_nodes});
+  return w.Write(m);
 }
 
 absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
-  const std::string meta_path = dir + "/ghhc_model.json";
-  std::string text;
-  DENDRO_RETURN_IF_ERROR(ReadFileToString(meta_path, &text));
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(meta_path, ": not a JSON object"));
+  GhhcManifest m;
+  DENDRO_ASSIGN_OR_RETURN(const ModelArtifactReader r,
+                          ModelArtifactReader::Open(dir, kFormat, &m));
+  if (!(m.point_norm > 0.0 && m.point_norm < 1.0)) {
+    return r.FieldError("point_norm", absl::StrCat("must be in (0, 1), got ", m.point_norm));
   }
-  const JsonFields f(j, meta_path);
-  if (absl::StatusOr<std::string> format = f.GetString("format");
-      !format.ok() || *format != kFormat) {
-    return absl::InvalidArgumentError(absl::StrCat(meta_path, ": not a gHHC model (format)"));
-  }
-  if (absl::StatusOr<int64_t> version = f.GetInt64("version");
-      !version.ok() || *version != kFormatVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(meta_path, ": unsupported version (this build reads ", kFormatVersion, ")"));
+  if (m.projection_dim >= m.dim) {
+    return r.FieldError("projection_dim",
+                        absl::StrCat("must be below dim ", m.dim, ", got ", m.projection_dim));
   }
   GhhcModel model;
-  DENDRO_ASSIGN_OR_RETURN(model.dim, f.GetInt64("dim", /*min=*/1));
-  DENDRO_ASSIGN_OR_RETURN(const int64_t m, f.GetInt64("internal_nodes", /*min=*/1));
-  DENDRO_ASSIGN_OR_RETURN(model.center, f.GetBool("center"));
-  DENDRO_ASSIGN_OR_RETURN(model.point_norm, f.GetDouble("point_norm"));
-  if (!(model.point_norm > 0.0 && model.point_norm < 1.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(meta_path, ": point_norm must be in (0, 1), got ", model.point_norm));
+  model.dim = m.dim;
+  model.center = m.center;
+  model.point_norm = m.point_norm;
+  const int64_t n = m.internal_nodes;
+  const int64_t bd = m.projection_dim > 0 ? m.projection_dim : m.dim;
+  DENDRO_ASSIGN_OR_RETURN(model.mean, r.Float64("ghhc_mean.npy", {m.dim}));
+  if (m.projection_dim > 0) {
+    DENDRO_ASSIGN_OR_RETURN(model.projection,
+                            r.Float64("ghhc_projection.npy", {m.dim, m.projection_dim}));
+    DENDRO_RETURN_IF_ERROR(CheckFinite(r, "ghhc_projection.npy", model.projection));
   }
-  const std::string mean_path = dir + "/ghhc_mean.npy";
-  DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 mean, ReadNpyFloat64(mean_path));
-  DENDRO_RETURN_IF_ERROR(CheckShape(mean_path, mean.shape, {model.dim}));
-  // Models written before projections existed have no projection_dim.
-  DENDRO_ASSIGN_OR_RETURN(
-      const int64_t projection_dim,
-      f.GetInt64Or("projection_dim", 0, /*min=*/0, /*max=*/model.dim - 1));
-  if (projection_dim > 0) {
-    const std::string proj_path = dir + "/ghhc_projection.npy";
-    DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 proj, ReadNpyFloat64(proj_path));
-    DENDRO_RETURN_IF_ERROR(CheckShape(proj_path, proj.shape, {model.dim, projection_dim}));
-    for (double v : proj.data) {
-      if (!std::isfinite(v)) {
-        return absl::InvalidArgumentError(absl::StrCat(proj_path, ": non-finite value"));
-      }
-    }
-    model.projection = std::move(proj.data);
-  }
-  const int64_t bd = model.ball_dim();
-  const std::string nodes_path = dir + "/ghhc_nodes.npy";
-  DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 nodes, ReadNpyFloat64(nodes_path));
-  DENDRO_RETURN_IF_ERROR(CheckShape(nodes_path, nodes.shape, {m, bd}));
-  for (size_t q = 0; q < nodes.data.size(); ++q) {
-    if (!std::isfinite(nodes.data[q])) {
-      return absl::InvalidArgumentError(absl::StrCat(nodes_path, ": non-finite value"));
-    }
-  }
-  for (int64_t r = 0; r < m; ++r) {
+  DENDRO_ASSIGN_OR_RETURN(model.nodes, r.Float64("ghhc_nodes.npy", {n, bd}));
+  DENDRO_RETURN_IF_ERROR(CheckFinite(r, "ghhc_nodes.npy", model.nodes));
+  for (int64_t i = 0; i < n; ++i) {
     double sq = 0;
-    for (int64_t c = 0; c < bd; ++c) sq += nodes.data[r * bd + c] * nodes.data[r * bd + c];
-    if (!(std::sqrt(sq) < model.point_norm)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(nodes_path, ": node ", r, " has norm >= point_norm ", model.point_norm));
+    for (int64_t c = 0; c < bd; ++c) sq += model.nodes[i * bd + c] * model.nodes[i * bd + c];
+    if (!(std::sqrt(sq) < m.point_norm)) {
+      return r.Error("ghhc_nodes.npy",
+                     absl::StrCat("node ", i, " has norm >= point_norm ", m.point_norm));
     }
   }
-  const std::string leaf_path = dir + "/ghhc_node_leaf.npy";
-  DENDRO_ASSIGN_OR_RETURN(NpyArrayI64 leaf, ReadNpyInt(leaf_path));
-  DENDRO_RETURN_IF_ERROR(CheckShape(leaf_path, leaf.shape, {m}));
-  const std::string parent_path = dir + "/ghhc_node_parent.npy";
-  DENDRO_ASSIGN_OR_RETURN(NpyArrayI64 parent, ReadNpyInt(parent_path));
-  DENDRO_RETURN_IF_ERROR(CheckShape(parent_path, parent.shape, {m}));
-  bool any_leaf = false;
-  for (int64_t r = 0; r < m; ++r) {
-    if (leaf.data[r] < -1 || leaf.data[r] >= m) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(leaf_path, ": entry ", r, " = ", leaf.data[r], " outside [-1, ", m, ")"));
-    }
-    if (parent.data[r] < -1 || parent.data[r] >= m) {
-      return absl::InvalidArgumentError(absl::StrCat(parent_path, ": entry ", r, " = ",
-                                                     parent.data[r], " outside [-1, ", m, ")"));
-    }
-    any_leaf = any_leaf || leaf.data[r] >= 0;
+  DENDRO_ASSIGN_OR_RETURN(const std::vector<int64_t> leaf, r.Int64("ghhc_node_leaf.npy", {n}));
+  DENDRO_ASSIGN_OR_RETURN(const std::vector<int64_t> parent,
+                          r.Int64("ghhc_node_parent.npy", {n}));
+  DENDRO_RETURN_IF_ERROR(CheckNodeIds(r, "ghhc_node_leaf.npy", leaf, n));
+  DENDRO_RETURN_IF_ERROR(CheckNodeIds(r, "ghhc_node_parent.npy", parent, n));
+  if (*std::max_element(leaf.begin(), leaf.end()) < 0) {
+    return r.Error("ghhc_node_leaf.npy", "no node holds a leaf");
   }
-  if (!any_leaf)
-    return absl::InvalidArgumentError(absl::StrCat(leaf_path, ": no node holds a leaf"));
-  model.mean = std::move(mean.data);
-  model.nodes = std::move(nodes.data);
-  model.node_leaf.assign(leaf.data.begin(), leaf.data.end());
-  model.node_parent.assign(parent.data.begin(), parent.data.end());
+  model.node_leaf.assign(leaf.begin(), leaf.end());
+  model.node_parent.assign(parent.begin(), parent.end());
   return model;
 }
 

@@ -5,9 +5,13 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-// HppcaModel::Save / Load. Kept apart from the rest of the module because it
-// needs dendro_io (only binaries that save or load models link it).
-#include <filesystem>
+// HppcaModel::Save / Load (file layout in hppca.h). Kept apart from the rest
+// of the module because it needs dendro_io (only binaries that save or load
+// models link it).
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
@@ -15,276 +19,208 @@
 #include "core/hppca/hppca.h"
 #include "core/hppca/internal.h"
 #include "core/io/atomic_file.h"
-#include "core/io/json_fields.h"
-#include "core/io/npy.h"
-#include "nlohmann/json.hpp"
+#include "core/io/model_artifact.h"
 
 namespace dendro {
 namespace {
 
-constexpr int kFormatVersion = 1;
-constexpr char kFormat[] = "dendro.hppca";
+constexpr ArtifactFormat kFormat{"hppca.json", "dendro.hppca", 1, "hierarchical PPCA",
+                                 absl::StatusCode::kDataLoss};
+constexpr int64_t kMax = std::numeric_limits<int32_t>::max();  // bound on sizes
 
-template <typename T>
-absl::Status Write(const std::string& path, const T* data, int64_t rows, int64_t cols) {
-  const int64_t shape2[2] = {rows, cols};
-  const int64_t shape1[1] = {rows};
-  absl::Span<const int64_t> shape =
-      cols < 0 ? absl::Span<const int64_t>(shape1) : absl::Span<const int64_t>(shape2);
-  const int64_t count = rows * (cols < 0 ? 1 : cols);
-  return WriteNpy(path, absl::MakeConstSpan(data, count), shape);
+struct HppcaManifest final : ArtifactManifest {
+  int64_t dim = 0, classes = 0, superclasses = 0, q = 0, r = 0;
+  HppcaOptions options;
+  std::string score;  // options.score by name
+  HppcaFitStats stats;
+  void Fields(ManifestFields& f) override {
+    f.Int("dim", &dim, 1, kMax);
+    f.Int("classes", &classes, 2, kMax);
+    f.Int("superclasses", &superclasses, 0, kMax);
+    f.Int("q", &q, 0, kMax);
+    f.Int("r", &r, 0, kMax);
+    f.Object("options", [&](ManifestFields& o) {
+      o.Int("q", &options.q);
+      o.Int("r", &options.r);
+      o.Number("lambda", &options.lambda);
+      o.String("score", &score);
+      o.Int("superclasses", &options.superclasses);
+      o.Bool("raw_data_clustering", &options.raw_data_clustering);
+      o.Int("raw_samples_per_class", &options.raw_samples_per_class);
+      o.Int("kmeans_iterations", &options.kmeans_iterations);
+      o.Int("kmeans_restarts", &options.kmeans_restarts);
+      o.Uint("seed", &options.seed);
+      o.Int("default_top_t", &options.default_top_t);
+    });
+    // Informational: what is missing reads as zero.
+    f.Optional().Object("stats", [&](ManifestFields& s) {
+      s.Optional().Int("kmeans_iterations", &stats.kmeans_iterations);
+      s.Optional().Bool("kmeans_converged", &stats.kmeans_converged);
+      s.Optional().Int("reseeded_superclasses", &stats.reseeded_superclasses);
+      s.Optional().Int("dropped_superclasses", &stats.dropped_superclasses);
+      s.Optional().Int("reduced_rank_classes", &stats.reduced_rank_classes);
+      s.Optional().Number("kmeans_objective", &stats.kmeans_objective);
+      s.Optional().Number("class_seconds", &stats.class_seconds);
+      s.Optional().Number("cluster_seconds", &stats.cluster_seconds);
+      s.Optional().Number("seed_seconds", &stats.seed_seconds);
+      s.Optional().Number("total_seconds", &stats.total_seconds);
+    });
+  }
+};
+
+
+// The class table: labels (strictly ascending), counts, ranks, means,
+// eigenvalues, tails and bases.
+absl::StatusOr<hppca_internal::ClassTable> ReadClasses(const ModelArtifactReader& a,
+                                                       const HppcaManifest& m) {
+  const int64_t k = m.classes, d = m.dim, q = m.q;
+  hppca_internal::ClassTable t;
+  t.d = d;
+  t.q = static_cast<int32_t>(q);
+  DENDRO_ASSIGN_OR_RETURN(t.labels, a.Int64("labels.npy", {k}));
+  for (int64_t i = 1; i < k; ++i) {
+    if (t.labels[i] <= t.labels[i - 1]) return a.Error("labels.npy", "not strictly ascending");
+  }
+  DENDRO_ASSIGN_OR_RETURN(t.counts, a.Int64("class_counts.npy", {k}));
+  DENDRO_ASSIGN_OR_RETURN(const std::vector<int64_t> rank, a.Int64("class_rank.npy", {k}));
+  t.rank.assign(rank.begin(), rank.end());
+  DENDRO_ASSIGN_OR_RETURN(const std::vector<double> means, a.Float64("class_means.npy", {k, d}));
+  t.means = Eigen::Map<const RowMatrixD>(means.data(), k, d);
+  DENDRO_ASSIGN_OR_RETURN(const std::vector<double> eig, a.Float64("class_eigvals.npy", {k, q}));
+  t.eigvals = Eigen::Map<const RowMatrixD>(eig.data(), k, q);
+  DENDRO_ASSIGN_OR_RETURN(t.tail, a.Float64("class_tail.npy", {k}));
+  DENDRO_ASSIGN_OR_RETURN(const std::unique_ptr<MappedNpy> bases,
+                          a.MapFloat32("class_bases.npy", {k * q, d}));
+  t.bases = Eigen::Map<const RowMatrixF>(static_cast<const float*>(bases->data()), k * q, d);
+  return t;
 }
 
-absl::Status ExpectShape(const std::string& file, const std::vector<int64_t>& shape,
-                         std::vector<int64_t> want) {
-  if (shape != want) {
-    auto str = [](const std::vector<int64_t>& s) {
-      std::string out = "(";
-      for (size_t i = 0; i < s.size(); ++i) absl::StrAppend(&out, i ? ", " : "", s[i]);
-      return out + ")";
-    };
-    return absl::DataLossError(absl::StrCat("hppca model file ", file, " has shape ", str(shape),
-                                            ", expected ", str(want)));
+// Each class's super-class, every super-class non-empty; empty when flat
+// (the file then holds -1s).
+absl::StatusOr<std::vector<int32_t>> ReadSuperclassOf(const ModelArtifactReader& a,
+                                                      const HppcaManifest& m) {
+  const int64_t s = m.superclasses;
+  DENDRO_ASSIGN_OR_RETURN(const std::vector<int64_t> super_of,
+                          a.Int64("superclass_of.npy", {m.classes}));
+  std::vector<int64_t> members(s, 0);
+  for (int64_t v : super_of) {
+    if ((s == 0 && v != -1) || (s > 0 && (v < 0 || v >= s))) {
+      return a.Error("superclass_of.npy", absl::StrCat("out-of-range value ", v));
+    }
+    if (s > 0) ++members[v];
   }
-  return absl::OkStatus();
+  for (int64_t i = 0; i < s; ++i) {
+    if (members[i] == 0) {
+      return a.Error("superclass_of.npy", absl::StrCat("super-class ", i, " is empty"));
+    }
+  }
+  if (s == 0) return std::vector<int32_t>();
+  return std::vector<int32_t>(super_of.begin(), super_of.end());
+}
+
+// The super-classes' Theorem 2 centroids.
+absl::StatusOr<std::vector<Centroid>> ReadCentroids(const ModelArtifactReader& a,
+                                                    const HppcaManifest& m) {
+  const int64_t s = m.superclasses, d = m.dim, r = m.r;
+  std::vector<Centroid> centroids(s);
+  if (s == 0) return centroids;
+  DENDRO_ASSIGN_OR_RETURN(const std::vector<double> means, a.Float64("super_means.npy", {s, d}));
+  DENDRO_ASSIGN_OR_RETURN(const std::vector<double> eig, a.Float64("super_eigvals.npy", {s, r}));
+  DENDRO_ASSIGN_OR_RETURN(const std::vector<float> bases,
+                          a.Float32("super_bases.npy", {s * r, d}));
+  DENDRO_ASSIGN_OR_RETURN(const std::vector<double> stats, a.Float64("super_stats.npy", {s, 3}));
+  for (int64_t i = 0; i < s; ++i) {
+    Centroid& c = centroids[i];
+    c.mean = Eigen::Map<const Eigen::VectorXd>(means.data() + i * d, d);
+    c.eigvals = Eigen::Map<const Eigen::VectorXd>(eig.data() + i * r, r);
+    c.eigvecs = Eigen::Map<const RowMatrixF>(bases.data() + i * r * d, r, d);
+    c.tail = stats[i * 3];
+    c.noise_mean = stats[i * 3 + 1];
+    c.trace = stats[i * 3 + 2];
+  }
+  return centroids;
 }
 
 }  // namespace
 
 absl::Status HppcaModel::Save(const std::string& dir) const {
-  const Impl& m = *impl_;
-  const auto& t = m.classes;
-  const int64_t k = num_classes(), d = dim(), q = t.q, s = num_superclasses();
-  const int64_t r = s > 0 ? m.centroids[0].eigvals.size() : 0;
-  nlohmann::json j;
-  j["format"] = kFormat;
-  j["version"] = kFormatVersion;
-  j["dim"] = d;
-  j["classes"] = k;
-  j["superclasses"] = s;
-  j["q"] = q;
-  j["r"] = r;
-  const HppcaOptions& o = m.options;
-  j["options"] = {{"q", o.q},
-                  {"r", o.r},
-                  {"lambda", o.lambda},
-                  {"score", std::string(PpcaScoreName(o.score))},
-                  {"superclasses", o.superclasses},
-                  {"raw_data_clustering", o.raw_data_clustering},
-                  {"raw_samples_per_class", o.raw_samples_per_class},
-                  {"kmeans_iterations", o.kmeans_iterations},
-                  {"kmeans_restarts", o.kmeans_restarts},
-                  {"seed", o.seed},
-                  {"default_top_t", o.default_top_t}};
-  const HppcaFitStats& st = m.stats;
-  j["stats"] = {{"kmeans_iterations", st.kmeans_iterations},
-                {"kmeans_converged", st.kmeans_converged},
-                {"reseeded_superclasses", st.reseeded_superclasses},
-                {"dropped_superclasses", st.dropped_superclasses},
-                {"reduced_rank_classes", st.reduced_rank_classes},
-                {"kmeans_objective", st.kmeans_objective},
-                {"class_seconds", st.class_seconds},
-                {"cluster_seconds", st.cluster_seconds},
-                {"seed_seconds", st.seed_seconds},
-                {"total_seconds", st.total_seconds}};
-  DENDRO_RETURN_IF_ERROR(Write(dir + "/labels.npy", t.labels.data(), k, -1));
-  DENDRO_RETURN_IF_ERROR(Write(dir + "/class_counts.npy", t.counts.data(), k, -1));
-  DENDRO_RETURN_IF_ERROR(Write(dir + "/class_rank.npy", t.rank.data(), k, -1));
-  DENDRO_RETURN_IF_ERROR(Write(dir + "/superclass_of.npy", m.super_of.data(), k, -1));
-  DENDRO_RETURN_IF_ERROR(Write(dir + "/class_means.npy", t.means.data(), k, d));
-  DENDRO_RETURN_IF_ERROR(Write(dir + "/class_eigvals.npy", t.eigvals.data(), k, q));
-  DENDRO_RETURN_IF_ERROR(Write(dir + "/class_tail.npy", t.tail.data(), k, -1));
-  {
-    // Class order; streamed from the slot-ordered copy.
-    AtomicFileWriter w;
-    DENDRO_RETURN_IF_ERROR(AtomicFileWriter::Open(dir + "/class_bases.npy", &w));
-    const int64_t shape[2] = {k * q, d};
-    DENDRO_RETURN_IF_ERROR(w.Append(MakeNpyHeader(DType::kFloat32, shape)));
-    for (int32_t c = 0; c < k; ++c) {
-      const float* p = class_basis(c).data();
-      DENDRO_RETURN_IF_ERROR(w.Append(std::string_view(reinterpret_cast<const char*>(p),
-                                                       sizeof(float) * q * d)));
-    }
-    DENDRO_RETURN_IF_ERROR(w.Commit());
+  const Impl& impl = *impl_;
+  const hppca_internal::ClassTable& t = impl.classes;
+  HppcaManifest m;
+  const int64_t k = m.classes = num_classes();
+  const int64_t d = m.dim = dim();
+  const int64_t q = m.q = t.q;
+  const int64_t s = m.superclasses = num_superclasses();
+  const int64_t r = m.r = s > 0 ? impl.centroids[0].eigvals.size() : 0;
+  m.options = impl.options;
+  m.score = std::string(PpcaScoreName(impl.options.score));
+  m.stats = impl.stats;
+
+  ModelArtifactWriter w(dir, kFormat);
+  w.Add("labels.npy", t.labels, {k});
+  w.Add("class_counts.npy", t.counts, {k});
+  w.Add("class_rank.npy", t.rank, {k});
+  w.Add("superclass_of.npy", impl.super_of, {k});
+  w.Add("class_means.npy", absl::MakeConstSpan(t.means.data(), k * d), {k, d});
+  w.Add("class_eigvals.npy", absl::MakeConstSpan(t.eigvals.data(), k * q), {k, q});
+  w.Add("class_tail.npy", t.tail, {k});
+  std::vector<absl::Span<const float>> bases;  // class order, from the slot-ordered copy
+  for (int32_t c = 0; c < k; ++c) {
+    bases.push_back(absl::MakeConstSpan(class_basis(c).data(), q * d));
   }
+  w.AddPieces("class_bases.npy", std::move(bases), {k * q, d});
+  RowMatrixD super_means(s, d), super_eigvals(s, r), super_stats(s, 3);
   if (s > 0) {
-    RowMatrixD means(s, d), eig(s, r), stats(s, 3);
     for (int64_t i = 0; i < s; ++i) {
-      const Centroid& c = m.centroids[i];
-      means.row(i) = c.mean.transpose();
-      eig.row(i) = c.eigvals.transpose();
-      stats.row(i) << c.tail, c.noise_mean, c.trace;
+      const Centroid& c = impl.centroids[i];
+      super_means.row(i) = c.mean.transpose();
+      super_eigvals.row(i) = c.eigvals.transpose();
+      super_stats.row(i) << c.tail, c.noise_mean, c.trace;
     }
-    DENDRO_RETURN_IF_ERROR(Write(dir + "/super_means.npy", means.data(), s, d));
-    DENDRO_RETURN_IF_ERROR(Write(dir + "/super_eigvals.npy", eig.data(), s, r));
-    DENDRO_RETURN_IF_ERROR(Write(dir + "/super_bases.npy", m.super_bases.data(), s * r, d));
-    DENDRO_RETURN_IF_ERROR(Write(dir + "/super_stats.npy", stats.data(), s, 3));
+    w.Add("super_means.npy", absl::MakeConstSpan(super_means.data(), s * d), {s, d});
+    w.Add("super_eigvals.npy", absl::MakeConstSpan(super_eigvals.data(), s * r), {s, r});
+    w.Add("super_bases.npy", absl::MakeConstSpan(impl.super_bases.data(), s * r * d), {s * r, d});
+    w.Add("super_stats.npy", absl::MakeConstSpan(super_stats.data(), s * 3), {s, 3});
   }
-  const auto& pl = hierarchy().point_leaf();
-  if (!pl.empty()) {
-    DENDRO_RETURN_IF_ERROR(
-        Write(dir + "/point_leaf.npy", pl.data(), static_cast<int64_t>(pl.size()), -1));
+  const std::vector<int32_t>& point_leaf = hierarchy().point_leaf();
+  if (!point_leaf.empty()) {
+    w.Add("point_leaf.npy", point_leaf, {static_cast<int64_t>(point_leaf.size())});
   }
   DENDRO_RETURN_IF_ERROR(WriteFileAtomic(dir + "/tree.json", ToJson(hierarchy(), false)));
-  // Last, so that a directory with hppca.json is complete.
-  return WriteFileAtomic(dir + "/hppca.json", DumpJson(j, 2));
+  return w.Write(m);  // hppca.json last: a directory that has it is complete
 }
 
 absl::StatusOr<HppcaModel> HppcaModel::Load(const std::string& dir) {
-  const std::string json_path = dir + "/hppca.json";
-  std::string text;
-  DENDRO_RETURN_IF_ERROR(ReadFileToString(json_path, &text));
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  const JsonFields f(j, json_path, absl::StatusCode::kDataLoss);
-  absl::StatusOr<std::string> format = f.GetStringOr("format", "");
-  if (j.is_discarded() || !f.is_object() || !format.ok() || *format != kFormat) {
-    return absl::DataLossError(absl::StrCat(json_path, " is not a dendro.hppca model"));
+  HppcaManifest m;
+  DENDRO_ASSIGN_OR_RETURN(const ModelArtifactReader a,
+                          ModelArtifactReader::Open(dir, kFormat, &m));
+  if (m.q > m.dim || m.superclasses > m.classes || m.r > m.dim) {
+    return a.Error(kFormat.manifest,
+                   absl::StrCat("inconsistent sizes: ", m.classes, " classes, ", m.superclasses,
+                                " super-classes, dim ", m.dim, ", q ", m.q, ", r ", m.r));
   }
-  DENDRO_ASSIGN_OR_RETURN(const int64_t version, f.GetInt64Or("version", 0));
-  if (version != kFormatVersion) {
-    return absl::DataLossError(
-        absl::StrCat(json_path, ": unsupported format version ", version));
-  }
-  HppcaOptions o;
-  HppcaFitStats st;
-  DENDRO_ASSIGN_OR_RETURN(const int64_t k, f.GetInt64("classes"));
-  DENDRO_ASSIGN_OR_RETURN(const int64_t d, f.GetInt64("dim"));
-  DENDRO_ASSIGN_OR_RETURN(const int64_t q, f.GetInt64("q"));
-  DENDRO_ASSIGN_OR_RETURN(const int64_t s, f.GetInt64("superclasses"));
-  DENDRO_ASSIGN_OR_RETURN(const int64_t r, f.GetInt64("r"));
-  {
-    DENDRO_ASSIGN_OR_RETURN(const JsonFields jo, f.GetObject("options"));
-    DENDRO_ASSIGN_OR_RETURN(o.q, jo.GetInt("q"));
-    DENDRO_ASSIGN_OR_RETURN(o.r, jo.GetInt("r"));
-    DENDRO_ASSIGN_OR_RETURN(o.lambda, jo.GetDouble("lambda"));
-    DENDRO_ASSIGN_OR_RETURN(const std::string score_name, jo.GetString("score"));
-    DENDRO_ASSIGN_OR_RETURN(o.score, ParsePpcaScore(score_name));
-    DENDRO_ASSIGN_OR_RETURN(o.superclasses, jo.GetInt("superclasses"));
-    DENDRO_ASSIGN_OR_RETURN(o.raw_data_clustering, jo.GetBool("raw_data_clustering"));
-    DENDRO_ASSIGN_OR_RETURN(o.raw_samples_per_class, jo.GetInt("raw_samples_per_class"));
-    DENDRO_ASSIGN_OR_RETURN(o.kmeans_iterations, jo.GetInt("kmeans_iterations"));
-    DENDRO_ASSIGN_OR_RETURN(o.kmeans_restarts, jo.GetInt("kmeans_restarts"));
-    DENDRO_ASSIGN_OR_RETURN(o.seed, jo.GetUint64("seed"));
-    DENDRO_ASSIGN_OR_RETURN(o.default_top_t, jo.GetInt("default_top_t"));
-  }
-  {
-    // Statistics are informational: missing ones read as zero.
-    DENDRO_ASSIGN_OR_RETURN(const JsonFields js, f.GetObjectOrEmpty("stats"));
-    DENDRO_ASSIGN_OR_RETURN(st.kmeans_iterations, js.GetIntOr("kmeans_iterations", 0));
-    DENDRO_ASSIGN_OR_RETURN(st.kmeans_converged, js.GetBoolOr("kmeans_converged", false));
-    DENDRO_ASSIGN_OR_RETURN(st.reseeded_superclasses, js.GetIntOr("reseeded_superclasses", 0));
-    DENDRO_ASSIGN_OR_RETURN(st.dropped_superclasses, js.GetIntOr("dropped_superclasses", 0));
-    DENDRO_ASSIGN_OR_RETURN(st.reduced_rank_classes, js.GetIntOr("reduced_rank_classes", 0));
-    DENDRO_ASSIGN_OR_RETURN(st.kmeans_objective, js.GetDoubleOr("kmeans_objective", 0.0));
-    DENDRO_ASSIGN_OR_RETURN(st.class_seconds, js.GetDoubleOr("class_seconds", 0.0));
-    DENDRO_ASSIGN_OR_RETURN(st.cluster_seconds, js.GetDoubleOr("cluster_seconds", 0.0));
-    DENDRO_ASSIGN_OR_RETURN(st.seed_seconds, js.GetDoubleOr("seed_seconds", 0.0));
-    DENDRO_ASSIGN_OR_RETURN(st.total_seconds, js.GetDoubleOr("total_seconds", 0.0));
-  }
-  if (k < 2 || d < 1 || q < 0 || q > d || s < 0 || s > k || r < 0 || r > d ||
-      !(o.lambda > 0.0)) {
-    return absl::DataLossError(absl::StrCat(json_path, ": inconsistent sizes"));
-  }
-  hppca_internal::ClassTable t;
-  t.d = d;
-  t.q = static_cast<int32_t>(q);
-  {
-    DENDRO_ASSIGN_OR_RETURN(NpyArrayI64 a, ReadNpyInt(dir + "/labels.npy"));
-    DENDRO_RETURN_IF_ERROR(ExpectShape("labels.npy", a.shape, {k}));
-    t.labels = std::move(a.data);
-    for (int64_t i = 1; i < k; ++i) {
-      if (t.labels[i] <= t.labels[i - 1]) {
-        return absl::DataLossError("hppca model file labels.npy is not strictly ascending");
-      }
-    }
-  }
-  {
-    DENDRO_ASSIGN_OR_RETURN(NpyArrayI64 a, ReadNpyInt(dir + "/class_counts.npy"));
-    DENDRO_RETURN_IF_ERROR(ExpectShape("class_counts.npy", a.shape, {k}));
-    t.counts = std::move(a.data);
-  }
-  {
-    DENDRO_ASSIGN_OR_RETURN(NpyArrayI64 a, ReadNpyInt(dir + "/class_rank.npy"));
-    DENDRO_RETURN_IF_ERROR(ExpectShape("class_rank.npy", a.shape, {k}));
-    t.rank.assign(a.data.begin(), a.data.end());
-  }
-  std::vector<int32_t> super_of;
-  {
-    DENDRO_ASSIGN_OR_RETURN(NpyArrayI64 a, ReadNpyInt(dir + "/superclass_of.npy"));
-    DENDRO_RETURN_IF_ERROR(ExpectShape("superclass_of.npy", a.shape, {k}));
-    std::vector<int64_t> size(s, 0);
-    for (int64_t v : a.data) {
-      if ((s == 0 && v != -1) || (s > 0 && (v < 0 || v >= s))) {
-        return absl::DataLossError(
-            absl::StrCat("hppca model file superclass_of.npy has out-of-range value ", v));
-      }
-      if (s > 0) ++size[v];
-    }
-    for (int64_t i = 0; i < s; ++i) {
-      if (size[i] == 0) {
-        return absl::DataLossError(absl::StrCat("hppca model: super-class ", i, " is empty"));
-      }
-    }
-    super_of.assign(a.data.begin(), a.data.end());
-  }
-  {
-    DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 a, ReadNpyFloat64(dir + "/class_means.npy"));
-    DENDRO_RETURN_IF_ERROR(ExpectShape("class_means.npy", a.shape, {k, d}));
-    t.means = Eigen::Map<const RowMatrixD>(a.data.data(), k, d);
-  }
-  {
-    DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 a, ReadNpyFloat64(dir + "/class_eigvals.npy"));
-    DENDRO_RETURN_IF_ERROR(ExpectShape("class_eigvals.npy", a.shape, {k, q}));
-    t.eigvals = Eigen::Map<const RowMatrixD>(a.data.data(), k, q);
-  }
-  {
-    DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 a, ReadNpyFloat64(dir + "/class_tail.npy"));
-    DENDRO_RETURN_IF_ERROR(ExpectShape("class_tail.npy", a.shape, {k}));
-    t.tail = std::move(a.data);
-  }
-  {
-    DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> a,
-                            MappedNpy::Open(dir + "/class_bases.npy"));
-    DENDRO_RETURN_IF_ERROR(ExpectShape("class_bases.npy", a->header().shape, {k * q, d}));
-    DENDRO_ASSIGN_OR_RETURN(absl::Span<const float> v, a->AsFloat32());
-    t.bases = Eigen::Map<const RowMatrixF>(v.data(), k * q, d);
-  }
-  std::vector<Centroid> centroids(s);
-  if (s > 0) {
-    DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 means, ReadNpyFloat64(dir + "/super_means.npy"));
-    DENDRO_RETURN_IF_ERROR(ExpectShape("super_means.npy", means.shape, {s, d}));
-    DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 eig, ReadNpyFloat64(dir + "/super_eigvals.npy"));
-    DENDRO_RETURN_IF_ERROR(ExpectShape("super_eigvals.npy", eig.shape, {s, r}));
-    DENDRO_ASSIGN_OR_RETURN(NpyArrayF32 bases, ReadNpyFloat32(dir + "/super_bases.npy"));
-    DENDRO_RETURN_IF_ERROR(ExpectShape("super_bases.npy", bases.shape, {s * r, d}));
-    DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 stats, ReadNpyFloat64(dir + "/super_stats.npy"));
-    DENDRO_RETURN_IF_ERROR(ExpectShape("super_stats.npy", stats.shape, {s, 3}));
-    for (int64_t i = 0; i < s; ++i) {
-      Centroid& c = centroids[i];
-      c.mean = Eigen::Map<const Eigen::VectorXd>(means.data.data() + i * d, d);
-      c.eigvals = Eigen::Map<const Eigen::VectorXd>(eig.data.data() + i * r, r);
-      c.eigvecs = Eigen::Map<const RowMatrixF>(bases.data.data() + i * r * d, r, d);
-      c.tail = stats.data[i * 3];
-      c.noise_mean = stats.data[i * 3 + 1];
-      c.trace = stats.data[i * 3 + 2];
-    }
-  }
+  if (!(m.options.lambda > 0.0)) return a.FieldError("options.lambda", "must be positive");
+  absl::StatusOr<PpcaScore> score = ParsePpcaScore(m.score);
+  if (!score.ok()) return a.FieldError("options.score", std::string(score.status().message()));
+  m.options.score = *score;
+  DENDRO_ASSIGN_OR_RETURN(hppca_internal::ClassTable classes, ReadClasses(a, m));
+  DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> super_of, ReadSuperclassOf(a, m));
+  DENDRO_ASSIGN_OR_RETURN(std::vector<Centroid> centroids, ReadCentroids(a, m));
   std::vector<int32_t> point_leaf;
-  std::error_code ec;
-  if (std::filesystem::exists(dir + "/point_leaf.npy", ec)) {
-    DENDRO_ASSIGN_OR_RETURN(NpyArrayI64 a, ReadNpyInt(dir + "/point_leaf.npy"));
-    for (int64_t v : a.data) {
-      if (v < 0 || v >= k) {
-        return absl::DataLossError(
-            absl::StrCat("hppca model file point_leaf.npy has out-of-range value ", v));
+  if (a.Has("point_leaf.npy")) {
+    DENDRO_ASSIGN_OR_RETURN(const std::vector<int64_t> pl,
+                            a.Int64("point_leaf.npy", {ModelArtifactReader::kAnyLength}));
+    for (int64_t v : pl) {
+      if (v < 0 || v >= m.classes) {
+        return a.Error("point_leaf.npy", absl::StrCat("out-of-range value ", v));
       }
     }
-    point_leaf.assign(a.data.begin(), a.data.end());
+    point_leaf.assign(pl.begin(), pl.end());
   }
-  if (s == 0) super_of.clear();
-  DENDRO_ASSIGN_OR_RETURN(HppcaModel model,
-                          HppcaBuilder::Build(o, st, std::move(t), std::move(super_of),
-                                              std::move(centroids), std::move(point_leaf)));
+  DENDRO_ASSIGN_OR_RETURN(
+      HppcaModel model,
+      HppcaBuilder::Build(m.options, m.stats, std::move(classes), std::move(super_of),
+                          std::move(centroids), std::move(point_leaf)));
   // Metadata added after training (e.g. by the server) lives in tree.json.
   std::string tree_json;
   if (ReadFileToString(dir + "/tree.json", &tree_json).ok()) {

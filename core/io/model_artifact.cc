@@ -253,10 +253,10 @@ absl::StatusOr<ModelArtifactReader> ModelArtifactReader::Open(std::string dir,
   }
   DENDRO_ASSIGN_OR_RETURN(const int64_t version, f.GetInt64("version"));
   if (version != format.version) {
-    return absl::Status(format.code,
-                        absl::StrCat(path, ": unsupported ", ToAbsl(format.model), " model version ",
-                                     version, " (this build reads version ", format.version,
-                                     ")"));
+    return absl::Status(format.code, absl::StrCat(path, ": unsupported ", ToAbsl(format.model),
+                                                  " model version ", version,
+                                                  " (this build reads version ", format.version,
+                                                  ")"));
   }
   FieldReader fields(f);
   manifest->Fields(fields);
@@ -277,7 +277,8 @@ absl::Status ModelArtifactReader::Recode(const absl::Status& status) const {
 
 absl::StatusOr<std::unique_ptr<MappedNpy>> ModelArtifactReader::OpenArray(
     std::string_view file, absl::Span<const int64_t> shape, bool float_family) const {
-  absl::StatusOr<std::unique_ptr<MappedNpy>> npy = MappedNpy::Open(absl::StrCat(dir_, "/", ToAbsl(file)));
+  absl::StatusOr<std::unique_ptr<MappedNpy>> npy =
+      MappedNpy::Open(absl::StrCat(dir_, "/", ToAbsl(file)));
   if (!npy.ok()) return Recode(npy.status());
   const NpyHeader& h = (*npy)->header();
   const bool is_float = h.dtype == DType::kFloat32 || h.dtype == DType::kFloat64;

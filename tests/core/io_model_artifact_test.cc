@@ -266,7 +266,8 @@ TEST_F(ModelArtifactTest, WrongDtype) {
   ASSERT_TRUE(r.ok());
   absl::Status st = r->Float64("labels.npy", {3}).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(st.message(), HasSubstr("labels.npy: expected a float32 or float64 array, got int32"));
+  EXPECT_THAT(st.message(),
+              HasSubstr("labels.npy: expected a float32 or float64 array, got int32"));
   st = r->Int64("values.npy", {3, 2}).status();
   EXPECT_THAT(st.message(), HasSubstr("values.npy: expected an int32 or int64 array, got float64"));
   st = r->MapFloat32("values.npy", {3, 2}).status();

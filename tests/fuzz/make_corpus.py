@@ -7,7 +7,10 @@ npy:        small valid .npy files from NumPy itself (every dtype the reader
 tree:       hierarchy JSON documents in the format core/hierarchy/export.h
             describes (binary, n-ary, with names and point assignments);
 model_load: a selector byte (which file of which saved model) and a mode
-            byte, followed by a short payload;
+            byte, followed by a short payload, for every file; then, per
+            model, damaged manifests (wrong format or version, a field
+            missing, mistyped or implausible) and arrays of the wrong shape
+            or dtype or with a header claiming a vast array;
 upload:     small upload streams (whole, floats split across chunks, labels,
             a NaN across a boundary, short, labels too early);
 jobspec:    a dataset shape and a JobSpec per method (protoc --encode).
@@ -71,9 +74,73 @@ nary = [(4, 0, []), (4, 0, []), (5, 0, []), (5, 0, []), (5, 1.0, [0, 1]),
 write("tree", "nary", tree_doc(4, nary))
 write("tree", "single_leaf", tree_doc(1, [(-1, 0, [])]))
 
-for selector in range(12):
+# The files model_load_fuzz.cc saves, in its selector order (each model's
+# files sorted by name); keep in step with its templates.
+MODEL_FILES = (
+    ["tneb_center.npy", "tneb_means.npy", "tneb_model.json", "tneb_scale.npy",
+     "tneb_scales.npy", "tneb_weights.npy"] +
+    ["ghhc_mean.npy", "ghhc_model.json", "ghhc_node_leaf.npy", "ghhc_node_parent.npy",
+     "ghhc_nodes.npy", "ghhc_projection.npy"] +
+    ["class_bases.npy", "class_counts.npy", "class_eigvals.npy", "class_means.npy",
+     "class_rank.npy", "class_tail.npy", "hppca.json", "labels.npy", "point_leaf.npy",
+     "super_bases.npy", "super_eigvals.npy", "super_means.npy", "super_stats.npy",
+     "superclass_of.npy", "tree.json"])
+
+for selector in range(len(MODEL_FILES)):
     write("model_load", f"replace_{selector}", bytes([selector, 0]) + b'{"format": 1}')
     write("model_load", f"mutate_{selector}", bytes([selector, 1, 40]) + b"\xff\x00\x7f\x80")
+
+
+def model_seed(name, file, payload):
+    write("model_load", name, bytes([MODEL_FILES.index(file), 0]) + payload)
+
+
+# Manifests close to the saved ones (the fitted sizes differ), each with one
+# kind of damage.
+manifests = {
+    "tneb_model.json": {"format": "dendro.tneb_model", "version": 1, "dim": 4, "leaves": 2,
+                        "dof": [4.5, None], "original_component": [0, 1],
+                        "height_offset": 1.0, "standardize": True},
+    "ghhc_model.json": {"format": "dendro.ghhc_model", "version": 1, "dim": 4,
+                        "internal_nodes": 8, "center": True, "point_norm": 0.9,
+                        "projection_dim": 2},
+    "hppca.json": {"format": "dendro.hppca", "version": 1, "dim": 4, "classes": 6,
+                   "superclasses": 2, "q": 2, "r": 2,
+                   "options": {"q": 2, "r": 2, "lambda": 0.01, "score": "mahalanobis",
+                               "superclasses": 2, "raw_data_clustering": False,
+                               "raw_samples_per_class": 20, "kmeans_iterations": 50,
+                               "kmeans_restarts": 1, "seed": 0, "default_top_t": 5},
+                   "stats": {"kmeans_iterations": 2}},
+}
+for file, doc in manifests.items():
+    stem = file.split(".")[0]
+    damaged = {
+        "plausible": doc,
+        "version_2": dict(doc, version=2),
+        "format_other": dict(doc, format="dendro.other"),
+        "dim_missing": {k: v for k, v in doc.items() if k != "dim"},
+        "dim_float": dict(doc, dim=4.5),
+        "dim_huge": dict(doc, dim=2**62),
+        "dim_1e300": dict(doc, dim=1e300),
+    }
+    for what, d in damaged.items():
+        model_seed(f"{stem}_{what}", file, json.dumps(d).encode())
+
+# Arrays: a shape the loader does not expect, integers for floats (and the
+# reverse), and a header claiming 2^62 elements over a few bytes.
+# (Their own generator, so that the upload seeds below stay as they were.)
+model_rng = np.random.RandomState(1)
+vast = b"{'descr': '<f8', 'fortran_order': False, 'shape': (4611686018427387904, 2), }"
+vast += b" " * (-(10 + len(vast) + 1) % 64) + b"\n"
+vast = b"\x93NUMPY\x01\x00" + len(vast).to_bytes(2, "little") + vast + b"\x00" * 16
+for file in MODEL_FILES:
+    if not file.endswith(".npy"):
+        continue
+    stem = file[:-4]
+    model_seed(f"{stem}_shape_3x5", file, npy_bytes(model_rng.randn(3, 5)))
+    model_seed(f"{stem}_int64", file, npy_bytes(np.arange(6, dtype="<i8")))
+    model_seed(f"{stem}_float32", file, npy_bytes(model_rng.randn(6).astype("<f4")))
+    model_seed(f"{stem}_vast", file, vast)
 
 
 # --- upload: [rows % 48, cols % 12, flags, max bytes / 32] then messages of

@@ -1,11 +1,18 @@
 // Every core model loader (t-NEB, gHHC, hierarchical PPCA) on damaged model
-// directories. At start-up each method fits a tiny model and saves it; each
-// input then picks one file of one saved model (first byte) and replaces it
-// with the rest of the input, or with a mutation of the valid file when the
-// second byte says so, and the loader runs on the copy. A corrupt model must
-// be an error, never a crash, a sanitizer report or a huge allocation.
+// directories, and through them the artifact layer they share
+// (core/io/model_artifact.h: manifest fields, array shapes and dtypes). At
+// start-up each method fits a tiny model and saves it (with every optional
+// file: t-NEB standardised, gHHC projected); each input then picks one file
+// of one saved model (first byte, indexing the files of all three models in
+// order, each model's sorted by name: make_corpus.py relies on this order)
+// and replaces it with the rest of the input, or with a mutation of the
+// valid file when the second byte says so, and the loader runs on the copy.
+// A corrupt model must be an error, never a crash, a sanitizer report or a
+// huge allocation.
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -34,6 +41,7 @@ struct Template {
 };
 
 std::vector<Template>* templates = nullptr;
+std::string* root_dir = nullptr;
 std::string work_dir;
 
 std::string Slurp(const fs::path& p) {
@@ -61,10 +69,9 @@ Template Capture(const std::string& dir, std::function<void(const std::string&)>
   Template t;
   t.dir = dir;
   t.load = std::move(load);
-  for (const auto& e : fs::directory_iterator(dir)) {
-    t.files.push_back(e.path().filename().string());
-    t.contents.push_back(Slurp(e.path()));
-  }
+  for (const auto& e : fs::directory_iterator(dir)) t.files.push_back(e.path().filename().string());
+  std::sort(t.files.begin(), t.files.end());
+  for (const std::string& f : t.files) t.contents.push_back(Slurp(fs::path(dir) / f));
   return t;
 }
 
@@ -78,6 +85,7 @@ void Build(const std::string& root) {
     dendro::TnebOptions o;
     o.components = 4;
     o.restarts = 1;
+    o.standardize = true;  // writes tneb_center.npy and tneb_scale.npy
     auto r = dendro::FitTneb(view, o, ctx);
     Check(r.ok(), "t-NEB template fit");
     const std::string dir = root + "/tneb";
@@ -89,6 +97,7 @@ void Build(const std::string& root) {
     dendro::GhhcOptions o;
     o.internal_nodes = 8;
     o.triples = 500;
+    o.projection_dim = 2;  // writes ghhc_projection.npy
     auto r = dendro::FitGhhc(view, o, ctx);
     Check(r.ok(), "gHHC template fit");
     const std::string dir = root + "/ghhc";
@@ -118,10 +127,14 @@ void Build(const std::string& root) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  const std::string root = "/tmp/dendro_model_fuzz_" + std::to_string(::getpid());
-  fs::remove_all(root);
-  Build(root + "/templates");
-  work_dir = root + "/work";
+  root_dir = new std::string("/tmp/dendro_model_fuzz_" + std::to_string(::getpid()));
+  fs::remove_all(*root_dir);
+  Build(*root_dir + "/templates");
+  work_dir = *root_dir + "/work";
+  std::atexit([] {
+    std::error_code ec;
+    fs::remove_all(*root_dir, ec);
+  });
   return 0;
 }
 

@@ -261,12 +261,13 @@ struct GhhcTrees {
 absl::StatusOr<GhhcTrees> GhhcModelTrees(const GhhcModel& model,
                                          const Hierarchy* saved = nullptr);
 
-// Files in `dir` (which must exist): ghhc_model.json (format, dim, center,
-// point_norm, node count, projection_dim: 0 when none), ghhc_mean.npy (d
-// float64), ghhc_projection.npy (d x p float64, only with a projection),
-// ghhc_nodes.npy (M x ball_dim float64), ghhc_node_leaf.npy and
-// ghhc_node_parent.npy (M int32). Written atomically file by file. Load
-// validates shapes and values.
+// A model artifact (core/io/model_artifact.h) in `dir` (which must exist):
+// ghhc_model.json (format "dendro.ghhc_model", version 1, dim, center,
+// point_norm, internal_nodes, projection_dim: 0 or absent when none),
+// ghhc_mean.npy (d float64), ghhc_projection.npy (d x p float64, only with a
+// projection), ghhc_nodes.npy (M x ball_dim float64), ghhc_node_leaf.npy and
+// ghhc_node_parent.npy (M int32). Written atomically file by file, the
+// manifest last. Load validates shapes and values (InvalidArgument).
 absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir);
 absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir);
 

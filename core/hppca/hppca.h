@@ -223,9 +223,11 @@ class HppcaModel {
   // super-class models, prediction caches).
   int64_t MemoryBytes() const;
 
-  // Directory layout (all .npy little-endian, C order), written atomically
-  // file by file into the existing directory `dir`:
-  //   hppca.json           options, stats, dims, format version
+  // A model artifact (core/io/model_artifact.h) in the existing directory
+  // `dir`, each file written atomically, hppca.json last; all .npy
+  // little-endian, C order:
+  //   hppca.json           manifest: format "dendro.hppca", version 1, dim,
+  //                        classes, superclasses, q, r, options, stats
   //   labels.npy           K int64        class_counts.npy  K int64
   //   class_rank.npy       K int32        superclass_of.npy K int32 (flat: -1)
   //   class_means.npy      K x d float64  class_eigvals.npy K x q float64
@@ -237,7 +239,9 @@ class HppcaModel {
   //   tree.json            hierarchy() (informational; Load rebuilds both
   //                        trees and keeps only its metadata)
   //   point_leaf.npy       N int32 (if present)
-  // Save/Load live in model_io.cc, which needs dendro_io.
+  // Load's errors about damaged files are DataLoss (NotFound when hppca.json
+  // or a required array is missing). Save/Load live in model_io.cc, which
+  // needs dendro_io.
   absl::Status Save(const std::string& dir) const;
   static absl::StatusOr<HppcaModel> Load(const std::string& dir);
 

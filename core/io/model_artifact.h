@@ -7,7 +7,9 @@
 // A method declares its manifest once: a struct deriving from
 // ArtifactManifest whose Fields() lists every member with its JSON name. The
 // same list writes the manifest (ModelArtifactWriter) and reads it back
-// (ModelArtifactReader::Open), so the two cannot drift apart.
+// (ModelArtifactReader::Open), so the two cannot drift apart. (nlohmann's
+// to_json/from_json macros would give the same single list, but their
+// reading converts 3.5 or true to an integer and names no field path.)
 //
 // Reading trusts nothing on disk and throws nothing. The manifest must be a
 // JSON object with the expected format and version; each field must be
@@ -41,7 +43,8 @@
 
 namespace dendro {
 
-// What identifies one kind of artifact.
+// What identifies one kind of artifact. Readers and writers keep a copy, so
+// the views must point at storage that outlives them (string literals).
 struct ArtifactFormat {
   std::string_view manifest;  // file name in the directory, "ghhc_model.json"
   std::string_view format;    // value of the manifest's "format"

@@ -132,13 +132,15 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& optio
 // is outside [1, L] (e.g. because components were filtered).
 absl::StatusOr<std::vector<int32_t>> TnebCutToK(const Hierarchy& tree, int32_t k);
 
-// Model persistence: `dir` must exist. Writes tneb_model.json (dimensions,
-// degrees of freedom, original component ids, height offset, format
-// version), tneb_weights.npy (L), tneb_means.npy (L x d), tneb_scales.npy
-// (L*d x d, one d x d block per leaf) and, when standardising,
-// tneb_center.npy / tneb_scale.npy (d), all float64, each written
-// atomically. The hierarchy is saved separately (export.h). Defined in
-// model_io.cc, which needs dendro_io.
+// Model persistence, as a model artifact (core/io/model_artifact.h) in
+// `dir`, which must exist: tneb_model.json (format "dendro.tneb_model",
+// version 1, dim, leaves, dof with null for a Gaussian component,
+// original_component, height_offset, standardize), tneb_weights.npy (L),
+// tneb_means.npy (L x d), tneb_scales.npy (L*d x d, one d x d block per
+// leaf) and, when standardising, tneb_center.npy / tneb_scale.npy (d), all
+// float64, each written atomically, the manifest last. Load's errors about
+// damaged files are InvalidArgument. The hierarchy is saved separately
+// (export.h). Defined in model_io.cc, which needs dendro_io.
 absl::Status SaveTnebModel(const TnebModel& model, const std::string& dir);
 absl::StatusOr<TnebModel> LoadTnebModel(const std::string& dir);
 

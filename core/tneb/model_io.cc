@@ -31,8 +31,8 @@ struct TnebManifest final : ArtifactManifest {
   double height_offset = 0;
   bool standardize = false;  // absent in the earliest models
   void Fields(ManifestFields& f) override {
-    f.Int("dim", &dim);
-    f.Int("leaves", &leaves);
+    f.Int("dim", &dim, 1, kMaxSize);
+    f.Int("leaves", &leaves, 1, kMaxSize);
     f.Numbers("dof", &dof, /*null_as=*/std::numeric_limits<double>::infinity());
     f.Ints("original_component", &original_component);
     f.Number("height_offset", &height_offset);
@@ -73,9 +73,6 @@ absl::StatusOr<TnebModel> LoadTnebModel(const std::string& dir) {
   DENDRO_ASSIGN_OR_RETURN(const ModelArtifactReader r,
                           ModelArtifactReader::Open(dir, kFormat, &m));
   const int64_t d = m.dim, l = m.leaves;
-  if (d < 1 || l < 1 || d > kMaxSize || l > kMaxSize) {
-    return r.FieldError("dim", absl::StrCat("and 'leaves' are implausible: ", d, " / ", l));
-  }
   if (static_cast<int64_t>(m.dof.size()) != l) {
     return r.FieldError("dof", absl::StrCat("must be an array of ", l, " numbers or nulls"));
   }

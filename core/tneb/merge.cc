@@ -170,6 +170,66 @@ absl::StatusOr<MergeTree> MaximumSpanningMerges(int32_t num_nodes,
   return out;
 }
 
+absl::StatusOr<MergeTree> PersistenceMerges(absl::Span<const SimilarityEdge> tree,
+                                            absl::Span<const double> peak) {
+  const int32_t num_nodes = static_cast<int32_t>(peak.size());
+  if (num_nodes < 1 || static_cast<int32_t>(tree.size()) != num_nodes - 1) {
+    return absl::InvalidArgumentError(absl::StrCat("persistence merges: ", tree.size(),
+                                                   " tree edges for ", num_nodes, " nodes"));
+  }
+  for (double p : peak) {
+    if (!std::isfinite(p)) {
+      return absl::InvalidArgumentError(absl::StrCat("persistence merges: peak ", p));
+    }
+  }
+  // Persistence of each edge under the water-level order.
+  std::vector<double> persistence(tree.size());
+  {
+    UnionFind uf(num_nodes);
+    std::vector<double> top(peak.begin(), peak.end());  // per set root
+    for (size_t i = 0; i < tree.size(); ++i) {
+      const SimilarityEdge& e = tree[i];
+      if (e.a < 0 || e.b < 0 || e.a >= num_nodes || e.b >= num_nodes || !std::isfinite(e.similarity) ||
+          (i > 0 && e.similarity > tree[i - 1].similarity)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "persistence merges: edge ", i, " (", e.a, ", ", e.b,
+            ") is out of range, non-finite or out of decreasing-similarity order"));
+      }
+      const int32_t ra = uf.Find(e.a);
+      const int32_t rb = uf.Find(e.b);
+      if (ra == rb) {
+        return absl::InvalidArgumentError("persistence merges: the edges contain a cycle");
+      }
+      persistence[i] = std::max(0.0, std::min(top[ra], top[rb]) - e.similarity);
+      const double t = std::max(top[ra], top[rb]);
+      uf.Union(ra, rb);
+      top[uf.Find(ra)] = t;
+    }
+  }
+  std::vector<size_t> order(tree.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return persistence[x] < persistence[y]; });
+  UnionFind uf(num_nodes);
+  std::vector<int32_t> node_of_root(num_nodes);
+  std::iota(node_of_root.begin(), node_of_root.end(), 0);
+  MergeTree out;
+  for (size_t i : order) {
+    const SimilarityEdge& e = tree[i];
+    const int32_t ra = uf.Find(e.a);
+    const int32_t rb = uf.Find(e.b);
+    int32_t na = node_of_root[ra];
+    int32_t nb = node_of_root[rb];
+    if (nb < na) std::swap(na, nb);
+    out.merges.push_back(Merge{na, nb, persistence[i]});
+    out.similarity.push_back(-persistence[i]);
+    out.tree_edges.push_back(e);
+    uf.Union(ra, rb);
+    node_of_root[uf.Find(ra)] = num_nodes + static_cast<int32_t>(out.merges.size()) - 1;
+  }
+  return out;
+}
+
 absl::StatusOr<AutoK> ChooseK(absl::Span<const double> s) {
   const int32_t l = static_cast<int32_t>(s.size()) + 1;
   if (l < 3) {

@@ -97,6 +97,26 @@ struct AutoK {
   std::vector<double> jumps;
 };
 
+// Persistence merging (an addition to the paper; TnebOptions::merge):
+// the same spanning tree, merged in a different order. Going down in
+// similarity (the water level), every tree edge joins two clusters whose
+// peaks (the largest peak[] of their nodes) are known; the edge's
+// persistence is min(peak of one side, peak of the other) - similarity, how
+// far the lower of the two density bumps rises above the saddle that joins
+// them (0-dimensional persistence of the super-level sets restricted to the
+// tree; the "elder rule"). A component whose mean is not a mode of the
+// density (its path to its neighbour falls monotonically away from it) has
+// persistence ~0 and merges first; two real clusters joined by a saddle far
+// below both peaks merge last, even when that saddle lies above the
+// outskirts of a broad cluster. Merges are the tree edges in increasing
+// persistence (ties by their order in `tree`); MergeTree::similarity is
+// -persistence (non-increasing) and height = persistence (height offset 0).
+// Cutting to k removes the k - 1 most persistent edges. `tree` must be a
+// spanning tree of `peak.size()` nodes in decreasing similarity (as
+// MaximumSpanningMerges returns it); InvalidArgument otherwise.
+absl::StatusOr<MergeTree> PersistenceMerges(absl::Span<const SimilarityEdge> tree,
+                                            absl::Span<const double> peak);
+
 // FailedPrecondition when L < 3 (no jump to compare).
 absl::StatusOr<AutoK> ChooseK(absl::Span<const double> merge_similarity);
 

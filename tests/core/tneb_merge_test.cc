@@ -8,6 +8,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <random>
@@ -219,6 +220,49 @@ TEST(TnebMerge, MergeSimilaritiesRoundTripThroughHeights) {
   ASSERT_TRUE(h.ok());
   EXPECT_EQ(MergeSimilarities(*h, 1.0), (std::vector<double>{-1.0, -2.0, -5.0}));
   EXPECT_EQ(mt->similarity, (std::vector<double>{-1.0, -2.0, -5.0}));
+}
+
+// Two real clusters {0, 1} and {2, 3}, and node 4, a tail of cluster {2, 3}
+// whose peak (-3.0) lies just above its saddle (-3.1) with node 3 but below
+// the saddle between the clusters (-2.5). Density merging cuts the tail off
+// first (k = 2 separates node 4); persistence merging keeps it with its
+// cluster and splits the two real ones.
+TEST(TnebMerge, PersistenceMergesTailsFirst) {
+  const std::vector<SimilarityEdge> edges = {
+      {0, 1, -1.0}, {2, 3, -1.2}, {1, 2, -2.5}, {3, 4, -3.1}, {0, 4, -6.0}};
+  const std::vector<double> peak = {0.0, -0.5, -0.2, -0.4, -3.0};
+  auto dens = MaximumSpanningMerges(5, edges, 0.0);
+  ASSERT_TRUE(dens.ok()) << dens.status();
+  auto hd = Hierarchy::FromMerges(5, dens->merges);
+  ASSERT_TRUE(hd.ok());
+  EXPECT_EQ(*hd->CutToK(2), (std::vector<int32_t>{0, 0, 0, 0, 1}));
+
+  auto pers = PersistenceMerges(dens->tree_edges, peak);
+  ASSERT_TRUE(pers.ok()) << pers.status();
+  ASSERT_EQ(pers->merges.size(), 4u);
+  // Persistence: {0,1}: min(0, -0.5) + 1.0 = 0.5; {2,3}: -0.4 + 1.2 = 0.8;
+  // {1,2}: min(0, -0.2) + 2.5 = 2.3; {3,4}: -3.0 + 3.1 = 0.1.
+  EXPECT_EQ(pers->similarity.size(), 4u);
+  EXPECT_NEAR(pers->similarity[0], -0.1, 1e-12);
+  EXPECT_NEAR(pers->similarity[1], -0.5, 1e-12);
+  EXPECT_NEAR(pers->similarity[2], -0.8, 1e-12);
+  EXPECT_NEAR(pers->similarity[3], -2.3, 1e-12);
+  for (size_t t = 0; t < pers->merges.size(); ++t) {
+    EXPECT_NEAR(pers->merges[t].height, -pers->similarity[t], 1e-12);
+  }
+  auto hp = Hierarchy::FromMerges(5, pers->merges);
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_EQ(*hp->CutToK(2), (std::vector<int32_t>{0, 0, 1, 1, 1}));
+  EXPECT_EQ(*hp->CutToK(3), (std::vector<int32_t>{0, 0, 1, 2, 2}));
+
+  // Bad input: wrong edge count, a cycle, edges out of order, a bad peak.
+  EXPECT_FALSE(PersistenceMerges(dens->tree_edges, {0.0, 0.0}).ok());
+  std::vector<SimilarityEdge> cyc = {{0, 1, -1.0}, {1, 2, -2.0}, {0, 2, -3.0}, {3, 4, -4.0}};
+  EXPECT_FALSE(PersistenceMerges(cyc, peak).ok());
+  std::vector<SimilarityEdge> unordered = {{0, 1, -2.0}, {1, 2, -1.0}, {2, 3, -3.0}, {3, 4, -4.0}};
+  EXPECT_FALSE(PersistenceMerges(unordered, peak).ok());
+  EXPECT_FALSE(
+      PersistenceMerges(dens->tree_edges, {0.0, 0.0, std::nan(""), 0.0, 0.0}).ok());
 }
 
 }  // namespace

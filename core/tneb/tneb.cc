@@ -56,6 +56,22 @@ absl::StatusOr<std::vector<int32_t>> AssignInChunks(const StudentMixture& mix,
 
 }  // namespace
 
+absl::StatusOr<TnebMerge> ParseTnebMerge(const std::string& name) {
+  if (name == "density") return TnebMerge::kDensity;
+  if (name == "persistence") return TnebMerge::kPersistence;
+  return absl::InvalidArgumentError(
+      absl::StrCat("t-NEB merge must be 'density' or 'persistence', got '", name, "'"));
+}
+
+const char* TnebMergeName(TnebMerge merge) {
+  return merge == TnebMerge::kDensity ? "density" : "persistence";
+}
+
+int32_t TnebRestarts(const TnebOptions& options, int64_t d) {
+  if (options.restarts > 0) return options.restarts;
+  return d > 10 ? 1 : 20;
+}
+
 absl::Status ValidateTnebOptions(const TnebOptions& o) {
   if (o.components < 2) {
     return absl::InvalidArgumentError(
@@ -94,8 +110,10 @@ absl::Status ValidateTnebOptions(const TnebOptions& o) {
   if (!(o.ridge >= 0.0 && std::isfinite(o.ridge))) {
     return absl::InvalidArgumentError(absl::StrCat("ridge must be finite and >= 0, got ", o.ridge));
   }
-  if (o.restarts < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("restarts must be >= 1, got ", o.restarts));
+  if (o.restarts < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "restarts must be >= 1 (or 0 for the authors' rule: 20 if d <= 10, else 1), got ",
+        o.restarts));
   }
   if (o.max_iterations < 1) {
     return absl::InvalidArgumentError(
@@ -182,7 +200,7 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
     DENDRO_ASSIGN_OR_RETURN(transform, StandardizationOf(x));
   }
 
-  // 1. Mixture.
+  // 1. Mixture (twice with auto_dof: nu fixed and nu learned, lower BIC kept).
   auto t0 = std::chrono::steady_clock::now();
   MixtureOptions mo;
   mo.components = o.components;
@@ -190,16 +208,45 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   mo.learn_dof = o.learn_dof;
   mo.gaussian = o.gaussian;
   mo.ridge = o.ridge;
-  mo.restarts = o.restarts;
+  mo.restarts = TnebRestarts(o, d);
   mo.max_iterations = o.max_iterations;
   mo.tolerance = o.tolerance;
   mo.seed = o.seed;
   mo.num_threads = threads;
-  absl::StatusOr<MixtureFit> fit_or = [&] {
-    SubRangeContext sub(ctx, 0.0, 0.6);
-    return FitStudentMixture(x, transform, mo, sub);
+  const bool auto_dof = o.auto_dof && !o.gaussian;
+  // Free parameters: weights, means, symmetric scales (+ one nu each if learned).
+  const double dd = static_cast<double>(d);
+  const double mm = static_cast<double>(o.components);
+  const double base_params = (mm - 1.0) + mm * dd + mm * dd * (dd + 1.0) / 2.0;
+  auto bic = [&](const MixtureFit& f, bool learned) {
+    return -2.0 * static_cast<double>(n) * f.log_likelihood +
+           (base_params + (learned ? mm : 0.0)) * std::log(static_cast<double>(n));
+  };
+  double bic_fixed = 0.0, bic_learned = 0.0;
+  absl::StatusOr<MixtureFit> fit_or = [&]() -> absl::StatusOr<MixtureFit> {
+    if (!auto_dof) {
+      SubRangeContext sub(ctx, 0.0, 0.6);
+      return FitStudentMixture(x, transform, mo, sub);
+    }
+    MixtureOptions fixed = mo, learned = mo;
+    fixed.learn_dof = false;
+    learned.learn_dof = true;
+    absl::StatusOr<MixtureFit> a = [&] {
+      SubRangeContext sub(ctx, 0.0, 0.3);
+      return FitStudentMixture(x, transform, fixed, sub);
+    }();
+    if (!a.ok()) return a.status();
+    absl::StatusOr<MixtureFit> b = [&] {
+      SubRangeContext sub(ctx, 0.3, 0.6);
+      return FitStudentMixture(x, transform, learned, sub);
+    }();
+    if (!b.ok()) return b.status();
+    bic_fixed = bic(*a, false);
+    bic_learned = bic(*b, true);
+    return bic_learned < bic_fixed ? std::move(b) : std::move(a);
   }();
   if (!fit_or.ok()) return fit_or.status();
+  const bool learned_dof = auto_dof ? bic_learned < bic_fixed : (o.learn_dof && !o.gaussian);
   const MixtureFit& fit = *fit_or;
   const double em_seconds = Seconds(t0);
 
@@ -281,6 +328,11 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   double offset = peak.maxCoeff();
   for (const SimilarityEdge& e : edges) offset = std::max(offset, e.similarity);
   DENDRO_ASSIGN_OR_RETURN(MergeTree mt, MaximumSpanningMerges(l, edges, offset));
+  if (o.merge == TnebMerge::kPersistence) {
+    const std::vector<double> peaks(peak.data(), peak.data() + peak.size());
+    DENDRO_ASSIGN_OR_RETURN(mt, PersistenceMerges(mt.tree_edges, peaks));
+    offset = 0.0;
+  }
   DENDRO_ASSIGN_OR_RETURN(Hierarchy tree, Hierarchy::FromMerges(l, mt.merges));
   DENDRO_RETURN_IF_ERROR(tree.SetPointLeaf(std::move(point_leaf)));
 
@@ -292,10 +344,18 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   md["gaussian"] = o.gaussian ? "true" : "false";
   if (!o.gaussian) {
     md["dof"] = absl::StrCat(o.dof);
-    md["learn_dof"] = o.learn_dof ? "true" : "false";
+    md["learn_dof"] = learned_dof ? "true" : "false";
+    if (auto_dof) {
+      md["auto_dof"] = "true";
+      md["bic_fixed_dof"] = absl::StrFormat("%.10g", bic_fixed);
+      md["bic_learned_dof"] = absl::StrFormat("%.10g", bic_learned);
+    }
   }
   md["ridge"] = absl::StrCat(o.ridge);
-  md["restarts"] = absl::StrCat(o.restarts);
+  md["restarts"] = absl::StrCat(mo.restarts);
+  md["em_tolerance"] = absl::StrCat(o.tolerance);
+  md["em_max_iterations"] = absl::StrCat(o.max_iterations);
+  md["merge"] = TnebMergeName(o.merge);
   md["converged_restarts"] = absl::StrCat(fit.converged_restarts);
   md["log_likelihood"] = absl::StrFormat("%.10g", fit.log_likelihood);
   md["seed"] = absl::StrCat(o.seed);
@@ -322,7 +382,11 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   res.bridging_pairs = static_cast<int32_t>(bridges.size());
   res.components = std::move(info);
   res.log_likelihood = fit.log_likelihood;
+  res.restarts = mo.restarts;
   res.converged_restarts = fit.converged_restarts;
+  res.learned_dof = learned_dof;
+  res.bic_fixed_dof = bic_fixed;
+  res.bic_learned_dof = bic_learned;
   res.failed_restarts = fit.failed_restarts;
   res.em_converged = fit.converged;
   res.em_iterations = fit.total_iterations;

@@ -23,6 +23,9 @@
 //      similarity, where height_offset is the largest mixture log-density at
 //      a component mean (all heights >= 0, growing towards the root).
 //      point_leaf: the most likely surviving component of each training row.
+//      With merge = kPersistence (the default, beyond the paper) the same
+//      tree's edges are merged in increasing persistence instead (see
+//      PersistenceMerges in merge.h), and height = persistence.
 //
 // New points (TnebModel::AssignLeaves) go through the stored
 // standardisation and then to their most likely surviving component
@@ -31,8 +34,10 @@
 //
 // Metadata written to the hierarchy: method, components, surviving,
 // leaf_components (original component index of each leaf), dof / gaussian /
-// learn_dof, ridge, restarts, converged_restarts, log_likelihood, seed,
-// standardize, height_offset, auto_k and auto_k_jump (when L >= 3).
+// learn_dof (and auto_dof, bic_fixed_dof, bic_learned_dof with auto_dof),
+// ridge, restarts, converged_restarts, em_tolerance, em_max_iterations,
+// log_likelihood, seed, standardize, merge, height_offset, auto_k and
+// auto_k_jump (when L >= 3).
 #ifndef DENDRO_CORE_TNEB_TNEB_H_
 #define DENDRO_CORE_TNEB_TNEB_H_
 
@@ -50,16 +55,38 @@
 
 namespace dendro {
 
-// Defaults are the paper's (Table 4) and the authors' code.
+// How the spanning tree's edges are ordered into merges.
+enum class TnebMerge {
+  // The paper's Algorithm 1: single linkage on the path similarity (min
+  // log-density), merges in decreasing similarity.
+  kDensity,
+  // Beyond the paper: the same tree, merged in increasing persistence
+  // (PersistenceMerges in merge.h): the lower of the two peaks minus the
+  // saddle, so components that are not density modes merge first.
+  kPersistence,
+};
+
+// "density" / "persistence"; InvalidArgument otherwise.
+absl::StatusOr<TnebMerge> ParseTnebMerge(const std::string& name);
+const char* TnebMergeName(TnebMerge merge);
+
+// Defaults are the paper's (Table 4) and the authors' code unless noted
+// (docs/methods.md lists every difference, with numbers).
 struct TnebOptions {
   int32_t components = 25;       // m
   double dof = 1.0;              // fixed nu (start value when learned)
   bool learn_dof = false;        // learn nu per component (ECM)
+  // Beyond the paper: fit nu fixed at `dof` and nu learned, keep the fit
+  // with the lower BIC (the learned fit pays for its m extra parameters).
+  // Overrides learn_dof; ignored for Gaussian components.
+  bool auto_dof = false;
   bool gaussian = false;         // g-NEB: Gaussian components
   double ridge = 1e-4;           // added to every scale matrix's diagonal
-  int32_t restarts = 20;         // EM restarts, best converged kept
-  int32_t max_iterations = 100;  // EM iteration cap per restart
-  double tolerance = 0.01;       // on the mean log-likelihood change
+  // EM restarts, best converged kept. 0: the authors' rule, 20 when d <= 10
+  // and 1 when d > 10.
+  int32_t restarts = 0;
+  int32_t max_iterations = 1000;  // EM iteration cap per restart (authors: 1000)
+  double tolerance = 1e-4;        // on the mean log-likelihood change (authors: 1e-5)
   int32_t neighbors = 10;        // nearest components per component
   int32_t path_points = 100;     // l
   int32_t path_steps = 200;      // s
@@ -69,8 +96,12 @@ struct TnebOptions {
   uint64_t seed = 0;
   int32_t min_component_points = 10;  // drop components with <= this many points
   double max_elongation = 500.0;      // drop if eigenvalue ratio >= this * d
+  TnebMerge merge = TnebMerge::kPersistence;
   int num_threads = 0;                // 0: all cores
 };
+
+// The authors' restart rule for restarts == 0 (20 when d <= 10, else 1).
+int32_t TnebRestarts(const TnebOptions& options, int64_t d);
 
 // Everything needed to place new points. Leaf i of the tree is component i
 // of `mixture`.
@@ -78,7 +109,9 @@ struct TnebModel {
   StudentMixture mixture;                   // surviving components, weights renormalised
   FeatureTransform transform;               // identity unless standardize
   std::vector<int32_t> original_component;  // leaf -> index in the fitted mixture
-  double height_offset = 0.0;               // height = height_offset - similarity
+  // height = height_offset - similarity (density merging; 0 with
+  // persistence merging, where "similarity" is -persistence).
+  double height_offset = 0.0;
 
   int64_t input_dim() const { return mixture.dim(); }
   // Leaf of every row of x (x.cols() == input_dim(), finite: both checked,
@@ -99,7 +132,7 @@ struct TnebResult {
   Hierarchy hierarchy;
   TnebModel model;
   // Per merge t (node L + t): the similarity (min log-density) at which it
-  // happens, non-increasing.
+  // happens, non-increasing; -persistence with persistence merging.
   std::vector<double> merge_similarity;
   // Every computed path, as leaf ids (a < b), with its similarity.
   std::vector<SimilarityEdge> edges;
@@ -107,8 +140,13 @@ struct TnebResult {
   std::vector<ComponentInfo> components;  // per fitted component
   // EM summary.
   double log_likelihood = 0.0;  // mean per training row, before filtering
+  int32_t restarts = 0;  // EM restarts run (after the restarts == 0 rule)
   int32_t converged_restarts = 0;
   int32_t failed_restarts = 0;
+  bool learned_dof = false;  // whether the kept fit learned nu (auto_dof's choice)
+  // auto_dof: BIC (-2 n loglik + parameters * log n) of both fits.
+  double bic_fixed_dof = 0.0;
+  double bic_learned_dof = 0.0;
   bool em_converged = false;  // whether the kept restart converged
   int64_t em_iterations = 0;  // M-steps over all restarts
   // Wall-clock seconds per phase.

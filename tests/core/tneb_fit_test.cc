@@ -136,6 +136,56 @@ TEST(TnebFit, RecoversSeparatedBlobs) {
   EXPECT_GE(static_cast<int>(r->edges.size()), l - 1);
 }
 
+// The density-merge order (the paper's) still recovers separated blobs, and
+// its heights are height_offset - similarity.
+TEST(TnebFit, DensityMergeIsThePapers) {
+  const Data s = Blobs({{0, 0}, {12, 0}, {6, 11}}, 200, 1);
+  NullRunContext ctx;
+  TnebOptions o = SmallOptions();
+  o.merge = TnebMerge::kDensity;
+  auto r = FitTneb(s.view(), o, ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(SamePartition(ClustersAt(*r, 3), s.y));
+  EXPECT_EQ(r->hierarchy.metadata().at("merge"), "density");
+  EXPECT_GT(r->model.height_offset, r->merge_similarity.front() - 1e-9);
+  const int32_t l = r->hierarchy.num_leaves();
+  for (int t = 0; t < l - 1; ++t) {
+    EXPECT_NEAR(r->hierarchy.height(l + t), r->model.height_offset - r->merge_similarity[t],
+                1e-9);
+  }
+  EXPECT_EQ(ParseTnebMerge("density").value(), TnebMerge::kDensity);
+  EXPECT_EQ(ParseTnebMerge("persistence").value(), TnebMerge::kPersistence);
+  EXPECT_FALSE(ParseTnebMerge("single").ok());
+}
+
+// auto_dof fits nu fixed and nu learned and keeps the lower BIC; restarts
+// = 0 follows the authors' rule (20 when d <= 10, else 1).
+TEST(TnebFit, AutoDofKeepsTheLowerBic) {
+  const Data s = Blobs({{0, 0}, {12, 0}, {6, 11}}, 200, 1);
+  NullRunContext ctx;
+  TnebOptions o = SmallOptions();
+  o.auto_dof = true;
+  auto r = FitTneb(s.view(), o, ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(SamePartition(ClustersAt(*r, 3), s.y));
+  const auto& md = r->hierarchy.metadata();
+  EXPECT_EQ(md.at("auto_dof"), "true");
+  EXPECT_TRUE(std::isfinite(r->bic_fixed_dof));
+  EXPECT_TRUE(std::isfinite(r->bic_learned_dof));
+  EXPECT_EQ(r->learned_dof, r->bic_learned_dof < r->bic_fixed_dof);
+  EXPECT_EQ(md.at("learn_dof"), r->learned_dof ? "true" : "false");
+  // Gaussian blobs: learning nu (towards large values) fits far better than nu = 1.
+  EXPECT_TRUE(r->learned_dof);
+
+  TnebOptions a;
+  EXPECT_EQ(a.restarts, 0);
+  EXPECT_EQ(TnebRestarts(a, 2), 20);
+  EXPECT_EQ(TnebRestarts(a, 10), 20);
+  EXPECT_EQ(TnebRestarts(a, 11), 1);
+  a.restarts = 7;
+  EXPECT_EQ(TnebRestarts(a, 64), 7);
+}
+
 TEST(TnebFit, GaussianVariantAndBridging) {
   // Two far groups; one neighbour per component leaves the k-NN graph
   // disconnected, so bridging paths join it.
@@ -258,7 +308,7 @@ TEST(TnebFit, RejectsBadInput) {
   p.dof = -1;
   EXPECT_THAT(msg(s.view(), p), HasSubstr("degrees of freedom"));
   p = o;
-  p.restarts = 0;
+  p.restarts = -1;
   EXPECT_THAT(msg(s.view(), p), HasSubstr("restarts"));
 }
 

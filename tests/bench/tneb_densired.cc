@@ -4,10 +4,12 @@
 // median. Not a ctest: it takes minutes.
 //
 // Usage:
-//   tneb_densired [--seeds S] [--gaussian] [--learn-dof] [--dof NU]
+//   tneb_densired [--seeds S] [--gaussian] [--learn-dof | --auto-dof] [--dof NU]
 //                 [--no-standardize] [--components M] [--restarts R] [--threads T]
-//                 [--tolerance TOL] [--max-iterations N]
+//                 [--tolerance TOL] [--max-iterations N] [--merge density|persistence]
 //                 [--dump PREFIX] X.npy Y.npy [X.npy Y.npy ...]
+// --edges prints the spanning tree (similarity, peaks, persistence, leaf
+// sizes and labels) to stderr.
 // --dump writes PREFIX<dataset>_s<seed>_pred.npy (cluster at the true k) and
 // _leaf.npy (leaf of every point) for inspection.
 // Example (all eight Densired sets):
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -31,10 +34,72 @@ namespace {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: tneb_densired [--seeds S] [--gaussian] [--learn-dof] [--dof NU] "
+               "usage: tneb_densired [--seeds S] [--gaussian] [--learn-dof | --auto-dof] [--dof NU] "
                "[--no-standardize] [--components M] [--restarts R] [--threads T] [--dump PREFIX] "
-               "[--tolerance TOL] [--max-iterations N] X.npy Y.npy [...]\n");
+               "[--tolerance TOL] [--max-iterations N] [--merge density|persistence] [--edges] "
+               "X.npy Y.npy [...]\n");
   return 2;
+}
+
+// ARI at k of the other merge order, rebuilt from the fit's path edges and
+// the mixture's log-density at its means (the same tree FitTneb builds).
+double OtherMergeAri(const dendro::TnebResult& r, dendro::TnebMerge other, int k,
+                     const std::vector<int64_t>& y) {
+  const int32_t l = r.hierarchy.num_leaves();
+  const Eigen::MatrixXd means = r.model.mixture.means();
+  const Eigen::VectorXd peak = r.model.mixture.LogDensity(means, 1);
+  double offset = peak.maxCoeff();
+  for (const auto& e : r.edges) offset = std::max(offset, e.similarity);
+  auto mt = dendro::MaximumSpanningMerges(l, r.edges, offset);
+  if (!mt.ok()) return -1.0;
+  if (other == dendro::TnebMerge::kPersistence) {
+    mt = dendro::PersistenceMerges(mt->tree_edges,
+                                   std::vector<double>(peak.data(), peak.data() + l));
+    if (!mt.ok()) return -1.0;
+  }
+  auto tree = dendro::Hierarchy::FromMerges(l, mt->merges);
+  if (!tree.ok()) return -1.0;
+  auto cut = tree->CutToK(std::min(k, l));
+  if (!cut.ok()) return -1.0;
+  std::vector<int64_t> pred(y.size());
+  for (size_t i = 0; i < y.size(); ++i) pred[i] = (*cut)[r.hierarchy.point_leaf()[i]];
+  return *dendro::AdjustedRandIndex(y, pred);
+}
+
+// The spanning tree's edges in decreasing similarity, with both end points'
+// peaks, the water-level persistence and the points / majority label of each
+// leaf, to stderr (--edges).
+void PrintTreeEdges(const std::string& name, int seed, const dendro::TnebResult& r,
+                    const std::vector<int64_t>& y) {
+  const int32_t l = r.hierarchy.num_leaves();
+  const Eigen::MatrixXd means = r.model.mixture.means();
+  const Eigen::VectorXd peak = r.model.mixture.LogDensity(means, 1);
+  double offset = peak.maxCoeff();
+  for (const auto& e : r.edges) offset = std::max(offset, e.similarity);
+  auto mt = dendro::MaximumSpanningMerges(l, r.edges, offset);
+  if (!mt.ok()) return;
+  auto pm = dendro::PersistenceMerges(mt->tree_edges,
+                                      std::vector<double>(peak.data(), peak.data() + l));
+  if (!pm.ok()) return;
+  std::vector<std::map<int64_t, int64_t>> labels(l);
+  for (size_t i = 0; i < y.size(); ++i) ++labels[r.hierarchy.point_leaf()[i]][y[i]];
+  auto describe = [&](int32_t leaf) {
+    int64_t total = 0, best = -1, best_n = 0;
+    for (const auto& [lab, c] : labels[leaf]) {
+      total += c;
+      if (c > best_n) best = lab, best_n = c;
+    }
+    return std::to_string(total) + "pts/y" + std::to_string(best) + ":" + std::to_string(best_n);
+  };
+  std::map<std::pair<int32_t, int32_t>, double> pers;
+  for (size_t t = 0; t < pm->tree_edges.size(); ++t) {
+    pers[{pm->tree_edges[t].a, pm->tree_edges[t].b}] = -pm->similarity[t];
+  }
+  for (const auto& e : mt->tree_edges) {
+    std::fprintf(stderr, "EDGE\t%s\t%d\t%d(%s)\t%d(%s)\tsim %.3f\tpeaks %.3f %.3f\tpers %.3f\n",
+                 name.c_str(), seed, e.a, describe(e.a).c_str(), e.b, describe(e.b).c_str(),
+                 e.similarity, peak[e.a], peak[e.b], pers[{e.a, e.b}]);
+  }
 }
 
 }  // namespace
@@ -42,6 +107,7 @@ int Usage() {
 int main(int argc, char** argv) {
   int seeds = 10;
   std::string dump;  // prefix for per-seed cluster labels (.npy)
+  bool print_edges = false;
   dendro::TnebOptions base;
   base.standardize = true;  // the paper standardises every feature
   std::vector<std::string> files;
@@ -60,6 +126,16 @@ int main(int argc, char** argv) {
       dump = v;
     } else if (a == "--learn-dof") {
       base.learn_dof = true;
+    } else if (a == "--edges") {
+      print_edges = true;
+    } else if (a == "--auto-dof") {
+      base.auto_dof = true;
+    } else if (a == "--merge") {
+      const char* v = next();
+      if (!v) return Usage();
+      auto m = dendro::ParseTnebMerge(v);
+      if (!m.ok()) return Usage();
+      base.merge = *m;
     } else if (a == "--dof") {
       const char* v = next();
       if (!v) return Usage();
@@ -94,7 +170,11 @@ int main(int argc, char** argv) {
   }
   if (files.empty() || files.size() % 2 != 0 || seeds < 1) return Usage();
 
-  std::printf("dataset\tseed\tari\tnmi\tleaves\tconverged\tem_s\tpaths_s\ttotal_s\n");
+  // ari_other: the same fit cut after merging in the other order (density
+  // <-> persistence), so one run compares both merge rules.
+  std::printf(
+      "dataset\tseed\tari\tnmi\tleaves\tconverged\tem_its\tnu\tem_s\tpaths_s\ttotal_s\t"
+      "ari_other\n");
   for (size_t f = 0; f < files.size(); f += 2) {
     auto x = dendro::ReadNpyFloat32(files[f]);
     auto y = dendro::ReadNpyInt(files[f + 1]);
@@ -112,7 +192,7 @@ int main(int argc, char** argv) {
     dendro::MatrixView xv(x->data.data(), n, d);
     std::string name = files[f];
     name = name.substr(name.find_last_of('/') + 1);
-    std::vector<double> aris;
+    std::vector<double> aris, others;
     for (int s = 0; s < seeds; ++s) {
       dendro::TnebOptions o = base;
       o.seed = static_cast<uint64_t>(s);
@@ -143,18 +223,33 @@ int main(int argc, char** argv) {
       }
       const double nmi = *dendro::NormalizedMutualInfo(y->data, pred);
       aris.push_back(ari);
-      std::printf("%s\t%d\t%.4f\t%.4f\t%d\t%d/%d\t%.1f\t%.1f\t%.1f\n", name.c_str(), s, ari, nmi,
-                  tree.num_leaves(), r->converged_restarts, o.restarts, r->em_seconds,
-                  r->path_seconds, total);
+      const double other = OtherMergeAri(
+          *r, o.merge == dendro::TnebMerge::kDensity ? dendro::TnebMerge::kPersistence
+                                                     : dendro::TnebMerge::kDensity,
+          true_k, y->data);
+      others.push_back(other);
+      if (print_edges) PrintTreeEdges(name, s, *r, y->data);
+      std::printf("%s\t%d\t%.4f\t%.4f\t%d\t%d/%d\t%lld\t%s\t%.1f\t%.1f\t%.1f\t%.4f\n", name.c_str(), s,
+                  ari, nmi, tree.num_leaves(), r->converged_restarts, r->restarts,
+                  static_cast<long long>(r->em_iterations),
+                  o.gaussian ? "inf" : (r->learned_dof ? "learned" : "fixed"), r->em_seconds,
+                  r->path_seconds, total, other);
       std::fflush(stdout);
     }
     if (aris.empty()) continue;
-    std::vector<double> sorted = aris;
-    std::sort(sorted.begin(), sorted.end());
-    const size_t h = sorted.size() / 2;
-    const double median = sorted.size() % 2 ? sorted[h] : 0.5 * (sorted[h - 1] + sorted[h]);
-    std::printf("SUMMARY\t%s\tbest %.4f\tmedian %.4f\tworst %.4f\t(%zu seeds)\n", name.c_str(),
-                sorted.back(), median, sorted.front(), sorted.size());
+    const char* merge = dendro::TnebMergeName(base.merge);
+    const char* other = dendro::TnebMergeName(base.merge == dendro::TnebMerge::kDensity
+                                                  ? dendro::TnebMerge::kPersistence
+                                                  : dendro::TnebMerge::kDensity);
+    for (int pass = 0; pass < 2; ++pass) {
+      std::vector<double> sorted = pass == 0 ? aris : others;
+      std::sort(sorted.begin(), sorted.end());
+      const size_t h = sorted.size() / 2;
+      const double median = sorted.size() % 2 ? sorted[h] : 0.5 * (sorted[h - 1] + sorted[h]);
+      std::printf("SUMMARY\t%s\tmerge %s\tbest %.4f\tmedian %.4f\tworst %.4f\t(%zu seeds)\n",
+                  name.c_str(), pass == 0 ? merge : other, sorted.back(), median, sorted.front(),
+                  sorted.size());
+    }
     std::fflush(stdout);
   }
   return 0;

@@ -277,10 +277,22 @@ absl::Status RunTneb(Context& ctx, const Args& args) {
   p->set_learn_dof(args.Has("learn-dof"));
   DENDRO_ASSIGN_OR_RETURN(int64_t neighbors, IntFlag(args, "neighbors", 1, 100000));
   p->set_neighbors(static_cast<int32_t>(neighbors));
-  DENDRO_ASSIGN_OR_RETURN(double dof, PositiveFlag(args, "dof"));
+  if (args.Get("dof") == std::optional<std::string>("auto")) {
+    if (args.Has("learn-dof")) return UsageError("--dof auto and --learn-dof exclude each other");
+    p->set_auto_dof(true);
+  } else {
+    DENDRO_ASSIGN_OR_RETURN(double dof, PositiveFlag(args, "dof"));
+    p->set_dof(dof);
+  }
   DENDRO_ASSIGN_OR_RETURN(double ridge, PositiveFlag(args, "ridge"));
-  p->set_dof(dof);
   p->set_ridge(ridge);
+  if (std::optional<std::string> merge = args.Get("merge")) {
+    if (*merge != "density" && *merge != "persistence") {
+      return UsageError(
+          absl::StrCat("--merge must be density or persistence, got '", *merge, "'"));
+    }
+    p->set_merge(*merge);
+  }
   return FitAndReport(ctx, args, std::move(spec), 2, "t-NEB needs embeddings with",
                       "EMBEDDINGS.npy");
 }

@@ -116,27 +116,34 @@ const std::vector<Verb>& Verbs() {
       {"", "tneb", "fit a t-NEB hierarchy (Student-t mixture, density paths) to embeddings",
        "dendro tneb EMBEDDINGS.npy|DATASET_ID [--out FILE ...] [--labels Y.npy]\n"
        "           [--name NAME] [--components M] [--restarts R] [--standardize]\n"
-       "           [--gaussian] [--dof NU | --learn-dof] [--ridge R] [--neighbors K]\n"
+       "           [--gaussian] [--dof NU | --dof auto | --learn-dof] [--ridge R]\n"
+       "           [--neighbors K] [--merge density|persistence]\n"
        "           [--seed S] [--level K] [--no-wait] [--keep-dataset]\n"
        "           [--allow-method-change] [--color-level K] [--layout L] [--json]\n"
        "  Fits the mixture, links components by maximum-density paths and merges them\n"
        "  along the maximum spanning tree. Defaults are the paper's.\n"
        "  --components M  mixture components (default: 25)\n"
-       "  --restarts R    EM restarts, the best log-likelihood kept (default: 20)\n"
+       "  --restarts R    EM restarts, the best log-likelihood kept (default: the authors'\n"
+       "                  rule, 20 when d <= 10, else 1)\n"
        "  --standardize   zero mean, unit variance per feature, kept with the model and\n"
        "                  applied by 'dendro assign' (default: the features as given)\n"
        "  --gaussian      g-NEB: Gaussian components (default: Student-t)\n"
        "  --dof NU        fixed degrees of freedom (default: 1)\n"
+       "  --dof auto      fit NU fixed at 1 and learned, keep the lower BIC (beyond the paper)\n"
        "  --learn-dof     learn the degrees of freedom per component (default: fixed)\n"
        "  --ridge R       added to each scale matrix (default: 1e-4)\n"
        "  --neighbors K   nearest components to link by paths (default: 10)\n"
+       "  --merge M       density: the paper's merge order (decreasing min density along\n"
+       "                  the path); persistence: lower peak minus saddle, increasing, so\n"
+       "                  low-density tails merge first (beyond the paper) (default:\n"
+       "                  persistence)\n"
        "  --seed S        random seed (default: 0)\n" +
            kFitFlagsHelp,
        {{"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
         {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, {"components", true}, {"restarts", true},
         {"standardize", false}, {"gaussian", false}, {"seed", true}, {"dof", true},
-        {"learn-dof", false}, {"ridge", true}, {"neighbors", true}, kJson,
+        {"learn-dof", false}, {"ridge", true}, {"neighbors", true}, {"merge", true}, kJson,
         {"color-level", true}, {"layout", true}},
        0, 1, RunTneb},
       {"", "ghhc", "fit a gHHC tree (hyperbolic, gradient-based) to embeddings",

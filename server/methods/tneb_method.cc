@@ -62,12 +62,25 @@ TnebOptions OptionsFrom(const v1::TnebParams& p) {
   o.seed = p.seed();
   if (p.min_component_points() != 0) o.min_component_points = p.min_component_points();
   if (p.max_elongation() != 0) o.max_elongation = p.max_elongation();
+  o.auto_dof = p.auto_dof();
+  // An unknown name is rejected by Validate (CheckMerge) before any fit.
+  if (absl::StatusOr<TnebMerge> m = ParseTnebMerge(p.merge()); !p.merge().empty() && m.ok()) {
+    o.merge = *m;
+  }
   return o;
+}
+
+absl::Status CheckMerge(const v1::TnebParams& p) {
+  if (p.merge().empty()) return absl::OkStatus();
+  absl::StatusOr<TnebMerge> m = ParseTnebMerge(p.merge());
+  if (!m.ok()) return absl::InvalidArgumentError(absl::StrCat("tneb.merge: ", m.status().message()));
+  return absl::OkStatus();
 }
 
 // Upper bounds on the parameters whose size drives time or memory. Each is
 // far above any useful value (the paper uses m = 25, 20 restarts, 100 path
-// points, 200 steps, 1,024 evaluation points).
+// points, 200 steps, 1,024 evaluation points). auto_dof runs EM twice, which
+// doubles time but not memory.
 absl::Status CheckBounds(const TnebOptions& o, const v1::Dataset& dataset,
                          const JobLimits& limits) {
   DENDRO_RETURN_IF_ERROR(CheckAtMost("tneb.components", o.components, 10000,
@@ -103,6 +116,7 @@ class Tneb final : public Method {
 
   absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
                         const JobLimits& limits) const override {
+    DENDRO_RETURN_IF_ERROR(CheckMerge(spec.tneb()));
     const TnebOptions o = OptionsFrom(spec.tneb());
     DENDRO_RETURN_IF_ERROR(ValidateTnebOptions(o));
     DENDRO_RETURN_IF_ERROR(CheckBounds(o, dataset, limits));

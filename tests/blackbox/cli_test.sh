@@ -152,6 +152,8 @@ run assign --model hyper logits.npy --out ghhc_leaf.npy
   fail "assign does not place the training rows in their training leaves"
 expect_error 1 "projection_dim must be below" ghhc logits.npy --projection-dim 12 --out x.json
 expect_error 2 "--link" ghhc logits.npy --link relu --out x.json
+expect_error 2 "--merge must be density or persistence" tneb logits.npy --merge single --out x.json
+expect_error 2 "--dof auto and --learn-dof" tneb logits.npy --dof auto --learn-dof --out x.json
 pass "ghhc: projection, schedule and link flags reach the model; assign projects new rows"
 
 # Every cut of the (n-ary) gHHC tree is reachable through its binary refinement, and the SciPy
@@ -325,7 +327,7 @@ run models get ds_tneb --json
   fail "ds_tneb:2 is not the ghhc fit: $(cat out.txt)"
 # The same from a file: tneb, then ghhc under the file's stem.
 cp logits.npy two.npy
-run tneb two.npy --components 6 --restarts 2 --seed 1
+run tneb two.npy --components 6 --restarts 2 --seed 1 --merge density --dof auto
 [[ $RC -eq 0 && "$(cat out.txt)" == "model two version 1" ]] || fail "tneb two.npy: exit $RC, $(cat err.txt)"
 expect_error any "--allow-method-change" ghhc two.npy --internal-nodes 16 --triples 2000
 run ghhc two.npy --internal-nodes 16 --triples 2000 --allow-method-change

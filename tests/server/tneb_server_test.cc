@@ -104,6 +104,7 @@ TEST_F(TnebServerTest, FitAssignAndReload) {
   EXPECT_EQ(md.at("true_k"), "3");
   EXPECT_EQ(md.at("auto_k"), "3");
   EXPECT_EQ(md.at("standardize"), "true");
+  EXPECT_EQ(md.at("merge"), "persistence");
   EXPECT_GT(std::stod(md.at("ari_at_true_k")), 0.99);
   EXPECT_GT(std::stod(md.at("nmi_at_true_k")), 0.97);
 
@@ -134,6 +135,54 @@ TEST_F(TnebServerTest, FitAssignAndReload) {
   }
 }
 
+// merge and auto_dof reach the core: the served tree is the core's with the
+// same options.
+TEST_F(TnebServerTest, MergeOrderAndAutoDofPassThrough) {
+  StartServer();
+  const int n = 600;
+  std::vector<int64_t> labels;
+  const std::vector<float> x = Blobs(n, &labels);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, n, 3, &ds, &labels).ok());
+  v1::TnebParams p = SmallParams();
+  p.set_merge("density");
+  p.set_auto_dof(true);
+  grpc::Status st;
+  v1::Job job = Submit(ds.id(), "density", p, &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  job = Wait(job.id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+
+  TnebOptions o;
+  o.components = 6;
+  o.restarts = 3;
+  o.path_points = 30;
+  o.path_steps = 40;
+  o.eval_points = 128;
+  o.standardize = true;
+  o.seed = 4;
+  o.merge = TnebMerge::kDensity;
+  o.auto_dof = true;
+  NullRunContext null_ctx;
+  auto expected = FitTneb(MatrixView(x.data(), n, 3), o, null_ctx);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  grpc::ClientContext tctx;
+  v1::GetTreeRequest treq;
+  treq.mutable_model()->set_name("density");
+  treq.set_format(v1::TREE_FORMAT_JSON);
+  treq.set_include_points(true);
+  v1::GetTreeResponse tresp;
+  ASSERT_TRUE(models_->GetTree(&tctx, treq, &tresp).ok());
+  auto tree = ParseJson(tresp.content());
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  EXPECT_EQ(tree->point_leaf(), expected->hierarchy.point_leaf());
+  const auto& md = tree->metadata();
+  EXPECT_EQ(md.at("merge"), "density");
+  EXPECT_EQ(md.at("auto_dof"), "true");
+  EXPECT_EQ(md.at("learn_dof"), expected->hierarchy.metadata().at("learn_dof"));
+  EXPECT_EQ(md.at("bic_fixed_dof"), expected->hierarchy.metadata().at("bic_fixed_dof"));
+}
+
 TEST_F(TnebServerTest, BadParametersAreRejectedAtSubmit) {
   StartServer();
   std::vector<int64_t> labels;
@@ -156,6 +205,11 @@ TEST_F(TnebServerTest, BadParametersAreRejectedAtSubmit) {
   Submit(ds.id(), "bad", p, &st);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), HasSubstr("learning_rate"));
+  p = SmallParams();
+  p.set_merge("single");
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("tneb.merge"));
   v1::Dataset one_col;
   ASSERT_TRUE(Upload(std::vector<float>(30, 1.f), 30, 1, &one_col).ok());
   Submit(one_col.id(), "bad", SmallParams(), &st);

@@ -106,7 +106,8 @@ struct AutoK {
 // them (0-dimensional persistence of the super-level sets restricted to the
 // tree; the "elder rule"). A component whose mean is not a mode of the
 // density (its path to its neighbour falls monotonically away from it) has
-// persistence ~0 and merges first; two real clusters joined by a saddle far
+// persistence 0, a shallow bump in a broad cluster's outskirts a small one,
+// and they merge first; two real clusters joined by a saddle far
 // below both peaks merge last, even when that saddle lies above the
 // outskirts of a broad cluster. Merges are the tree edges in increasing
 // persistence (ties by their order in `tree`); MergeTree::similarity is

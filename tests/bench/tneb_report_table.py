@@ -2,7 +2,9 @@
 """Markdown table for the t-NEB report in docs/methods.md (issue 12).
 
 Reads tneb_densired output files (their SUMMARY lines; each run reports the
-merge order it used and the other one, from the same fits) and one
+merge order it used and the other one, from the same fits; for a run cut
+short before its SUMMARY, the per-seed rows, whose `ari` column is then taken
+as persistence, the default order, and `ari_other` as density) and one
 tneb_baselines.py output, and prints one row per dataset: t-NEB median / best
 ARI with persistence and with density merging, then k-means and the Gaussian
 mixture, and the number of seeds behind each t-NEB figure. Datasets without a
@@ -11,6 +13,7 @@ t-NEB summary (runs cut short) are listed with "-".
 Usage: /usr/bin/python3 tests/bench/tneb_report_table.py BASELINES.tsv TNEB.out [TNEB.out ...]
 """
 import re
+import statistics
 import sys
 
 
@@ -23,6 +26,7 @@ def main():
                 base[(p[0], p[1])] = (float(p[2]), float(p[3]))
     tneb = {}
     pat = re.compile(r"SUMMARY\t(\S+)\tmerge (\w+)\tbest (\S+)\tmedian (\S+)\tworst \S+\t\((\d+) seeds\)")
+    rows = {}
     for path in sys.argv[2:]:
         with open(path) as f:
             for line in f:
@@ -30,6 +34,15 @@ def main():
                 if m:
                     tneb[(m.group(1), m.group(2))] = (float(m.group(4)), float(m.group(3)),
                                                       int(m.group(5)))
+                    continue
+                p = line.rstrip("\n").split("\t")
+                if len(p) == 12 and p[0] != "dataset":
+                    rows.setdefault(p[0], []).append((float(p[2]), float(p[11])))
+    for name, r in rows.items():
+        for i, merge in enumerate(("persistence", "density")):
+            if (name, merge) not in tneb:
+                v = sorted(x[i] for x in r)
+                tneb[(name, merge)] = (statistics.median(v), v[-1], len(v))
     names = []
     for key in list(base) + list(tneb):
         if key[0] not in names:

@@ -68,7 +68,13 @@ DendroServer::~DendroServer() {
   // The exposer's threads read the stores through probes: stop it first.
   if (state_->metrics) state_->metrics->StopServing();
   if (!clean) {
-    state_.release();  // the process exits; the kernel drops the lock
+    // The abandoned jobs' threads still use the stores, so the state is
+    // never freed: it is kept, reachable, for the rest of the process (which
+    // is about to exit; the kernel then drops the lock).
+    static auto* abandoned_mu = new std::mutex;
+    static auto* abandoned = new std::vector<std::unique_ptr<State>>;
+    std::lock_guard<std::mutex> lock(*abandoned_mu);
+    abandoned->push_back(std::move(state_));
     return;
   }
   const int lock_fd = state_->lock_fd;

@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "core/hierarchy/export.h"
 #include "dendro/v1/dendro.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "server/catalogue.h"
@@ -220,6 +222,20 @@ class ServerTest : public ::testing::Test {
     req.set_level(level);
     req.set_data(std::string(reinterpret_cast<const char*>(x.data()), x.size() * 4));
     return models_->Assign(&ctx, req, resp);
+  }
+
+  // The latest version of `model` as served by GetTree (JSON, with the
+  // training points' leaves), parsed.
+  absl::StatusOr<Hierarchy> ServedTree(const std::string& model) {
+    grpc::ClientContext ctx;
+    v1::GetTreeRequest req;
+    req.mutable_model()->set_name(model);
+    req.set_format(v1::TREE_FORMAT_JSON);
+    req.set_include_points(true);
+    v1::GetTreeResponse resp;
+    const grpc::Status st = models_->GetTree(&ctx, req, &resp);
+    if (!st.ok()) return absl::UnknownError("GetTree: " + st.error_message());
+    return ParseJson(resp.content());
   }
 
   std::string FitModel(const std::string& name, int n = 1500, int groups = 3, int per = 4) {

@@ -50,6 +50,19 @@ class TnebServerTest : public ServerTest {
   }
 };
 
+// SmallParams() as core options.
+TnebOptions SmallOptions() {
+  TnebOptions o;
+  o.components = 6;
+  o.restarts = 3;
+  o.path_points = 30;
+  o.path_steps = 40;
+  o.eval_points = 128;
+  o.standardize = true;
+  o.seed = 4;
+  return o;
+}
+
 v1::TnebParams SmallParams() {
   v1::TnebParams p;
   p.set_components(6);
@@ -77,25 +90,11 @@ TEST_F(TnebServerTest, FitAssignAndReload) {
   EXPECT_DOUBLE_EQ(job.progress(), 1.0);
 
   // The served tree is what the core computes with the same options.
-  TnebOptions o;
-  o.components = 6;
-  o.restarts = 3;
-  o.path_points = 30;
-  o.path_steps = 40;
-  o.eval_points = 128;
-  o.standardize = true;
-  o.seed = 4;
+  TnebOptions o = SmallOptions();
   NullRunContext null_ctx;
   auto expected = FitTneb(MatrixView(x.data(), n, 3), o, null_ctx);
   ASSERT_TRUE(expected.ok()) << expected.status();
-  grpc::ClientContext tctx;
-  v1::GetTreeRequest treq;
-  treq.mutable_model()->set_name("blobs");
-  treq.set_format(v1::TREE_FORMAT_JSON);
-  treq.set_include_points(true);
-  v1::GetTreeResponse tresp;
-  ASSERT_TRUE(models_->GetTree(&tctx, treq, &tresp).ok());
-  auto tree = ParseJson(tresp.content());
+  auto tree = ServedTree("blobs");
   ASSERT_TRUE(tree.ok()) << tree.status();
   EXPECT_EQ(tree->num_leaves(), expected->hierarchy.num_leaves());
   EXPECT_EQ(tree->point_leaf(), expected->hierarchy.point_leaf());
@@ -153,27 +152,13 @@ TEST_F(TnebServerTest, MergeOrderAndAutoDofPassThrough) {
   job = Wait(job.id());
   ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
 
-  TnebOptions o;
-  o.components = 6;
-  o.restarts = 3;
-  o.path_points = 30;
-  o.path_steps = 40;
-  o.eval_points = 128;
-  o.standardize = true;
-  o.seed = 4;
+  TnebOptions o = SmallOptions();
   o.merge = TnebMerge::kDensity;
   o.auto_dof = true;
   NullRunContext null_ctx;
   auto expected = FitTneb(MatrixView(x.data(), n, 3), o, null_ctx);
   ASSERT_TRUE(expected.ok()) << expected.status();
-  grpc::ClientContext tctx;
-  v1::GetTreeRequest treq;
-  treq.mutable_model()->set_name("density");
-  treq.set_format(v1::TREE_FORMAT_JSON);
-  treq.set_include_points(true);
-  v1::GetTreeResponse tresp;
-  ASSERT_TRUE(models_->GetTree(&tctx, treq, &tresp).ok());
-  auto tree = ParseJson(tresp.content());
+  auto tree = ServedTree("density");
   ASSERT_TRUE(tree.ok()) << tree.status();
   EXPECT_EQ(tree->point_leaf(), expected->hierarchy.point_leaf());
   const auto& md = tree->metadata();

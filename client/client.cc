@@ -711,10 +711,23 @@ absl::StatusOr<std::string> Client::GetTree(const v1::ModelRef& ref, v1::TreeFor
   req.set_format(format);
   req.set_include_points(include_points);
   req.set_unrefined(unrefined);
-  v1::GetTreeResponse resp;
-  DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) { return impl_->models->GetTree(c, req, &resp); }));
-  if (model != nullptr) *model = resp.model();
-  return std::move(*resp.mutable_content());
+  // Always the streaming form: it serves a tree of any size, and a small one
+  // in a single piece.
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx);
+  std::unique_ptr<grpc::ClientReader<v1::GetTreeChunk>> reader =
+      impl_->models->GetTreeStream(&ctx, req);
+  std::string content;
+  v1::GetTreeChunk chunk;
+  bool first = true;
+  while (reader->Read(&chunk)) {
+    if (first && model != nullptr) *model = chunk.model();
+    first = false;
+    content.append(chunk.content());
+  }
+  DENDRO_RETURN_IF_ERROR(FromGrpc(reader->Finish(), impl_->options));
+  if (first) return absl::DataLossError("GetTreeStream: the server sent no part of the tree");
+  return content;
 }
 
 namespace {

@@ -180,6 +180,7 @@ class Client {
   // The tree serialised in `format` (JSON text, Newick text, or the bytes of
   // a float64 .npy linkage matrix). `model` (optional) receives the model
   // that was served, which tells the version a "latest" ref resolved to.
+  // Read through GetTreeStream, so no message limit applies to the tree.
   // `unrefined`: the method's own n-ary tree (gHHC, hppca) instead of its
   // binary refinement; JSON or Newick only.
   absl::StatusOr<std::string> GetTree(const v1::ModelRef& ref, v1::TreeFormat format,

@@ -36,6 +36,7 @@ constexpr RpcRule kRules[] = {
     {Rpc::kListModels, "/dendro.v1.ModelService/ListModels", Role::kReader},
     {Rpc::kDeleteModel, "/dendro.v1.ModelService/DeleteModel", Role::kAdmin},
     {Rpc::kGetTree, "/dendro.v1.ModelService/GetTree", Role::kReader},
+    {Rpc::kGetTreeStream, "/dendro.v1.ModelService/GetTreeStream", Role::kReader},
     {Rpc::kAssign, "/dendro.v1.ModelService/Assign", Role::kReader},
     {Rpc::kPredict, "/dendro.v1.ModelService/Predict", Role::kReader},
     {Rpc::kPredictStream, "/dendro.v1.ModelService/PredictStream", Role::kReader},

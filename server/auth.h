@@ -75,7 +75,7 @@ class KeyTable {
 enum class Rpc {
   kUploadDataset, kGetDataset, kListDatasets, kDeleteDataset,
   kSubmitJob, kGetJob, kListJobs, kCancelJob, kWatchJob, kWaitJob, kDeleteJob,
-  kGetModel, kListModels, kDeleteModel, kGetTree, kAssign, kPredict, kPredictStream,
+  kGetModel, kListModels, kDeleteModel, kGetTree, kGetTreeStream, kAssign, kPredict, kPredictStream,
   kGetClasses, kSetModelLabel, kDeleteModelLabel, kSetModelRetention,
   kLast = kSetModelRetention,
 };

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <functional>
@@ -10,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -400,6 +402,43 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
 
 // ---------------------------------------------------------------------------
 
+// The tree `req` asks for, as text (JSON, Newick) or bytes (a linkage .npy),
+// handed to `sink` in consecutive pieces of at most `piece_bytes`.
+absl::Status WriteTree(const FittedModel& model, const v1::GetTreeRequest& req,
+                       size_t piece_bytes,
+                       absl::FunctionRef<absl::Status(std::string_view)> sink) {
+  if (req.unrefined() && req.format() == v1::TREE_FORMAT_LINKAGE_NPY) {
+    return absl::InvalidArgumentError(
+        "an unrefined tree can be n-ary, which a SciPy linkage cannot hold; ask for JSON or "
+        "Newick");
+  }
+  const Hierarchy& tree = req.unrefined() ? model.coarse_tree() : model.tree();
+  std::string text;
+  switch (req.format()) {
+    case v1::TREE_FORMAT_UNSPECIFIED:
+    case v1::TREE_FORMAT_JSON:
+      // The only form that grows with the rows (point assignments): written
+      // piece by piece.
+      return WriteJson(tree, req.include_points(), piece_bytes, sink);
+    case v1::TREE_FORMAT_NEWICK:
+      text = ToNewick(tree);
+      break;
+    case v1::TREE_FORMAT_LINKAGE_NPY: {
+      const std::vector<double> rows = ToLinkage(tree);
+      const int64_t shape[2] = {static_cast<int64_t>(rows.size() / 4), 4};
+      text = MakeNpyHeader(DType::kFloat64, shape);
+      text.append(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(double));
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("unknown tree format ", req.format()));
+  }
+  for (size_t at = 0; at < text.size(); at += piece_bytes) {
+    DENDRO_RETURN_IF_ERROR(sink(std::string_view(text).substr(at, piece_bytes)));
+  }
+  return absl::OkStatus();
+}
+
 class ModelServiceImpl final : public v1::ModelService::Service, private ServiceBase {
  public:
   explicit ModelServiceImpl(ServiceDeps deps) : ServiceBase(std::move(deps)) {}
@@ -489,35 +528,53 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     if (!who.ok()) return ToGrpc(who.status());
     auto loaded = deps_.models->Load(req->model());
     if (!loaded.ok()) return ToGrpc(loaded.status());
-    if (req->unrefined() && req->format() == v1::TREE_FORMAT_LINKAGE_NPY) {
-      return ToGrpc(absl::InvalidArgumentError(
-          "an unrefined tree can be n-ary, which a SciPy linkage cannot hold; ask for JSON or "
-          "Newick"));
-    }
-    const Hierarchy& tree =
-        req->unrefined() ? loaded->first->coarse_tree() : loaded->first->tree();
-    switch (req->format()) {
-      case v1::TREE_FORMAT_UNSPECIFIED:
-      case v1::TREE_FORMAT_JSON:
-        resp->set_content(ToJson(tree, req->include_points()));
-        break;
-      case v1::TREE_FORMAT_NEWICK:
-        resp->set_content(ToNewick(tree));
-        break;
-      case v1::TREE_FORMAT_LINKAGE_NPY: {
-        const std::vector<double> rows = ToLinkage(tree);
-        const int64_t shape[2] = {static_cast<int64_t>(rows.size() / 4), 4};
-        std::string bytes = MakeNpyHeader(DType::kFloat64, shape);
-        bytes.append(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(double));
-        resp->set_content(std::move(bytes));
-        break;
-      }
-      default:
-        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            absl::StrCat("unknown tree format ", req->format()));
+    // The answer must fit one message with the model beside it; the text is
+    // counted to the end so the refusal can say how large the tree is.
+    const int64_t room = deps_.max_message_bytes - static_cast<int64_t>(loaded->second.ByteSizeLong()) - 1024;
+    std::string* content = resp->mutable_content();
+    int64_t total = 0;
+    const absl::Status written =
+        WriteTree(*loaded->first, *req, size_t{1} << 20, [&](std::string_view piece) {
+          total += static_cast<int64_t>(piece.size());
+          if (total <= room) content->append(piece);
+          return absl::OkStatus();
+        });
+    if (!written.ok()) return ToGrpc(written);
+    if (total > room) {
+      resp->Clear();
+      return ToGrpc(absl::ResourceExhaustedError(absl::StrCat(
+          "get tree: the tree is ", total, " bytes, over the ", deps_.max_message_bytes >> 20,
+          " MiB message limit; GetTreeStream sends it in pieces (the dendro CLI and clients use "
+          "it)")));
     }
     *resp->mutable_model() = loaded->second;
     return grpc::Status::OK;
+  }
+
+  grpc::Status GetTreeStream(grpc::ServerContext* ctx, const v1::GetTreeRequest* req,
+                             grpc::ServerWriter<v1::GetTreeChunk>* writer) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kGetTreeStream);
+    if (!who.ok()) return ToGrpc(who.status());
+    auto loaded = deps_.models->Load(req->model());
+    if (!loaded.ok()) return ToGrpc(loaded.status());
+    // Pieces well under the limit; the first also carries the model.
+    const size_t piece_bytes = static_cast<size_t>(
+        std::clamp<int64_t>(deps_.max_message_bytes / 2, 64, int64_t{1} << 20));
+    bool first = true;
+    const absl::Status written =
+        WriteTree(*loaded->first, *req, piece_bytes, [&](std::string_view piece) {
+          v1::GetTreeChunk chunk;
+          chunk.set_content(piece.data(), piece.size());
+          if (first) *chunk.mutable_model() = loaded->second;
+          first = false;
+          // Write blocks while the reader is behind, so memory stays at one
+          // piece in flight; false means the call is over.
+          if (!writer->Write(chunk)) {
+            return absl::CancelledError("get tree stream: the client went away");
+          }
+          return absl::OkStatus();
+        });
+    return ToGrpc(written);
   }
 
   grpc::Status Assign(grpc::ServerContext* ctx, const v1::AssignRequest* req,

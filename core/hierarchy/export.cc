@@ -1,5 +1,7 @@
 #include "core/hierarchy/export.h"
 
+#include <algorithm>
+#include <cassert>
 #include <charconv>
 #include <cmath>
 #include <numeric>
@@ -9,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace dendro {
@@ -348,7 +351,10 @@ std::string ToNewick(const Hierarchy& h) {
   return out;
 }
 
-std::string ToJson(const Hierarchy& h, bool include_points) {
+namespace {
+
+// Everything of the JSON document except "point_leaf", as one compact object.
+OrderedJson JsonHead(const Hierarchy& h) {
   OrderedJson doc;
   doc["format"] = "dendro.hierarchy";
   doc["version"] = 1;
@@ -377,8 +383,57 @@ std::string ToJson(const Hierarchy& h, bool include_points) {
   }
   doc["merges"] = std::move(merges);
   if (!h.leaf_names().empty()) doc["leaf_names"] = h.leaf_names();
-  if (include_points && !h.point_leaf().empty()) doc["point_leaf"] = h.point_leaf();
-  return Dump(doc);
+  return doc;
+}
+
+}  // namespace
+
+absl::Status WriteJson(const Hierarchy& h, bool include_points, size_t chunk_bytes,
+                       absl::FunctionRef<absl::Status(std::string_view)> sink) {
+  chunk_bytes = std::max<size_t>(chunk_bytes, 64);
+  std::string buf = Dump(JsonHead(h));
+  // The head is an object ("{...}"); the points go before its closing brace.
+  buf.pop_back();
+  const std::vector<int32_t>& points = h.point_leaf();
+  if (include_points && !points.empty()) {
+    // Written like nlohmann's compact dump of an int array: "[1,2,3]". An
+    // int32 takes at most 11 characters plus its comma.
+    constexpr size_t kMaxEntry = 12;
+    buf.append(",\"point_leaf\":[");
+    char digits[16];
+    for (size_t i = 0; i < points.size(); ++i) {
+      if (buf.size() + kMaxEntry > chunk_bytes) {
+        // Flush whole chunks only; the tail waits for more text.
+        size_t sent = 0;
+        while (buf.size() - sent >= chunk_bytes) {
+          DENDRO_RETURN_IF_ERROR(sink(std::string_view(buf).substr(sent, chunk_bytes)));
+          sent += chunk_bytes;
+        }
+        buf.erase(0, sent);
+      }
+      if (i > 0) buf.push_back(',');
+      const auto res = std::to_chars(digits, digits + sizeof(digits), points[i]);
+      buf.append(digits, res.ptr);
+    }
+    buf.push_back(']');
+  }
+  buf.push_back('}');
+  for (size_t sent = 0; sent < buf.size(); sent += chunk_bytes) {
+    DENDRO_RETURN_IF_ERROR(sink(std::string_view(buf).substr(sent, chunk_bytes)));
+  }
+  return absl::OkStatus();
+}
+
+std::string ToJson(const Hierarchy& h, bool include_points) {
+  std::string out;
+  const absl::Status s =
+      WriteJson(h, include_points, size_t{1} << 20, [&](std::string_view chunk) {
+        out.append(chunk);
+        return absl::OkStatus();
+      });
+  assert(s.ok());  // the sink above never fails
+  (void)s;
+  return out;
 }
 
 absl::StatusOr<Hierarchy> ParseJson(std::string_view json) {

@@ -29,6 +29,8 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/hierarchy/hierarchy.h"
 
@@ -43,6 +45,14 @@ std::string ToNewick(const Hierarchy& h);
 
 // `include_points`: whether to embed point_leaf (can be large).
 std::string ToJson(const Hierarchy& h, bool include_points = true);
+
+// The same text as ToJson, handed to `sink` in consecutive pieces of exactly
+// `chunk_bytes` (at least 64) except the last, which is shorter or equal and
+// never empty. Memory stays at the tree's head (nodes, merges, names) plus
+// one chunk however many points there are. Stops at, and returns, the first
+// error `sink` returns.
+absl::Status WriteJson(const Hierarchy& h, bool include_points, size_t chunk_bytes,
+                       absl::FunctionRef<absl::Status(std::string_view)> sink);
 absl::StatusOr<Hierarchy> ParseJson(std::string_view json);
 
 }  // namespace dendro

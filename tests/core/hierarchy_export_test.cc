@@ -1,4 +1,5 @@
 // Round trips through the linkage, Newick and JSON exports.
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <map>
@@ -6,6 +7,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/hierarchy/export.h"
@@ -310,6 +312,61 @@ TEST(JsonTest, RoundTripsTreesMetadataAndPoints) {
     EXPECT_TRUE(no_points->point_leaf().empty());
     EXPECT_EQ(no_points->metadata(), h.metadata());
   }
+}
+
+// WriteJson: the text is what nlohmann's compact dump of the same document
+// gives (the format readers already parse), cut into pieces of exactly the
+// chunk size but the last, whatever the chunk size.
+TEST(JsonTest, WriteJsonChunksTheCompactDocument) {
+  std::mt19937 rng(41);
+  for (int trial = 0; trial < 12; ++trial) {
+    const int32_t L = 2 + static_cast<int32_t>(rng() % 30);
+    Hierarchy h = RandomBinary(L, rng);
+    h.mutable_metadata()["method"] = "ghhc";
+    std::vector<int32_t> points(trial == 0 ? 0 : rng() % 5000);
+    for (int32_t& p : points) p = static_cast<int32_t>(rng() % L);
+    ASSERT_TRUE(h.SetPointLeaf(points).ok());
+    for (const bool with_points : {true, false}) {
+      std::string reference;
+      for (const size_t chunk : {size_t{1}, size_t{64}, size_t{100}, size_t{4093}, size_t{1} << 22}) {
+        std::string text;
+        std::vector<size_t> sizes;
+        ASSERT_TRUE(WriteJson(h, with_points, chunk, [&](std::string_view piece) {
+                      sizes.push_back(piece.size());
+                      text.append(piece);
+                      return absl::OkStatus();
+                    }).ok());
+        const size_t expect = std::max<size_t>(chunk, 64);
+        ASSERT_FALSE(sizes.empty());
+        for (size_t i = 0; i + 1 < sizes.size(); ++i) ASSERT_EQ(sizes[i], expect) << chunk;
+        EXPECT_GE(sizes.back(), 1u);
+        EXPECT_LE(sizes.back(), expect);
+        if (reference.empty()) {
+          reference = text;
+          const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text);
+          EXPECT_EQ(doc.dump(), text);
+          EXPECT_EQ(doc.contains("point_leaf"), with_points && !points.empty());
+          if (doc.contains("point_leaf")) {
+            EXPECT_EQ(doc["point_leaf"].get<std::vector<int32_t>>(), points);
+          }
+        }
+        EXPECT_EQ(text, reference) << "chunk " << chunk;
+      }
+      EXPECT_EQ(reference, ToJson(h, with_points));
+    }
+  }
+}
+
+TEST(JsonTest, WriteJsonStopsAtTheSinksError) {
+  std::mt19937 rng(5);
+  Hierarchy h = RandomBinary(10, rng);
+  ASSERT_TRUE(h.SetPointLeaf(std::vector<int32_t>(100000, 3)).ok());
+  int calls = 0;
+  const absl::Status s = WriteJson(h, true, 1000, [&](std::string_view) {
+    return ++calls == 3 ? absl::CancelledError("reader went away") : absl::OkStatus();
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(calls, 3);
 }
 
 TEST(JsonTest, RejectsBadDocuments) {

@@ -128,6 +128,23 @@ def test_assign_splits_large_inputs_into_several_messages(server, logits):
         assert (small.model("py_l2h:1").assign(big) == np.argmax(big, axis=1)).all()
 
 
+def test_tree_larger_than_a_message(dendrod_path, tmp_path):
+    """A tree whose JSON exceeds the server's message limit still downloads."""
+    from dendro_client import Client
+    server = Dendrod(dendrod_path, tmp_path / "data", ["--max_message_mb", "1"])
+    try:
+        rng = np.random.default_rng(3)
+        x = rng.standard_normal((700_000, 4)).astype(np.float32)  # ~1.4 MB of point_leaf
+        with Client(server.target, max_message_bytes=1 << 20) as small:
+            model = small.fit_l2h(x, name="wide").wait(progress=False)
+            tree = model.tree(include_points=True)
+            assert tree.point_leaf.shape == (700_000,)
+            assert (tree.point_leaf == np.argmax(x, axis=1)).all()
+            assert tree.num_leaves == 4 and tree.linkage.shape == (3, 4)
+    finally:
+        assert server.stop() == 0
+
+
 def test_one_shot_fit_leaves_no_datasets(client, logits, tmp_path):
     x, _ = logits
     before = {d.id for d in client.datasets()}

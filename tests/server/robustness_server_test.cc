@@ -587,6 +587,96 @@ TEST_F(RobustnessTest, PredictAnswerOverTheMessageLimitIsRefusedFirst) {
   EXPECT_EQ(resp.labels_size(), 1000 * 12);
 }
 
+// A tree whose JSON (with the point assignments) is larger than the message
+// limit: GetTree refuses it with a message that names the way out, and
+// GetTreeStream sends the same bytes in pieces under the limit.
+TEST_F(RobustnessTest, TreeOverTheMessageLimitComesInPieces) {
+  ServerOptions opts;
+  opts.max_message_bytes = 1 << 20;
+  StartServer(opts);
+  const int n = 700000;  // 4 clusters: about 2 bytes of JSON per point
+  const std::vector<float> x = MakeLogits(n, 2, 2, 1);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, n, 4, &ds, nullptr, 256 << 10).ok());
+  grpc::Status st;
+  v1::Job job = Submit(ds.id(), "big", &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(Wait(job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+
+  v1::GetTreeRequest req;
+  req.mutable_model()->set_name("big");
+  req.set_format(v1::TREE_FORMAT_JSON);
+  req.set_include_points(true);
+  {
+    grpc::ClientContext ctx;
+    v1::GetTreeResponse resp;
+    const grpc::Status s = models_->GetTree(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(s.error_message(), HasSubstr("GetTreeStream"));
+    EXPECT_THAT(s.error_message(), HasSubstr("1 MiB message limit"));
+  }
+  auto stream = [&](const v1::GetTreeRequest& r, std::vector<v1::GetTreeChunk>* chunks) {
+    grpc::ClientContext ctx;
+    auto reader = models_->GetTreeStream(&ctx, r);
+    v1::GetTreeChunk chunk;
+    std::string content;
+    while (reader->Read(&chunk)) {
+      content += chunk.content();
+      if (chunks != nullptr) chunks->push_back(chunk);
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    return content;
+  };
+  std::vector<v1::GetTreeChunk> chunks;
+  const std::string json = stream(req, &chunks);
+  ASSERT_GE(chunks.size(), 3u);
+  EXPECT_EQ(chunks[0].model().name(), "big");
+  EXPECT_EQ(chunks[0].model().version(), 1);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    EXPECT_LE(chunks[i].content().size(), size_t{512} << 10) << i;
+    if (i > 0) EXPECT_FALSE(chunks[i].has_model()) << i;
+  }
+  absl::StatusOr<Hierarchy> tree = ParseJson(json);
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  ASSERT_EQ(tree->point_leaf().size(), static_cast<size_t>(n));
+  EXPECT_EQ(ToJson(*tree), json);
+
+  // Small answers are the same bytes either way, in every format.
+  for (const v1::TreeFormat f :
+       {v1::TREE_FORMAT_JSON, v1::TREE_FORMAT_NEWICK, v1::TREE_FORMAT_LINKAGE_NPY}) {
+    v1::GetTreeRequest small = req;
+    small.set_include_points(false);
+    small.set_format(f);
+    grpc::ClientContext ctx;
+    v1::GetTreeResponse resp;
+    ASSERT_TRUE(models_->GetTree(&ctx, small, &resp).ok()) << f;
+    EXPECT_EQ(stream(small, nullptr), resp.content()) << f;
+  }
+
+  // Errors arrive as the stream's status.
+  {
+    v1::GetTreeRequest bad = req;
+    bad.mutable_model()->set_name("nope");
+    grpc::ClientContext ctx;
+    auto reader = models_->GetTreeStream(&ctx, bad);
+    v1::GetTreeChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  // A reader that leaves after one piece ends the call; the server goes on.
+  {
+    grpc::ClientContext ctx;
+    auto reader = models_->GetTreeStream(&ctx, req);
+    v1::GetTreeChunk chunk;
+    ASSERT_TRUE(reader->Read(&chunk));
+    ctx.TryCancel();
+    while (reader->Read(&chunk)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  EXPECT_EQ(stream(req, nullptr), json);
+}
+
 TEST_F(RobustnessTest, MessagesNeverNameServerPaths) {
   EXPECT_EQ(ScrubPaths("/var/lib/dendro/models/m/v1/tree.json: write: No space left", "/x"),
             "tree.json: write: No space left");

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from ._arrays import load_matrix, row_batches
+from .errors import translate
 from .tree import Tree
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -171,9 +172,13 @@ class Model:
         pb = self._client._pb
 
         def fetch(fmt: int, points: bool = False) -> bytes:
-            resp = self._client._unary(self._client._models.GetTree, pb.GetTreeRequest(
-                model=self._ref(), format=fmt, include_points=points, unrefined=unrefined))
-            return resp.content
+            # The streaming form: no message limit applies to the tree.
+            req = pb.GetTreeRequest(model=self._ref(), format=fmt, include_points=points,
+                                    unrefined=unrefined)
+            with translate(self._client.target):
+                chunks = self._client._models.GetTreeStream(
+                    req, timeout=self._client.timeout, metadata=self._client._metadata)
+                return b"".join(chunk.content for chunk in chunks)
 
         return Tree(json.loads(fetch(pb.TREE_FORMAT_JSON, include_points)), fetch, unrefined)
 

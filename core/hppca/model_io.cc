@@ -83,6 +83,12 @@ absl::StatusOr<hppca_internal::ClassTable> ReadClasses(const ModelArtifactReader
   }
   DENDRO_ASSIGN_OR_RETURN(t.counts, a.Int64("class_counts.npy", {k}));
   DENDRO_ASSIGN_OR_RETURN(const std::vector<int64_t> rank, a.Int64("class_rank.npy", {k}));
+  // A class keeps at most q components (fewer when it has n <= q rows).
+  for (const int64_t r : rank) {
+    if (r < 0 || r > q) {
+      return a.Error("class_rank.npy", absl::StrCat("rank ", r, " outside [0, q = ", q, "]"));
+    }
+  }
   t.rank.assign(rank.begin(), rank.end());
   DENDRO_ASSIGN_OR_RETURN(const std::vector<double> means, a.Float64("class_means.npy", {k, d}));
   t.means = Eigen::Map<const RowMatrixD>(means.data(), k, d);

@@ -25,6 +25,7 @@
 #include "core/hppca/hppca.h"
 #include "core/hppca/synthetic.h"
 #include "core/io/atomic_file.h"
+#include "core/io/npy.h"
 #include "core/tneb/tneb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -272,6 +273,48 @@ TEST(SaveLoadCorruptTest, Hppca) {
                     {"/stats/kmeans_iterations", Json((int64_t{1} << 32) + 1)},
                     {"/classes", Json(std::numeric_limits<uint64_t>::max())}};
   CheckCorruptions(c);
+}
+
+// Arrays whose values, not shapes, are impossible: a class rank above q and
+// a super-class index out of range are damage, named by file.
+TEST(SaveLoadCorruptTest, HppcaArrayValues) {
+  TwoLevelSpec spec;
+  spec.groups = 2;
+  spec.classes_per_group = 3;
+  spec.dim = 6;
+  const TwoLevelGenerator gen(spec);
+  const LabelledData data = gen.Sample(20, 7);
+  HppcaOptions o;
+  o.q = 2;
+  o.r = 2;
+  o.superclasses = 2;
+  o.num_threads = 1;
+  NullRunContext ctx;
+  auto model = FitHppca(MatrixView(data.x.data(), data.x.rows(), data.x.cols()), data.labels, o,
+                        ctx);
+  ASSERT_TRUE(model.ok()) << model.status();
+  struct Damage {
+    const char* file;
+    std::vector<int64_t> values;
+    const char* message;
+  };
+  const std::vector<Damage> damages = {
+      {"class_rank.npy", {2, 2, 2, 3, 2, 2}, "rank 3 outside [0, q = 2]"},
+      {"class_rank.npy", {2, -1, 2, 2, 2, 2}, "rank -1 outside"},
+      {"superclass_of.npy", {0, 0, 0, 1, 1, 2}, "out-of-range value 2"},
+  };
+  for (const Damage& d : damages) {
+    SCOPED_TRACE(d.file);
+    const std::string dir = TempDir("hppca_values");
+    ASSERT_TRUE(model->Save(dir).ok());
+    ASSERT_TRUE(HppcaModel::Load(dir).ok());
+    const int64_t shape[1] = {6};
+    ASSERT_TRUE(WriteNpy(dir + "/" + d.file, d.values, shape).ok());
+    const absl::Status s = HppcaModel::Load(dir).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(d.file));
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(d.message));
+  }
 }
 
 TEST(SaveLoadCorruptTest, Ghhc) {

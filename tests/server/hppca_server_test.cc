@@ -205,7 +205,9 @@ TEST_F(HppcaServerTest, TrainPredictStreamAndReload) {
       EXPECT_EQ(classes.train_counts(c), core->class_count(c));
       for (int32_t o = 0; o < c; ++o) {
         const bool same = classes.superclasses(o) == classes.superclasses(c);
-        if (same) EXPECT_EQ(tree->parent(o), tree->parent(c)) << "classes " << o << ", " << c;
+        if (same) {
+          EXPECT_EQ(tree->parent(o), tree->parent(c)) << "classes " << o << ", " << c;
+        }
         EXPECT_EQ((*cut)[o] == (*cut)[c], same) << "classes " << o << ", " << c;
       }
     }

@@ -1,6 +1,7 @@
 #include "server/services.h"
 
 #include <grpcpp/grpcpp.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cctype>
@@ -11,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -193,6 +195,10 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
     if (!who.ok()) return ToGrpc(who.status());
     auto slot = AcquireStream("upload", ctx, /*idle=*/true);
     if (!slot.ok()) return ToGrpc(slot.status());
+    // The stream's message buffers were freed as it went, but the allocator
+    // keeps freed memory for reuse (server/main.cc); give it back when the
+    // upload ends, so that the job that follows can use it.
+    absl::Cleanup release_memory = [] { malloc_trim(0); };
     auto upload = deps_.datasets->StartUpload();
     upload->set_owner(who->name);
     v1::UploadDatasetRequest req;

@@ -394,26 +394,31 @@ absl::Status WriteJson(const Hierarchy& h, bool include_points, size_t chunk_byt
   std::string buf = Dump(JsonHead(h));
   // The head is an object ("{...}"); the points go before its closing brace.
   buf.pop_back();
+  // Sends the whole chunks at the front of `buf`; the rest waits for more.
+  auto flush_whole_chunks = [&]() -> absl::Status {
+    size_t sent = 0;
+    for (; buf.size() - sent >= chunk_bytes; sent += chunk_bytes) {
+      DENDRO_RETURN_IF_ERROR(sink(std::string_view(buf).substr(sent, chunk_bytes)));
+    }
+    buf.erase(0, sent);
+    return absl::OkStatus();
+  };
   const std::vector<int32_t>& points = h.point_leaf();
   if (include_points && !points.empty()) {
-    // Written like nlohmann's compact dump of an int array: "[1,2,3]". An
-    // int32 takes at most 11 characters plus its comma.
-    constexpr size_t kMaxEntry = 12;
+    // Written like nlohmann's compact dump of an int array ("[1,2,3]"), a
+    // block of points at a time. An int32 takes at most 11 characters.
     buf.append(",\"point_leaf\":[");
-    char digits[16];
-    for (size_t i = 0; i < points.size(); ++i) {
-      if (buf.size() + kMaxEntry > chunk_bytes) {
-        // Flush whole chunks only; the tail waits for more text.
-        size_t sent = 0;
-        while (buf.size() - sent >= chunk_bytes) {
-          DENDRO_RETURN_IF_ERROR(sink(std::string_view(buf).substr(sent, chunk_bytes)));
-          sent += chunk_bytes;
-        }
-        buf.erase(0, sent);
+    constexpr size_t kBlock = 4096, kMaxEntry = 12;
+    std::vector<char> text(kBlock * kMaxEntry);
+    for (size_t begin = 0; begin < points.size(); begin += kBlock) {
+      const size_t end = std::min(points.size(), begin + kBlock);
+      char* out = text.data();
+      for (size_t i = begin; i < end; ++i) {
+        if (i > 0) *out++ = ',';
+        out = std::to_chars(out, out + 11, points[i]).ptr;
       }
-      if (i > 0) buf.push_back(',');
-      const auto res = std::to_chars(digits, digits + sizeof(digits), points[i]);
-      buf.append(digits, res.ptr);
+      buf.append(text.data(), out);
+      DENDRO_RETURN_IF_ERROR(flush_whole_chunks());
     }
     buf.push_back(']');
   }

@@ -236,7 +236,8 @@ TEST(SaveLoadCorruptTest, Tneb) {
   CheckCorruptions(c);
 }
 
-TEST(SaveLoadCorruptTest, Hppca) {
+// Six classes in two super-classes, q = r = 2.
+absl::StatusOr<HppcaModel> FitSmallHppca() {
   TwoLevelSpec spec;
   spec.groups = 2;
   spec.classes_per_group = 3;
@@ -251,8 +252,11 @@ TEST(SaveLoadCorruptTest, Hppca) {
   o.superclasses = 2;
   o.num_threads = 1;
   NullRunContext ctx;
-  auto model = FitHppca(MatrixView(data.x.data(), data.x.rows(), data.x.cols()), data.labels, o,
-                        ctx);
+  return FitHppca(MatrixView(data.x.data(), data.x.rows(), data.x.cols()), data.labels, o, ctx);
+}
+
+TEST(SaveLoadCorruptTest, Hppca) {
+  auto model = FitSmallHppca();
   ASSERT_TRUE(model.ok()) << model.status();
   const std::string dir = TempDir("hppca");
   ASSERT_TRUE(model->Save(dir).ok());
@@ -278,20 +282,7 @@ TEST(SaveLoadCorruptTest, Hppca) {
 // Arrays whose values, not shapes, are impossible: a class rank above q and
 // a super-class index out of range are damage, named by file.
 TEST(SaveLoadCorruptTest, HppcaArrayValues) {
-  TwoLevelSpec spec;
-  spec.groups = 2;
-  spec.classes_per_group = 3;
-  spec.dim = 6;
-  const TwoLevelGenerator gen(spec);
-  const LabelledData data = gen.Sample(20, 7);
-  HppcaOptions o;
-  o.q = 2;
-  o.r = 2;
-  o.superclasses = 2;
-  o.num_threads = 1;
-  NullRunContext ctx;
-  auto model = FitHppca(MatrixView(data.x.data(), data.x.rows(), data.x.cols()), data.labels, o,
-                        ctx);
+  auto model = FitSmallHppca();
   ASSERT_TRUE(model.ok()) << model.status();
   struct Damage {
     const char* file;

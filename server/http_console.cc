@@ -185,7 +185,22 @@ void HttpConsole::Impl::Serve(
       refused.ok() ? fn(who) : absl::StatusOr<HttpBody>(std::move(refused));
   if (body.ok()) {
     res.status = 200;
-    res.set_content(std::move(body->content), body->content_type);
+    if (!body->write) {
+      res.set_content(std::move(body->content), body->content_type);
+      return;
+    }
+    res.set_chunked_content_provider(
+        body->content_type,
+        [write = std::move(body->write)](size_t /*offset*/, httplib::DataSink& sink) {
+          const absl::Status s = write([&](std::string_view piece) {
+            return sink.write(piece.data(), piece.size())
+                       ? absl::OkStatus()
+                       : absl::CancelledError("the HTTP client went away");
+          });
+          if (!s.ok()) return false;  // drops the connection mid-body
+          sink.done();
+          return true;
+        });
     return;
   }
   const absl::Status& s = body.status();

@@ -360,13 +360,18 @@ absl::StatusOr<HttpBody> JsonApi::GetTree(const v1::ModelRef& ref,
   DENDRO_ASSIGN_OR_RETURN(bool unrefined, BoolParam(query, "unrefined"));
   DENDRO_ASSIGN_OR_RETURN(bool include_points, BoolParam(query, "include_points"));
   DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));
-  const Hierarchy& tree = unrefined ? loaded.first->coarse_tree() : loaded.first->tree();
   HttpBody body;
   if (format == "newick") {
-    body.content = ToNewick(tree);
+    body.content = ToNewick(unrefined ? loaded.first->coarse_tree() : loaded.first->tree());
     body.content_type = "text/plain; charset=utf-8";
   } else {
-    body.content = ToJson(tree, include_points);
+    // Written as it is sent: with the points it can be far larger than the
+    // tree (10^7 rows make 25 MB or more).
+    body.write = [model = std::move(loaded.first), unrefined, include_points](
+                     absl::FunctionRef<absl::Status(std::string_view)> sink) {
+      return WriteJson(unrefined ? model->coarse_tree() : model->tree(), include_points,
+                       size_t{1} << 20, sink);
+    };
   }
   return body;
 }

@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/auth.h"
@@ -43,6 +44,11 @@ struct JsonApiDeps {
 struct HttpBody {
   std::string content;
   std::string content_type = "application/json";
+  // When set, the body is produced by `write`, which hands its pieces to
+  // the sink in order and is sent chunked (`content` is then unused); a
+  // sink error means the client went away.
+  std::function<absl::Status(absl::FunctionRef<absl::Status(std::string_view)> sink)> write =
+      nullptr;
 };
 
 // Decoded query parameters (a repeated name keeps its first value).

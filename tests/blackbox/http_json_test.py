@@ -143,6 +143,16 @@ class JsonEndpointsTest(unittest.TestCase):
                                                       format=grpc_fmt),
                                     metadata=md("reader"), timeout=10)
             self.assertEqual(body, tree.content, fmt)
+        # The JSON tree is written as it is sent (chunked), points included.
+        status, headers, body = request(
+            self.url("/api/v1/models/tree/versions/1/tree?include_points=true"), "reader")
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["Transfer-Encoding"], "chunked")
+        with_points = s.models.GetTree(pb.GetTreeRequest(
+            model=pb.ModelRef(name="tree", version=1), format=pb.TREE_FORMAT_JSON,
+            include_points=True), metadata=md("reader"), timeout=10)
+        self.assertEqual(body, with_points.content)
+        self.assertEqual(len(json.loads(body)["point_leaf"]), self.x.shape[0])
         tree = json.loads(request(self.url("/api/v1/models/tree/versions/1/tree"), "reader")[2])
         status, headers, svg = request(
             self.url("/api/v1/models/tree/versions/1/tree.svg?color_level=3"), "reader")

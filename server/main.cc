@@ -72,7 +72,8 @@ ABSL_FLAG(int, max_streams, 64,
           "concurrent streaming calls (uploads, job watches, prediction streams); more are "
           "refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, upload_idle_seconds, 60,
-          "an upload or prediction stream that sends nothing for this long is cancelled");
+          "an upload that sends nothing, or a tree download that takes nothing, for this long "
+          "is cancelled");
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus metrics on at /metrics (off when empty)");
 ABSL_FLAG(std::string, http_listen, "",

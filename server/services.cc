@@ -563,6 +563,11 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     if (!who.ok()) return ToGrpc(who.status());
     auto loaded = deps_.models->Load(req->model());
     if (!loaded.ok()) return ToGrpc(loaded.status());
+    // A stream slot, like every stream: a reader that stops reading blocks
+    // Write below, and is cancelled once the idle timeout passes with no
+    // piece taken. (Taken after the load, which is not the reader's doing.)
+    auto slot = AcquireStream("get tree stream", ctx, /*idle=*/true);
+    if (!slot.ok()) return ToGrpc(slot.status());
     // Pieces well under the limit; the first also carries the model.
     const size_t piece_bytes = static_cast<size_t>(
         std::clamp<int64_t>(deps_.max_message_bytes / 2, 64, int64_t{1} << 20));
@@ -576,8 +581,11 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
           // Write blocks while the reader is behind, so memory stays at one
           // piece in flight; false means the call is over.
           if (!writer->Write(chunk)) {
-            return absl::CancelledError("get tree stream: the client went away");
+            return absl::CancelledError(
+                (*slot)->timed_out() ? "get tree stream: the reader took nothing for the idle timeout"
+                                     : "get tree stream: the client went away");
           }
+          (*slot)->Touch();
           return absl::OkStatus();
         });
     return ToGrpc(written);

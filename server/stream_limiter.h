@@ -30,7 +30,7 @@ class StreamLimiter {
   class Slot {
    public:
     ~Slot();
-    // The client just sent something.
+    // The client just sent (or, on a download, took) something.
     void Touch() { last_ns_.store(NowNs(), std::memory_order_relaxed); }
     // True once the idle callback has run.
     bool timed_out() const { return timed_out_.load(); }

@@ -634,7 +634,9 @@ TEST_F(RobustnessTest, TreeOverTheMessageLimitComesInPieces) {
   EXPECT_EQ(chunks[0].model().version(), 1);
   for (size_t i = 0; i < chunks.size(); ++i) {
     EXPECT_LE(chunks[i].content().size(), size_t{512} << 10) << i;
-    if (i > 0) EXPECT_FALSE(chunks[i].has_model()) << i;
+    if (i > 0) {
+      EXPECT_FALSE(chunks[i].has_model()) << i;
+    }
   }
   absl::StatusOr<Hierarchy> tree = ParseJson(json);
   ASSERT_TRUE(tree.ok()) << tree.status();
@@ -675,6 +677,59 @@ TEST_F(RobustnessTest, TreeOverTheMessageLimitComesInPieces) {
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
   EXPECT_EQ(stream(req, nullptr), json);
+}
+
+// A tree reader that stops reading holds a stream slot only until the idle
+// timeout: the server cancels the call and the slot is free again.
+TEST_F(RobustnessTest, StalledTreeReaderIsCancelled) {
+  ServerOptions opts;
+  opts.upload_idle_timeout = absl::Milliseconds(300);
+  opts.max_streams = 1;
+  opts.max_message_bytes = 1 << 20;
+  StartServer(opts);
+  const int n = 1000000;  // about 2 MB of JSON
+  const std::vector<float> x = MakeLogits(n, 2, 2, 1);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, n, 4, &ds, nullptr, 256 << 10).ok());
+  grpc::Status st;
+  v1::Job job = Submit(ds.id(), "big", &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(Wait(job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+  v1::GetTreeRequest req;
+  req.mutable_model()->set_name("big");
+  req.set_include_points(true);
+  // A reader whose receive window stays at HTTP/2's initial 64 KiB (no BDP
+  // probing), so the server cannot hand the transport the whole tree.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetMaxReceiveMessageSize(4 << 20);
+  auto slow = v1::ModelService::NewStub(
+      grpc::CreateCustomChannel(absl_target(), grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext ctx;
+  auto reader = slow->GetTreeStream(&ctx, req);
+  v1::GetTreeChunk chunk;
+  ASSERT_TRUE(reader->Read(&chunk));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  size_t more = 0;
+  while (reader->Read(&chunk)) ++more;
+  const grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message() << ", " << more;
+  // The slot is freed (max_streams = 1): another download gets the whole
+  // tree. The handler may still be unwinding when the client sees CANCELLED,
+  // so a refusal for want of a slot is retried for a while.
+  size_t bytes = 0;
+  grpc::Status done;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    grpc::ClientContext ctx2;
+    auto again = models_->GetTreeStream(&ctx2, req);
+    bytes = 0;
+    while (again->Read(&chunk)) bytes += chunk.content().size();
+    done = again->Finish();
+    if (done.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(done.ok()) << done.error_message();
+  EXPECT_GT(bytes, static_cast<size_t>(2 * n));  // two characters a point, and the head
 }
 
 TEST_F(RobustnessTest, MessagesNeverNameServerPaths) {

@@ -124,6 +124,10 @@ absl::Status ValidateOptionsImpl(const GhhcOptions& o) {
   }
   if (o.hnsw_ef_search < 0) return bad("hnsw_ef_search must be >= 0, got ", o.hnsw_ef_search);
   if (o.num_threads < 0) return bad("num_threads must be >= 0, got ", o.num_threads);
+  if (!(o.point_learning_rate > 0.0) || !std::isfinite(o.point_learning_rate)) {
+    return bad("point_learning_rate must be a positive finite number, got ",
+               o.point_learning_rate);
+  }
   if (o.projection_dim < 0) {
     return bad("projection_dim must be >= 0 (0: no projection), got ", o.projection_dim);
   }
@@ -293,6 +297,29 @@ void RsgdStep(RowMat<double>& z, const RowMat<double>& grad, double lr, double m
   }
 }
 
+// One lazy Adam step (Kingma & Ba, beta1 = 0.9, beta2 = 0.999, eps = 1e-8,
+// bias correction with the global step t >= 1) on the rows in `touched`
+// only, whose gradients are in `grad` (reset to zero here), followed by the
+// projection of each row back onto the sphere of radius `radius`.
+void AdamPointStep(int64_t t, const std::vector<int32_t>& touched, double lr, double radius,
+                   RowMat<float>* grad, RowMat<float>* m1, RowMat<float>* m2, RowMat<float>* x) {
+  constexpr float kB1 = 0.9f, kB2 = 0.999f, kEps = 1e-8f;
+  const double c1 = 1.0 - std::pow(double{kB1}, static_cast<double>(t));
+  const double c2 = 1.0 - std::pow(double{kB2}, static_cast<double>(t));
+  const float step = static_cast<float>(lr * std::sqrt(c2) / c1);
+  for (int32_t r : touched) {
+    auto g = grad->row(r).array();
+    auto a = m1->row(r).array();
+    auto v = m2->row(r).array();
+    a = kB1 * a + (1.0f - kB1) * g;
+    v = kB2 * v + (1.0f - kB2) * g.square();
+    x->row(r).array() -= step * a / (v.sqrt() + kEps);
+    const float nrm = x->row(r).norm();
+    if (nrm > 0.0f) x->row(r) *= static_cast<float>(radius) / nrm;
+    g.setZero();
+  }
+}
+
 // Triples x nodes x dims in a batch above which the batch is split across
 // threads.
 constexpr int64_t kParallelWork = int64_t{1} << 20;
@@ -449,7 +476,23 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   const double margin_lr = options.margin_learning_rate > 0.0 ? options.margin_learning_rate
                                                               : options.learning_rate / 10.0;
   const float tau = static_cast<float>(options.gumbel_temperature);
-  std::vector<RowMat<float>> chunk_x(num_chunks), chunk_noise(num_chunks), chunk_grad(num_chunks);
+  std::vector<RowMat<float>> chunk_x(num_chunks), chunk_noise(num_chunks), chunk_grad(num_chunks),
+      chunk_pgrad(num_chunks);
+  // Learned point embeddings (options.learn_points): `emb` starts as the
+  // fixed points and moves by Adam; `pts` keeps the data's own geometry,
+  // from which the triples are drawn and ordered.
+  const bool learn = options.learn_points;
+  RowMat<float> emb, adam_m, adam_v, pgrad;
+  std::vector<uint8_t> touched_mask;
+  std::vector<int32_t> touched;
+  if (learn) {
+    emb = pts;
+    adam_m.setZero(n, d);
+    adam_v.setZero(n, d);
+    pgrad.setZero(n, d);
+    touched_mask.assign(n, 0);
+  }
+  const RowMat<float>& train_pts = learn ? emb : pts;
   std::vector<ghhc::TripleWorkspace<float>> chunk_ws(num_chunks);
   std::vector<double> chunk_loss(num_chunks);
   std::vector<Triple> triples(batch);
@@ -500,9 +543,9 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
       xc.resize(3 * cb, d);
       for (int64_t t = 0; t < cb; ++t) {
         const Triple& tr = triples[t0c + t];
-        xc.row(3 * t) = pts.row(tr.i);
-        xc.row(3 * t + 1) = pts.row(tr.j);
-        xc.row(3 * t + 2) = pts.row(tr.k);
+        xc.row(3 * t) = train_pts.row(tr.i);
+        xc.row(3 * t + 1) = train_pts.row(tr.j);
+        xc.row(3 * t + 2) = train_pts.row(tr.k);
       }
       RowMat<float>& noise = chunk_noise[c];
       if (noisy) {
@@ -519,8 +562,8 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
         noise.resize(0, 2 * m);
       }
       chunk_grad[c].setZero(m, d);
-      chunk_loss[c] =
-          ghhc::TripleObjective<float>(xc, zf, noise, link, &chunk_grad[c], &chunk_ws[c]);
+      chunk_loss[c] = ghhc::TripleObjective<float>(xc, zf, noise, link, &chunk_grad[c],
+                                                   &chunk_ws[c], learn ? &chunk_pgrad[c] : nullptr);
     }
     if (cancel.seen()) return absl::CancelledError("job cancelled");
     grad.setZero();
@@ -528,6 +571,28 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
     for (int c = 0; c < chunks; ++c) {
       grad += chunk_grad[c].cast<double>();
       loss += chunk_loss[c];
+    }
+    if (learn) {
+      // Gradients of each point summed over its occurrences in the batch.
+      touched.clear();
+      for (int c = 0; c < chunks; ++c) {
+        const int64_t t0c = bsize * c / chunks;
+        const int64_t cb = bsize * (c + 1) / chunks - t0c;
+        for (int64_t t = 0; t < cb; ++t) {
+          const Triple& tr = triples[t0c + t];
+          const int32_t ids[3] = {tr.i, tr.j, tr.k};
+          for (int r = 0; r < 3; ++r) {
+            if (!touched_mask[ids[r]]) {
+              touched_mask[ids[r]] = 1;
+              touched.push_back(ids[r]);
+            }
+            pgrad.row(ids[r]) += chunk_pgrad[c].row(3 * t + r);
+          }
+        }
+      }
+      AdamPointStep(step + 1, touched, options.point_learning_rate, options.point_norm, &pgrad,
+                    &adam_m, &adam_v, &emb);
+      for (int32_t id : touched) touched_mask[id] = 0;
     }
     RsgdStep(z, grad, options.learning_rate, options.max_node_norm, threads.threads());
     seen += bsize;
@@ -582,7 +647,8 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
       for (int64_t b0 = s0; b0 < s1; b0 += kBlock) {
         if (cancel.Poll()) continue;
         const int64_t rn = std::min(kBlock, s1 - b0);
-        ghhc::NearestNodes(pts.middleRows(b0, rn), zf, {}, point_node.data() + b0, cancelled);
+        ghhc::NearestNodes(train_pts.middleRows(b0, rn), zf, {}, point_node.data() + b0,
+                           cancelled);
       }
       if (cancel.seen()) return absl::CancelledError("job cancelled");
       progress.Report(0.95, 1.0, 0.9 * static_cast<double>(s1) / n, "extracting the tree");
@@ -594,6 +660,10 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   if (cancel.Poll()) return absl::CancelledError("job cancelled");
   std::vector<int32_t> point_leaf(n);
   for (int64_t i = 0; i < n; ++i) point_leaf[i] = model.node_leaf[point_node[i]];
+  if (learn) {
+    model.train_points.assign(pts.data(), pts.data() + pts.size());
+    model.train_leaf = point_leaf;
+  }
   DENDRO_RETURN_IF_ERROR(tree.SetPointLeaf(std::move(point_leaf)));
   stats.leaf_clusters = tree.num_leaves();
   stats.extract_seconds = Seconds(t0);
@@ -620,7 +690,10 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   // this tree's point_leaf and metadata.
   DENDRO_ASSIGN_OR_RETURN(GhhcTrees trees, GhhcModelTrees(model, &tree));
   progress.Report(0.95, 1.0, 1.0, "done");
-  return GhhcResult{std::move(model), std::move(trees.refined), stats, std::move(trees.coarse)};
+  GhhcResult result{std::move(model), std::move(trees.refined), stats, std::move(trees.coarse),
+                    {}};
+  if (learn) result.point_embeddings.assign(emb.data(), emb.data() + emb.size());
+  return result;
 }
 
 absl::StatusOr<std::vector<int32_t>> AssignGhhcLeaves(const GhhcModel& model,
@@ -651,6 +724,30 @@ absl::StatusOr<std::vector<int32_t>> AssignGhhcLeaves(const GhhcModel& model,
   const int64_t n = rows.rows();
   std::vector<int32_t> node(n);
   constexpr int64_t kBlock = 2048;
+  if (!model.train_points.empty()) {
+    const int64_t nt = static_cast<int64_t>(model.train_leaf.size());
+    if (static_cast<int64_t>(model.train_points.size()) != nt * d || nt < 1) {
+      return absl::InvalidArgumentError("inconsistent gHHC model (training points and leaves)");
+    }
+    const Eigen::Map<const RowMat<float>> tp(model.train_points.data(), nt, d);
+    const Eigen::ArrayXf tsq = tp.rowwise().squaredNorm().array();
+#pragma omp parallel for num_threads(threads.threads()) schedule(dynamic, 1)
+    for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
+      const int64_t rn = std::min(kBlock, n - b0);
+      RowMat<float> prod;
+      for (int64_t t0 = 0; t0 < rn; t0 += 256) {
+        const int64_t tn = std::min<int64_t>(256, rn - t0);
+        prod.noalias() = pts.middleRows(b0 + t0, tn) * tp.transpose();
+        for (int64_t i = 0; i < tn; ++i) {
+          // ||x - t||^2 up to the constant ||x||^2.
+          Eigen::Index arg = 0;
+          (tsq - 2.0f * prod.row(i).array().transpose()).minCoeff(&arg);
+          node[b0 + t0 + i] = model.train_leaf[arg];
+        }
+      }
+    }
+    return node;
+  }
 #pragma omp parallel for num_threads(threads.threads()) schedule(dynamic, 1)
   for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
     const int64_t rn = std::min(kBlock, n - b0);

@@ -5,6 +5,21 @@
 // d-dimensional Poincaré ball, by mini-batch Riemannian SGD on a triple
 // objective; the discrete tree is read off the node positions.
 //
+// Learned point embeddings (options.learn_points; the paper's section 6.1
+// for Digits and GloVe: "Adam is to optimize the embedding of points"). The
+// points start at their fixed positions (step 1) and, in every batch, each
+// point of the batch takes one Adam step (lazy: only the rows seen in the
+// batch; beta1 0.9, beta2 0.999, eps 1e-8, step size point_learning_rate)
+// on the Euclidean gradient of the same eq. 15 sum that moves the nodes,
+// and is then projected back onto the sphere of radius point_norm. Only the
+// direction is learned: every node keeps a smaller norm than every point,
+// so the extraction below (d_cp = Poincaré distance for points) and the
+// heights are unchanged. Triples are still drawn and ordered in the data's
+// own geometry (the fixed positions), so the learned embedding is pulled
+// towards the data's neighbourhoods rather than free to make any triple
+// easy. The extraction places the learned embeddings; new points are placed
+// through their nearest training point (AssignGhhcLeaves).
+//
 // Pipeline of FitGhhc:
 //  1. Points. Each row x is centred (minus the training mean; Options::center),
 //     normalised to unit length and scaled to norm point_norm (0.9): the
@@ -137,6 +152,11 @@ struct GhhcOptions {
   // Step size of the margin phase; 0: learning_rate / 10 (see above).
   double margin_learning_rate = 0.0;
   double gumbel_temperature = 1.0;  // scale of the Gumbel noise; 0: none
+  // Learned point embeddings (section 6.1, Digits/GloVe): the points'
+  // positions are optimised too, by Adam on eq. 15, and kept on the sphere of
+  // radius point_norm. See "Learned point embeddings" above.
+  bool learn_points = false;
+  double point_learning_rate = 0.01;  // Adam step size for the points
   GhhcLink link = GhhcLink::kSigmoid;
   uint64_t seed = 1;
   // Sample for the HAC initialisation; 0: min(N, max(1000, min(8192, 4 M))).
@@ -184,6 +204,12 @@ struct GhhcModel {
   // Parent of each node by eq. 4 among internal nodes (-1 for the root),
   // before pruning.
   std::vector<int32_t> node_parent;
+  // Only with learned point embeddings (else both empty): the training
+  // points' fixed positions (N x ball_dim row-major, float32: centred,
+  // projected, unit length times point_norm, i.e. before learning) and the
+  // leaf cluster of each. New rows are placed by these, see AssignGhhcLeaves.
+  std::vector<float> train_points;
+  std::vector<int32_t> train_leaf;
   int32_t num_nodes() const { return static_cast<int32_t>(node_leaf.size()); }
   // Dimension of the Poincaré ball the nodes live in.
   int64_t ball_dim() const {
@@ -216,6 +242,9 @@ struct GhhcResult {
   // The n-ary tree as extracted (the paper's tree); same leaves and
   // point_leaf as `hierarchy`.
   Hierarchy coarse_hierarchy;
+  // With learned point embeddings: the training points' learned positions
+  // (N x ball_dim row-major, each of norm point_norm); else empty.
+  std::vector<float> point_embeddings;
 };
 
 // InvalidArgument naming the first bad option (what FitGhhc checks before
@@ -231,8 +260,13 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
 // Leaf cluster of each row: the row is preprocessed like the training points
 // (training mean, unit length, point_norm) and placed under the node with the
 // smallest d_cp among the nodes that hold training points (for a training
-// point this is its own leaf). InvalidArgument on a dimension mismatch,
-// non-finite entries or a row that is zero after centring.
+// point this is its own leaf). With learned point embeddings
+// (model.train_points non-empty) a new row has no learned embedding: it takes
+// the leaf of the training point whose fixed position is nearest to its own
+// (Euclidean, i.e. cosine on the sphere; lowest index on ties), so a training
+// row again gets its own leaf unless an identical earlier row holds another.
+// InvalidArgument on a dimension mismatch, non-finite entries or a row that
+// is zero after centring.
 absl::StatusOr<std::vector<int32_t>> AssignGhhcLeaves(const GhhcModel& model,
                                                       const MatrixView& rows, int num_threads = 0);
 
@@ -266,7 +300,9 @@ absl::StatusOr<GhhcTrees> GhhcModelTrees(const GhhcModel& model,
 // point_norm, internal_nodes, projection_dim: 0 or absent when none),
 // ghhc_mean.npy (d float64), ghhc_projection.npy (d x p float64, only with a
 // projection), ghhc_nodes.npy (M x ball_dim float64), ghhc_node_leaf.npy and
-// ghhc_node_parent.npy (M int32). Written atomically file by file, the
+// ghhc_node_parent.npy (M int32), and with learned point embeddings
+// (manifest "train_points": N, absent = 0 = none) ghhc_train_points.npy
+// (N x ball_dim float32) and ghhc_train_leaf.npy (N int32). Written atomically file by file, the
 // manifest last. Load validates shapes and values (InvalidArgument).
 absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir);
 absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir);

@@ -28,7 +28,10 @@ struct GhhcManifest final : ArtifactManifest {
   bool center = false;
   double point_norm = 0;
   int64_t projection_dim = 0;  // 0: none (and absent in older models)
+  // N with learned point embeddings, else 0 (and absent in older models).
+  int64_t train_points = 0;
   void Fields(ManifestFields& f) override {
+    f.Optional().Int("train_points", &train_points, /*min=*/0);
     f.Int("dim", &dim, /*min=*/1);
     f.Int("internal_nodes", &internal_nodes, /*min=*/1);
     f.Bool("center", &center);
@@ -70,7 +73,9 @@ absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir) {
   if (model.dim < 1 || static_cast<int64_t>(model.nodes.size()) != m.internal_nodes * bd ||
       static_cast<int64_t>(model.mean.size()) != model.dim ||
       static_cast<int64_t>(model.projection.size()) != model.dim * m.projection_dim ||
-      static_cast<int64_t>(model.node_parent.size()) != m.internal_nodes) {
+      static_cast<int64_t>(model.node_parent.size()) != m.internal_nodes ||
+      static_cast<int64_t>(model.train_points.size()) !=
+          static_cast<int64_t>(model.train_leaf.size()) * bd) {
     return absl::InvalidArgumentError("inconsistent gHHC model: array sizes do not match");
   }
   ModelArtifactWriter w(dir, kFormat);
@@ -81,6 +86,12 @@ absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir) {
   w.Add("ghhc_nodes.npy", model.nodes, {m.internal_nodes, bd});
   w.Add("ghhc_node_leaf.npy", model.node_leaf, {m.internal_nodes});
   w.Add("ghhc_node_parent.npy", model.node_parent, {m.internal_nodes});
+  m.train_points = static_cast<int64_t>(model.train_leaf.size());
+  if (m.train_points > 0) {
+    const int64_t nt = m.train_points;
+    w.Add("ghhc_train_points.npy", model.train_points, {nt, bd});
+    w.Add("ghhc_train_leaf.npy", model.train_leaf, {nt});
+  }
   return w.Write(m);
 }
 
@@ -127,6 +138,22 @@ absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
   }
   model.node_leaf.assign(leaf.begin(), leaf.end());
   model.node_parent.assign(parent.begin(), parent.end());
+  if (m.train_points > 0) {
+    const int64_t nt = m.train_points;
+    DENDRO_ASSIGN_OR_RETURN(const std::vector<int64_t> tl, r.Int64("ghhc_train_leaf.npy", {nt}));
+    DENDRO_ASSIGN_OR_RETURN(model.train_points, r.Float32("ghhc_train_points.npy", {nt, bd}));
+    for (float v : model.train_points) {
+      if (!std::isfinite(v)) return r.Error("ghhc_train_points.npy", "non-finite value");
+    }
+    const int64_t leaves = *std::max_element(leaf.begin(), leaf.end()) + 1;
+    for (int64_t i = 0; i < nt; ++i) {
+      if (tl[i] < 0 || tl[i] >= leaves) {
+        return r.Error("ghhc_train_leaf.npy",
+                       absl::StrCat("entry ", i, " = ", tl[i], " outside [0, ", leaves, ")"));
+      }
+    }
+    model.train_leaf.assign(tl.begin(), tl.end());
+  }
   return model;
 }
 

@@ -39,7 +39,7 @@ template <typename T>
 double TripleObjective(const Eigen::Ref<const RowMat<T>>& points,
                        const Eigen::Ref<const RowMat<T>>& nodes,
                        const Eigen::Ref<const RowMat<T>>& noise, Link link, RowMat<T>* grad,
-                       TripleWorkspace<T>* ws) {
+                       TripleWorkspace<T>* ws, RowMat<T>* point_grad) {
   const Eigen::Index r = points.rows();
   const Eigen::Index m = nodes.rows();
   const Eigen::Index b = r / 3;
@@ -79,6 +79,7 @@ double TripleObjective(const Eigen::Ref<const RowMat<T>>& points,
   }
 
   double loss = 0.0;
+  const bool want_grad = grad != nullptr || point_grad != nullptr;
   RowArr<T> mm(m), u(m), lp(m), lq(m), p(m), qd(m), delta(m), sa(m), sb(m), sc(m), gd(m), ga(m),
       gb(m), gc(m), gmax(m), gu(m);
   for (Eigen::Index t = 0; t < b; ++t) {
@@ -119,7 +120,7 @@ double TripleObjective(const Eigen::Ref<const RowMat<T>>& points,
       sb = Sigmoid(yb);
       sc = Sigmoid(yc);
     }
-    if (grad == nullptr) continue;
+    if (!want_grad) continue;
     // dL/d(delta), then through delta = P - Q into the two softmaxes.
     gd = sa * a + sb * bb - sc * c;
     ga = sa * delta;
@@ -138,13 +139,21 @@ double TripleObjective(const Eigen::Ref<const RowMat<T>>& points,
     w.g.row(3 * t + 1).array() = gb;
     w.g.row(3 * t + 2).array() = gc;
   }
-  if (grad == nullptr || b == 0) return loss;
+  if (point_grad != nullptr) point_grad->setZero(3 * b, points.cols());
+  if (!want_grad || b == 0) return loss;
 
   // d dcp / dz_n = factor * d dist / dz_n + [active] dist * d ||z_n||_D / dz_n
   //   d dist / dz_n = 4 / (alpha beta root) * ((1 + diffsq / beta) z_n - x)
   //   d ||z||_D / dz = 2 / (beta ||z||) z
   // => grad = diag(sum_r coef_r) Z - W^T X.
+  // With respect to the point x (the distance is symmetric; the factor
+  // 1 + max(0, ||z_n||_D - ||x||_D) falls as ||x||_D grows):
+  //   d dcp / dx = factor * 4 / (alpha beta root) * ((1 + diffsq / alpha) x - z_n)
+  //                - [active] dist * 2 / (alpha ||x||) x
+  // => point_grad = diag(row coefficients) X - W Z.
   RowArr<T> diag = RowArr<T>::Zero(m);
+  Eigen::Array<T, Eigen::Dynamic, 1> point_diag;
+  if (point_grad != nullptr) point_diag.setZero(3 * b);
   const RowArr<T> inv_beta = T(1) / beta;
   RowArr<T> norm_coef(m);
   for (Eigen::Index n = 0; n < m; ++n) {
@@ -158,10 +167,25 @@ double TripleObjective(const Eigen::Ref<const RowMat<T>>& points,
                .select(w.g.row(q).array() * w.factor.row(q).array() * (T(4) / alpha[q]) * inv_beta /
                            root,
                        T(0));
+    if (point_grad != nullptr) {
+      const T xn = points.row(q).norm();
+      const T x_coef = xn > T(0) ? T(2) / (alpha[q] * xn) : T(0);
+      point_diag[q] =
+          (wrow * (T(1) + w.diffsq.row(q).array() / alpha[q])).sum() -
+          (w.factor.row(q).array() > T(1))
+              .select(w.g.row(q).array() * w.dist.row(q).array() * x_coef, T(0))
+              .sum();
+    }
+    if (grad == nullptr) continue;
     diag += wrow * (T(1) + w.diffsq.row(q).array() * inv_beta);
     diag += (w.factor.row(q).array() > T(1))
                 .select(w.g.row(q).array() * w.dist.row(q).array() * norm_coef, T(0));
   }
+  if (point_grad != nullptr) {
+    point_grad->array() = points.topRows(3 * b).array().colwise() * point_diag;
+    point_grad->noalias() -= w.s.topRows(3 * b) * nodes;
+  }
+  if (grad == nullptr) return loss;
   grad->array() += nodes.array().colwise() * diag.transpose();
   grad->noalias() -= w.s.topRows(3 * b).transpose() * points.topRows(3 * b);
   return loss;
@@ -170,11 +194,12 @@ double TripleObjective(const Eigen::Ref<const RowMat<T>>& points,
 template double TripleObjective<float>(const Eigen::Ref<const RowMat<float>>&,
                                        const Eigen::Ref<const RowMat<float>>&,
                                        const Eigen::Ref<const RowMat<float>>&, Link, RowMat<float>*,
-                                       TripleWorkspace<float>*);
+                                       TripleWorkspace<float>*, RowMat<float>*);
 template double TripleObjective<double>(const Eigen::Ref<const RowMat<double>>&,
                                         const Eigen::Ref<const RowMat<double>>&,
                                         const Eigen::Ref<const RowMat<double>>&, Link,
-                                        RowMat<double>*, TripleWorkspace<double>*);
+                                        RowMat<double>*, TripleWorkspace<double>*,
+                                        RowMat<double>*);
 
 std::vector<int32_t> NodeParents(const RowMat<double>& nodes, int num_threads,
                                  bool float_products, const std::function<bool()>& cancelled) {

@@ -46,13 +46,16 @@ struct TripleWorkspace {
 // 3t + 1, 3t + 2 of `points` are x_i, x_j, x_k of triple t. `nodes` is M x d.
 // `noise` is b x 2M (columns [0, M) are g, [M, 2M) are h) or has 0 rows (no
 // noise). Returns the sum of the per-triple losses; if `grad` is non-null,
-// adds the Euclidean gradient with respect to `nodes` (M x d) to it.
+// adds the Euclidean gradient with respect to `nodes` (M x d) to it; if
+// `point_grad` is non-null, sets it (resized to 3b x d) to the Euclidean
+// gradient with respect to the rows of `points` (a row that occurs twice
+// gets one gradient per occurrence).
 // Requires every row of `points` and `nodes` to have norm < 1.
 template <typename T>
 double TripleObjective(const Eigen::Ref<const RowMat<T>>& points,
                        const Eigen::Ref<const RowMat<T>>& nodes,
                        const Eigen::Ref<const RowMat<T>>& noise, Link link, RowMat<T>* grad,
-                       TripleWorkspace<T>* ws);
+                       TripleWorkspace<T>* ws, RowMat<T>* point_grad = nullptr);
 
 // Eq. 4 among the internal nodes: node c may take as parent a node p that
 // precedes it in the order (Euclidean norm, index) -- the section 4.2 tie

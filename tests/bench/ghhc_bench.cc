@@ -6,7 +6,7 @@
 //              [--batch=100] [--lr=0.01] [--k=5] [--margin=0.25]
 //              [--margin-every=10] [--margin-steps=1] [--margin-lr=0.001]
 //              [--gumbel=1] [--init-sample=0] [--hnsw-m=12] [--hnsw-ef=40]
-//              [--link=sigmoid]
+//              [--link=sigmoid] [--learn-points=0] [--point-lr=0.01]
 //              [--hac]            also run Dendro's O(N^2) average linkage
 //              [--write-npy=PREFIX]  write PREFIX_x.npy / PREFIX_y.npy and exit
 //   ghhc_bench --x=X.npy --y=Y.npy [...]   data from files (labels int)
@@ -105,6 +105,10 @@ int Main(int argc, char** argv) {
       opt.margin_learning_rate = std::atof(v.c_str());
     else if (Flag(arg, "--gumbel", &v))
       opt.gumbel_temperature = std::atof(v.c_str());
+    else if (Flag(arg, "--learn-points", &v))
+      opt.learn_points = v != "0";
+    else if (Flag(arg, "--point-lr", &v))
+      opt.point_learning_rate = std::atof(v.c_str());
     else if (Flag(arg, "--init-sample", &v))
       opt.init_sample = std::atoi(v.c_str());
     else if (Flag(arg, "--threads", &v))
@@ -186,10 +190,12 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "FitGhhc: %s\n", std::string(r.status().message()).c_str());
     return 1;
   }
-  double dp = -1, leaf_purity = -1;
+  double dp = -1, coarse_dp = -1, leaf_purity = -1;
   if (!y.empty()) {
     auto v = DendrogramPurity(r->hierarchy, {}, y);
     if (v.ok()) dp = *v;
+    auto vc = DendrogramPurity(r->coarse_hierarchy, {}, y);
+    if (vc.ok()) coarse_dp = *vc;
     const std::vector<int64_t> pl(r->hierarchy.point_leaf().begin(),
                                   r->hierarchy.point_leaf().end());
     auto lp = LeafPurity(y, pl);
@@ -198,12 +204,12 @@ int Main(int argc, char** argv) {
   const GhhcStats& s = r->stats;
   std::printf(
       "ghhc n=%lld d=%lld m=%d triples=%lld seconds=%.2f knn_s=%.2f init_s=%.2f train_s=%.2f "
-      "extract_s=%.2f peak_rss_mb=%.0f dp=%.4f leaf_purity=%.4f leaves=%d pruned=%d obj0=%.5g "
+      "extract_s=%.2f peak_rss_mb=%.0f dp=%.4f coarse_dp=%.4f leaf_purity=%.4f leaves=%d pruned=%d obj0=%.5g "
       "obj1=%.5g "
       "exact_knn=%d\n",
       static_cast<long long>(n), static_cast<long long>(d), opt.internal_nodes,
       static_cast<long long>(s.triples), secs, s.knn_seconds, s.init_seconds, s.train_seconds,
-      s.extract_seconds, PeakRssMb(), dp, leaf_purity, s.leaf_clusters, s.pruned_nodes,
+      s.extract_seconds, PeakRssMb(), dp, coarse_dp, leaf_purity, s.leaf_clusters, s.pruned_nodes,
       s.initial_objective, s.final_objective, s.exact_knn ? 1 : 0);
   std::fflush(stdout);
   if (run_hac && !y.empty()) {

@@ -148,6 +148,8 @@ TEST(GhhcFitTest, RejectsBadOptions) {
       {[](GhhcOptions& o) { o.max_node_norm = 0.95; }, "max_node_norm"},
       {[](GhhcOptions& o) { o.hnsw_m = 1; }, "hnsw_m"},
       {[](GhhcOptions& o) { o.num_threads = -2; }, "num_threads"},
+      {[](GhhcOptions& o) { o.point_learning_rate = 0; }, "point_learning_rate"},
+      {[](GhhcOptions& o) { o.point_learning_rate = INFINITY; }, "point_learning_rate"},
   };
   for (const Bad& b : cases) {
     GhhcOptions o = SmallOptions();
@@ -312,6 +314,88 @@ TEST(GhhcFitTest, AssignsNewPointsWithTheTrainingTransform) {
   EXPECT_THAT(z.status().message(), HasSubstr("row 0 equals the mean"));
   y[3] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(AssignGhhcLeaves(r->model, MatrixView(y.data(), 5, 5)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(GhhcFitTest, LearnedPointEmbeddingsMoveOnTheSphereAndAssignNewRows) {
+  const int n = 400, d = 5;
+  std::vector<float> x = Blobs(n, d, 4, 0.8, 9);
+  const MatrixView v(x.data(), n, d);
+  NullRunContext ctx;
+  GhhcOptions o = SmallOptions();
+  auto fixed = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_TRUE(fixed->point_embeddings.empty());
+  EXPECT_TRUE(fixed->model.train_points.empty());
+  EXPECT_TRUE(fixed->model.train_leaf.empty());
+  o.learn_points = true;
+  auto r = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectValidFit(*r, v);
+  ASSERT_EQ(r->point_embeddings.size(), size_t{n} * d);
+  ASSERT_EQ(r->model.train_points.size(), size_t{n} * d);
+  ASSERT_EQ(r->model.train_leaf.size(), size_t{n});
+  // The learned embeddings stay on the points' sphere, and they moved away
+  // from the fixed positions, which the model keeps.
+  const Eigen::Map<const RowMat<float>> e(r->point_embeddings.data(), n, d);
+  const Eigen::Map<const RowMat<float>> t(r->model.train_points.data(), n, d);
+  double moved = 0;
+  for (int i = 0; i < n; ++i) {
+    EXPECT_NEAR(e.row(i).norm(), o.point_norm, 1e-5) << i;
+    EXPECT_NEAR(t.row(i).norm(), o.point_norm, 1e-5) << i;
+    moved = std::max(moved, double{(e.row(i) - t.row(i)).norm()});
+  }
+  EXPECT_GT(moved, 1e-2);
+  // The option changes the fit: the nodes differ from the fixed-point run.
+  ASSERT_EQ(r->model.nodes.size(), fixed->model.nodes.size());
+  double node_diff = 0;
+  for (size_t q = 0; q < r->model.nodes.size(); ++q) {
+    node_diff = std::max(node_diff, std::abs(r->model.nodes[q] - fixed->model.nodes[q]));
+  }
+  EXPECT_GT(node_diff, 1e-6);
+  // Deterministic for a seed, whatever the thread count.
+  GhhcOptions o2 = o;
+  o2.num_threads = 2;
+  auto again = FitGhhc(v, o2, ctx);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->model.nodes, r->model.nodes);
+  EXPECT_EQ(again->point_embeddings, r->point_embeddings);
+  EXPECT_TRUE(std::equal(again->hierarchy.point_leaf().begin(), again->hierarchy.point_leaf().end(),
+                         r->hierarchy.point_leaf().begin()));
+  // The training rows, and rescaled copies of them, get their own leaves
+  // through their nearest training point; the leaf of a new row is that of
+  // its nearest training row.
+  const auto& pl = r->hierarchy.point_leaf();
+  EXPECT_TRUE(std::equal(r->model.train_leaf.begin(), r->model.train_leaf.end(), pl.begin()));
+  std::vector<float> y(x.size());
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < d; ++j) {
+      y[i * d + j] = static_cast<float>(r->model.mean[j] + 2.0 * (x[i * d + j] - r->model.mean[j]));
+    }
+  }
+  auto a = AssignGhhcLeaves(r->model, MatrixView(y.data(), n, d));
+  ASSERT_TRUE(a.ok()) << a.status();
+  for (int i = 0; i < n; ++i) EXPECT_EQ((*a)[i], pl[i]) << i;
+  std::vector<float> mid(d);
+  for (int j = 0; j < d; ++j) mid[j] = 0.9f * x[7 * d + j] + 0.1f * x[11 * d + j];
+  auto b = AssignGhhcLeaves(r->model, MatrixView(mid.data(), 1, d));
+  ASSERT_TRUE(b.ok()) << b.status();
+  int nearest = -1;
+  {
+    RowMat<double> p(1, d);
+    double best = std::numeric_limits<double>::infinity();
+    for (int j = 0; j < d; ++j) p(0, j) = mid[j] - r->model.mean[j];
+    p.row(0) *= o.point_norm / p.row(0).norm();
+    for (int i = 0; i < n; ++i) {
+      const double dd = (p.row(0) - t.row(i).cast<double>()).squaredNorm();
+      if (dd < best) best = dd, nearest = i;
+    }
+  }
+  EXPECT_EQ((*b)[0], pl[nearest]);
+  // Inconsistent model.
+  GhhcModel bad = r->model;
+  bad.train_leaf.pop_back();
+  EXPECT_EQ(AssignGhhcLeaves(bad, MatrixView(y.data(), 2, d)).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -113,6 +113,28 @@ TEST_P(TripleObjectiveTest, LossAndGradientMatchTheTranscription) {
             << "trial " << trial << " node " << n << " coord " << j;
       }
     }
+    // Gradient with respect to the points (learned point embeddings), which
+    // also leaves the node gradient unchanged.
+    RowMat<double> node_grad = RowMat<double>::Zero(m, d), pgrad(1, 1);
+    TripleObjective<double>(pts, nodes, noise, c.link, &node_grad, &ws, &pgrad);
+    EXPECT_LT((node_grad - grad).norm(), 1e-12 * (1 + grad.norm()));
+    ASSERT_EQ(pgrad.rows(), 3 * b);
+    ASSERT_EQ(pgrad.cols(), d);
+    for (int q = 0; q < 3 * b; ++q) {
+      for (int j = 0; j < d; ++j) {
+        RowMat<double> up = pts, dn = pts;
+        up(q, j) += h;
+        dn(q, j) -= h;
+        const double fd =
+            (ReferenceLoss(up, nodes, noise, c.link) - ReferenceLoss(dn, nodes, noise, c.link)) /
+            (2 * h);
+        EXPECT_NEAR(pgrad(q, j), fd, 1e-5 * (1 + std::abs(fd)))
+            << "trial " << trial << " point row " << q << " coord " << j;
+      }
+    }
+    RowMat<double> pgrad_only(1, 1);
+    TripleObjective<double>(pts, nodes, noise, c.link, nullptr, &ws, &pgrad_only);
+    EXPECT_LT((pgrad_only - pgrad).norm(), 1e-12 * (1 + pgrad.norm()));
     // The gradient accumulates.
     RowMat<double> twice = grad;
     TripleObjective<double>(pts, nodes, noise, c.link, &twice, &ws);

@@ -120,6 +120,52 @@ TEST_F(GhhcRefineTest, FitGivesABinaryRefinementThatSaveLoadRebuilds) {
   EXPECT_THAT(GhhcModelTrees(*loaded, &*star).status().message(), HasSubstr("tree.json"));
 }
 
+// A model with learned point embeddings keeps the training points' fixed
+// positions and leaves; Save/Load keeps them, and the loaded model assigns
+// rows as the fitted one does. Older manifests (no train_points) load as
+// models without them.
+TEST_F(GhhcRefineTest, LearnedPointModelRoundTrips) {
+  HierarchicalGaussianSpec spec;
+  spec.n = 300;
+  spec.dim = 6;
+  spec.branching = {2, 2, 3};
+  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
+  const MatrixView v(data.x.data(), spec.n, spec.dim);
+  NullRunContext ctx;
+  GhhcOptions o;
+  o.internal_nodes = 20;
+  o.triples = 3000;
+  o.learn_points = true;
+  auto r = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(SaveGhhcModel(r->model, dir_.string()).ok());
+  auto loaded = LoadGhhcModel(dir_.string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->train_points, r->model.train_points);
+  EXPECT_EQ(loaded->train_leaf, r->model.train_leaf);
+  auto a = AssignGhhcLeaves(*loaded, v);
+  auto b = AssignGhhcLeaves(r->model, v);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+  // A leaf id beyond the model's leaves is refused.
+  GhhcModel bad = r->model;
+  bad.train_leaf[0] = 1 << 20;
+  ASSERT_TRUE(SaveGhhcModel(bad, dir_.string()).ok());
+  EXPECT_THAT(LoadGhhcModel(dir_.string()).status().message(),
+              HasSubstr("ghhc_train_leaf.npy"));
+  // Without learned points no such files or manifest field are written.
+  o.learn_points = false;
+  auto plain = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  std::filesystem::remove_all(dir_);
+  std::filesystem::create_directories(dir_);
+  ASSERT_TRUE(SaveGhhcModel(plain->model, dir_.string()).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "ghhc_train_points.npy"));
+  auto loaded_plain = LoadGhhcModel(dir_.string());
+  ASSERT_TRUE(loaded_plain.ok()) << loaded_plain.status();
+  EXPECT_TRUE(loaded_plain->train_points.empty());
+}
+
 TEST(GhhcModelTreesTest, AgglomeratesChildrenByPoincareDistance) {
   // A root at the origin (no points) with four point-holding children, two
   // near (0.5, 0) and two near (-0.5, 0).

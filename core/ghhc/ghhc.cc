@@ -124,6 +124,12 @@ absl::Status ValidateOptionsImpl(const GhhcOptions& o) {
   }
   if (o.hnsw_ef_search < 0) return bad("hnsw_ef_search must be >= 0, got ", o.hnsw_ef_search);
   if (o.num_threads < 0) return bad("num_threads must be >= 0, got ", o.num_threads);
+  if (o.validation_triples < 0) {
+    return bad("validation_triples must be >= 0 (0: no validation), got ", o.validation_triples);
+  }
+  if (o.validate_every < 0) {
+    return bad("validate_every must be >= 0 (0: automatic), got ", o.validate_every);
+  }
   if (!(o.point_learning_rate > 0.0) || !std::isfinite(o.point_learning_rate)) {
     return bad("point_learning_rate must be a positive finite number, got ",
                o.point_learning_rate);
@@ -332,6 +338,76 @@ float SqDist(const RowMat<float>& p, int64_t a, int64_t b) {
   return (p.row(a) - p.row(b)).squaredNorm();
 }
 
+// The triple (i, j, l) reordered so that its most similar pair (smallest
+// Euclidean distance in `p`; ties keep the sampled order) comes first.
+Triple OrderTriple(const RowMat<float>& p, int64_t i, int64_t j, int64_t l) {
+  const float dij = SqDist(p, i, j), dil = SqDist(p, i, l), djl = SqDist(p, j, l);
+  auto t = [](int64_t a, int64_t b, int64_t c) {
+    return Triple{static_cast<int32_t>(a), static_cast<int32_t>(b), static_cast<int32_t>(c)};
+  };
+  if (dij <= std::min(dil, djl)) return t(i, j, l);
+  if (dil <= djl) return t(i, l, j);
+  return t(j, l, i);
+}
+
+// Fraction of `triples` (most similar pair first) that the discrete tree of
+// nodes `z` orders correctly: the tree is eq. 4 on the nodes (NodeParents,
+// float products) with every point of `points` under its nearest node, and
+// triple (i, j, k) counts when the lowest common ancestor of i and j lies
+// strictly below that of i and k (a triple whose three points share one
+// lowest common ancestor does not count). The pruning of the extraction
+// keeps every lowest common ancestor of points, so this is the fraction on
+// the extracted tree. -1 once `cancelled` returns true.
+double TripleAccuracy(const RowMat<double>& z, const RowMat<float>& points,
+                      const std::vector<Triple>& triples, int threads,
+                      const std::function<bool()>& cancelled) {
+  const std::vector<int32_t> parent = ghhc::NodeParents(z, threads, true, cancelled);
+  if (parent.empty()) return -1.0;
+  const int64_t m = z.rows();
+  // Depth of every node: parents precede their children in (norm, index)
+  // order, so one pass in that order suffices.
+  std::vector<int32_t> order(m);
+  std::iota(order.begin(), order.end(), 0);
+  const Eigen::VectorXd sq = z.rowwise().squaredNorm();
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return sq[a] < sq[b] || (sq[a] == sq[b] && a < b);
+  });
+  std::vector<int32_t> depth(m, 0);
+  for (int32_t c : order) depth[c] = parent[c] < 0 ? 0 : depth[parent[c]] + 1;
+  const int64_t v = static_cast<int64_t>(triples.size());
+  RowMat<float> rows(3 * v, points.cols());
+  for (int64_t t = 0; t < v; ++t) {
+    rows.row(3 * t) = points.row(triples[t].i);
+    rows.row(3 * t + 1) = points.row(triples[t].j);
+    rows.row(3 * t + 2) = points.row(triples[t].k);
+  }
+  const RowMat<float> zf = z.cast<float>();
+  std::vector<int32_t> node(3 * v);
+  ghhc::NearestNodes(rows, zf, {}, node.data(), cancelled);
+  if (cancelled && cancelled()) return -1.0;
+  auto lca = [&](int32_t a, int32_t b) {
+    while (a != b) {
+      if (depth[a] >= depth[b]) {
+        a = parent[a];
+      } else {
+        b = parent[b];
+      }
+    }
+    return a;
+  };
+  int64_t correct = 0;
+  for (int64_t t = 0; t < v; ++t) {
+    const int32_t ni = node[3 * t], nj = node[3 * t + 1], nk = node[3 * t + 2];
+    if (ni == nj) {
+      correct += nk != ni;  // i and j share a leaf cluster that k is not in
+    } else {
+      // Both ancestors lie on the path from ni to the root.
+      correct += depth[lca(ni, nj)] > depth[lca(ni, nk)];
+    }
+  }
+  return v > 0 ? static_cast<double>(correct) / static_cast<double>(v) : 0.0;
+}
+
 }  // namespace
 
 std::string_view GhhcLinkName(GhhcLink link) {
@@ -429,14 +505,23 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   auto anchor_rng = [&](int64_t step) {
     return ghhc::Rng(ghhc::StreamSeed(options.seed, 3, static_cast<uint64_t>(step)));
   };
+  // Held-out triples for the keep-the-best rule, from their own streams.
+  const int64_t num_val = options.validation_triples;
+  constexpr uint64_t kValidationStream = 0xFA11DA7E;
+  std::vector<int64_t> val_anchor(num_val);
+  {
+    ghhc::Rng rv(ghhc::StreamSeed(options.seed, kValidationStream, 0));
+    for (int64_t& a : val_anchor) a = static_cast<int64_t>(rv.Below(n));
+  }
   std::vector<uint8_t> anchor_mask;
-  if (total < 2 * n) {  // otherwise nearly every point is an anchor
+  if (total + num_val < 2 * n) {  // otherwise nearly every point is an anchor
     anchor_mask.assign(n, 0);
     for (int64_t step = 0; step < steps; ++step) {
       ghhc::Rng ri = anchor_rng(step);
       const int64_t bsize = std::min(batch, total - step * batch);
       for (int64_t t = 0; t < bsize; ++t) anchor_mask[ri.Below(n)] = 1;
     }
+    for (int64_t a : val_anchor) anchor_mask[a] = 1;
   }
   stats.neighbors = k;
   stats.exact_knn = n <= options.exact_knn_max_points;
@@ -446,6 +531,19 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
           pts, knn_options, ctx,
           [&](double f) { progress.Report(0.02, 0.30, f, "nearest neighbours"); }, anchor_mask));
   stats.knn_seconds = Seconds(t0);
+  std::vector<Triple> val_triples(num_val);
+  {
+    ghhc::Rng rng(ghhc::StreamSeed(options.seed, kValidationStream, 1));
+    for (int64_t t = 0; t < num_val; ++t) {
+      const int64_t i = val_anchor[t];
+      const int64_t j = knn[i * k + static_cast<int64_t>(rng.Below(k))];
+      int64_t l;
+      do {
+        l = static_cast<int64_t>(rng.Below(n));
+      } while (l == i || l == j);
+      val_triples[t] = OrderTriple(pts, i, j, l);
+    }
+  }
 
   // 3. Initialisation.
   t0 = Clock::now();
@@ -504,6 +602,34 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   RowMat<double> grad(m, d);
   std::vector<int32_t> parents;
   const int64_t report_every = std::max<int64_t>(1, steps / 1000);
+  // Keep the best (see GhhcOptions::validation_triples): the state with the
+  // highest held-out triple accuracy among the checks, the initial one
+  // included; the latest wins ties.
+  const int64_t validate_every =
+      options.validate_every > 0 ? options.validate_every : (steps + 19) / 20;
+  double best_accuracy = -1.0, last_accuracy = -1.0, kept_accuracy = -1.0;
+  int64_t best_batches = 0;
+  RowMat<double> best_z;
+  RowMat<float> best_emb;
+  auto validate = [&](int64_t batches_done) -> bool {
+    last_accuracy = TripleAccuracy(z, train_pts, val_triples, threads.threads(), cancelled);
+    if (last_accuracy < 0.0) return false;
+    ++stats.validations;
+    best_accuracy = std::max(best_accuracy, last_accuracy);
+    // Two standard errors of an accuracy near the best, estimated on V
+    // triples (at least that of one triple in V).
+    const double v = static_cast<double>(num_val);
+    const double tol =
+        2.0 * std::sqrt(std::max(best_accuracy * (1.0 - best_accuracy), 1.0 / v) / v);
+    if (last_accuracy >= best_accuracy - tol) {
+      kept_accuracy = last_accuracy;
+      best_batches = batches_done;
+      best_z = z;
+      if (learn) best_emb = emb;
+    }
+    return true;
+  };
+  if (num_val > 0 && !validate(0)) return absl::CancelledError("job cancelled");
   int64_t seen = 0;
   for (int64_t step = 0; step < steps; ++step) {
     if (cancel.Poll()) return absl::CancelledError("job cancelled");
@@ -517,14 +643,7 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
       do {
         l = static_cast<int64_t>(rng.Below(n));
       } while (l == i || l == j);
-      const float dij = SqDist(pts, i, j), dil = SqDist(pts, i, l), djl = SqDist(pts, j, l);
-      if (dij <= std::min(dil, djl)) {
-        triples[t] = {static_cast<int32_t>(i), static_cast<int32_t>(j), static_cast<int32_t>(l)};
-      } else if (dil <= djl) {
-        triples[t] = {static_cast<int32_t>(i), static_cast<int32_t>(l), static_cast<int32_t>(j)};
-      } else {
-        triples[t] = {static_cast<int32_t>(j), static_cast<int32_t>(l), static_cast<int32_t>(i)};
-      }
+      triples[t] = OrderTriple(pts, i, j, l);
     }
     zf = z.cast<float>();
     const int chunks = static_cast<int>(std::min<int64_t>(num_chunks, bsize));
@@ -613,6 +732,10 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
         RsgdStep(z, grad, margin_lr, options.max_node_norm, threads.threads());
       }
     }
+    if (num_val > 0 && ((step + 1) % validate_every == 0 || step + 1 == steps) &&
+        !validate(step + 1)) {
+      return absl::CancelledError("job cancelled");
+    }
     if ((step + 1) % report_every == 0 || step + 1 == steps) {
       progress.Report(
           0.32, 0.95, static_cast<double>(seen) / total,
@@ -624,6 +747,18 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   stats.initial_objective = first_sum / window;
   for (double v : last_losses) stats.final_objective += v;
   stats.final_objective /= window;
+  if (num_val > 0) {
+    stats.final_validation_accuracy = last_accuracy;
+    stats.best_validation_accuracy = best_accuracy;
+    stats.kept_validation_accuracy = kept_accuracy;
+    stats.kept_batches = best_batches;
+    if (best_batches != steps) {
+      z = std::move(best_z);
+      if (learn) emb = std::move(best_emb);
+    }
+  } else {
+    stats.kept_batches = steps;
+  }
   stats.train_seconds = Seconds(t0);
 
   // 5. Extraction.

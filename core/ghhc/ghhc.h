@@ -156,7 +156,15 @@ struct GhhcOptions {
   // positions are optimised too, by Adam on eq. 15, and kept on the sphere of
   // radius point_norm. See "Learned point embeddings" above.
   bool learn_points = false;
-  double point_learning_rate = 0.01;  // Adam step size for the points
+  double point_learning_rate = 0.001;  // Adam step size for the points
+  // Keep the best: the training state (nodes, and learned points) is scored
+  // on this many held-out triples (drawn like the training triples, from
+  // their own random stream) before training, every validate_every batches
+  // and at the end, and the state with the highest triple accuracy is the
+  // result (the latest on ties). 0: no checks, the last state is the result.
+  // See "Keep the best" above.
+  int32_t validation_triples = 2000;
+  int32_t validate_every = 0;  // batches between checks; 0: ceil(batches / 20)
   GhhcLink link = GhhcLink::kSigmoid;
   uint64_t seed = 1;
   // Sample for the HAC initialisation; 0: min(N, max(1000, min(8192, 4 M))).
@@ -227,6 +235,14 @@ struct GhhcStats {
   // (at most 1000 batches each; with the training noise).
   double initial_objective = 0.0;
   double final_objective = 0.0;
+  // Keep the best (validation_triples > 0): checks made, the held-out triple
+  // accuracy of the last state and of the kept one, and the batches after
+  // which the kept state was reached (= batches when the last is kept).
+  int32_t validations = 0;
+  double final_validation_accuracy = 0.0;
+  double best_validation_accuracy = 0.0;
+  double kept_validation_accuracy = 0.0;
+  int64_t kept_batches = 0;
   int32_t leaf_clusters = 0;  // nodes with points
   int32_t pruned_nodes = 0;   // internal nodes removed by the pruning
   double knn_seconds = 0, init_seconds = 0, train_seconds = 0, extract_seconds = 0;

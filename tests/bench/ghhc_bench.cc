@@ -6,7 +6,8 @@
 //              [--batch=100] [--lr=0.01] [--k=5] [--margin=0.25]
 //              [--margin-every=10] [--margin-steps=1] [--margin-lr=0.001]
 //              [--gumbel=1] [--init-sample=0] [--hnsw-m=12] [--hnsw-ef=40]
-//              [--link=sigmoid] [--learn-points=0] [--point-lr=0.01]
+//              [--link=sigmoid] [--learn-points=0] [--point-lr=0.001]
+//              [--val=2000] [--val-every=0]
 //              [--hac]            also run Dendro's O(N^2) average linkage
 //              [--write-npy=PREFIX]  write PREFIX_x.npy / PREFIX_y.npy and exit
 //   ghhc_bench --x=X.npy --y=Y.npy [...]   data from files (labels int)
@@ -107,6 +108,10 @@ int Main(int argc, char** argv) {
       opt.gumbel_temperature = std::atof(v.c_str());
     else if (Flag(arg, "--learn-points", &v))
       opt.learn_points = v != "0";
+    else if (Flag(arg, "--val", &v))
+      opt.validation_triples = std::atoi(v.c_str());
+    else if (Flag(arg, "--val-every", &v))
+      opt.validate_every = std::atoi(v.c_str());
     else if (Flag(arg, "--point-lr", &v))
       opt.point_learning_rate = std::atof(v.c_str());
     else if (Flag(arg, "--init-sample", &v))
@@ -206,11 +211,13 @@ int Main(int argc, char** argv) {
       "ghhc n=%lld d=%lld m=%d triples=%lld seconds=%.2f knn_s=%.2f init_s=%.2f train_s=%.2f "
       "extract_s=%.2f peak_rss_mb=%.0f dp=%.4f coarse_dp=%.4f leaf_purity=%.4f leaves=%d pruned=%d obj0=%.5g "
       "obj1=%.5g "
-      "exact_knn=%d\n",
+      "exact_knn=%d val_acc=%.4f best_val_acc=%.4f kept_val_acc=%.4f kept_batches=%lld\n",
       static_cast<long long>(n), static_cast<long long>(d), opt.internal_nodes,
       static_cast<long long>(s.triples), secs, s.knn_seconds, s.init_seconds, s.train_seconds,
       s.extract_seconds, PeakRssMb(), dp, coarse_dp, leaf_purity, s.leaf_clusters, s.pruned_nodes,
-      s.initial_objective, s.final_objective, s.exact_knn ? 1 : 0);
+      s.initial_objective, s.final_objective, s.exact_knn ? 1 : 0,
+      s.final_validation_accuracy, s.best_validation_accuracy, s.kept_validation_accuracy,
+      static_cast<long long>(s.kept_batches));
   std::fflush(stdout);
   if (run_hac && !y.empty()) {
     // Average linkage on the same preprocessed points (centred, unit length).

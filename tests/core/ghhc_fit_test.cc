@@ -149,6 +149,8 @@ TEST(GhhcFitTest, RejectsBadOptions) {
       {[](GhhcOptions& o) { o.hnsw_m = 1; }, "hnsw_m"},
       {[](GhhcOptions& o) { o.num_threads = -2; }, "num_threads"},
       {[](GhhcOptions& o) { o.point_learning_rate = 0; }, "point_learning_rate"},
+      {[](GhhcOptions& o) { o.validation_triples = -1; }, "validation_triples"},
+      {[](GhhcOptions& o) { o.validate_every = -1; }, "validate_every"},
       {[](GhhcOptions& o) { o.point_learning_rate = INFINITY; }, "point_learning_rate"},
   };
   for (const Bad& b : cases) {
@@ -397,6 +399,58 @@ TEST(GhhcFitTest, LearnedPointEmbeddingsMoveOnTheSphereAndAssignNewRows) {
   bad.train_leaf.pop_back();
   EXPECT_EQ(AssignGhhcLeaves(bad, MatrixView(y.data(), 2, d)).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Keep the best: with a step size that wrecks the tree as training goes on,
+// the kept state is an earlier one, within two standard errors of the best
+// held-out accuracy, and the purity is not below that of the last state;
+// without validation the last state is the result.
+TEST(GhhcFitTest, KeepTheBestReturnsAnEarlierStateWhenTrainingDegrades) {
+  HierarchicalGaussianSpec spec;
+  spec.n = 1200;
+  spec.dim = 10;
+  spec.branching = {2, 3, 4};
+  spec.seed = 4;
+  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
+  const MatrixView v(data.x.data(), spec.n, spec.dim);
+  NullRunContext ctx;
+  GhhcOptions o;
+  o.internal_nodes = 48;
+  o.triples = 40000;
+  o.learning_rate = 2.0;  // far too large: the nodes scatter to the clip radius
+  o.validation_triples = 1000;
+  o.validate_every = 20;
+  auto kept = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  const GhhcStats& s = kept->stats;
+  EXPECT_EQ(s.validations, 1 + 400 / 20);  // before training, every 20 batches (the end included)
+  EXPECT_LT(s.kept_batches, s.batches);
+  EXPECT_EQ(s.kept_batches % 20, 0);
+  EXPECT_LE(s.final_validation_accuracy, s.best_validation_accuracy);
+  const double tol =
+      2.0 * std::sqrt(std::max(s.best_validation_accuracy * (1 - s.best_validation_accuracy),
+                               1e-3) / 1000.0);
+  EXPECT_GE(s.kept_validation_accuracy, s.best_validation_accuracy - tol);
+  EXPECT_GT(s.kept_validation_accuracy, s.final_validation_accuracy);
+  o.validation_triples = 0;
+  auto last = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->stats.validations, 0);
+  EXPECT_EQ(last->stats.kept_batches, last->stats.batches);
+  // Leaf purity (majority class share over the leaf clusters) with the
+  // generator's finest classes: the kept tree is the better one.
+  auto leaf_purity = [&](const Hierarchy& h) {
+    std::map<std::pair<int32_t, int64_t>, int> count;
+    std::map<int32_t, int> best;
+    for (int64_t i = 0; i < spec.n; ++i) {
+      const int32_t l = h.point_leaf()[i];
+      best[l] = std::max(best[l], ++count[{l, data.leaf[i]}]);
+    }
+    int total = 0;
+    for (const auto& [l, c] : best) total += c;
+    return static_cast<double>(total) / spec.n;
+  };
+  EXPECT_GT(leaf_purity(kept->hierarchy), leaf_purity(last->hierarchy) + 0.05);
 }
 
 TEST(GhhcFitTest, RandomProjectionSetsTheBallDimension) {

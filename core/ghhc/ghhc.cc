@@ -602,15 +602,15 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   RowMat<double> grad(m, d);
   std::vector<int32_t> parents;
   const int64_t report_every = std::max<int64_t>(1, steps / 1000);
-  // Keep the best (see GhhcOptions::validation_triples): the state with the
-  // highest held-out triple accuracy among the checks, the initial one
-  // included; the latest wins ties.
+  // Keep the best (see "Keep the best" in ghhc.h): the latest checked state
+  // (the initial one included) within two standard errors of the best
+  // held-out triple accuracy seen so far.
   const int64_t validate_every =
       options.validate_every > 0 ? options.validate_every : (steps + 19) / 20;
   double best_accuracy = -1.0, last_accuracy = -1.0, kept_accuracy = -1.0;
-  int64_t best_batches = 0;
-  RowMat<double> best_z;
-  RowMat<float> best_emb;
+  int64_t kept_batches = 0;
+  RowMat<double> kept_z;
+  RowMat<float> kept_emb;
   auto validate = [&](int64_t batches_done) -> bool {
     last_accuracy = TripleAccuracy(z, train_pts, val_triples, threads.threads(), cancelled);
     if (last_accuracy < 0.0) return false;
@@ -623,9 +623,9 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
         2.0 * std::sqrt(std::max(best_accuracy * (1.0 - best_accuracy), 1.0 / v) / v);
     if (last_accuracy >= best_accuracy - tol) {
       kept_accuracy = last_accuracy;
-      best_batches = batches_done;
-      best_z = z;
-      if (learn) best_emb = emb;
+      kept_batches = batches_done;
+      kept_z = z;
+      if (learn) kept_emb = emb;
     }
     return true;
   };
@@ -751,10 +751,10 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
     stats.final_validation_accuracy = last_accuracy;
     stats.best_validation_accuracy = best_accuracy;
     stats.kept_validation_accuracy = kept_accuracy;
-    stats.kept_batches = best_batches;
-    if (best_batches != steps) {
-      z = std::move(best_z);
-      if (learn) emb = std::move(best_emb);
+    stats.kept_batches = kept_batches;
+    if (kept_batches != steps) {
+      z = std::move(kept_z);
+      if (learn) emb = std::move(kept_emb);
     }
   } else {
     stats.kept_batches = steps;
@@ -821,6 +821,13 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   md["max_node_norm"] = absl::StrCat(options.max_node_norm);
   md["final_objective"] = absl::StrCat(stats.final_objective);
   md["pruned_nodes"] = absl::StrCat(stats.pruned_nodes);
+  md["learn_points"] = learn ? "true" : "false";
+  if (learn) md["point_learning_rate"] = absl::StrCat(options.point_learning_rate);
+  md["validation_triples"] = absl::StrCat(num_val);
+  if (num_val > 0) {
+    md["kept_batches"] = absl::StrCat(stats.kept_batches);
+    md["validation_accuracy"] = absl::StrFormat("%.4f", stats.kept_validation_accuracy);
+  }
   // The refinement is rebuilt from the model alone, as at load time, with
   // this tree's point_leaf and metadata.
   DENDRO_ASSIGN_OR_RETURN(GhhcTrees trees, GhhcModelTrees(model, &tree));

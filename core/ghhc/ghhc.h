@@ -55,6 +55,16 @@
 //     leaf-level nodes then sank towards the origin and the leaf purity fell;
 //     at a tenth the phase keeps parents' norms below their children's
 //     without that collapse.
+//     Keep the best (validation_triples > 0): V held-out triples are drawn
+//     like the training ones from their own stream. Before the first batch,
+//     every validate_every batches and after the last, the state (nodes, and
+//     learned points) is scored by its triple accuracy: the share of held-out
+//     triples (i, j, k) whose i and j have a lowest common ancestor strictly
+//     below that of i and k in the tree the extraction would build (eq. 4 on
+//     the nodes, each point under its nearest node). The result is the
+//     latest checked state whose accuracy is at least best - 2 sqrt(max(
+//     best (1 - best), 1 / V) / V), `best` the highest accuracy seen so far;
+//     by construction it is within that margin of the run's best.
 //  5. Extraction (eq. 4 with the section 4.2 rules), see GhhcModel below,
 //     and refinement to a binary tree ("Every cut reachable" below).
 //
@@ -141,9 +151,10 @@ struct GhhcOptions {
   double learning_rate = 0.01;   // eta in eq. 18 (the paper's value)
   int32_t batch_size = 100;      // triples per RSGD step (the paper's value)
   // Triples seen in total; 0: kGhhcDefaultTriples (200,000), whatever N.
-  // Purity on our synthetic benchmark peaks around 2,000 batches and then
-  // falls as the nodes drift outwards to the clip radius (N = 100,000,
-  // M = 2,000: 0.970 at 200,000 triples, 0.934 at 500,000, 0.781 at 10^6).
+  // Without validation, purity on our synthetic benchmark peaks around 2,000
+  // batches and then falls as the nodes drift outwards to the clip radius
+  // (N = 100,000, M = 2,000: 0.970 at 200,000 triples, 0.934 at 500,000,
+  // 0.781 at 10^6); keep-the-best (validation_triples) stops that.
   int64_t triples = 0;
   int32_t neighbors = 5;      // k for x_j (the authors' triplet_k)
   double margin = 0.25;       // gamma of eq. 16 (Poincaré-norm units)
@@ -154,15 +165,17 @@ struct GhhcOptions {
   double gumbel_temperature = 1.0;  // scale of the Gumbel noise; 0: none
   // Learned point embeddings (section 6.1, Digits/GloVe): the points'
   // positions are optimised too, by Adam on eq. 15, and kept on the sphere of
-  // radius point_norm. See "Learned point embeddings" above.
+  // radius point_norm. See "Learned point embeddings" above. Off by
+  // default: it lifts digits (docs/methods.md) but lowers the synthetic
+  // benchmark's purity.
   bool learn_points = false;
   double point_learning_rate = 0.001;  // Adam step size for the points
   // Keep the best: the training state (nodes, and learned points) is scored
   // on this many held-out triples (drawn like the training triples, from
   // their own random stream) before training, every validate_every batches
-  // and at the end, and the state with the highest triple accuracy is the
-  // result (the latest on ties). 0: no checks, the last state is the result.
-  // See "Keep the best" above.
+  // and at the end; the result is the latest state whose triple accuracy is
+  // within two standard errors of the best (see "Keep the best" above).
+  // 0: no checks, the last state is the result.
   int32_t validation_triples = 2000;
   int32_t validate_every = 0;  // batches between checks; 0: ceil(batches / 20)
   GhhcLink link = GhhcLink::kSigmoid;

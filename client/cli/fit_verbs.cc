@@ -303,6 +303,8 @@ absl::Status RunGhhc(Context& ctx, const Args& args) {
   DENDRO_ASSIGN_OR_RETURN(int64_t m, IntFlag(args, "internal-nodes", 2, 10000000));
   DENDRO_ASSIGN_OR_RETURN(int64_t triples, IntFlag(args, "triples", 1, int64_t{1} << 40));
   DENDRO_ASSIGN_OR_RETURN(int64_t seed, IntFlag(args, "seed", 0, kMaxInt32));
+  DENDRO_ASSIGN_OR_RETURN(int64_t validation, IntFlag(args, "validation-triples", 0, 1000000));
+  DENDRO_ASSIGN_OR_RETURN(double point_lr, PositiveFlag(args, "point-learning-rate"));
   DENDRO_ASSIGN_OR_RETURN(int64_t projection, IntFlag(args, "projection-dim", 1, kMaxInt32));
   DENDRO_ASSIGN_OR_RETURN(int64_t batch, IntFlag(args, "batch-size", 1, kMaxInt32));
   DENDRO_ASSIGN_OR_RETURN(int64_t k, IntFlag(args, "neighbors", 1, 100000));
@@ -311,7 +313,13 @@ absl::Status RunGhhc(Context& ctx, const Args& args) {
   DENDRO_ASSIGN_OR_RETURN(double margin, PositiveFlag(args, "margin"));
   p->set_internal_nodes(static_cast<int32_t>(m));
   p->set_triples(triples);
-  p->set_seed(static_cast<uint64_t>(seed));
+  if (args.Has("seed")) p->set_seed(static_cast<uint64_t>(seed));  // 0 is a seed too
+  if (args.Has("validation-triples")) {
+    p->set_validation_triples(validation == 0 ? -1 : static_cast<int32_t>(validation));
+  }
+  p->set_learn_points(args.Has("learn-points"));
+  p->set_point_learning_rate(point_lr);
+  if (args.Has("no-gumbel")) p->set_gumbel_temperature(-1);
   p->set_projection_dim(static_cast<int32_t>(projection));
   p->set_batch_size(static_cast<int32_t>(batch));
   p->set_neighbors(static_cast<int32_t>(k));

@@ -153,7 +153,8 @@ const std::vector<Verb>& Verbs() {
        "           [--projection-dim P] [--projection pca|random]\n"
        "           [--no-center] [--learning-rate X] [--batch-size B] [--neighbors K]\n"
        "           [--margin G] [--margin-every N] [--no-margin] [--link sigmoid|softplus]\n"
-       "           [--color-level K] [--layout L] [--json]\n"
+       "           [--learn-points] [--point-learning-rate X] [--no-gumbel]\n"
+       "           [--validation-triples V] [--color-level K] [--layout L] [--json]\n"
        "  Learns M internal nodes in the Poincare ball from sampled triples and extracts\n"
        "  the tree; with --labels prints dendrogram purity and the flat metrics.\n"
        "  --internal-nodes M  internal nodes learned (default: 100)\n"
@@ -169,7 +170,13 @@ const std::vector<Verb>& Verbs() {
        "  --margin G      gamma of the margin objective (default: 0.25)\n"
        "  --margin-every N  triple batches between margin steps (default: 10)\n"
        "  --no-margin     no margin steps at all (default: margin steps on)\n"
-       "  --link L        sigmoid or softplus, s() of eq. 15 (default: sigmoid)\n" +
+       "  --link L        sigmoid or softplus, s() of eq. 15 (default: sigmoid)\n"
+       "  --learn-points  also learn the points' embeddings by Adam, the paper's Digits\n"
+       "                  setting (default: points fixed)\n"
+       "  --point-learning-rate X  Adam step size, with --learn-points (default: 0.001)\n"
+       "  --no-gumbel     no Gumbel noise in the LCA distributions (default: noise on)\n"
+       "  --validation-triples V  held-out triples that pick the kept state; 0: keep\n"
+       "                  the last state (default: 2000)\n" +
            kFitFlagsHelp,
        {{"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
         {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
@@ -177,8 +184,9 @@ const std::vector<Verb>& Verbs() {
         {"triples", true}, {"seed", true}, {"projection-dim", true}, {"projection", true},
         {"no-center", false},
         {"learning-rate", true}, {"batch-size", true}, {"neighbors", true}, {"margin", true},
-        {"margin-every", true}, {"no-margin", false}, {"link", true}, kJson,
-        {"color-level", true}, {"layout", true}},
+        {"margin-every", true}, {"no-margin", false}, {"link", true},
+        {"learn-points", false}, {"point-learning-rate", true}, {"no-gumbel", false},
+        {"validation-triples", true}, kJson, {"color-level", true}, {"layout", true}},
        0, 1, RunGhhc},
       {"hppca", "train", "train a hierarchical PPCA classifier on labelled features",
        "dendro hppca train (FEATURES.npy LABELS.npy | DATASET_ID) --name NAME [--superclasses S]\n"

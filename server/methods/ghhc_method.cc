@@ -72,18 +72,37 @@ absl::StatusOr<GhhcOptions> OptionsFromSpec(const v1::JobSpec& spec) {
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.init_sample(), "init_sample"));
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.point_norm(), "point_norm"));
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.max_node_norm(), "max_node_norm"));
-  DENDRO_RETURN_IF_ERROR(positive_or_zero(p.gumbel_temperature(), "gumbel_temperature"));
+  if (!(p.gumbel_temperature() >= 0 || p.gumbel_temperature() == -1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ghhc.gumbel_temperature must be >= 0 (0: default) or -1 (no noise), got ",
+                     p.gumbel_temperature()));
+  }
+  DENDRO_RETURN_IF_ERROR(positive_or_zero(p.point_learning_rate(), "point_learning_rate"));
+  DENDRO_RETURN_IF_ERROR(positive_or_zero(p.validate_every(), "validate_every"));
+  if (p.validation_triples() < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ghhc.validation_triples must be >= -1 (0: default, -1: none), got ",
+                     p.validation_triples()));
+  }
   if (p.internal_nodes() > 0) o.internal_nodes = p.internal_nodes();
   if (p.learning_rate() > 0) o.learning_rate = p.learning_rate();
   if (p.batch_size() > 0) o.batch_size = p.batch_size();
   if (p.triples() > 0) o.triples = p.triples();
   if (p.neighbors() > 0) o.neighbors = p.neighbors();
   if (p.margin() > 0) o.margin = p.margin();
-  if (p.seed() > 0) o.seed = p.seed();
+  if (p.has_seed()) o.seed = p.seed();
   if (p.init_sample() > 0) o.init_sample = p.init_sample();
   if (p.point_norm() > 0) o.point_norm = p.point_norm();
   if (p.max_node_norm() > 0) o.max_node_norm = p.max_node_norm();
-  if (p.gumbel_temperature() > 0) o.gumbel_temperature = p.gumbel_temperature();
+  if (p.gumbel_temperature() != 0) {
+    o.gumbel_temperature = p.gumbel_temperature() < 0 ? 0.0 : p.gumbel_temperature();
+  }
+  o.learn_points = p.learn_points();
+  if (p.point_learning_rate() > 0) o.point_learning_rate = p.point_learning_rate();
+  if (p.validation_triples() != 0) {
+    o.validation_triples = p.validation_triples() < 0 ? 0 : p.validation_triples();
+  }
+  if (p.validate_every() > 0) o.validate_every = p.validate_every();
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.projection_dim(), "projection_dim"));
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.margin_steps(), "margin_steps"));
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.margin_learning_rate(), "margin_learning_rate"));
@@ -126,16 +145,21 @@ absl::Status CheckBounds(const GhhcOptions& o, const v1::Dataset& dataset,
   // (The triple count drives time only; a long job is stopped by a cancel.)
   DENDRO_RETURN_IF_ERROR(CheckAtMost("ghhc.neighbors", o.neighbors, 1000,
                                      "nearest neighbours per point"));
+  DENDRO_RETURN_IF_ERROR(CheckAtMost("ghhc.validation_triples", o.validation_triples, 1000000,
+                                     "held-out triples scored per check"));
   DENDRO_RETURN_IF_ERROR(CheckAtMost("ghhc.margin_steps", o.margin_steps, 1000000,
                                      "RSGD steps per margin phase"));
   // Peak memory: the centred (and projected) copy of the data, the kNN
-  // lists, the nodes with their gradients, and a batch's triples.
+  // lists, the nodes with their gradients, and a batch's triples; with
+  // learned points also the embeddings, their Adam moments, gradients and
+  // the kept copy (5 float32 N x p arrays).
   const double n = static_cast<double>(dataset.rows());
   const double d = static_cast<double>(dataset.cols());
   const double p = o.projection_dim > 0 ? o.projection_dim : d;
   const double k = std::min<double>(o.neighbors, n - 1);  // the core's clamp
   const double bytes = 4 * n * d + 8 * n * p + 12.0 * n * k +
-                       8.0 * 4 * o.internal_nodes * p + 8.0 * 3 * o.batch_size * p * 2;
+                       8.0 * 4 * o.internal_nodes * p + 8.0 * 3 * o.batch_size * p * 2 +
+                       (o.learn_points ? 20.0 * n * p : 0.0);
   return CheckMemory("ghhc", bytes, limits,
                      "the data copy, kNN lists, internal nodes and a batch of triples");
 }

@@ -184,6 +184,58 @@ TEST_F(GhhcServerTest, ParametersReachTheCoreAndProjectionSurvivesReload) {
   for (int i = 0; i < n; ++i) ASSERT_EQ(after.leaf(i), before.leaf(i)) << "row " << i;
 }
 
+// The learned-point, noise, validation and seed parameters reach the core:
+// seed 0 is seed 0 (not the default 1), gumbel_temperature -1 is no noise,
+// validation_triples -1 keeps the last state; Assign of a learned-point model
+// goes through the nearest training row, before and after a restart.
+TEST_F(GhhcServerTest, LearnedPointsSeedZeroAndValidationReachTheCore) {
+  StartServer();
+  const int n = 600;
+  std::vector<int64_t> labels;
+  const std::vector<float> x = Blobs(n, &labels);
+  v1::GhhcParams p = SmallParams();
+  p.set_seed(0);
+  p.set_learn_points(true);
+  p.set_point_learning_rate(0.002);
+  p.set_gumbel_temperature(-1);
+  p.set_validation_triples(-1);
+  ASSERT_NO_FATAL_FAILURE(UploadAndFit(x, n, labels, "learned", p));
+  GhhcOptions o = SmallOptions();
+  o.seed = 0;
+  o.learn_points = true;
+  o.point_learning_rate = 0.002;
+  o.gumbel_temperature = 0;
+  o.validation_triples = 0;
+  NullRunContext null_ctx;
+  auto expected = FitGhhc(MatrixView(x.data(), n, 8), o, null_ctx);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  o.seed = 1;
+  auto seed_one = FitGhhc(MatrixView(x.data(), n, 8), o, null_ctx);
+  ASSERT_TRUE(seed_one.ok()) << seed_one.status();
+  ASSERT_NE(expected->model.nodes, seed_one->model.nodes);  // seeds 0 and 1 differ
+  grpc::ClientContext mctx;
+  v1::GetModelRequest mreq;
+  mreq.mutable_model()->set_name("learned");
+  v1::Model model;
+  ASSERT_TRUE(models_->GetModel(&mctx, mreq, &model).ok());
+  EXPECT_EQ(model.metadata().at("seed"), "0");
+  EXPECT_EQ(model.metadata().at("learn_points"), "true");
+  EXPECT_EQ(model.metadata().at("point_learning_rate"), "0.002");
+  EXPECT_EQ(model.metadata().at("gumbel_temperature"), "0");
+  EXPECT_EQ(model.metadata().at("validation_triples"), "0");
+  v1::AssignResponse before;
+  ASSERT_TRUE(Assign("learned", x, n, 8, 0, &before).ok());
+  ASSERT_EQ(before.leaf_size(), n);
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(before.leaf(i), expected->hierarchy.point_leaf()[i]) << "row " << i;
+  }
+  StopServer();
+  StartServer();
+  v1::AssignResponse after;
+  ASSERT_TRUE(Assign("learned", x, n, 8, 0, &after).ok());
+  for (int i = 0; i < n; ++i) ASSERT_EQ(after.leaf(i), before.leaf(i)) << "row " << i;
+}
+
 TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {
   StartServer();
   std::vector<int64_t> labels;
@@ -223,6 +275,18 @@ TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {
   p.set_margin_every(-3);
   Submit(ds.id(), "bad", p, &st);
   EXPECT_THAT(st.error_message(), HasSubstr("margin_every must be >= -1"));
+  p = SmallParams();
+  p.set_gumbel_temperature(-0.5);
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_THAT(st.error_message(), HasSubstr("gumbel_temperature must be >= 0"));
+  p = SmallParams();
+  p.set_validation_triples(-2);
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_THAT(st.error_message(), HasSubstr("validation_triples must be >= -1"));
+  p = SmallParams();
+  p.set_point_learning_rate(-1);
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_THAT(st.error_message(), HasSubstr("point_learning_rate must be >= 0"));
   v1::Dataset two_rows;
   ASSERT_TRUE(Upload(std::vector<float>(16, 1.f), 2, 8, &two_rows).ok());
   Submit(two_rows.id(), "bad", SmallParams(), &st);

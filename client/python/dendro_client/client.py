@@ -338,7 +338,9 @@ class Client:
         batch_size, triples, neighbors, margin, seed, init_sample,
         point_norm, max_node_norm, gumbel_temperature, projection_dim,
         no_center, margin_every, margin_steps, margin_learning_rate, link,
-        projection). An unknown name raises TypeError. ``data`` and ``name``
+        projection, learn_points, point_learning_rate, validation_triples,
+        validate_every). A seed that is passed is used as given, 0 included.
+        An unknown name raises TypeError. ``data`` and ``name``
         as in :meth:`fit_l2h`.
         """
         def fill(spec: Any) -> None:

@@ -330,7 +330,7 @@ absl::StatusOr<GhhcTrees> GhhcModelTrees(const GhhcModel& model,
 // ghhc_mean.npy (d float64), ghhc_projection.npy (d x p float64, only with a
 // projection), ghhc_nodes.npy (M x ball_dim float64), ghhc_node_leaf.npy and
 // ghhc_node_parent.npy (M int32), and with learned point embeddings
-// (manifest "train_points": N, absent = 0 = none) ghhc_train_points.npy
+// (then, and only then, the manifest has "train_points": N) ghhc_train_points.npy
 // (N x ball_dim float32) and ghhc_train_leaf.npy (N int32). Written atomically file by file, the
 // manifest last. Load validates shapes and values (InvalidArgument).
 absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir);

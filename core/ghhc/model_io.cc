@@ -8,6 +8,7 @@
 #endif
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -28,10 +29,14 @@ struct GhhcManifest final : ArtifactManifest {
   bool center = false;
   double point_norm = 0;
   int64_t projection_dim = 0;  // 0: none (and absent in older models)
-  // N with learned point embeddings, else 0 (and absent in older models).
+  // Learned point embeddings: N, the training points, listed only for a
+  // model with them. `learned` is not a field: the writer sets it from the
+  // model, the loader from the presence of ghhc_train_leaf.npy, so models
+  // without learned points keep the manifest older versions wrote.
+  bool learned = false;
   int64_t train_points = 0;
   void Fields(ManifestFields& f) override {
-    f.Optional().Int("train_points", &train_points, /*min=*/0);
+    if (learned) f.Int("train_points", &train_points, /*min=*/1);
     f.Int("dim", &dim, /*min=*/1);
     f.Int("internal_nodes", &internal_nodes, /*min=*/1);
     f.Bool("center", &center);
@@ -87,7 +92,8 @@ absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir) {
   w.Add("ghhc_node_leaf.npy", model.node_leaf, {m.internal_nodes});
   w.Add("ghhc_node_parent.npy", model.node_parent, {m.internal_nodes});
   m.train_points = static_cast<int64_t>(model.train_leaf.size());
-  if (m.train_points > 0) {
+  m.learned = m.train_points > 0;
+  if (m.learned) {
     const int64_t nt = m.train_points;
     w.Add("ghhc_train_points.npy", model.train_points, {nt, bd});
     w.Add("ghhc_train_leaf.npy", model.train_leaf, {nt});
@@ -97,6 +103,8 @@ absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir) {
 
 absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
   GhhcManifest m;
+  std::error_code ec;
+  m.learned = std::filesystem::exists(std::filesystem::path(dir) / "ghhc_train_leaf.npy", ec);
   DENDRO_ASSIGN_OR_RETURN(const ModelArtifactReader r,
                           ModelArtifactReader::Open(dir, kFormat, &m));
   if (!(m.point_norm > 0.0 && m.point_norm < 1.0)) {
@@ -138,7 +146,7 @@ absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
   }
   model.node_leaf.assign(leaf.begin(), leaf.end());
   model.node_parent.assign(parent.begin(), parent.end());
-  if (m.train_points > 0) {
+  if (m.learned) {
     const int64_t nt = m.train_points;
     DENDRO_ASSIGN_OR_RETURN(const std::vector<int64_t> tl, r.Int64("ghhc_train_leaf.npy", {nt}));
     DENDRO_ASSIGN_OR_RETURN(model.train_points, r.Float32("ghhc_train_points.npy", {nt, bd}));

@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 #include <set>
 #include <string>
@@ -161,6 +163,13 @@ TEST_F(GhhcRefineTest, LearnedPointModelRoundTrips) {
   std::filesystem::create_directories(dir_);
   ASSERT_TRUE(SaveGhhcModel(plain->model, dir_.string()).ok());
   EXPECT_FALSE(std::filesystem::exists(dir_ / "ghhc_train_points.npy"));
+  {
+    std::ifstream manifest(dir_ / "ghhc_model.json");
+    const std::string text((std::istreambuf_iterator<char>(manifest)),
+                           std::istreambuf_iterator<char>());
+    EXPECT_THAT(text, HasSubstr("internal_nodes"));
+    EXPECT_THAT(text, ::testing::Not(HasSubstr("train_points")));  // as older versions wrote
+  }
   auto loaded_plain = LoadGhhcModel(dir_.string());
   ASSERT_TRUE(loaded_plain.ok()) << loaded_plain.status();
   EXPECT_TRUE(loaded_plain->train_points.empty());

@@ -22,11 +22,14 @@
 //     18), until no class moves or `kmeans_iterations` rounds.
 //       - Seeding is the greedy form of k-means++ (as in scikit-learn): each
 //         step draws 2 + ln S candidates proportionally to their distance and
-//         keeps the one that lowers the summed distance most (with K > 256
-//         the candidates are compared on 256 sampled classes). Plain
-//         k-means++ often seeds two centroids in one true group, which Lloyd
-//         iterations with KL never undo. `kmeans_restarts` > 1 keeps the best
-//         of several runs by the summed KL.
+//         keeps the one that lowers the summed distance most (with more than
+//         128 classes the candidates are compared on 128 sampled classes).
+//         Plain k-means++ often seeds two centroids in one true group, which
+//         Lloyd iterations with KL never undo. The seeding runs on a uniform
+//         random sample of min(K, max(8 S, 512)) classes (all of them when
+//         that is K); the exact KL rounds then place every class.
+//         `kmeans_restarts` > 1 keeps the best of several runs by the summed
+//         KL.
 //       - The paper clusters the full sample covariances C_k. K full d x d
 //         matrices do not fit in memory for K = 10,000 (and are singular when
 //         n_c <= d), so each class enters clustering as the maximum-
@@ -34,9 +37,12 @@
 //         eigenpairs and, in the other directions, the mean of the discarded
 //         eigenvalues (at least lambda). Likewise a centroid enters the KL
 //         assignment as its ML PPCA approximation with r components.
-//       - The KL assignment is exact: cheap bounds prune super-classes that
-//         cannot win. A super-class left empty is re-seeded with the class
-//         farthest (in KL) from its own centroid.
+//       - The KL assignment is exact. A round computes the divergences to
+//         the centroids that changed in the previous round only; the others
+//         are the same exact values kept from the round that computed them
+//         (a centroid is a function of its member set). A super-class left
+//         empty is re-seeded with the class farthest (in KL) from its own
+//         centroid.
 //   * Super-class PPCA models: top-r eigenpairs of the Theorem 2 covariance,
 //     scored like classes with the same lambda.
 //   * Optional "raw data" clustering (section 5.4): `raw_samples_per_class`

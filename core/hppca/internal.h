@@ -125,9 +125,20 @@ struct KMeansResult {
 // k-means++ seeds by Bhattacharyya distance (Algorithm 3): S distinct class
 // indices, the first uniform, then each with probability proportional to
 // its distance to the nearest chosen seed.
+//
+// With many classes the seeding runs on a uniform random sample of them
+// (`sample` classes, -1: SeedSampleSize(K, S); clamped to [S, K]); the exact
+// KL rounds that follow then place every class. The sample is drawn from the
+// same generator as the seeding, so the seeds are a function of `seed`
+// alone; with sample = K no sample is drawn.
 absl::StatusOr<std::vector<int32_t>> BhattacharyyaSeeds(absl::Span<const GaussianRef> classes,
                                                         int32_t s, uint64_t seed, int threads,
-                                                        RunContext* ctx);
+                                                        RunContext* ctx, int64_t sample = -1);
+
+// The default seeding sample: min(K, max(kSeedSamplePerCluster S, kSeedSampleMin)).
+inline constexpr int64_t kSeedSamplePerCluster = 8;
+inline constexpr int64_t kSeedSampleMin = 512;
+int64_t SeedSampleSize(int64_t k, int32_t s);
 
 // How AssignByKl computes the cross term F(P, Q) of the surviving pairs (see
 // kmeans.cc): per pair from the bases' products (q r d each), or for all
@@ -139,11 +150,23 @@ enum class KlCrossTerm { kAuto, kBasisProducts, kGramProducts };
 // The index of the KL-nearest Gaussian (argmin_s KL(class_i || centroid_s),
 // ties to the lower s) for every class; exact, with cheap bounds pruning.
 // `kl` (optional) receives the winning divergences.
+//
+// `cache` (optional) carries exact divergences between calls with the same
+// classes and the same number of centroids: values(i, j) = KL(class i ||
+// centroid j) for every column j with valid[j] set. Only the other columns
+// are computed (all of their pairs, unpruned) and stored, and their valid
+// flags set; the caller clears valid[j] whenever centroid j changes. A cache
+// of the wrong shape is reset. The result is the same as without a cache.
+struct KlCache {
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> values;  // K x S
+  std::vector<char> valid;                                                         // S
+};
 absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> classes,
                                                 absl::Span<const LowRankGaussian> centroids,
                                                 int threads, RunContext* ctx,
                                                 std::vector<double>* kl = nullptr,
-                                                KlCrossTerm cross = KlCrossTerm::kAuto);
+                                                KlCrossTerm cross = KlCrossTerm::kAuto,
+                                                KlCache* cache = nullptr);
 
 // Theorem 2 centroids (rank r) of the classes assigned to each of s groups.
 absl::StatusOr<std::vector<Centroid>> GroupCentroids(absl::Span<const GaussianRef> classes,

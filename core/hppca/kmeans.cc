@@ -52,14 +52,19 @@ std::vector<std::vector<int32_t>> Groups(absl::Span<const int32_t> assignment, i
 
 }  // namespace
 
-absl::StatusOr<std::vector<int32_t>> BhattacharyyaSeeds(absl::Span<const GaussianRef> classes,
-                                                        int32_t s, uint64_t seed, int threads,
-                                                        RunContext* ctx) {
+int64_t SeedSampleSize(int64_t k, int32_t s) {
+  const int64_t want = std::max<int64_t>(kSeedSamplePerCluster * static_cast<int64_t>(s),
+                                         kSeedSampleMin);
+  return std::min(k, want);
+}
+
+namespace {
+
+// Greedy k-means++ over all of `classes` with the generator `rng`.
+absl::StatusOr<std::vector<int32_t>> GreedySeeds(absl::Span<const GaussianRef> classes,
+                                                 int32_t s, std::mt19937_64& rng, int threads,
+                                                 RunContext* ctx) {
   const int64_t k = static_cast<int64_t>(classes.size());
-  if (s < 1 || s > k) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot seed ", s, " clusters from ", k,
-                                                   " classes"));
-  }
   const int64_t d = classes[0].dim();
   // For pruning: by Cauchy-Schwarz, dmu^T Sigma^{-1} dmu >= |dmu|^4 / dmu^T Sigma dmu,
   // and dmu^T Sigma dmu needs only the projections of dmu on both bases,
@@ -163,9 +168,8 @@ absl::StatusOr<std::vector<int32_t>> BhattacharyyaSeeds(absl::Span<const Gaussia
   // nearest seed and keeps the one that lowers the summed distance most.
   // With many classes the candidates are compared on a fixed random sample
   // of kPotentialSample classes; the winner is then evaluated on all.
-  std::mt19937_64 rng(seed);
   const int32_t trials = 2 + static_cast<int32_t>(std::log(static_cast<double>(s)));
-  constexpr int64_t kPotentialSample = 256;
+  constexpr int64_t kPotentialSample = 128;
   std::vector<char> sample;
   if (k > kPotentialSample) {
     std::vector<int64_t> idx(k);
@@ -239,23 +243,57 @@ absl::StatusOr<std::vector<int32_t>> BhattacharyyaSeeds(absl::Span<const Gaussia
   return seeds;
 }
 
+}  // namespace
+
+absl::StatusOr<std::vector<int32_t>> BhattacharyyaSeeds(absl::Span<const GaussianRef> classes,
+                                                        int32_t s, uint64_t seed, int threads,
+                                                        RunContext* ctx, int64_t sample) {
+  const int64_t k = static_cast<int64_t>(classes.size());
+  if (s < 1 || s > k) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot seed ", s, " clusters from ", k,
+                                                   " classes"));
+  }
+  if (sample < 0) sample = SeedSampleSize(k, s);
+  sample = std::clamp<int64_t>(sample, s, k);
+  std::mt19937_64 rng(seed);
+  if (sample == k) return GreedySeeds(classes, s, rng, threads, ctx);
+  // A uniform sample of `sample` classes (a partial Fisher-Yates shuffle),
+  // seeded in ascending class order; the seeds map back to class indices.
+  std::vector<int32_t> idx(k);
+  std::iota(idx.begin(), idx.end(), 0);
+  for (int64_t i = 0; i < sample; ++i) {
+    const int64_t j = std::uniform_int_distribution<int64_t>(i, k - 1)(rng);
+    std::swap(idx[i], idx[j]);
+  }
+  idx.resize(sample);
+  std::sort(idx.begin(), idx.end());
+  std::vector<GaussianRef> subset;
+  subset.reserve(sample);
+  for (int32_t i : idx) subset.push_back(classes[i]);
+  DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> local, GreedySeeds(subset, s, rng, threads, ctx));
+  for (int32_t& v : local) v = idx[v];
+  return local;
+}
+
 namespace {
 
-// Appends the upper triangle of the d x d matrix `m` (column-major; its
-// upper triangle is read), row by row, to `out`, the off-diagonal entries
-// multiplied by `off_diagonal`.
-void PackUpper(const Eigen::MatrixXd& m, double off_diagonal, double* out) {
+// Appends the lower triangle of the symmetric d x d matrix `m` (column-
+// major; only its lower triangle is read), column by column -- the same
+// order as the upper triangle row by row, read contiguously -- to `out`,
+// the off-diagonal entries multiplied by `off_diagonal`.
+void PackLower(const Eigen::MatrixXd& m, double off_diagonal, double* out) {
   const int64_t d = m.rows();
   for (int64_t x = 0; x < d; ++x) {
-    *out++ = m(x, x);
-    for (int64_t y = x + 1; y < d; ++y) *out++ = off_diagonal * m(x, y);
+    const double* col = m.col(x).data();
+    *out++ = col[x];
+    for (int64_t y = x + 1; y < d; ++y) *out++ = off_diagonal * col[y];
   }
 }
 
 // F(i, j) = <A_j, C_i>_F for every class i and centroid j (see AssignByKl):
 // A_j = U_j^T diag(omega_j) U_j from the stacked centroid bases `u` (rows
 // off[j] .. off[j + 1]) and C_i = V_i^T diag(e_i) V_i. Both are symmetric,
-// so each is packed as its upper triangle (the centroid side carries the
+// so each is packed as one triangle (the centroid side carries the
 // factor 2 of the off-diagonal entries) and F is a GEMM of the packed rows,
 // classes in chunks of about 64 MB of doubles per thread.
 absl::StatusOr<RowMatrixDX> GramCrossTerms(absl::Span<const GaussianRef> classes,
@@ -273,9 +311,9 @@ absl::StatusOr<RowMatrixDX> GramCrossTerms(absl::Span<const GaussianRef> classes
     if (r > 0) {
       const Eigen::MatrixXd w = u.middleRows(off[j], r).transpose() *
                                 omega.segment(off[j], r).cwiseMax(0.0).cwiseSqrt().asDiagonal();
-      full.selfadjointView<Eigen::Upper>().rankUpdate(w);
+      full.selfadjointView<Eigen::Lower>().rankUpdate(w);
     }
-    PackUpper(full, 2.0, a.row(j).data());
+    PackLower(full, 2.0, a.row(j).data());
   }));
   const int64_t chunk = std::clamp<int64_t>((int64_t{8} << 20) / packed, 1, 256);
   const int64_t chunks = (k + chunk - 1) / chunk;
@@ -293,9 +331,9 @@ absl::StatusOr<RowMatrixDX> GramCrossTerms(absl::Span<const GaussianRef> classes
       if (p.rank() > 0) {
         const Eigen::MatrixXd w = p.basis.cast<double>().transpose() *
                                   p.excess.cwiseMax(0.0).cwiseSqrt().asDiagonal();
-        full.selfadjointView<Eigen::Upper>().rankUpdate(w);
+        full.selfadjointView<Eigen::Lower>().rankUpdate(w);
       }
-      PackUpper(full, 1.0, c.row(t).data());
+      PackLower(full, 1.0, c.row(t).data());
     }
     f.middleRows(i0, n).noalias() = c.topRows(n) * a.transpose();
   }));
@@ -307,10 +345,22 @@ absl::StatusOr<RowMatrixDX> GramCrossTerms(absl::Span<const GaussianRef> classes
 absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> classes,
                                                 absl::Span<const LowRankGaussian> centroids,
                                                 int threads, RunContext* ctx,
-                                                std::vector<double>* kl, KlCrossTerm cross) {
+                                                std::vector<double>* kl, KlCrossTerm cross,
+                                                KlCache* cache) {
   const int64_t k = static_cast<int64_t>(classes.size());
   const int32_t s = static_cast<int32_t>(centroids.size());
   if (s < 1) return absl::InvalidArgumentError("no centroids to assign to");
+  if (cache != nullptr && (cache->values.rows() != k || cache->values.cols() != s ||
+                           static_cast<int32_t>(cache->valid.size()) != s)) {
+    cache->values.setZero(k, s);
+    cache->valid.assign(s, 0);
+  }
+  // The centroids computed this call: all, or those whose cached column is stale.
+  std::vector<int32_t> cols;
+  for (int32_t j = 0; j < s; ++j) {
+    if (cache == nullptr || !cache->valid[j]) cols.push_back(j);
+  }
+  const int32_t nc = static_cast<int32_t>(cols.size());
   const int64_t d = classes.empty() ? 0 : classes[0].dim();
   // Per centroid: 2 KL(P || Q) = base(P, Q) - F(P, Q) / noise_Q with
   //   base = log|Q| - log|P| - d + noise_P tr(Q^{-1}) + tr(E_P) / noise_Q + mahal,
@@ -345,6 +395,22 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
     mu_norm2[j] = mu_q.row(j).squaredNorm();
     mu_proj[j] = u.middleRows(off[j], rank[j]) * mu_q.row(j).transpose();
   }
+  // The bases of the centroids computed here, stacked (sub_off: row offsets).
+  std::vector<int64_t> sub_off(nc + 1, 0);
+  for (int32_t t = 0; t < nc; ++t) sub_off[t + 1] = sub_off[t] + rank[cols[t]];
+  RowMatrixDX sub_u_copy;
+  Eigen::VectorXd sub_omega_copy;
+  if (nc < s) {
+    sub_u_copy.resize(sub_off[nc], d);
+    sub_omega_copy.resize(sub_off[nc]);
+    for (int32_t t = 0; t < nc; ++t) {
+      const int32_t j = cols[t];
+      sub_u_copy.middleRows(sub_off[t], rank[j]) = u.middleRows(off[j], rank[j]);
+      sub_omega_copy.segment(sub_off[t], rank[j]) = omega.segment(off[j], rank[j]);
+    }
+  }
+  const RowMatrixDX& sub_u = nc < s ? sub_u_copy : u;
+  const Eigen::VectorXd& sub_omega = nc < s ? sub_omega_copy : omega;
   // Phase 1: bounds for every (class, centroid); candidates are the
   // centroids whose lower bound beats the class's best upper bound.
   struct Cand {
@@ -359,7 +425,7 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
     const int64_t i0 = ch * kChunk, i1 = std::min(k, i0 + kChunk);
     RowMatrixDX mu(i1 - i0, d);
     for (int64_t i = i0; i < i1; ++i) mu.row(i - i0) = (classes[i].mean - center).transpose();
-    const RowMatrixDX proj = mu * u.transpose();   // classes x sum(rank)
+    const RowMatrixDX proj = mu * sub_u.transpose();   // classes x sum of cols' ranks
     const RowMatrixDX dots = mu * mu_q.transpose();  // classes x s
     std::vector<double> base(s), lower(s);
     for (int64_t i = i0; i < i1; ++i) {
@@ -369,10 +435,11 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
       const double tr_e = p.excess.sum();
       const double mn2 = mu.row(row).squaredNorm();
       double best_ub = std::numeric_limits<double>::infinity();
-      for (int32_t j = 0; j < s; ++j) {
+      for (int32_t t = 0; t < nc; ++t) {
+        const int32_t j = cols[t];
         double m = 0.0;
         for (int64_t l = 0; l < rank[j]; ++l) {
-          const double a = proj(row, off[j] + l) - mu_proj[j][l];
+          const double a = proj(row, sub_off[t] + l) - mu_proj[j][l];
           m += omega[off[j] + l] * a * a;
         }
         const double dist2 = mn2 - 2.0 * dots(row, j) + mu_norm2[j];
@@ -382,9 +449,11 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
         lower[j] = base[j] - omega_max[j] * tr_e / noise_q[j];
         best_ub = std::min(best_ub, base[j]);
       }
+      // With a cache every computed pair is kept (its exact value is stored
+      // for later rounds), so nothing is pruned.
       const double slack = 1e-6 * (std::fabs(best_ub) + 1.0);
-      for (int32_t j = 0; j < s; ++j) {
-        if (lower[j] <= best_ub + slack) cands[i].push_back({j, base[j], 0.0});
+      for (int32_t j : cols) {
+        if (cache != nullptr || lower[j] <= best_ub + slack) cands[i].push_back({j, base[j], 0.0});
       }
     }
   }));
@@ -400,20 +469,24 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
   int32_t max_rank = 0, max_centroid_rank = 0;
   for (const auto& c : cands) pairs += static_cast<int64_t>(c.size());
   for (const GaussianRef& p : classes) max_rank = std::max(max_rank, p.rank());
-  for (int32_t j = 0; j < s; ++j) max_centroid_rank = std::max(max_centroid_rank, rank[j]);
+  for (int32_t j : cols) max_centroid_rank = std::max(max_centroid_rank, rank[j]);
   const int64_t packed = d * (d + 1) / 2;
   const double basis_ops = static_cast<double>(pairs) * max_rank * max_centroid_rank * d;
   const double gram_ops = static_cast<double>(k) * (static_cast<double>(max_rank) * d * d / 2 +
-                                                    static_cast<double>(s) * packed) +
-                          static_cast<double>(s) * max_centroid_rank * d * d / 2;
+                                                    static_cast<double>(nc) * packed) +
+                          static_cast<double>(nc) * max_centroid_rank * d * d / 2;
   // The packed centroid matrices are held at once: cap them at 512 MB.
-  const bool gram_fits = static_cast<double>(s) * packed * sizeof(double) <= 512.0 * (1 << 20);
+  const bool gram_fits = static_cast<double>(nc) * packed * sizeof(double) <= 512.0 * (1 << 20);
   const bool use_gram = cross == KlCrossTerm::kGramProducts ||
                         (cross == KlCrossTerm::kAuto && gram_fits && gram_ops < basis_ops);
-  if (use_gram) {
-    DENDRO_ASSIGN_OR_RETURN(RowMatrixDX f, GramCrossTerms(classes, u, omega, off, threads, ctx));
+  if (use_gram && pairs > 0) {
+    // Column t of F is centroid cols[t].
+    std::vector<int32_t> pos(s, -1);
+    for (int32_t t = 0; t < nc; ++t) pos[cols[t]] = t;
+    DENDRO_ASSIGN_OR_RETURN(RowMatrixDX f,
+                            GramCrossTerms(classes, sub_u, sub_omega, sub_off, threads, ctx));
     for (int64_t i = 0; i < k; ++i) {
-      for (Cand& c : cands[i]) c.kl = 0.5 * (c.base - f(i, c.j) / noise_q[c.j]);
+      for (Cand& c : cands[i]) c.kl = 0.5 * (c.base - f(i, pos[c.j]) / noise_q[c.j]);
     }
   } else {
     // Basis products, kPhase2Classes classes at a time into per-thread
@@ -482,12 +555,27 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
   // Phase 3: the best candidate (ties to the lower centroid index).
   std::vector<int32_t> best(k, 0);
   std::vector<double> best_kl(k, 0.0);
+  if (cache != nullptr) {
+    for (int64_t i = 0; i < k; ++i) {
+      for (const Cand& c : cands[i]) cache->values(i, c.j) = c.kl;
+    }
+    for (int32_t j : cols) cache->valid[j] = 1;
+  }
   for (int64_t i = 0; i < k; ++i) {
     double best_val = std::numeric_limits<double>::infinity();
-    for (const Cand& c : cands[i]) {
-      if (c.kl < best_val) {
-        best_val = c.kl;
-        best[i] = c.j;
+    if (cache != nullptr) {
+      for (int32_t j = 0; j < s; ++j) {
+        if (cache->values(i, j) < best_val) {
+          best_val = cache->values(i, j);
+          best[i] = j;
+        }
+      }
+    } else {
+      for (const Cand& c : cands[i]) {
+        if (c.kl < best_val) {
+          best_val = c.kl;
+          best[i] = c.j;
+        }
       }
     }
     best_kl[i] = best_val;
@@ -551,6 +639,9 @@ absl::StatusOr<KMeansResult> GaussianKMeansOnce(absl::Span<const GaussianRef> cl
     DENDRO_ASSIGN_OR_RETURN(res.centroids[j], TheoremTwoCentroid({classes[seeds[j]]}, r));
   }
   std::vector<int32_t> prev;
+  // Exact divergences to the centroids that did not change since the round
+  // that computed them (a centroid is a function of its member set).
+  KlCache cache;
   for (int32_t it = 0; it < max_iterations; ++it) {
     // Every round polls inside its ParallelFor calls too; this covers the
     // sequential parts between them.
@@ -558,7 +649,8 @@ absl::StatusOr<KMeansResult> GaussianKMeansOnce(absl::Span<const GaussianRef> cl
     std::vector<LowRankGaussian> g(s);
     for (int32_t j = 0; j < s; ++j) g[j] = CentroidGaussian(res.centroids[j]);
     std::vector<double> kl;
-    DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> assign, AssignByKl(classes, g, threads, ctx, &kl));
+    DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> assign,
+                            AssignByKl(classes, g, threads, ctx, &kl, KlCrossTerm::kAuto, &cache));
     ++res.iterations;
     // Re-seed empty super-classes with the class farthest from its centroid
     // (taken from a super-class that keeps at least one other class).
@@ -610,6 +702,7 @@ absl::StatusOr<KMeansResult> GaussianKMeansOnce(absl::Span<const GaussianRef> cl
       }
     }));
     for (const absl::Status& e : errors) DENDRO_RETURN_IF_ERROR(e);
+    for (int32_t j : todo) cache.valid[j] = 0;
     prev = std::move(assign);
     res.assignment = prev;
     progress.Report(0.15 + 0.85 * static_cast<double>(it + 1) / max_iterations);

@@ -442,6 +442,134 @@ TEST(HppcaFitTest, BhattacharyyaSeedsAreDistinctAndReproducible) {
             static_cast<size_t>(model->num_classes()));
 }
 
+TEST(HppcaFitTest, SampledSeedingIsReproducibleAndHandlesEverySampleSize) {
+  // The default sample: 8 S classes, at least 512, at most K.
+  EXPECT_EQ(hppca_internal::SeedSampleSize(10000, 100), 800);
+  EXPECT_EQ(hppca_internal::SeedSampleSize(1000, 71), 568);
+  EXPECT_EQ(hppca_internal::SeedSampleSize(1000, 10), 512);
+  EXPECT_EQ(hppca_internal::SeedSampleSize(300, 100), 300);
+  EXPECT_EQ(hppca_internal::SeedSampleSize(42, 6), 42);
+
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData train = gen.Sample(30, 10);
+  NullRunContext ctx;
+  HppcaOptions opt = SmallOptions();
+  opt.superclasses = kFlatClassifier;
+  auto model = FitHppca(View(train.x), train.labels, opt, ctx);
+  ASSERT_TRUE(model.ok());
+  std::vector<GaussianRef> classes;
+  for (int32_t c = 0; c < model->num_classes(); ++c) classes.push_back(model->class_cluster_gaussian(c));
+  const int32_t k = model->num_classes();
+  const int32_t s = 6;
+  // Samples from exactly S classes (then the seeds are the sample) to all of them.
+  for (int64_t sample : {int64_t{s}, int64_t{s + 1}, int64_t{20}, int64_t{k - 1}, int64_t{k}}) {
+    SCOPED_TRACE(sample);
+    auto a = hppca_internal::BhattacharyyaSeeds(classes, s, 11, 2, &ctx, sample);
+    auto b = hppca_internal::BhattacharyyaSeeds(classes, s, 11, 1, &ctx, sample);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(*a, *b);  // a function of the seed, not of the thread count
+    ASSERT_EQ(a->size(), static_cast<size_t>(s));
+    EXPECT_EQ(std::set<int32_t>(a->begin(), a->end()).size(), static_cast<size_t>(s));
+    for (int32_t v : *a) {
+      EXPECT_GE(v, 0);
+      EXPECT_LT(v, k);
+    }
+  }
+  // Out-of-range samples are clamped to [S, K]: above K is the unsampled
+  // seeding (also the default here, K <= 512), below S is a sample of S.
+  auto full = hppca_internal::BhattacharyyaSeeds(classes, s, 11, 2, &ctx, k);
+  auto above = hppca_internal::BhattacharyyaSeeds(classes, s, 11, 2, &ctx, 10 * k);
+  auto deflt = hppca_internal::BhattacharyyaSeeds(classes, s, 11, 2, &ctx);
+  auto exact = hppca_internal::BhattacharyyaSeeds(classes, s, 11, 2, &ctx, s);
+  auto below = hppca_internal::BhattacharyyaSeeds(classes, s, 11, 2, &ctx, 1);
+  ASSERT_TRUE(full.ok() && above.ok() && deflt.ok() && exact.ok() && below.ok());
+  EXPECT_EQ(*above, *full);
+  EXPECT_EQ(*deflt, *full);
+  EXPECT_EQ(*below, *exact);
+  // S = K: every class is a seed, whatever the sample asked for.
+  auto all = hppca_internal::BhattacharyyaSeeds(classes, k, 3, 2, &ctx, 5);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(std::set<int32_t>(all->begin(), all->end()).size(), static_cast<size_t>(k));
+  // Tiny K: two classes, one or two seeds, sampled or not.
+  const std::vector<GaussianRef> two = {classes[0], classes[1]};
+  for (int32_t ts : {1, 2}) {
+    for (int64_t sample : {int64_t{1}, int64_t{2}}) {
+      auto t = hppca_internal::BhattacharyyaSeeds(two, ts, 9, 2, &ctx, sample);
+      ASSERT_TRUE(t.ok());
+      EXPECT_EQ(t->size(), static_cast<size_t>(ts));
+      EXPECT_EQ(std::set<int32_t>(t->begin(), t->end()).size(), static_cast<size_t>(ts));
+    }
+  }
+  EXPECT_FALSE(hppca_internal::BhattacharyyaSeeds(two, 3, 9, 2, &ctx, 2).ok());
+}
+
+TEST(HppcaFitTest, KlCacheKeepsTheAssignmentExact) {
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData train = gen.Sample(30, 9);
+  NullRunContext ctx;
+  auto model = FitHppca(View(train.x), train.labels, SmallOptions(), ctx);
+  ASSERT_TRUE(model.ok());
+  std::vector<GaussianRef> classes;
+  for (int32_t c = 0; c < model->num_classes(); ++c) classes.push_back(model->class_cluster_gaussian(c));
+  std::vector<LowRankGaussian> cents;
+  for (int32_t s = 0; s < model->num_superclasses(); ++s) {
+    cents.push_back(CentroidGaussian(model->superclass_centroid(s)));
+  }
+  for (int32_t c = 0; c < 3; ++c) {
+    auto single = TheoremTwoCentroid({classes[c * 5]}, 6);
+    ASSERT_TRUE(single.ok());
+    cents.push_back(CentroidGaussian(*single));
+  }
+  // Brute force: argmin and the divergence of every pair.
+  auto check = [&](const std::vector<int32_t>& got, const std::vector<double>& kl,
+                   const hppca_internal::KlCache& cache) {
+    ASSERT_EQ(cache.values.cols(), static_cast<int64_t>(cents.size()));
+    for (size_t i = 0; i < classes.size(); ++i) {
+      int32_t best = 0;
+      double best_v = std::numeric_limits<double>::infinity();
+      for (size_t j = 0; j < cents.size(); ++j) {
+        const double v = KlDivergence(classes[i], cents[j].ref());
+        EXPECT_TRUE(cache.valid[j]);
+        EXPECT_NEAR(cache.values(i, j), v, 1e-6 * std::fabs(v) + 1e-5) << i << " " << j;
+        if (v < best_v) {
+          best_v = v;
+          best = static_cast<int32_t>(j);
+        }
+      }
+      EXPECT_EQ(got[i], best) << "class " << i;
+      EXPECT_NEAR(kl[i], best_v, 1e-6 * std::fabs(best_v) + 1e-5);
+    }
+  };
+  using hppca_internal::KlCrossTerm;
+  for (KlCrossTerm how :
+       {KlCrossTerm::kAuto, KlCrossTerm::kBasisProducts, KlCrossTerm::kGramProducts}) {
+    SCOPED_TRACE(static_cast<int>(how));
+    std::vector<LowRankGaussian> saved = cents;
+    hppca_internal::KlCache cache;
+    std::vector<double> kl;
+    auto got = hppca_internal::AssignByKl(classes, cents, 2, &ctx, &kl, how, &cache);
+    ASSERT_TRUE(got.ok());
+    check(*got, kl, cache);
+    // Two centroids change (to other single classes): only their columns are
+    // stale. Marking them is the caller's job; the rest is reused.
+    for (int32_t j : {0, 2}) {
+      auto single = TheoremTwoCentroid({classes[11 + 7 * j]}, 6);
+      ASSERT_TRUE(single.ok());
+      cents[j] = CentroidGaussian(*single);
+      cache.valid[j] = 0;
+    }
+    got = hppca_internal::AssignByKl(classes, cents, 2, &ctx, &kl, how, &cache);
+    ASSERT_TRUE(got.ok());
+    check(*got, kl, cache);
+    // A different number of centroids resets the cache.
+    cents.pop_back();
+    got = hppca_internal::AssignByKl(classes, cents, 1, &ctx, &kl, how, &cache);
+    ASSERT_TRUE(got.ok());
+    check(*got, kl, cache);
+    cents = saved;
+  }
+}
+
 class CancelAfter final : public RunContext {
  public:
   explicit CancelAfter(int polls) : polls_(polls) {}

@@ -22,14 +22,11 @@
 //     18), until no class moves or `kmeans_iterations` rounds.
 //       - Seeding is the greedy form of k-means++ (as in scikit-learn): each
 //         step draws 2 + ln S candidates proportionally to their distance and
-//         keeps the one that lowers the summed distance most (with more than
-//         128 classes the candidates are compared on 128 sampled classes).
-//         Plain k-means++ often seeds two centroids in one true group, which
-//         Lloyd iterations with KL never undo. The seeding runs on a uniform
-//         random sample of min(K, max(8 S, 512)) classes (all of them when
-//         that is K); the exact KL rounds then place every class.
-//         `kmeans_restarts` > 1 keeps the best of several runs by the summed
-//         KL.
+//         keeps the one that lowers the summed distance most (with K > 256
+//         the candidates are compared on 256 sampled classes). Plain
+//         k-means++ often seeds two centroids in one true group, which Lloyd
+//         iterations with KL never undo. `kmeans_restarts` > 1 keeps the best
+//         of several runs by the summed KL.
 //       - The paper clusters the full sample covariances C_k. K full d x d
 //         matrices do not fit in memory for K = 10,000 (and are singular when
 //         n_c <= d), so each class enters clustering as the maximum-

@@ -126,19 +126,15 @@ struct KMeansResult {
 // indices, the first uniform, then each with probability proportional to
 // its distance to the nearest chosen seed.
 //
-// With many classes the seeding runs on a uniform random sample of them
-// (`sample` classes, -1: SeedSampleSize(K, S); clamped to [S, K]); the exact
-// KL rounds that follow then place every class. The sample is drawn from the
-// same generator as the seeding, so the seeds are a function of `seed`
-// alone; with sample = K no sample is drawn.
+// `sample` in [S, K) runs the seeding on a uniform random sample of that
+// many classes (-1 or >= K: all of them; values below S are raised to S).
+// The sample is drawn from the same generator as the seeding, so the seeds
+// are a function of `seed` alone. Training does not sample (see
+// docs/methods.md: at K = 10,000 a sample of 800 lost 0.007 super-class
+// accuracy at T = 5).
 absl::StatusOr<std::vector<int32_t>> BhattacharyyaSeeds(absl::Span<const GaussianRef> classes,
                                                         int32_t s, uint64_t seed, int threads,
                                                         RunContext* ctx, int64_t sample = -1);
-
-// The default seeding sample: min(K, max(kSeedSamplePerCluster S, kSeedSampleMin)).
-inline constexpr int64_t kSeedSamplePerCluster = 8;
-inline constexpr int64_t kSeedSampleMin = 512;
-int64_t SeedSampleSize(int64_t k, int32_t s);
 
 // How AssignByKl computes the cross term F(P, Q) of the surviving pairs (see
 // kmeans.cc): per pair from the bases' products (q r d each), or for all

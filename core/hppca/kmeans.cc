@@ -52,12 +52,6 @@ std::vector<std::vector<int32_t>> Groups(absl::Span<const int32_t> assignment, i
 
 }  // namespace
 
-int64_t SeedSampleSize(int64_t k, int32_t s) {
-  const int64_t want = std::max<int64_t>(kSeedSamplePerCluster * static_cast<int64_t>(s),
-                                         kSeedSampleMin);
-  return std::min(k, want);
-}
-
 namespace {
 
 // Greedy k-means++ over all of `classes` with the generator `rng`.
@@ -169,7 +163,7 @@ absl::StatusOr<std::vector<int32_t>> GreedySeeds(absl::Span<const GaussianRef> c
   // With many classes the candidates are compared on a fixed random sample
   // of kPotentialSample classes; the winner is then evaluated on all.
   const int32_t trials = 2 + static_cast<int32_t>(std::log(static_cast<double>(s)));
-  constexpr int64_t kPotentialSample = 128;
+  constexpr int64_t kPotentialSample = 256;
   std::vector<char> sample;
   if (k > kPotentialSample) {
     std::vector<int64_t> idx(k);
@@ -253,8 +247,7 @@ absl::StatusOr<std::vector<int32_t>> BhattacharyyaSeeds(absl::Span<const Gaussia
     return absl::InvalidArgumentError(absl::StrCat("cannot seed ", s, " clusters from ", k,
                                                    " classes"));
   }
-  if (sample < 0) sample = SeedSampleSize(k, s);
-  sample = std::clamp<int64_t>(sample, s, k);
+  sample = sample < 0 ? k : std::clamp<int64_t>(sample, s, k);
   std::mt19937_64 rng(seed);
   if (sample == k) return GreedySeeds(classes, s, rng, threads, ctx);
   // A uniform sample of `sample` classes (a partial Fisher-Yates shuffle),

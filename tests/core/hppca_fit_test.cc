@@ -443,13 +443,6 @@ TEST(HppcaFitTest, BhattacharyyaSeedsAreDistinctAndReproducible) {
 }
 
 TEST(HppcaFitTest, SampledSeedingIsReproducibleAndHandlesEverySampleSize) {
-  // The default sample: 8 S classes, at least 512, at most K.
-  EXPECT_EQ(hppca_internal::SeedSampleSize(10000, 100), 800);
-  EXPECT_EQ(hppca_internal::SeedSampleSize(1000, 71), 568);
-  EXPECT_EQ(hppca_internal::SeedSampleSize(1000, 10), 512);
-  EXPECT_EQ(hppca_internal::SeedSampleSize(300, 100), 300);
-  EXPECT_EQ(hppca_internal::SeedSampleSize(42, 6), 42);
-
   const TwoLevelGenerator gen(SmallSpec());
   const LabelledData train = gen.Sample(30, 10);
   NullRunContext ctx;
@@ -476,7 +469,7 @@ TEST(HppcaFitTest, SampledSeedingIsReproducibleAndHandlesEverySampleSize) {
     }
   }
   // Out-of-range samples are clamped to [S, K]: above K is the unsampled
-  // seeding (also the default here, K <= 512), below S is a sample of S.
+  // seeding (also the default), below S is a sample of S.
   auto full = hppca_internal::BhattacharyyaSeeds(classes, s, 11, 2, &ctx, k);
   auto above = hppca_internal::BhattacharyyaSeeds(classes, s, 11, 2, &ctx, 10 * k);
   auto deflt = hppca_internal::BhattacharyyaSeeds(classes, s, 11, 2, &ctx);

@@ -152,7 +152,7 @@ enum class KlCrossTerm { kAuto, kBasisProducts, kGramProducts };
 // centroid j) for every column j with valid[j] set. Only the other columns
 // are computed (all of their pairs, unpruned) and stored, and their valid
 // flags set; the caller clears valid[j] whenever centroid j changes. A cache
-// of the wrong shape is reset. The result is the same as without a cache.
+// of the wrong shape is reset. The result is still the exact argmin.
 struct KlCache {
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> values;  // K x S
   std::vector<char> valid;                                                         // S

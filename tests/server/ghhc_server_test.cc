@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <filesystem>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -59,6 +60,35 @@ class GhhcServerTest : public ServerTest {
     job = Wait(job.id());
     ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
     EXPECT_DOUBLE_EQ(job.progress(), 1.0);
+  }
+
+  // The served metadata of the latest version of `model`.
+  std::map<std::string, std::string> Metadata(const std::string& model) {
+    grpc::ClientContext ctx;
+    v1::GetModelRequest req;
+    req.mutable_model()->set_name(model);
+    v1::Model m;
+    EXPECT_TRUE(models_->GetModel(&ctx, req, &m).ok());
+    EXPECT_EQ(m.input_dim(), 8);
+    return {m.metadata().begin(), m.metadata().end()};
+  }
+
+  // Assign of the n training rows gives `expected`, and the same again after
+  // a restart (the model then comes from disk).
+  void ExpectAssignAcrossRestart(const std::string& model, const std::vector<float>& x, int n,
+                                 const std::vector<int32_t>& expected) {
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 1) {
+        StopServer();
+        StartServer();
+      }
+      v1::AssignResponse resp;
+      ASSERT_TRUE(Assign(model, x, n, 8, 0, &resp).ok());
+      ASSERT_EQ(resp.leaf_size(), n);
+      for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(resp.leaf(i), expected[i]) << "pass " << pass << ", row " << i;
+      }
+    }
   }
 };
 
@@ -159,29 +189,13 @@ TEST_F(GhhcServerTest, ParametersReachTheCoreAndProjectionSurvivesReload) {
   NullRunContext null_ctx;
   auto expected = FitGhhc(MatrixView(x.data(), n, 8), o, null_ctx);
   ASSERT_TRUE(expected.ok()) << expected.status();
-  grpc::ClientContext mctx;
-  v1::GetModelRequest mreq;
-  mreq.mutable_model()->set_name("projected");
-  v1::Model model;
-  ASSERT_TRUE(models_->GetModel(&mctx, mreq, &model).ok());
-  EXPECT_EQ(model.input_dim(), 8);
-  EXPECT_EQ(model.metadata().at("ball_dim"), "4");
-  EXPECT_EQ(model.metadata().at("projection"), "random");
-  EXPECT_EQ(model.metadata().at("center"), "false");
-  EXPECT_EQ(model.metadata().at("margin_every"), "0");
-  EXPECT_EQ(model.metadata().at("link"), "softplus");
-
-  v1::AssignResponse before;
-  ASSERT_TRUE(Assign("projected", x, n, 8, 0, &before).ok());
-  ASSERT_EQ(before.leaf_size(), n);
-  for (int i = 0; i < n; ++i) {
-    ASSERT_EQ(before.leaf(i), expected->hierarchy.point_leaf()[i]) << "row " << i;
-  }
-  StopServer();
-  StartServer();
-  v1::AssignResponse after;
-  ASSERT_TRUE(Assign("projected", x, n, 8, 0, &after).ok());
-  for (int i = 0; i < n; ++i) ASSERT_EQ(after.leaf(i), before.leaf(i)) << "row " << i;
+  const auto md = Metadata("projected");
+  EXPECT_EQ(md.at("ball_dim"), "4");
+  EXPECT_EQ(md.at("projection"), "random");
+  EXPECT_EQ(md.at("center"), "false");
+  EXPECT_EQ(md.at("margin_every"), "0");
+  EXPECT_EQ(md.at("link"), "softplus");
+  ExpectAssignAcrossRestart("projected", x, n, expected->hierarchy.point_leaf());
 }
 
 // The learned-point, noise, validation and seed parameters reach the core:
@@ -213,27 +227,13 @@ TEST_F(GhhcServerTest, LearnedPointsSeedZeroAndValidationReachTheCore) {
   auto seed_one = FitGhhc(MatrixView(x.data(), n, 8), o, null_ctx);
   ASSERT_TRUE(seed_one.ok()) << seed_one.status();
   ASSERT_NE(expected->model.nodes, seed_one->model.nodes);  // seeds 0 and 1 differ
-  grpc::ClientContext mctx;
-  v1::GetModelRequest mreq;
-  mreq.mutable_model()->set_name("learned");
-  v1::Model model;
-  ASSERT_TRUE(models_->GetModel(&mctx, mreq, &model).ok());
-  EXPECT_EQ(model.metadata().at("seed"), "0");
-  EXPECT_EQ(model.metadata().at("learn_points"), "true");
-  EXPECT_EQ(model.metadata().at("point_learning_rate"), "0.002");
-  EXPECT_EQ(model.metadata().at("gumbel_temperature"), "0");
-  EXPECT_EQ(model.metadata().at("validation_triples"), "0");
-  v1::AssignResponse before;
-  ASSERT_TRUE(Assign("learned", x, n, 8, 0, &before).ok());
-  ASSERT_EQ(before.leaf_size(), n);
-  for (int i = 0; i < n; ++i) {
-    ASSERT_EQ(before.leaf(i), expected->hierarchy.point_leaf()[i]) << "row " << i;
-  }
-  StopServer();
-  StartServer();
-  v1::AssignResponse after;
-  ASSERT_TRUE(Assign("learned", x, n, 8, 0, &after).ok());
-  for (int i = 0; i < n; ++i) ASSERT_EQ(after.leaf(i), before.leaf(i)) << "row " << i;
+  const auto md = Metadata("learned");
+  EXPECT_EQ(md.at("seed"), "0");
+  EXPECT_EQ(md.at("learn_points"), "true");
+  EXPECT_EQ(md.at("point_learning_rate"), "0.002");
+  EXPECT_EQ(md.at("gumbel_temperature"), "0");
+  EXPECT_EQ(md.at("validation_triples"), "0");
+  ExpectAssignAcrossRestart("learned", x, n, expected->hierarchy.point_leaf());
 }
 
 TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {

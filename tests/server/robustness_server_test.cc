@@ -79,6 +79,18 @@ class DeafMethod final : public TestMethod {
 
 class RobustnessTest : public ServerTest {
  protected:
+  // Fits L2H model `name` on n x 4 logits (4 clusters: about 2 bytes of
+  // JSON per point), uploaded in chunks that fit a 1 MiB message limit.
+  void FitWideTree(const std::string& name, int n) {
+    const std::vector<float> x = MakeLogits(n, 2, 2, 1);
+    v1::Dataset ds;
+    ASSERT_TRUE(Upload(x, n, 4, &ds, nullptr, 256 << 10).ok());
+    grpc::Status st;
+    v1::Job job = Submit(ds.id(), name, &st);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_EQ(Wait(job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+  }
+
   // Uploads a small labelled dataset (12 columns, 12 classes).
   std::string SmallDataset(int n = 600) {
     std::vector<int64_t> labels;
@@ -594,14 +606,8 @@ TEST_F(RobustnessTest, TreeOverTheMessageLimitComesInPieces) {
   ServerOptions opts;
   opts.max_message_bytes = 1 << 20;
   StartServer(opts);
-  const int n = 700000;  // 4 clusters: about 2 bytes of JSON per point
-  const std::vector<float> x = MakeLogits(n, 2, 2, 1);
-  v1::Dataset ds;
-  ASSERT_TRUE(Upload(x, n, 4, &ds, nullptr, 256 << 10).ok());
-  grpc::Status st;
-  v1::Job job = Submit(ds.id(), "big", &st);
-  ASSERT_TRUE(st.ok()) << st.error_message();
-  ASSERT_EQ(Wait(job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+  const int n = 700000;  // about 1.4 MB of JSON
+  ASSERT_NO_FATAL_FAILURE(FitWideTree("big", n));
 
   v1::GetTreeRequest req;
   req.mutable_model()->set_name("big");
@@ -688,13 +694,7 @@ TEST_F(RobustnessTest, StalledTreeReaderIsCancelled) {
   opts.max_message_bytes = 1 << 20;
   StartServer(opts);
   const int n = 1000000;  // about 2 MB of JSON
-  const std::vector<float> x = MakeLogits(n, 2, 2, 1);
-  v1::Dataset ds;
-  ASSERT_TRUE(Upload(x, n, 4, &ds, nullptr, 256 << 10).ok());
-  grpc::Status st;
-  v1::Job job = Submit(ds.id(), "big", &st);
-  ASSERT_TRUE(st.ok()) << st.error_message();
-  ASSERT_EQ(Wait(job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+  ASSERT_NO_FATAL_FAILURE(FitWideTree("big", n));
   v1::GetTreeRequest req;
   req.mutable_model()->set_name("big");
   req.set_include_points(true);

@@ -369,6 +369,24 @@ TEST(HppcaFitTest, AutomaticSuperclassCountIsSqrtKT) {
   }
 }
 
+// The clustering's inputs from a fitted model: its class Gaussians, and as
+// centroids its super-classes' plus `extra` single-class Theorem 2 centroids
+// (classes 0, step, 2 step, ...).
+void ClusteringInputs(const HppcaModel& model, int extra, int step,
+                      std::vector<GaussianRef>* classes, std::vector<LowRankGaussian>* cents) {
+  for (int32_t c = 0; c < model.num_classes(); ++c) {
+    classes->push_back(model.class_cluster_gaussian(c));
+  }
+  for (int32_t s = 0; s < model.num_superclasses(); ++s) {
+    cents->push_back(CentroidGaussian(model.superclass_centroid(s)));
+  }
+  for (int32_t c = 0; c < extra; ++c) {
+    auto single = TheoremTwoCentroid({(*classes)[c * step]}, 6);
+    ASSERT_TRUE(single.ok());
+    cents->push_back(CentroidGaussian(*single));
+  }
+}
+
 TEST(HppcaFitTest, KlAssignmentIsExactArgmin) {
   const TwoLevelGenerator gen(SmallSpec());
   const LabelledData train = gen.Sample(30, 9);
@@ -376,17 +394,9 @@ TEST(HppcaFitTest, KlAssignmentIsExactArgmin) {
   auto model = FitHppca(View(train.x), train.labels, SmallOptions(), ctx);
   ASSERT_TRUE(model.ok());
   std::vector<GaussianRef> classes;
-  for (int32_t c = 0; c < model->num_classes(); ++c) classes.push_back(model->class_cluster_gaussian(c));
   std::vector<LowRankGaussian> cents;
-  for (int32_t s = 0; s < model->num_superclasses(); ++s) {
-    cents.push_back(CentroidGaussian(model->superclass_centroid(s)));
-  }
   // Also against random other centroids (single classes), where bounds differ.
-  for (int32_t c = 0; c < 5; ++c) {
-    auto single = TheoremTwoCentroid({classes[c * 7]}, 6);
-    ASSERT_TRUE(single.ok());
-    cents.push_back(CentroidGaussian(*single));
-  }
+  ASSERT_NO_FATAL_FAILURE(ClusteringInputs(*model, 5, 7, &classes, &cents));
   // Both ways of computing the cross term, and the automatic choice.
   using hppca_internal::KlCrossTerm;
   for (KlCrossTerm how :
@@ -503,16 +513,8 @@ TEST(HppcaFitTest, KlCacheKeepsTheAssignmentExact) {
   auto model = FitHppca(View(train.x), train.labels, SmallOptions(), ctx);
   ASSERT_TRUE(model.ok());
   std::vector<GaussianRef> classes;
-  for (int32_t c = 0; c < model->num_classes(); ++c) classes.push_back(model->class_cluster_gaussian(c));
   std::vector<LowRankGaussian> cents;
-  for (int32_t s = 0; s < model->num_superclasses(); ++s) {
-    cents.push_back(CentroidGaussian(model->superclass_centroid(s)));
-  }
-  for (int32_t c = 0; c < 3; ++c) {
-    auto single = TheoremTwoCentroid({classes[c * 5]}, 6);
-    ASSERT_TRUE(single.ok());
-    cents.push_back(CentroidGaussian(*single));
-  }
+  ASSERT_NO_FATAL_FAILURE(ClusteringInputs(*model, 3, 5, &classes, &cents));
   // Brute force: argmin and the divergence of every pair.
   auto check = [&](const std::vector<int32_t>& got, const std::vector<double>& kl,
                    const hppca_internal::KlCache& cache) {

@@ -536,7 +536,8 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     if (!loaded.ok()) return ToGrpc(loaded.status());
     // The answer must fit one message with the model beside it; the text is
     // counted to the end so the refusal can say how large the tree is.
-    const int64_t room = deps_.max_message_bytes - static_cast<int64_t>(loaded->second.ByteSizeLong()) - 1024;
+    const int64_t room = deps_.max_message_bytes -
+                         static_cast<int64_t>(loaded->second.ByteSizeLong()) - 1024;
     std::string* content = resp->mutable_content();
     int64_t total = 0;
     const absl::Status written =
@@ -582,8 +583,9 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
           // piece in flight; false means the call is over.
           if (!writer->Write(chunk)) {
             return absl::CancelledError(
-                (*slot)->timed_out() ? "get tree stream: the reader took nothing for the idle timeout"
-                                     : "get tree stream: the client went away");
+                (*slot)->timed_out()
+                    ? "get tree stream: the reader took nothing for the idle timeout"
+                    : "get tree stream: the client went away");
           }
           (*slot)->Touch();
           return absl::OkStatus();

@@ -328,7 +328,8 @@ TEST(JsonTest, WriteJsonChunksTheCompactDocument) {
     ASSERT_TRUE(h.SetPointLeaf(points).ok());
     for (const bool with_points : {true, false}) {
       std::string reference;
-      for (const size_t chunk : {size_t{1}, size_t{64}, size_t{100}, size_t{4093}, size_t{1} << 22}) {
+      for (const size_t chunk :
+           {size_t{1}, size_t{64}, size_t{100}, size_t{4093}, size_t{1} << 22}) {
         std::string text;
         std::vector<size_t> sizes;
         ASSERT_TRUE(WriteJson(h, with_points, chunk, [&](std::string_view piece) {

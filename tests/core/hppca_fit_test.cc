@@ -369,14 +369,21 @@ TEST(HppcaFitTest, AutomaticSuperclassCountIsSqrtKT) {
   }
 }
 
+// Each class of a fitted model as the clustering sees it.
+std::vector<GaussianRef> ClassGaussians(const HppcaModel& model) {
+  std::vector<GaussianRef> classes;
+  for (int32_t c = 0; c < model.num_classes(); ++c) {
+    classes.push_back(model.class_cluster_gaussian(c));
+  }
+  return classes;
+}
+
 // The clustering's inputs from a fitted model: its class Gaussians, and as
 // centroids its super-classes' plus `extra` single-class Theorem 2 centroids
 // (classes 0, step, 2 step, ...).
 void ClusteringInputs(const HppcaModel& model, int extra, int step,
                       std::vector<GaussianRef>* classes, std::vector<LowRankGaussian>* cents) {
-  for (int32_t c = 0; c < model.num_classes(); ++c) {
-    classes->push_back(model.class_cluster_gaussian(c));
-  }
+  *classes = ClassGaussians(model);
   for (int32_t s = 0; s < model.num_superclasses(); ++s) {
     cents->push_back(CentroidGaussian(model.superclass_centroid(s)));
   }
@@ -435,8 +442,7 @@ TEST(HppcaFitTest, BhattacharyyaSeedsAreDistinctAndReproducible) {
   opt.superclasses = kFlatClassifier;
   auto model = FitHppca(View(train.x), train.labels, opt, ctx);
   ASSERT_TRUE(model.ok());
-  std::vector<GaussianRef> classes;
-  for (int32_t c = 0; c < model->num_classes(); ++c) classes.push_back(model->class_cluster_gaussian(c));
+  const std::vector<GaussianRef> classes = ClassGaussians(*model);
   auto a = hppca_internal::BhattacharyyaSeeds(classes, 12, 5, 2, &ctx);
   auto b = hppca_internal::BhattacharyyaSeeds(classes, 12, 5, 1, &ctx);
   ASSERT_TRUE(a.ok() && b.ok());
@@ -460,8 +466,7 @@ TEST(HppcaFitTest, SampledSeedingIsReproducibleAndHandlesEverySampleSize) {
   opt.superclasses = kFlatClassifier;
   auto model = FitHppca(View(train.x), train.labels, opt, ctx);
   ASSERT_TRUE(model.ok());
-  std::vector<GaussianRef> classes;
-  for (int32_t c = 0; c < model->num_classes(); ++c) classes.push_back(model->class_cluster_gaussian(c));
+  const std::vector<GaussianRef> classes = ClassGaussians(*model);
   const int32_t k = model->num_classes();
   const int32_t s = 6;
   // Samples from exactly S classes (then the seeds are the sample) to all of them.

@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
 
 namespace dendro {
 namespace {
@@ -263,6 +264,22 @@ std::vector<double> MergeSimilarities(const Hierarchy& h, double height_offset) 
   std::vector<double> out;
   for (const Merge& mg : h.ToMerges()) out.push_back(height_offset - mg.height);
   return out;
+}
+
+absl::StatusOr<MergeTree> ComponentMerges(int32_t num_nodes,
+                                          absl::Span<const SimilarityEdge> edges,
+                                          absl::Span<const double> peak, bool persistence,
+                                          double* height_offset) {
+  double offset = -std::numeric_limits<double>::infinity();
+  for (const double p : peak) offset = std::max(offset, p);
+  for (const SimilarityEdge& e : edges) offset = std::max(offset, e.similarity);
+  DENDRO_ASSIGN_OR_RETURN(MergeTree mt, MaximumSpanningMerges(num_nodes, edges, offset));
+  if (persistence) {
+    DENDRO_ASSIGN_OR_RETURN(mt, PersistenceMerges(mt.tree_edges, peak));
+    offset = 0.0;
+  }
+  *height_offset = offset;
+  return mt;
 }
 
 }  // namespace dendro

@@ -118,6 +118,16 @@ struct AutoK {
 absl::StatusOr<MergeTree> PersistenceMerges(absl::Span<const SimilarityEdge> tree,
                                             absl::Span<const double> peak);
 
+// The tree t-NEB builds from its component graph: MaximumSpanningMerges with
+// the height offset max(peak, edge similarities) (the paper's order), or,
+// with `persistence`, PersistenceMerges of that spanning tree (offset 0).
+// `peak` holds each node's log-density at its mean; `*height_offset`
+// receives the offset the heights were taken from.
+absl::StatusOr<MergeTree> ComponentMerges(int32_t num_nodes,
+                                          absl::Span<const SimilarityEdge> edges,
+                                          absl::Span<const double> peak, bool persistence,
+                                          double* height_offset);
+
 // FailedPrecondition when L < 3 (no jump to compare).
 absl::StatusOr<AutoK> ChooseK(absl::Span<const double> merge_similarity);
 

@@ -325,14 +325,11 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   }
   const Eigen::MatrixXd means_d = mix.means();
   const Eigen::VectorXd peak = mix.LogDensity(means_d, threads);
-  double offset = peak.maxCoeff();
-  for (const SimilarityEdge& e : edges) offset = std::max(offset, e.similarity);
-  DENDRO_ASSIGN_OR_RETURN(MergeTree mt, MaximumSpanningMerges(l, edges, offset));
-  if (o.merge == TnebMerge::kPersistence) {
-    const std::vector<double> peaks(peak.data(), peak.data() + peak.size());
-    DENDRO_ASSIGN_OR_RETURN(mt, PersistenceMerges(mt.tree_edges, peaks));
-    offset = 0.0;
-  }
+  double offset = 0.0;
+  DENDRO_ASSIGN_OR_RETURN(
+      MergeTree mt,
+      ComponentMerges(l, edges, absl::Span<const double>(peak.data(), peak.size()),
+                      o.merge == TnebMerge::kPersistence, &offset));
   DENDRO_ASSIGN_OR_RETURN(Hierarchy tree, Hierarchy::FromMerges(l, mt.merges));
   DENDRO_RETURN_IF_ERROR(tree.SetPointLeaf(std::move(point_leaf)));
 

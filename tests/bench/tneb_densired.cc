@@ -43,20 +43,19 @@ int Usage() {
 
 // ARI at k of the other merge order, rebuilt from the fit's path edges and
 // the mixture's log-density at its means (the same tree FitTneb builds).
+// Each leaf component's log-density at its mean.
+std::vector<double> Peaks(const dendro::TnebResult& r) {
+  const Eigen::VectorXd peak = r.model.mixture.LogDensity(r.model.mixture.means(), 1);
+  return std::vector<double>(peak.data(), peak.data() + peak.size());
+}
+
 double OtherMergeAri(const dendro::TnebResult& r, dendro::TnebMerge other, int k,
                      const std::vector<int64_t>& y) {
   const int32_t l = r.hierarchy.num_leaves();
-  const Eigen::MatrixXd means = r.model.mixture.means();
-  const Eigen::VectorXd peak = r.model.mixture.LogDensity(means, 1);
-  double offset = peak.maxCoeff();
-  for (const auto& e : r.edges) offset = std::max(offset, e.similarity);
-  auto mt = dendro::MaximumSpanningMerges(l, r.edges, offset);
+  double offset = 0.0;
+  auto mt = dendro::ComponentMerges(l, r.edges, Peaks(r),
+                                    other == dendro::TnebMerge::kPersistence, &offset);
   if (!mt.ok()) return -1.0;
-  if (other == dendro::TnebMerge::kPersistence) {
-    mt = dendro::PersistenceMerges(mt->tree_edges,
-                                   std::vector<double>(peak.data(), peak.data() + l));
-    if (!mt.ok()) return -1.0;
-  }
   auto tree = dendro::Hierarchy::FromMerges(l, mt->merges);
   if (!tree.ok()) return -1.0;
   auto cut = tree->CutToK(std::min(k, l));
@@ -72,14 +71,11 @@ double OtherMergeAri(const dendro::TnebResult& r, dendro::TnebMerge other, int k
 void PrintTreeEdges(const std::string& name, int seed, const dendro::TnebResult& r,
                     const std::vector<int64_t>& y) {
   const int32_t l = r.hierarchy.num_leaves();
-  const Eigen::MatrixXd means = r.model.mixture.means();
-  const Eigen::VectorXd peak = r.model.mixture.LogDensity(means, 1);
-  double offset = peak.maxCoeff();
-  for (const auto& e : r.edges) offset = std::max(offset, e.similarity);
-  auto mt = dendro::MaximumSpanningMerges(l, r.edges, offset);
+  const std::vector<double> peak = Peaks(r);
+  double offset = 0.0;
+  auto mt = dendro::ComponentMerges(l, r.edges, peak, /*persistence=*/false, &offset);
   if (!mt.ok()) return;
-  auto pm = dendro::PersistenceMerges(mt->tree_edges,
-                                      std::vector<double>(peak.data(), peak.data() + l));
+  auto pm = dendro::PersistenceMerges(mt->tree_edges, peak);
   if (!pm.ok()) return;
   std::vector<std::map<int64_t, int64_t>> labels(l);
   for (size_t i = 0; i < y.size(); ++i) ++labels[r.hierarchy.point_leaf()[i]][y[i]];

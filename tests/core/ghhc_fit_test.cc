@@ -16,7 +16,6 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -29,6 +28,7 @@
 #include "core/ghhc/objective.h"
 #include "core/ghhc/poincare.h"
 #include "core/ghhc/synthetic.h"
+#include "core/metrics/metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -437,18 +437,11 @@ TEST(GhhcFitTest, KeepTheBestReturnsAnEarlierStateWhenTrainingDegrades) {
   ASSERT_TRUE(last.ok()) << last.status();
   EXPECT_EQ(last->stats.validations, 0);
   EXPECT_EQ(last->stats.kept_batches, last->stats.batches);
-  // Leaf purity (majority class share over the leaf clusters) with the
-  // generator's finest classes: the kept tree is the better one.
+  // Leaf purity with the generator's finest classes: the kept tree is the
+  // better one.
   auto leaf_purity = [&](const Hierarchy& h) {
-    std::map<std::pair<int32_t, int64_t>, int> count;
-    std::map<int32_t, int> best;
-    for (int64_t i = 0; i < spec.n; ++i) {
-      const int32_t l = h.point_leaf()[i];
-      best[l] = std::max(best[l], ++count[{l, data.leaf[i]}]);
-    }
-    int total = 0;
-    for (const auto& [l, c] : best) total += c;
-    return static_cast<double>(total) / spec.n;
+    const std::vector<int64_t> leaves(h.point_leaf().begin(), h.point_leaf().end());
+    return LeafPurity(data.leaf, leaves).value();
   };
   EXPECT_GT(leaf_purity(kept->hierarchy), leaf_purity(last->hierarchy) + 0.05);
 }

@@ -378,6 +378,16 @@ std::vector<GaussianRef> ClassGaussians(const HppcaModel& model) {
   return classes;
 }
 
+// A flat model (no super-classes) of 30 rows per class: the seeding tests'
+// classes.
+absl::StatusOr<HppcaModel> FitFlat(const TwoLevelGenerator& gen) {
+  const LabelledData train = gen.Sample(30, 10);
+  HppcaOptions opt = SmallOptions();
+  opt.superclasses = kFlatClassifier;
+  NullRunContext ctx;
+  return FitHppca(View(train.x), train.labels, opt, ctx);
+}
+
 // The clustering's inputs from a fitted model: its class Gaussians, and as
 // centroids its super-classes' plus `extra` single-class Theorem 2 centroids
 // (classes 0, step, 2 step, ...).
@@ -436,11 +446,8 @@ TEST(HppcaFitTest, KlAssignmentIsExactArgmin) {
 
 TEST(HppcaFitTest, BhattacharyyaSeedsAreDistinctAndReproducible) {
   const TwoLevelGenerator gen(SmallSpec());
-  const LabelledData train = gen.Sample(30, 10);
   NullRunContext ctx;
-  HppcaOptions opt = SmallOptions();
-  opt.superclasses = kFlatClassifier;
-  auto model = FitHppca(View(train.x), train.labels, opt, ctx);
+  auto model = FitFlat(gen);
   ASSERT_TRUE(model.ok());
   const std::vector<GaussianRef> classes = ClassGaussians(*model);
   auto a = hppca_internal::BhattacharyyaSeeds(classes, 12, 5, 2, &ctx);
@@ -460,11 +467,8 @@ TEST(HppcaFitTest, BhattacharyyaSeedsAreDistinctAndReproducible) {
 
 TEST(HppcaFitTest, SampledSeedingIsReproducibleAndHandlesEverySampleSize) {
   const TwoLevelGenerator gen(SmallSpec());
-  const LabelledData train = gen.Sample(30, 10);
   NullRunContext ctx;
-  HppcaOptions opt = SmallOptions();
-  opt.superclasses = kFlatClassifier;
-  auto model = FitHppca(View(train.x), train.labels, opt, ctx);
+  auto model = FitFlat(gen);
   ASSERT_TRUE(model.ok());
   const std::vector<GaussianRef> classes = ClassGaussians(*model);
   const int32_t k = model->num_classes();

@@ -338,9 +338,18 @@ float SqDist(const RowMat<float>& p, int64_t a, int64_t b) {
   return (p.row(a) - p.row(b)).squaredNorm();
 }
 
-// The triple (i, j, l) reordered so that its most similar pair (smallest
-// Euclidean distance in `p`; ties keep the sampled order) comes first.
-Triple OrderTriple(const RowMat<float>& p, int64_t i, int64_t j, int64_t l) {
+// The paper's triple for anchor i: j one of i's k nearest neighbours (row i
+// of `knn`), l uniform among the other points, both from `rng` in that
+// order; then reordered so that the most similar pair (smallest Euclidean
+// distance in `p`; ties keep the sampled order) comes first.
+Triple DrawTriple(const RowMat<float>& p, const std::vector<int32_t>& knn, int64_t k, int64_t i,
+                  ghhc::Rng& rng) {
+  const int64_t n = p.rows();
+  const int64_t j = knn[i * k + static_cast<int64_t>(rng.Below(k))];
+  int64_t l;
+  do {
+    l = static_cast<int64_t>(rng.Below(n));
+  } while (l == i || l == j);
   const float dij = SqDist(p, i, j), dil = SqDist(p, i, l), djl = SqDist(p, j, l);
   auto t = [](int64_t a, int64_t b, int64_t c) {
     return Triple{static_cast<int32_t>(a), static_cast<int32_t>(b), static_cast<int32_t>(c)};
@@ -535,13 +544,7 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   {
     ghhc::Rng rng(ghhc::StreamSeed(options.seed, kValidationStream, 1));
     for (int64_t t = 0; t < num_val; ++t) {
-      const int64_t i = val_anchor[t];
-      const int64_t j = knn[i * k + static_cast<int64_t>(rng.Below(k))];
-      int64_t l;
-      do {
-        l = static_cast<int64_t>(rng.Below(n));
-      } while (l == i || l == j);
-      val_triples[t] = OrderTriple(pts, i, j, l);
+      val_triples[t] = DrawTriple(pts, knn, k, val_anchor[t], rng);
     }
   }
 
@@ -637,13 +640,7 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
     ghhc::Rng rng(ghhc::StreamSeed(options.seed, 1, static_cast<uint64_t>(step)));
     ghhc::Rng ri = anchor_rng(step);
     for (int64_t t = 0; t < bsize; ++t) {
-      const int64_t i = static_cast<int64_t>(ri.Below(n));
-      const int64_t j = knn[i * k + static_cast<int64_t>(rng.Below(k))];
-      int64_t l;
-      do {
-        l = static_cast<int64_t>(rng.Below(n));
-      } while (l == i || l == j);
-      triples[t] = OrderTriple(pts, i, j, l);
+      triples[t] = DrawTriple(pts, knn, k, static_cast<int64_t>(ri.Below(n)), rng);
     }
     zf = z.cast<float>();
     const int chunks = static_cast<int>(std::min<int64_t>(num_chunks, bsize));

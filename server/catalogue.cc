@@ -83,13 +83,14 @@ void KeepCancelRequest(const v1::Job& stored, v1::Job& job) {
 }
 
 absl::StatusOr<std::unique_ptr<Catalogue>> OpenCatalogue(const std::string& spec,
-                                                         const std::string& data_dir) {
+                                                         const std::string& data_dir,
+                                                         int connections) {
   if (spec.empty() || spec == "sqlite") {
     auto sqlite = SqliteCatalogue::Open(data_dir + "/metadata.db");
     if (!sqlite.ok()) return sqlite.status();
     return std::unique_ptr<Catalogue>(*std::move(sqlite));
   }
-  auto postgres = PostgresCatalogue::Open(spec);
+  auto postgres = PostgresCatalogue::Open(spec, connections);
   if (!postgres.ok()) return postgres.status();
   return std::unique_ptr<Catalogue>(*std::move(postgres));
 }

@@ -231,8 +231,11 @@ void KeepCancelRequest(const v1::Job& stored, v1::Job& job);
 // comes from the PGPASSWORD environment variable or a ~/.pgpass-style
 // PGPASSFILE, never from the URI (one in it is refused, since command lines
 // are visible to every user of the machine).
+// `connections` bounds the PostgreSQL connections (and so the catalogue
+// transactions running at once) of this process; SQLite ignores it.
 absl::StatusOr<std::unique_ptr<Catalogue>> OpenCatalogue(const std::string& spec,
-                                                         const std::string& data_dir);
+                                                         const std::string& data_dir,
+                                                         int connections = 4);
 
 }  // namespace dendro::server
 

@@ -36,6 +36,9 @@ ABSL_FLAG(std::string, catalog, "",
           "where datasets, jobs and models are recorded: empty for SQLite in --data_dir, or a "
           "postgresql://user@host:port/db URI (password from PGPASSWORD or PGPASSFILE, never "
           "in the URI)");
+ABSL_FLAG(int, catalog_connections, 4,
+          "with a PostgreSQL --catalog: connections this process keeps to it, i.e. catalogue "
+          "transactions that may run at once (each replica has its own)");
 ABSL_FLAG(int, threads, 0,
           "threads each job may use (0: the CPUs this process may run on, from its affinity "
           "mask and cgroup CPU quota)");
@@ -229,6 +232,7 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.catalog = absl::GetFlag(FLAGS_catalog);
+  options.catalog_connections = absl::GetFlag(FLAGS_catalog_connections);
   options.workers = absl::GetFlag(FLAGS_workers);
   if (absl::GetFlag(FLAGS_threads) < 0) {
     fprintf(stderr, "dendrod: --threads must be >= 0\n");
@@ -264,11 +268,12 @@ int main(int argc, char** argv) {
       options.max_job_attempts < 1 || options.max_dataset_bytes <= 0 || options.max_streams < 1 ||
       options.upload_idle_timeout <= absl::ZeroDuration() ||
       options.job_stop_timeout < absl::ZeroDuration() || options.max_job_memory_bytes < 0 ||
-      options.model_cache_bytes < 0 ||
+      options.model_cache_bytes < 0 || options.catalog_connections < 1 ||
       !(absl::GetFlag(FLAGS_job_retention_days) >= 0)) {
     fprintf(stderr,
             "dendrod: --workers, --queue_size, --max_message_mb, --max_job_attempts, "
-            "--max_dataset_mb, --max_streams and --upload_idle_seconds must be >= 1; "
+            "--max_dataset_mb, --max_streams, --upload_idle_seconds and --catalog_connections "
+            "must be >= 1; "
             "--job_stop_seconds, --max_job_memory_mb, --model_cache_mb and "
             "--job_retention_days >= 0\n");
     return 2;

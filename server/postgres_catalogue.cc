@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <utility>
 
 #include <pqxx/pqxx>
@@ -15,10 +16,17 @@
 
 namespace dendro::server {
 
+// A pool of at most `size` connections. A transaction borrows one for its
+// whole duration, so at most `size` transactions of this process run at
+// once and the database sees at most `size` connections from it. A borrowed
+// connection that broke is dropped; the next borrower opens a new one.
 struct PostgresCatalogue::Conn {
   std::string uri;
+  int size = 1;
   std::mutex mu;
-  std::unique_ptr<pqxx::connection> c;  // guarded by mu; null when broken
+  std::condition_variable returned;
+  std::vector<std::unique_ptr<pqxx::connection>> idle;  // guarded by mu
+  int lent = 0;  // guarded by mu; <= size
 };
 
 namespace {
@@ -82,18 +90,49 @@ const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
   return s.status();
 }
 
-// Runs fn(txn) in one transaction, committed if fn returns OK. A broken
-// connection is re-opened and the operation retried once, unless the
-// COMMIT itself was in flight. Exceptions become statuses.
+// One connection of the pool, borrowed for the lifetime of this object
+// (waiting while all `size` are lent). `c` is null until opened, and is
+// reset when it breaks; an open one goes back to the pool.
+class Borrowed {
+ public:
+  explicit Borrowed(PostgresCatalogue::Conn& pool) : pool_(pool) {
+    std::unique_lock<std::mutex> lock(pool_.mu);
+    pool_.returned.wait(lock, [&] { return pool_.lent < pool_.size; });
+    ++pool_.lent;
+    if (!pool_.idle.empty()) {
+      c = std::move(pool_.idle.back());
+      pool_.idle.pop_back();
+    }
+  }
+  ~Borrowed() {
+    {
+      std::lock_guard<std::mutex> lock(pool_.mu);
+      --pool_.lent;
+      if (c != nullptr && c->is_open()) pool_.idle.push_back(std::move(c));
+    }
+    pool_.returned.notify_one();
+  }
+  Borrowed(const Borrowed&) = delete;
+  Borrowed& operator=(const Borrowed&) = delete;
+
+  std::unique_ptr<pqxx::connection> c;
+
+ private:
+  PostgresCatalogue::Conn& pool_;
+};
+
+// Runs fn(txn) in one transaction on a borrowed connection, committed if fn
+// returns OK. A broken connection is re-opened and the operation retried
+// once, unless the COMMIT itself was in flight. Exceptions become statuses.
 template <typename Fn>
-auto InTxn(PostgresCatalogue::Conn& conn, Fn&& fn)
+auto InTxn(PostgresCatalogue::Conn& pool, Fn&& fn)
     -> decltype(fn(std::declval<pqxx::work&>())) {
-  std::lock_guard<std::mutex> lock(conn.mu);
+  Borrowed conn(pool);
   for (int attempt = 0;; ++attempt) {
     bool committing = false;
     try {
       if (conn.c == nullptr || !conn.c->is_open()) {
-        conn.c = std::make_unique<pqxx::connection>(conn.uri);
+        conn.c = std::make_unique<pqxx::connection>(pool.uri);
       }
       pqxx::work txn(*conn.c);
       auto result = fn(txn);
@@ -310,10 +349,16 @@ PostgresCatalogue::PostgresCatalogue(std::unique_ptr<Conn> conn) : conn_(std::mo
 PostgresCatalogue::~PostgresCatalogue() = default;
 
 absl::StatusOr<std::unique_ptr<PostgresCatalogue>> PostgresCatalogue::Open(
-    const std::string& uri) {
+    const std::string& uri, int connections) {
   DENDRO_RETURN_IF_ERROR(CheckPostgresUri(uri));
+  if (connections < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("catalogue: the connection pool needs at least 1 connection, got ",
+                     connections));
+  }
   auto conn = std::make_unique<Conn>();
   conn->uri = uri;
+  conn->size = connections;
   DENDRO_RETURN_IF_ERROR(Migrate(*conn));
   return std::unique_ptr<PostgresCatalogue>(new PostgresCatalogue(std::move(conn)));
 }

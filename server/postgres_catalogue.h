@@ -33,8 +33,10 @@ inline constexpr int kPostgresSchemaVersion = 2;
 class PostgresCatalogue final : public Catalogue {
  public:
   // Connects to `uri` (postgresql://…, no password in it) and brings the
-  // schema up to date.
-  static absl::StatusOr<std::unique_ptr<PostgresCatalogue>> Open(const std::string& uri);
+  // schema up to date. Up to `connections` transactions run at once, each
+  // on a connection of its own, opened when first needed.
+  static absl::StatusOr<std::unique_ptr<PostgresCatalogue>> Open(const std::string& uri,
+                                                                 int connections = 4);
   ~PostgresCatalogue() override;
 
   absl::Status PutDataset(const v1::Dataset& d) override;
@@ -78,8 +80,8 @@ class PostgresCatalogue final : public Catalogue {
   absl::StatusOr<std::vector<std::string>> AllModelDirs() override;
   bool shared() const override { return true; }
 
-  // The connection and its mutex (defined in the .cc: libpqxx stays out of
-  // this header).
+  // The connection pool (defined in the .cc: libpqxx stays out of this
+  // header).
   struct Conn;
 
  private:

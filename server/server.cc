@@ -212,7 +212,8 @@ absl::Status DendroServer::Start() {
   if (options_.job_lease < absl::Seconds(2)) {
     return absl::InvalidArgumentError("--job_lease_seconds must be at least 2");
   }
-  DENDRO_ASSIGN_OR_RETURN(s.meta, OpenCatalogue(options_.catalog, options_.data_dir));
+  DENDRO_ASSIGN_OR_RETURN(s.meta, OpenCatalogue(options_.catalog, options_.data_dir,
+                                                       options_.catalog_connections));
   DENDRO_ASSIGN_OR_RETURN(MinFreeDisk min_free, ParseMinFreeDisk(options_.min_free_disk));
   // Replicas sharing the directory may be writing files they have not yet
   // recorded, and reading files another replica deletes: see

@@ -22,6 +22,7 @@ struct ServerOptions {
   std::string data_dir = "./dendro-data";
   // "" (SQLite in data_dir) or a postgresql:// URI; see OpenCatalogue.
   std::string catalog;
+  int catalog_connections = 4;  // with PostgreSQL: connections of this process
   int workers = 1;
   int queue_capacity = 64;
   int max_job_attempts = 3;                     // see JobManager::Options

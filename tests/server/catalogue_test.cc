@@ -1,6 +1,7 @@
 // The Catalogue contract, run on both implementations: SQLite in a
 // temporary directory and a real PostgreSQL 15 (postgres_harness.h). Every
 // case here must pass on both, so the two cannot drift.
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -8,6 +9,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <pqxx/pqxx>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -509,6 +512,56 @@ TEST(PostgresCatalogueTest, ReplicasStartingTogetherMigrateOnce) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(ok.load(), 4);
+}
+
+// With a pool, a transaction that waits (here on a table lock held by
+// another session) holds one connection, not the whole catalogue: other
+// operations go on meanwhile. With a single shared connection the GetDataset
+// below would queue behind the blocked GetJob.
+TEST(PostgresCatalogueTest, ABlockedTransactionDoesNotHoldUpTheOthers) {
+  auto& pg = testing::PostgresHarness::Get();
+  if (!pg.Available()) GTEST_SKIP() << "PostgreSQL not available: " << pg.Why();
+  const std::string uri = pg.NewDatabase();
+  // lock_timeout only turns a regression (the GetDataset queued behind the
+  // blocked GetJob, which waits for the lock taken below until the
+  // GetDataset returns) into a failure instead of a hang.
+  auto cat = PostgresCatalogue::Open(uri + "?options=-c%20lock_timeout%3D20s",
+                                     /*connections=*/2);
+  ASSERT_TRUE(cat.ok()) << cat.status();
+  v1::Dataset d;
+  d.set_id("ds-1");
+  ASSERT_TRUE((*cat)->PutDataset(d).ok());
+
+  pqxx::connection locker(uri);
+  pqxx::work lock_txn(locker);
+  lock_txn.exec("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE");
+  std::atomic<bool> blocked_done{false};
+  std::thread blocked([&] {
+    auto job = (*cat)->GetJob("job-1");  // waits for the lock
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kNotFound) << job.status();
+    blocked_done = true;
+  });
+  // Until the GetJob's session is seen waiting for the lock.
+  pqxx::connection watcher(uri);
+  for (;;) {
+    pqxx::nontransaction q(watcher);
+    if (q.exec("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+               "AND query LIKE '%jobs%'").size() == 1) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto got = (*cat)->GetDataset("ds-1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE(blocked_done.load()) << "GetDataset returned only after the blocked GetJob";
+  lock_txn.commit();
+  blocked.join();
+  EXPECT_TRUE(blocked_done.load());
+}
+
+TEST(PostgresCatalogueTest, AnEmptyPoolIsRefused) {
+  auto c = PostgresCatalogue::Open("postgresql://dendro@127.0.0.1:1/none", 0);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
 }
 
 TEST(PostgresCatalogueTest, UnreachableDatabaseIsUnavailable) {

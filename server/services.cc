@@ -204,7 +204,8 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
     v1::UploadDatasetRequest req;
     bool first = true;
     while (reader->Read(&req)) {
-      (*slot)->Touch();
+      // Only waiting for the next message counts as idle, not the writing.
+      const StreamLimiter::Slot::Working working(slot->get());
       if (deps_.metrics != nullptr) {
         deps_.metrics->AddUploadBytes(static_cast<int64_t>(req.data().size() +
                                                            req.labels().size()));
@@ -239,6 +240,9 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
       }
       return grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled");
     }
+    // The file's fsync and the catalogue commit may take a while on a busy
+    // disk or database; that is not the client's idling.
+    const StreamLimiter::Slot::Working finishing(slot->get());
     auto d = upload->Finish();
     if (!d.ok()) return ToGrpc(d.status());
     spdlog::info("dataset {}: {} x {} uploaded{}", d->id(), d->rows(), d->cols(),

@@ -65,7 +65,7 @@ void StreamLimiter::ReapLoop() {
     cv_.wait_for(lock, period);
     const int64_t now = Slot::NowNs();
     for (Slot* slot : slots_) {
-      if (!slot->on_idle_ || slot->timed_out_.load()) continue;
+      if (!slot->on_idle_ || slot->timed_out_.load() || slot->working_.load() > 0) continue;
       if (now - slot->last_ns_.load(std::memory_order_relaxed) > timeout_ns) {
         slot->timed_out_ = true;
         slot->on_idle_();  // cheap and non-blocking (TryCancel)

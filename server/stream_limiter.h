@@ -35,6 +35,23 @@ class StreamLimiter {
     // True once the idle callback has run.
     bool timed_out() const { return timed_out_.load(); }
 
+    // While a Working object lives, the server is the one busy (writing what
+    // it received, committing it), not the client: the slot never times out,
+    // and its idle clock starts again when the last one ends.
+    class Working {
+     public:
+      explicit Working(Slot* slot) : slot_(slot) { slot_->working_.fetch_add(1); }
+      ~Working() {
+        slot_->Touch();
+        slot_->working_.fetch_sub(1);
+      }
+      Working(const Working&) = delete;
+      Working& operator=(const Working&) = delete;
+
+     private:
+      Slot* const slot_;
+    };
+
    private:
     friend class StreamLimiter;
     Slot(StreamLimiter* owner, std::function<void()> on_idle)
@@ -46,6 +63,7 @@ class StreamLimiter {
     StreamLimiter* owner_;
     std::function<void()> on_idle_;  // empty: never times out
     std::atomic<int64_t> last_ns_{0};
+    std::atomic<int> working_{0};  // live Working objects
     std::atomic<bool> timed_out_{false};
   };
 

@@ -31,7 +31,15 @@ back: a job accepted on a dataset being deleted (it failed when it started),
 DATA_LOSS for a model deleted while it was being loaded (NOT_FOUND is
 right), and "lease lost" logged for a job that had just succeeded.
 
-Usage: load_test.py DENDROD_BINARY [SECONDS]   (default 75)
+With --replicas N (N >= 2) the same load runs against N dendrod replicas
+that share one real PostgreSQL catalogue (pg_lib.py) and one data directory,
+the clients spread over them round-robin. Then every check above holds for
+each replica (RSS, file descriptors, the SIGTERM drain of each), the queue
+is full over the replicas together, no replica logs a lost lease (the lease
+is long enough that only a stalled replica would lose one), and at the end
+every replica lists the same models and answers Assign on each of them.
+
+Usage: load_test.py DENDROD_BINARY [SECONDS] [--replicas N]   (default 75, 1)
 """
 import collections
 import os
@@ -51,6 +59,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "blackbox"))
 import grpc_blackbox_test as bb  # noqa: E402  (generates the stubs)
 from grpc_blackbox_test import grpc, pb, rpc, hierarchical_logits  # noqa: E402
 from grpc_blackbox_test import health_pb2, health_pb2_grpc  # noqa: E402
+from pg_lib import Postgres  # noqa: E402
 
 CLIENTS = 50
 QUEUE_SIZE = 3
@@ -67,6 +76,9 @@ IDLE_CONNECTIONS = 1000
 # the growth per call.
 RSS_BOUND_MIB = 64
 FD_SLACK = 4
+# A replica renews its jobs' leases every third of this; only a replica that
+# stalls for longer loses one, which the replicas run counts as a failure.
+LEASE_SECONDS = 15
 UNARY_DEADLINE = 20      # seconds; any unary call taking longer is a failure
 STREAM_DEADLINE = 60     # uploads and watch streams
 FIT_NAMES = [f"load{i}" for i in range(6)]
@@ -99,20 +111,26 @@ class Stubs:
 
 
 class Dendrod:
-    def __init__(self, binary, data_dir):
+    """One dendrod; `catalog` and `name` make it a replica of a shared catalogue."""
+
+    def __init__(self, binary, data_dir, name="dendrod", catalog=None):
+        self.name = name
         self.data_dir = data_dir
-        port_file = os.path.join(os.path.dirname(data_dir), "port")
-        self.log_path = os.path.join(os.path.dirname(data_dir), "dendrod.log")
+        port_file = os.path.join(os.path.dirname(data_dir), f"{name}.port")
+        self.log_path = os.path.join(os.path.dirname(data_dir), f"{name}.log")
         if os.path.exists(port_file):
             os.remove(port_file)
         self.log = open(self.log_path, "ab")
+        replica = [] if catalog is None else [
+            "--catalog", catalog, "--replica_id", name,
+            "--job_lease_seconds", str(LEASE_SECONDS)]
         self.proc = subprocess.Popen(
             [binary, "--listen", "127.0.0.1:0", "--data_dir", data_dir, "--port_file", port_file,
              "--workers", "1", "--threads", "1", "--queue_size", str(QUEUE_SIZE),
              "--max_message_mb", str(MAX_MESSAGE_MB),
              "--upload_idle_seconds", str(IDLE_SECONDS),
              "--drain_seconds", str(DRAIN_SECONDS), "--job_stop_seconds", "5",
-             "--model_cache_mb", str(MODEL_CACHE_MB)],
+             "--model_cache_mb", str(MODEL_CACHE_MB)] + replica,
             stdout=self.log, stderr=self.log)
         deadline = time.time() + 30
         while not os.path.exists(port_file):
@@ -485,23 +503,33 @@ def percentile(values, q):
     return float(np.percentile(np.asarray(values), q)) * 1000 if values else float("nan")
 
 
-def run_load(server, duration, fixtures, stats, samples):
+def run_load(servers, duration, fixtures, stats, samples):
+    """Runs the clients, round-robin over `servers`, for `duration` seconds.
+
+    samples[name] collects (t, RSS KiB, fds) of each server every second.
+    Returns the elapsed time, each server's sample at the start of the
+    steady third, and the clients' shared state.
+    """
     shared = Shared()
     stop = threading.Event()
-    clients = [Client(i, server.port, stats, shared, stop, fixtures) for i in range(CLIENTS)]
+    clients = [Client(i, servers[i % len(servers)].port, stats, shared, stop, fixtures)
+               for i in range(CLIENTS)]
     start = shared.start = time.monotonic()
     for c in clients:
         c.start()
     steady_at = duration / 3
-    marks = {}
+    steady = {}
     while time.monotonic() - start < duration:
         t = time.monotonic() - start
-        if not server.alive():
-            stats.fail(f"dendrod exited during the load (code {server.proc.returncode})")
+        dead = [sv for sv in servers if not sv.alive()]
+        for sv in dead:
+            stats.fail(f"{sv.name} exited during the load (code {sv.proc.returncode})")
+        if dead:
             break
-        samples.append((t, server.rss_kib(), server.fds()))
-        if "steady" not in marks and t >= steady_at:
-            marks["steady"] = samples[-1]
+        for sv in servers:
+            samples[sv.name].append((t, sv.rss_kib(), sv.fds()))
+        if not steady and t >= steady_at:
+            steady = {sv.name: samples[sv.name][-1] for sv in servers}
             with stats.lock:
                 stats.calls_at_steady = len(stats.calls)
         time.sleep(1.0)
@@ -511,7 +539,7 @@ def run_load(server, duration, fixtures, stats, samples):
         if c.is_alive():
             stats.fail(f"{c.name} did not return")
     elapsed = time.monotonic() - start
-    return elapsed, marks.get("steady", samples[-1]), shared
+    return elapsed, steady or {sv.name: samples[sv.name][-1] for sv in servers}, shared
 
 
 def check_oversized(server, s, results):
@@ -613,7 +641,7 @@ def check_idle_connections(server, port, baseline_fds, results):
 
 # --- report --------------------------------------------------------------------
 
-def summary(stats, elapsed, samples, steady, fd_base, fd_end):
+def summary(stats, elapsed, servers, samples, steady, fd_base, fd_end):
     by_rpc = collections.defaultdict(list)
     codes = collections.defaultdict(collections.Counter)
     for name, code, secs in stats.calls:
@@ -631,35 +659,104 @@ def summary(stats, elapsed, samples, steady, fd_base, fd_end):
     for (name, code), details in sorted(stats.messages.items()):
         if code not in ("OK", CLIENT_CANCELLED):
             print(f"  {name} {code}: {' | '.join(sorted(details))}")
-    stride = max(1, len(samples) // 30)
-    print("RSS MiB every %d s: %s" % (stride, " ".join(
-        f"{r / 1024:.0f}" for _, r, _ in samples[::stride])))
-    print("fds every %d s: %s" % (stride, " ".join(str(f) for _, _, f in samples[::stride])))
-    print(f"RSS start {samples[0][1] / 1024:.1f} MiB, steady (t={steady[0]:.0f} s) "
-          f"{steady[1] / 1024:.1f} MiB, end {samples[-1][1] / 1024:.1f} MiB, "
-          f"max after steady {max(r for t, r, _ in samples if t >= steady[0]) / 1024:.1f} MiB")
-    print(f"fds before load {fd_base}, steady {steady[2]}, after clients closed {fd_end}")
+    for sv in servers:
+        own, st = samples[sv.name], steady[sv.name]
+        stride = max(1, len(own) // 30)
+        print(f"{sv.name}:")
+        print("  RSS MiB every %d s: %s" % (stride, " ".join(
+            f"{r / 1024:.0f}" for _, r, _ in own[::stride])))
+        print("  fds every %d s: %s" % (stride, " ".join(str(f) for _, _, f in own[::stride])))
+        print(f"  RSS start {own[0][1] / 1024:.1f} MiB, steady (t={st[0]:.0f} s) "
+              f"{st[1] / 1024:.1f} MiB, end {own[-1][1] / 1024:.1f} MiB, "
+              f"max after steady {max(r for t, r, _ in own if t >= st[0]) / 1024:.1f} MiB")
+        print(f"  fds before load {fd_base[sv.name]}, steady {st[2]}, "
+              f"after clients closed {fd_end[sv.name]}")
     return codes
 
 
+def check_replicas_agree(servers, results):
+    """Every replica lists the same models and answers Assign on each."""
+    listings = {}
+    for sv in servers:
+        s = Stubs(sv.port)
+        try:
+            names = set()
+            token = ""
+            while True:
+                page = s.models.ListModels(pb.ListModelsRequest(page_size=100, page_token=token),
+                                           timeout=UNARY_DEADLINE)
+                names |= {(m.name, m.version) for m in page.models}
+                token = page.next_page_token
+                if not token:
+                    break
+            listings[sv.name] = names
+            # "base" was fitted on 4 x 5 logits, the clients' models on 3 x 4;
+            # "clf" is a classifier (Predict, not Assign).
+            base_x, _ = hierarchical_logits(30, 4, 5, seed=11)
+            client_x = logits(np.random.default_rng(12), 30)
+            clustering = sorted({n for n, _ in names} - {"clf"})
+            answered = []
+            for name in clustering:
+                x = base_x if name == "base" else client_x
+                try:
+                    resp = s.models.Assign(pb.AssignRequest(
+                        model=pb.ModelRef(name=name), rows=len(x), cols=x.shape[1],
+                        data=x.tobytes()), timeout=UNARY_DEADLINE)
+                    if len(resp.leaf) == len(x):
+                        answered.append(name)
+                except grpc.RpcError as e:
+                    print(f"  {sv.name}: Assign on {name}: {e.code().name} {e.details()}")
+            results.append((f"{sv.name}: Assign on every listed clustering model",
+                            f"{len(answered)} of {len(clustering)}",
+                            len(answered) == len(clustering)))
+        finally:
+            s.close()
+    first = listings[servers[0].name]
+    same = all(v == first for v in listings.values())
+    results.append((f"the {len(servers)} replicas list the same models",
+                    f"{len(first)} model versions" if same else
+                    {k: len(v) for k, v in listings.items()}, same))
+
+
 def main():
-    binary = sys.argv[1]
-    duration = float(sys.argv[2]) if len(sys.argv) > 2 else 75
+    args = sys.argv[1:]
+    replicas = 1
+    if "--replicas" in args:
+        at = args.index("--replicas")
+        replicas = int(args[at + 1])
+        del args[at:at + 2]
+    binary = args[0]
+    duration = float(args[1]) if len(args) > 1 else 75
     top = tempfile.mkdtemp(prefix="dendro_load_")
-    server = Dendrod(binary, os.path.join(top, "data"))
+    data_dir = os.path.join(top, "data")
+    pg = None
+    if replicas > 1:
+        pg = Postgres()
+        why = pg.why_missing()
+        if why:
+            print(f"SKIP: {why}")
+            return 0
+        catalog = pg.start().create_database("dendro_load")
+        os.makedirs(data_dir)
+        servers = [Dendrod(binary, data_dir, f"replica{i}", catalog) for i in range(replicas)]
+    else:
+        servers = [Dendrod(binary, data_dir)]
+    server = servers[0]
     stats = Stats()
     checks = []   # (what, observed, passed)
-    exit_code = None
+    exit_codes = {}
     try:
         setup = Stubs(server.port)
         fixtures = prepare(setup)
-        fd_base = server.fds()
-        samples = []
-        elapsed, steady, shared = run_load(server, duration, fixtures, stats, samples)
-        checks.append(("dendrod alive after the load", server.alive(), server.alive()))
-        fd_end_ok = wait_for(lambda: server.fds() <= fd_base + FD_SLACK, 30)
-        fd_end = server.fds()
-        codes = summary(stats, elapsed, samples, steady, fd_base, fd_end)
+        fd_base = {sv.name: sv.fds() for sv in servers}
+        samples = {sv.name: [] for sv in servers}
+        elapsed, steady, shared = run_load(servers, duration, fixtures, stats, samples)
+        for sv in servers:
+            checks.append((f"{sv.name} alive after the load", sv.alive(), sv.alive()))
+        fd_end_ok = {sv.name: wait_for(lambda: sv.fds() <= fd_base[sv.name] + FD_SLACK, 30)
+                     for sv in servers}
+        fd_end = {sv.name: sv.fds() for sv in servers}
+        codes = summary(stats, elapsed, servers, samples, steady, fd_base, fd_end)
 
         deadline_misses = sum(c["DEADLINE_EXCEEDED"] for n, c in codes.items() if "slow" not in n)
         checks.append(("DEADLINE_EXCEEDED (not deliberately slow)", deadline_misses,
@@ -672,15 +769,19 @@ def main():
         checks.append(("jobs accepted", fitted, fitted > 0))
         watch_cut = codes["WatchJob"][CLIENT_CANCELLED]
         checks.append(("watch streams cancelled mid-way", watch_cut, watch_cut > 0))
-        after = [r for t, r, _ in samples if t >= steady[0]]
-        growth = (max(after) - steady[1]) / 1024
         steady_calls = len(stats.calls) - stats.calls_at_steady
-        checks.append((f"RSS growth after t={steady[0]:.0f} s (bound {RSS_BOUND_MIB} MiB)",
-                       f"{growth:.1f} MiB over {steady_calls} calls "
-                       f"({growth * 1024 * 1024 / max(steady_calls, 1):.0f} bytes per call)",
-                       growth < RSS_BOUND_MIB))
-        checks.append((f"fds after clients closed (before load {fd_base} + {FD_SLACK})",
-                       fd_end, fd_end_ok))
+        for sv in servers:
+            st = steady[sv.name]
+            after = [r for t, r, _ in samples[sv.name] if t >= st[0]]
+            growth = (max(after) - st[1]) / 1024
+            checks.append((f"{sv.name}: RSS growth after t={st[0]:.0f} s "
+                           f"(bound {RSS_BOUND_MIB} MiB)",
+                           f"{growth:.1f} MiB over {steady_calls} calls of all clients "
+                           f"({growth * 1024 * 1024 / max(steady_calls, 1):.0f} bytes per call)",
+                           growth < RSS_BOUND_MIB))
+            checks.append((f"{sv.name}: fds after clients closed "
+                           f"(before load {fd_base[sv.name]} + {FD_SLACK})",
+                           fd_end[sv.name], fd_end_ok[sv.name]))
 
         # Jobs: the outcome of every one seen finished (by a watch, GetJob,
         # CancelJob, before a DeleteJob, or listed now). None may fail.
@@ -718,19 +819,23 @@ def main():
         for line in failed_jobs[:10]:
             print(f"  {line}")
         checks.append(("failed jobs", dict(errors) or 0, not errors))
-        with open(server.log_path, errors="replace") as f:
-            lease_lines = [line for line in f if "lease lost" in line]
-        for line in lease_lines[:3]:
-            print(f"  {line.strip()[:220]}")
-        checks.append(("'lease lost' lines logged by the only replica", len(lease_lines),
-                       not lease_lines))
+        for sv in servers:
+            with open(sv.log_path, errors="replace") as f:
+                lease_lines = [line for line in f if "lease lost" in line]
+            for line in lease_lines[:3]:
+                print(f"  {line.strip()[:220]}")
+            checks.append((f"'lease lost' lines logged by {sv.name}", len(lease_lines),
+                           not lease_lines))
+        if len(servers) > 1:
+            check_replicas_agree(servers, checks)
 
         check_oversized(server, setup, checks)
         check_stalled_upload(server, setup, checks)
         fd_before_idle = server.fds()
         check_idle_connections(server, server.port, fd_before_idle, checks)
 
-        # A clean drain: a gHHC job running and its watch open at SIGTERM.
+        # A clean drain: a gHHC job running and its watch open at SIGTERM
+        # (to every replica at once).
         ds = shared.pick_dataset(random.Random(0))
         job = setup.jobs.SubmitJob(pb.SubmitJobRequest(spec=pb.JobSpec(
             dataset_id=ds, model_name="drain",
@@ -739,7 +844,8 @@ def main():
         last = next(watch)
         while last.state == pb.JOB_STATE_QUEUED:
             last = next(watch)
-        server.proc.send_signal(signal.SIGTERM)
+        for sv in servers:
+            sv.proc.send_signal(signal.SIGTERM)
         try:
             for last in watch:
                 pass
@@ -748,19 +854,25 @@ def main():
             watch_end = e.code().name
         setup.close()
         margin = 30  # gRPC's 5 s shutdown deadline, --job_stop_seconds, a busy machine
-        try:
-            exit_code = server.proc.wait(timeout=DRAIN_SECONDS + margin)
-        except subprocess.TimeoutExpired:
-            exit_code = "still running"
+        for sv in servers:
+            try:
+                exit_codes[sv.name] = sv.proc.wait(timeout=DRAIN_SECONDS + margin)
+            except subprocess.TimeoutExpired:
+                exit_codes[sv.name] = "still running"
         # Within the drain the job finishes; past it, it is handed back QUEUED.
         print(f"drain: the job's watch {watch_end} with {pb.JobState.Name(last.state)}")
-        checks.append((f"SIGTERM drain: exit code (within {DRAIN_SECONDS} + {margin} s)",
-                       exit_code, exit_code == 0))
+        for sv in servers:
+            checks.append((f"SIGTERM drain of {sv.name}: exit code "
+                           f"(within {DRAIN_SECONDS} + {margin} s)",
+                           exit_codes[sv.name], exit_codes[sv.name] == 0))
     finally:
-        if server.proc.poll() is None:
-            server.proc.kill()
-            server.proc.wait()
-        server.log.close()
+        for sv in servers:
+            if sv.proc.poll() is None:
+                sv.proc.kill()
+                sv.proc.wait()
+            sv.log.close()
+        if pg is not None:
+            pg.stop()
 
     print()
     for what, observed, passed in checks:
@@ -770,12 +882,13 @@ def main():
     if len(stats.failures) > 30:
         print(f"FAIL ... and {len(stats.failures) - 30} more")
     failed = [c for c in checks if not c[2]] or stats.failures
-    print(f"\n{'FAILED' if failed else 'PASSED'} (dendrod log: {server.log_path})")
+    logs = ", ".join(sv.log_path for sv in servers)
+    print(f"\n{'FAILED' if failed else 'PASSED'} (dendrod logs: {logs})")
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
     bb.DENDROD = sys.argv[1] if len(sys.argv) > 1 else None
-    if len(sys.argv) < 2:
+    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
         sys.exit(__doc__)
     sys.exit(main())

@@ -76,7 +76,7 @@ run_thread() {
   # them start.
   configure_and_build "$build" thread dendrod server_test tneb_server_test hppca_server_test \
     ghhc_server_test robustness_server_test auth_test model_cache_test registry_labels_test \
-    catalogue_test sweep_test artifact_store_test upload_validator_test
+    catalogue_test sweep_test artifact_store_test upload_validator_test stream_limiter_test
   local logs="$build/sanitizer-reports"
   rm -rf "$logs" && mkdir -p "$logs"
   # Debian's Abseil, gRPC and libgomp are not built with TSan, so the
@@ -101,9 +101,10 @@ case "${1:-all}" in
   address) shift; run_address "$@" ;;
   thread) shift; run_thread "$@" ;;
   all)
+    shift || true
     status=0
-    run_address || status=1
-    run_thread || status=1
+    run_address "$@" || status=1
+    run_thread "$@" || status=1
     exit $status
     ;;
   *) echo "usage: tests/sanitize.sh [address|thread|all] [ctest args...]" >&2; exit 2 ;;

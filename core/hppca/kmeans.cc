@@ -74,13 +74,9 @@ absl::StatusOr<std::vector<int32_t>> GreedySeeds(absl::Span<const GaussianRef> c
 
   std::vector<char> chosen(k, 0);
   // out[i] = min(cur[i], B(i, c)) for every class i, exact where it matters:
-  // bounds first, then the cross Grams V_i V_c^T of the classes that need
-  // an exact distance in one GEMM.
-  const int64_t q_max = classes[0].rank();
-  bool uniform_rank = true;
-  for (const GaussianRef& g : classes) uniform_rank = uniform_rank && g.rank() == q_max;
+  // bounds first, then exact distances for the classes whose bound is below
+  // their current minimum.
   std::vector<char> need(k);
-  RowMatrixF gathered, cross;
   // `only` (optional) restricts the evaluation to the flagged classes.
   auto update = [&](int32_t c, const std::vector<double>& cur, std::vector<double>* out,
                     const std::vector<char>* only = nullptr) -> absl::Status {
@@ -88,8 +84,16 @@ absl::StatusOr<std::vector<int32_t>> GreedySeeds(absl::Span<const GaussianRef> c
     (*out)[c] = 0.0;
     const GaussianRef& gc = classes[c];
     const Eigen::VectorXf mc = means.row(c).transpose();
-    const RowMatrixF b = means * gc.basis.transpose();  // V_c (mu_i - center), all i
     const Eigen::VectorXf bc = gc.basis * mc;
+    // V_c (mu_i - center) for every evaluated class: one GEMM over all
+    // classes, or one GEMV per flagged class when `only` is given (a
+    // candidate is compared on a small sample).
+    RowMatrixF b;
+    if (only == nullptr) b.noalias() = means * gc.basis.transpose();
+    auto proj_c = [&](int64_t i) -> Eigen::VectorXd {
+      if (only == nullptr) return (b.row(i).transpose() - bc).cast<double>();
+      return (gc.basis * means.row(i).transpose() - bc).cast<double>();
+    };
     DENDRO_RETURN_IF_ERROR(ParallelFor((k + 255) / 256, threads, ctx, [&](int64_t blk) {
       for (int64_t i = blk * 256; i < std::min(k, (blk + 1) * 256); ++i) {
         need[i] = 0;
@@ -99,10 +103,8 @@ absl::StatusOr<std::vector<int32_t>> GreedySeeds(absl::Span<const GaussianRef> c
         double quad = 0.5 * (gi.noise + gc.noise) * dist2;
         const Eigen::VectorXf a = own_proj[i] - gi.basis * mc;  // V_i (mu_i - mu_c)
         for (int32_t j = 0; j < gi.rank(); ++j) quad += 0.5 * gi.excess[j] * double(a[j]) * a[j];
-        for (int32_t j = 0; j < gc.rank(); ++j) {
-          const double t = static_cast<double>(b(i, j)) - bc[j];
-          quad += 0.5 * gc.excess[j] * t * t;
-        }
+        const Eigen::VectorXd t = proj_c(i);
+        for (int32_t j = 0; j < gc.rank(); ++j) quad += 0.5 * gc.excess[j] * t[j] * t[j];
         double lb = BhattacharyyaLowerBound(gi, gc);
         if (quad > 0.0) lb = std::max(lb, (1.0 - 1e-4) * dist2 * dist2 / (8.0 * quad));
         // Only an exact distance below the current minimum can change it.
@@ -113,47 +115,22 @@ absl::StatusOr<std::vector<int32_t>> GreedySeeds(absl::Span<const GaussianRef> c
     for (int64_t i = 0; i < k; ++i) {
       if (need[i]) todo.push_back(i);
     }
-    // Projections of mu_i - mu_c on both bases (float, from the GEMMs above).
-    auto proj_i = [&](int64_t i) {
-      return (own_proj[i] - classes[i].basis * mc).cast<double>().eval();
-    };
-    auto proj_c = [&](int64_t i) {
-      return (b.row(i).transpose() - bc).cast<double>().eval();
-    };
-    auto dist2 = [&](int64_t i) {
-      return (means.row(i) - mc.transpose()).cast<double>().squaredNorm();
-    };
-    const int64_t n = static_cast<int64_t>(todo.size());
-    if (uniform_rank && q_max > 0 && gc.rank() > 0 && n > 0) {
-      // The cross products of the classes' bases with the seed's, one GEMM
-      // per chunk of classes into buffers of a fixed size (one buffer for all
-      // would be K q x d floats, reallocated at every step).
-      constexpr int64_t kChunk = 256;
-      if (gathered.rows() < std::min(n, kChunk) * q_max || gathered.cols() != d) {
-        gathered.resize(std::min(n, kChunk) * q_max, d);
-      }
-      if (cross.rows() != gathered.rows() || cross.cols() != gc.rank()) {
-        cross.resize(gathered.rows(), gc.rank());
-      }
-      for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
-        const int64_t cn = std::min(kChunk, n - t0);
-        for (int64_t t = 0; t < cn; ++t) {
-          gathered.middleRows(t * q_max, q_max) = classes[todo[t0 + t]].basis;
-        }
-        cross.topRows(cn * q_max).noalias() = gathered.topRows(cn * q_max) * gc.basis.transpose();
-        DENDRO_RETURN_IF_ERROR(ParallelFor(cn, threads, ctx, [&](int64_t t) {
-          const int64_t i = todo[t0 + t];
-          const double v = BhattacharyyaFromParts(classes[i], gc,
-                                                  cross.middleRows(t * q_max, q_max), proj_i(i),
-                                                  proj_c(i), dist2(i));
-          (*out)[i] = std::min(cur[i], std::max(v, 0.0));
-        }));
-      }
-      return absl::OkStatus();
-    }
-    return ParallelFor(n, threads, ctx, [&](int64_t t) {
+    // Each exact distance forms its own q_i x q_c cross product of the bases
+    // (read in place: the class bases are not copied) on the thread that
+    // uses it, so the whole step runs on all threads.
+    return ParallelFor(static_cast<int64_t>(todo.size()), threads, ctx, [&](int64_t t) {
       const int64_t i = todo[t];
-      (*out)[i] = std::min(cur[i], std::max(BhattacharyyaDistance(classes[i], gc), 0.0));
+      const GaussianRef& gi = classes[i];
+      double v;
+      if (gi.rank() > 0 && gc.rank() > 0) {
+        const Eigen::MatrixXf cross = gi.basis * gc.basis.transpose();
+        const Eigen::VectorXd pi = (own_proj[i] - gi.basis * mc).cast<double>();
+        const double dist2 = (means.row(i) - mc.transpose()).cast<double>().squaredNorm();
+        v = BhattacharyyaFromParts(gi, gc, cross, pi, proj_c(i), dist2);
+      } else {
+        v = BhattacharyyaDistance(gi, gc);
+      }
+      (*out)[i] = std::min(cur[i], std::max(v, 0.0));
     });
   };
 

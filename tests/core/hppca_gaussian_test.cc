@@ -249,16 +249,16 @@ TEST(GaussianTest, TheoremTwoCentroidMinimisesSummedKl) {
   EXPECT_GT(tried, 30);
 }
 
-TEST(GaussianTest, LowRankCentroidKeepsTopEigenpairsAndTail) {
-  std::mt19937_64 rng(8);
-  const int64_t d = 20;
+// The rank-r centroid against the dense eigendecomposition, for `members`
+// Gaussians of rank 3 in d dimensions.
+void ExpectCentroidKeepsTopEigenpairsAndTail(int64_t d, int members, int32_t r, uint64_t seed) {
+  std::mt19937_64 rng(seed);
   std::vector<LowRankGaussian> m;
-  for (int i = 0; i < 4; ++i) m.push_back(RandomGaussian(d, 3, rng));
+  for (int i = 0; i < members; ++i) m.push_back(RandomGaussian(d, 3, rng));
   VectorXd mu;
   MatrixXd sigma;
   DenseCentroid(m, &mu, &sigma);
   Eigen::SelfAdjointEigenSolver<MatrixXd> es(sigma);
-  const int32_t r = 5;
   auto c = TheoremTwoCentroid(Refs(m), r);
   ASSERT_TRUE(c.ok());
   for (int32_t l = 0; l < r; ++l) {
@@ -272,6 +272,18 @@ TEST(GaussianTest, LowRankCentroidKeepsTopEigenpairsAndTail) {
   // The ML PPCA approximation preserves the trace.
   const LowRankGaussian g = CentroidGaussian(*c);
   EXPECT_NEAR(DenseCovariance(g.ref()).trace(), sigma.trace(), 1e-4 * sigma.trace());
+}
+
+TEST(GaussianTest, LowRankCentroidKeepsTopEigenpairsAndTail) {
+  // 4 members x (rank + 1) = 16 <= d: the Gram route.
+  ExpectCentroidKeepsTopEigenpairsAndTail(20, 4, 5, 8);
+}
+
+TEST(GaussianTest, LowRankCentroidOfManyMembersKeepsTopEigenpairsAndTail) {
+  // 30 x 4 = 120 > d = 48: the d x d route; 4 r <= d takes the top-r
+  // eigensolver, 4 r > d the full one.
+  ExpectCentroidKeepsTopEigenpairsAndTail(48, 30, 6, 18);
+  ExpectCentroidKeepsTopEigenpairsAndTail(48, 30, 20, 19);
 }
 
 TEST(GaussianTest, CentroidOfOneGaussianIsItself) {

@@ -16,6 +16,7 @@
 #include "Eigen/Eigenvalues"
 #include "absl/strings/str_cat.h"
 #include "core/hppca/internal.h"
+#include "core/hppca/top_eigen.h"
 
 namespace dendro::hppca_internal {
 namespace {
@@ -78,14 +79,10 @@ int64_t FitOneClass(const MatrixView& x, absl::Span<const int64_t> idx, int32_t 
     }
     Eigen::MatrixXd gram = Eigen::MatrixXd::Zero(n, n);
     gram.selfadjointView<Eigen::Lower>().rankUpdate(xc);
-    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(gram);
-    const double fmax = std::max(es.eigenvalues()[n - 1], 0.0);
     Eigen::MatrixXd w(n, qc);
     Eigen::VectorXd f(qc);
-    for (int32_t l = 0; l < qc; ++l) {
-      f[l] = es.eigenvalues()[n - 1 - l];
-      w.col(l) = es.eigenvectors().col(n - 1 - l);
-    }
+    LargestEigenpairs(gram, qc, &f, &w);
+    const double fmax = std::max(f[0], 0.0);
     const Eigen::MatrixXd v = xc.transpose() * w;  // d x qc, column l has norm sqrt(f_l)
     for (int32_t l = 0; l < qc; ++l) {
       if (f[l] > 1e-12 * fmax && f[l] > 0.0) {
@@ -133,10 +130,12 @@ int64_t FitOneClass(const MatrixView& x, absl::Span<const int64_t> idx, int32_t 
     set_tail(total);
     return -1;
   }
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(scatter);
+  Eigen::VectorXd top;
+  Eigen::MatrixXd vecs;
+  LargestEigenpairs(scatter, qc, &top, &vecs);
   for (int32_t l = 0; l < qc; ++l) {
-    eig[l] = std::max(es.eigenvalues()[d - 1 - l], 0.0);
-    basis.row(l) = es.eigenvectors().col(d - 1 - l).transpose().cast<float>();
+    eig[l] = std::max(top[l], 0.0);
+    basis.row(l) = vecs.col(l).transpose().cast<float>();
   }
   set_tail(total);
   return -1;

@@ -154,4 +154,21 @@ void TopEigenpairs(const Eigen::MatrixXd& a, int64_t r, Eigen::VectorXd* values,
   *vectors = tri.matrixQ() * z;
 }
 
+void LargestEigenpairs(const Eigen::MatrixXd& a, int64_t r, Eigen::VectorXd* values,
+                       Eigen::MatrixXd* vectors) {
+  const int64_t n = a.rows();
+  r = std::clamp<int64_t>(r, 0, n);
+  if (4 * r <= n) {
+    TopEigenpairs(a, r, values, vectors);
+    return;
+  }
+  const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(a);  // reads the lower triangle
+  values->resize(r);
+  vectors->resize(n, r);
+  for (int64_t l = 0; l < r; ++l) {
+    (*values)[l] = es.eigenvalues()[n - 1 - l];
+    vectors->col(l) = es.eigenvectors().col(n - 1 - l);
+  }
+}
+
 }  // namespace dendro

@@ -21,6 +21,13 @@ namespace dendro {
 void TopEigenpairs(const Eigen::MatrixXd& a, int64_t r, Eigen::VectorXd* values,
                    Eigen::MatrixXd* vectors);
 
+// The same result (the r largest eigenpairs, descending, lower triangle
+// read) by the cheaper route for the sizes: TopEigenpairs when 4 r <= n,
+// Eigen's full symmetric eigensolver otherwise (there the eigenvector
+// accumulation is no longer the bulk of the work).
+void LargestEigenpairs(const Eigen::MatrixXd& a, int64_t r, Eigen::VectorXd* values,
+                       Eigen::MatrixXd* vectors);
+
 }  // namespace dendro
 
 #endif  // DENDRO_CORE_HPPCA_TOP_EIGEN_H_

@@ -98,5 +98,24 @@ TEST(TopEigenTest, EdgeSizes) {
   ExpectTopPairs(MatrixXd::Identity(5, 5) * 2.0, 3);  // T already diagonal
 }
 
+TEST(TopEigenTest, LargestEigenpairsAgreesOnBothRoutes) {
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<double> u(0.0, 5.0);
+  const VectorXd spectrum = VectorXd::NullaryExpr(40, [&](Eigen::Index) { return u(rng); });
+  const MatrixXd a = WithSpectrum(spectrum, rng);
+  Eigen::SelfAdjointEigenSolver<MatrixXd> full(a);
+  for (int64_t r : {1, 10, 11, 40}) {  // 4 r <= 40: inverse iteration; above: full solver
+    VectorXd values;
+    MatrixXd vectors;
+    LargestEigenpairs(a, r, &values, &vectors);
+    ASSERT_EQ(values.size(), r);
+    ASSERT_EQ(vectors.cols(), r);
+    for (int64_t l = 0; l < r; ++l) {
+      EXPECT_NEAR(values[l], full.eigenvalues()[39 - l], 1e-10) << "r=" << r << " l=" << l;
+      EXPECT_NEAR(std::fabs(vectors.col(l).dot(full.eigenvectors().col(39 - l))), 1.0, 1e-8);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dendro

@@ -118,6 +118,8 @@ absl::Status ValidateOptionsImpl(const GhhcOptions& o) {
   if (o.exact_knn_max_points < 0) {
     return bad("exact_knn_max_points must be >= 0, got ", o.exact_knn_max_points);
   }
+  if (o.ivf_list_size < 1) return bad("ivf_list_size must be >= 1, got ", o.ivf_list_size);
+  if (o.ivf_probes < 1) return bad("ivf_probes must be >= 1, got ", o.ivf_probes);
   if (o.hnsw_m < 2) return bad("hnsw_m must be >= 2, got ", o.hnsw_m);
   if (o.hnsw_ef_construction < 1) {
     return bad("hnsw_ef_construction must be >= 1, got ", o.hnsw_ef_construction);
@@ -500,6 +502,10 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   ghhc::KnnOptions knn_options;
   knn_options.k = options.neighbors;
   knn_options.exact_max_points = options.exact_knn_max_points;
+  knn_options.method =
+      options.knn_method == GhhcKnn::kHnsw ? ghhc::KnnMethod::kHnsw : ghhc::KnnMethod::kIvf;
+  knn_options.ivf_list_size = options.ivf_list_size;
+  knn_options.ivf_probes = options.ivf_probes;
   knn_options.hnsw_m = options.hnsw_m;
   knn_options.hnsw_ef_construction = options.hnsw_ef_construction;
   knn_options.hnsw_ef_search = options.hnsw_ef_search;

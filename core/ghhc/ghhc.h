@@ -27,8 +27,10 @@
 //     after centring has no direction: InvalidArgument naming the row.
 //  2. Neighbours. The k = neighbors nearest points of every point
 //     (Euclidean on the normalised points): exact for N <= exact_knn_max_points,
-//     else an HNSW graph (hnswlib) built and queried on all threads and freed
-//     before training.
+//     else an inverted-file search over k-means cells (knn_method kIvf, the
+//     default; ivf_list_size points per cell, ivf_probes cells per query) or
+//     an HNSW graph (kHnsw, hnswlib), on all threads and freed before
+//     training.
 //  3. Initialisation (section 4.2): average-linkage HAC over a random sample
 //     of init_sample points. The sample's clusters at the cut into
 //     c = ceil(M / 2) clusters are the "leaf" internal nodes (at norm
@@ -107,8 +109,8 @@
 // kept in float64 and rounded to float32 for each batch's matrix products.
 //
 // Determinism: for a fixed seed the result does not depend on the number of
-// threads when the exact neighbour search is used (N <= exact_knn_max_points);
-// a multi-threaded HNSW build inserts points in a timing-dependent order.
+// threads with the exact or the IVF neighbour search; a multi-threaded HNSW
+// build inserts points in a timing-dependent order.
 #ifndef DENDRO_CORE_GHHC_GHHC_H_
 #define DENDRO_CORE_GHHC_GHHC_H_
 
@@ -128,6 +130,9 @@ enum class GhhcLink {
   kSigmoid,   // s(y) = 1 / (1 + e^-y): eq. 15 as printed
   kSoftplus,  // s(y) = log(1 + e^y): the BPR log-sigmoid loss of the authors' code
 };
+
+// Neighbour search above exact_knn_max_points (step 2 above).
+enum class GhhcKnn { kIvf, kHnsw };
 
 enum class GhhcProjection {
   // Learned: the top-p principal directions of the centred rows (from a
@@ -198,6 +203,9 @@ struct GhhcOptions {
   double max_node_norm = 0.8;  // nodes are clipped to this norm (< point_norm)
   // Neighbour search.
   int64_t exact_knn_max_points = 5000;
+  GhhcKnn knn_method = GhhcKnn::kIvf;
+  int64_t ivf_list_size = 1024;
+  int32_t ivf_probes = 8;
   int32_t hnsw_m = 12;
   int32_t hnsw_ef_construction = 40;
   int32_t hnsw_ef_search = 0;  // 0: max(2 k + 2, 32)

@@ -5,7 +5,8 @@
 //              [--branching=4,5,5] [--point-scale=0.35] [--seed=1]
 //              [--batch=100] [--lr=0.01] [--k=5] [--margin=0.25]
 //              [--margin-every=10] [--margin-steps=1] [--margin-lr=0.001]
-//              [--gumbel=1] [--init-sample=0] [--hnsw-m=12] [--hnsw-ef=40]
+//              [--gumbel=1] [--init-sample=0] [--knn=ivf|hnsw]
+//              [--ivf-list=1024] [--ivf-probes=8] [--hnsw-m=12] [--hnsw-ef=40]
 //              [--link=sigmoid] [--learn-points=0] [--point-lr=0.001]
 //              [--val=2000] [--val-every=0]
 //              [--hac]            also run Dendro's O(N^2) average linkage
@@ -118,6 +119,19 @@ int Main(int argc, char** argv) {
       opt.init_sample = std::atoi(v.c_str());
     else if (Flag(arg, "--threads", &v))
       opt.num_threads = std::atoi(v.c_str());
+    else if (Flag(arg, "--knn", &v)) {
+      if (v == "ivf")
+        opt.knn_method = GhhcKnn::kIvf;
+      else if (v == "hnsw")
+        opt.knn_method = GhhcKnn::kHnsw;
+      else {
+        std::fprintf(stderr, "--knn: ivf or hnsw\n");
+        return 2;
+      }
+    } else if (Flag(arg, "--ivf-list", &v))
+      opt.ivf_list_size = std::atoll(v.c_str());
+    else if (Flag(arg, "--ivf-probes", &v))
+      opt.ivf_probes = std::atoi(v.c_str());
     else if (Flag(arg, "--hnsw-m", &v))
       opt.hnsw_m = std::atoi(v.c_str());
     else if (Flag(arg, "--hnsw-ef", &v))

@@ -10,6 +10,7 @@
 //                  [--hnsw=M:EFC:EFS,...]   hnswlib settings (default 12:40:0)
 //                  [--ivf=NLIST:NPROBE,...]  faiss IVF-Flat settings
 //                  [--fhnsw=M:EFC:EFS,...]  faiss HNSW-Flat settings
+//                  [--gemm-ivf=LIST:PROBES,...]  IvfTable (k-means cells, blocked products)
 //                  [--exact-queries=0]      0: every query point
 //
 // The query points are those FitGhhc searches for with its defaults
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "core/common/run_context.h"
+#include "core/ghhc/ivf_knn.h"
 #include "core/ghhc/knn.h"
 #include "core/ghhc/synthetic.h"
 #include "faiss/IndexFlat.h"
@@ -177,8 +179,8 @@ int Main(int argc, char** argv) {
   spec.point_scale = 0.35;  // as ghhc_bench
   int k = 5, eval = 2000, threads = 0;
   int64_t exact_queries = 0;
-  std::string methods = "hnsw,ivf,fhnsw,exact";
-  std::string hnsw = "12:40:0", ivf = "4096:16", fhnsw = "12:40:32";
+  std::string methods = "hnsw,ivf,fhnsw,exact,gemm-ivf";
+  std::string hnsw = "12:40:0", ivf = "4096:16", fhnsw = "12:40:32", gemm_ivf = "1024:8";
   for (int a = 1; a < argc; ++a) {
     std::string v;
     const std::string_view arg = argv[a];
@@ -202,6 +204,8 @@ int Main(int argc, char** argv) {
       ivf = v;
     } else if (Flag(arg, "--fhnsw", &v)) {
       fhnsw = v;
+    } else if (Flag(arg, "--gemm-ivf", &v)) {
+      gemm_ivf = v;
     } else if (Flag(arg, "--exact-queries", &v)) {
       exact_queries = std::atoll(v.c_str());
     } else {
@@ -276,6 +280,7 @@ int Main(int argc, char** argv) {
       ghhc::KnnOptions o;
       o.k = k;
       o.exact_max_points = 0;
+      o.method = ghhc::KnnMethod::kHnsw;
       o.hnsw_m = p[0];
       o.hnsw_ef_construction = p[1];
       o.hnsw_ef_search = p.size() > 2 ? p[2] : 0;
@@ -295,6 +300,33 @@ int Main(int argc, char** argv) {
       }
       std::printf("method=hnswlib m=%d efc=%d efs=%d seconds=%.2f recall=%.4f\n", p[0], p[1],
                   o.hnsw_ef_search, s, Recall(rows, truth, k));
+      std::fflush(stdout);
+    }
+  }
+
+  if (has("gemm-ivf")) {
+    for (const auto& p : ParseList(gemm_ivf)) {
+      ghhc::IvfOptions o;
+      o.k = k;
+      o.list_size = p[0];
+      o.probes = p[1];
+      o.seed = spec.seed;
+      o.num_threads = threads;
+      NullRunContext ctx;
+      std::vector<int32_t> table(n * k);
+      t0 = Clock::now();
+      absl::Status st = ghhc::IvfTable(x, o, ctx, [](double) {}, mask, table.data());
+      const double s = Since(t0);
+      if (!st.ok()) {
+        std::fprintf(stderr, "gemm-ivf: %s\n", std::string(st.message()).c_str());
+        return 1;
+      }
+      std::vector<int32_t> rows;
+      for (int64_t id : eval_ids) {
+        rows.insert(rows.end(), table.begin() + id * k, table.begin() + (id + 1) * k);
+      }
+      std::printf("method=gemm_ivf list=%d probes=%d seconds=%.2f recall=%.4f\n", p[0], p[1], s,
+                  Recall(rows, truth, k));
       std::fflush(stdout);
     }
   }

@@ -104,9 +104,25 @@ TEST(GhhcCancelTest, HnswBuildWithHugeBeam) {
   const std::vector<float> x = Blobs(50000, d, 4);
   GhhcOptions o;
   o.exact_knn_max_points = 0;
+  o.knn_method = GhhcKnn::kHnsw;
   o.hnsw_m = 48;
   o.hnsw_ef_construction = 20000;
   EXPECT_EQ(CancelDuring("HNSW build, ef_construction=20000", "preprocessing",
+                         [&](RunContext& ctx) { return Fit(x, d, o, ctx); }),
+            absl::StatusCode::kCancelled);
+}
+
+// The inverted-file search with small cells and many probes: every query
+// compares itself with a fifth of the 100,000 points.
+TEST(GhhcCancelTest, IvfSearchWithManyProbes) {
+  const int d = 16;
+  const std::vector<float> x = Blobs(100000, d, 7);
+  GhhcOptions o;
+  o.exact_knn_max_points = 0;
+  o.knn_method = GhhcKnn::kIvf;
+  o.ivf_list_size = 100;
+  o.ivf_probes = 200;
+  EXPECT_EQ(CancelDuring("IVF search, 1000 cells, 200 probes", "preprocessing",
                          [&](RunContext& ctx) { return Fit(x, d, o, ctx); }),
             absl::StatusCode::kCancelled);
 }
@@ -121,6 +137,7 @@ TEST(GhhcCancelTest, TreeExtractionOverManyPointsAndNodes) {
   o.triples = 100;
   o.init_sample = 1000;
   o.exact_knn_max_points = 0;  // a cheap HNSW graph: the neighbours hardly matter here
+  o.knn_method = GhhcKnn::kHnsw;
   o.hnsw_m = 2;
   o.hnsw_ef_construction = 1;
   EXPECT_EQ(CancelDuring("extraction, 400000 points x 10000 nodes", "extracting the tree",

@@ -772,36 +772,41 @@ TEST(NeighborTableTest, ExactMatchesBruteForceAndHnswRecalls) {
       EXPECT_NEAR((x.row(i) - x.row(got)).squaredNorm(), d[t].first, 1e-4f * (1 + d[t].first));
     }
   }
-  o.exact_max_points = 0;  // force HNSW
-  auto approx = ghhc::NearestNeighborTable(x, o, ctx, [](double) {});
-  ASSERT_TRUE(approx.ok()) << approx.status();
-  int hits = 0;
-  for (int i = 0; i < 3000; ++i) {
-    std::set<int> want((*exact).begin() + i * 6, (*exact).begin() + i * 6 + 6);
-    for (int t = 0; t < 6; ++t) {
-      const int j = (*approx)[i * 6 + t];
-      EXPECT_NE(j, i);
-      hits += want.count(j);
-    }
-  }
-  EXPECT_GT(hits, 0.9 * 3000 * 6);
-  // Only the masked points are answered.
-  std::vector<uint8_t> mask(3000, 0);
-  for (int i = 0; i < 3000; i += 7) mask[i] = 1;
-  auto some = ghhc::NearestNeighborTable(
-      x, o, ctx, [](double) {}, mask);
-  ASSERT_TRUE(some.ok()) << some.status();
-  for (int i = 0; i < 3000; ++i) {
-    for (int t = 0; t < 6; ++t) {
-      const int j = (*some)[i * 6 + t];
-      if (mask[i]) {
-        EXPECT_GE(j, 0);
+  o.exact_max_points = 0;  // force the approximate searches
+  for (ghhc::KnnMethod method : {ghhc::KnnMethod::kIvf, ghhc::KnnMethod::kHnsw}) {
+    SCOPED_TRACE(method == ghhc::KnnMethod::kIvf ? "ivf" : "hnsw");
+    o.method = method;
+    auto approx = ghhc::NearestNeighborTable(x, o, ctx, [](double) {});
+    ASSERT_TRUE(approx.ok()) << approx.status();
+    int hits = 0;
+    for (int i = 0; i < 3000; ++i) {
+      std::set<int> want((*exact).begin() + i * 6, (*exact).begin() + i * 6 + 6);
+      for (int t = 0; t < 6; ++t) {
+        const int j = (*approx)[i * 6 + t];
         EXPECT_NE(j, i);
-      } else {
-        EXPECT_EQ(j, -1);
+        hits += want.count(j);
+      }
+    }
+    EXPECT_GT(hits, 0.9 * 3000 * 6);
+    // Only the masked points are answered.
+    std::vector<uint8_t> mask(3000, 0);
+    for (int i = 0; i < 3000; i += 7) mask[i] = 1;
+    auto some = ghhc::NearestNeighborTable(
+        x, o, ctx, [](double) {}, mask);
+    ASSERT_TRUE(some.ok()) << some.status();
+    for (int i = 0; i < 3000; ++i) {
+      for (int t = 0; t < 6; ++t) {
+        const int j = (*some)[i * 6 + t];
+        if (mask[i]) {
+          EXPECT_GE(j, 0);
+          EXPECT_NE(j, i);
+        } else {
+          EXPECT_EQ(j, -1);
+        }
       }
     }
   }
+  std::vector<uint8_t> mask(3000, 1);
   EXPECT_FALSE(ghhc::NearestNeighborTable(
                    x, o, ctx, [](double) {}, absl::MakeConstSpan(mask).first(5))
                    .ok());
@@ -811,6 +816,51 @@ TEST(NeighborTableTest, ExactMatchesBruteForceAndHnswRecalls) {
   auto small = ghhc::NearestNeighborTable(x.topRows(10), o, ctx, [](double) {});
   ASSERT_TRUE(small.ok());
   EXPECT_EQ(small->size(), 10u * 9u);
+}
+
+// The inverted-file search probing every cell is an exact search; with fewer
+// probes its table depends on the seed but not on the number of threads.
+TEST(NeighborTableTest, IvfAllCellsIsExactAndThreadCountDoesNotMatter) {
+  std::vector<float> xf = Blobs(4000, 16, 12, 0.9, 41);
+  RowMat<float> x = Eigen::Map<const RowMat<float>>(xf.data(), 4000, 16);
+  NullRunContext ctx;
+  ghhc::KnnOptions o;
+  o.k = 5;
+  o.exact_max_points = 0;
+  o.method = ghhc::KnnMethod::kIvf;
+  o.ivf_list_size = 250;  // 16 cells
+  o.ivf_probes = 16;
+  o.num_threads = 2;
+  std::vector<double> seen;
+  auto all = ghhc::NearestNeighborTable(x, o, ctx, [&](double f) { seen.push_back(f); });
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+  ASSERT_FALSE(seen.empty());
+  EXPECT_NEAR(seen.back(), 1.0, 1e-12);
+  for (int i = 0; i < 4000; i += 13) {
+    std::vector<float> d;
+    for (int j = 0; j < 4000; ++j) {
+      if (j != i) d.push_back((x.row(i) - x.row(j)).squaredNorm());
+    }
+    std::sort(d.begin(), d.end());
+    for (int t = 0; t < 5; ++t) {
+      const int got = (*all)[i * 5 + t];
+      ASSERT_NE(got, i);
+      EXPECT_NEAR((x.row(i) - x.row(got)).squaredNorm(), d[t], 1e-4f * (1 + d[t]));
+    }
+  }
+  o.ivf_probes = 2;
+  auto two = ghhc::NearestNeighborTable(x, o, ctx, [](double) {});
+  o.num_threads = 1;
+  auto one = ghhc::NearestNeighborTable(x, o, ctx, [](double) {});
+  ASSERT_TRUE(two.ok() && one.ok());
+  EXPECT_EQ(*two, *one);
+  o.seed = 99;
+  auto other = ghhc::NearestNeighborTable(x, o, ctx, [](double) {});
+  ASSERT_TRUE(other.ok());
+  int same = 0;
+  for (size_t t = 0; t < other->size(); ++t) same += (*other)[t] == (*one)[t];
+  EXPECT_GT(same, 0.8 * other->size());  // a different partition, mostly the same answers
 }
 
 }  // namespace

@@ -10,13 +10,8 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
 #include <limits>
-#include <memory>
 #include <numeric>
-#include <string>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/ghhc/hnsw_knn.h"

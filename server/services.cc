@@ -196,9 +196,14 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
     auto slot = AcquireStream("upload", ctx, /*idle=*/true);
     if (!slot.ok()) return ToGrpc(slot.status());
     // The stream's message buffers were freed as it went, but the allocator
-    // keeps freed memory for reuse (server/main.cc); give it back when the
-    // upload ends, so that the job that follows can use it.
-    absl::Cleanup release_memory = [] { malloc_trim(0); };
+    // keeps up to 32 MiB per heap of freed memory for reuse (server/main.cc).
+    // After a large upload give it back, so that the job that follows can use
+    // it; after a small one there is little to return and trimming every heap
+    // costs more than it gives.
+    int64_t received = 0;
+    absl::Cleanup release_memory = [&received] {
+      if (received > (int64_t{32} << 20)) malloc_trim(0);
+    };
     auto upload = deps_.datasets->StartUpload();
     upload->set_owner(who->name);
     v1::UploadDatasetRequest req;
@@ -206,10 +211,9 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
     while (reader->Read(&req)) {
       // Only waiting for the next message counts as idle, not the writing.
       const StreamLimiter::Slot::Working working(slot->get());
-      if (deps_.metrics != nullptr) {
-        deps_.metrics->AddUploadBytes(static_cast<int64_t>(req.data().size() +
-                                                           req.labels().size()));
-      }
+      const auto bytes = static_cast<int64_t>(req.data().size() + req.labels().size());
+      received += bytes;
+      if (deps_.metrics != nullptr) deps_.metrics->AddUploadBytes(bytes);
       absl::Status s;
       switch (req.part_case()) {
         case v1::UploadDatasetRequest::kHeader:

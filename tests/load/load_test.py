@@ -80,6 +80,7 @@ FD_SLACK = 4
 # stalls for longer loses one, which the replicas run counts as a failure.
 LEASE_SECONDS = 15
 UNARY_DEADLINE = 20      # seconds; any unary call taking longer is a failure
+DRAIN_QUEUE_WAIT = 300  # seconds the drain check waits for room in the queue
 STREAM_DEADLINE = 60     # uploads and watch streams
 FIT_NAMES = [f"load{i}" for i in range(6)]
 SLOW_NAMES = [f"slow{i}" for i in range(3)]
@@ -836,10 +837,22 @@ def main():
 
         # A clean drain: a gHHC job running and its watch open at SIGTERM
         # (to every replica at once).
+        # The clients filled the queue; it empties as the last of their jobs
+        # run (slowly under the sanitizers), so a full queue is retried.
         ds = shared.pick_dataset(random.Random(0))
-        job = setup.jobs.SubmitJob(pb.SubmitJobRequest(spec=pb.JobSpec(
-            dataset_id=ds, model_name="drain",
-            ghhc=pb.GhhcParams(internal_nodes=20, triples=500_000))), timeout=UNARY_DEADLINE)
+        give_up = time.monotonic() + DRAIN_QUEUE_WAIT
+        while True:
+            try:
+                job = setup.jobs.SubmitJob(pb.SubmitJobRequest(spec=pb.JobSpec(
+                    dataset_id=ds, model_name="drain",
+                    ghhc=pb.GhhcParams(internal_nodes=20, triples=500_000))),
+                    timeout=UNARY_DEADLINE)
+                break
+            except grpc.RpcError as e:
+                if (e.code() != grpc.StatusCode.RESOURCE_EXHAUSTED
+                        or time.monotonic() > give_up):
+                    raise
+                time.sleep(0.5)
         watch = setup.jobs.WatchJob(pb.WatchJobRequest(id=job.id), timeout=STREAM_DEADLINE)
         last = next(watch)
         while last.state == pb.JOB_STATE_QUEUED:

@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
 # The test suite, from a clean checkout (CI runs exactly this):
 #   1. installs the packages (deploy/install-deps.sh);
-#   2. builds every target with the release flags (build/) and runs every
-#      ctest entry: unit, server on both catalogues, black-box with the real
-#      binaries, quality, load;
+#   2. builds every target with AddressSanitizer and UndefinedBehaviorSanitizer
+#      (build-asan/) and runs every ctest entry there: unit, server on both
+#      catalogues, black-box with the real binaries, quality, load; then
+#      builds the server tests with ThreadSanitizer (build-tsan/) and runs
+#      them (tests/sanitize.sh); any sanitizer report fails the run;
 #   3. runs every libFuzzer target (clang, ASan + UBSan) for FUZZ_SECONDS
 #      (default 30) from its seed corpus (build-fuzz/).
 #
-#   SANITIZE=all tests/run.sh       step 2 under the sanitizers instead
-#                                   (tests/sanitize.sh): every entry with
-#                                   ASan + UBSan in build-asan/, then the
-#                                   server tests with TSan in build-tsan/;
-#                                   any report fails the run
-#   SANITIZE=address | thread       one of the two
+#   SANITIZE=none tests/run.sh      step 2 with the release build instead
+#                                   (build/, the flags dendrod ships with)
+#   SANITIZE=address | thread       one of the two sanitizer passes
 #   FUZZ_SECONDS=0                  skips step 3
 # Further arguments go to ctest (e.g. -R robustness).
 set -euo pipefail
@@ -20,7 +19,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash deploy/install-deps.sh
 status=0
-case "${SANITIZE:-none}" in
+case "${SANITIZE:-all}" in
   none)
     BUILD_DIR="${BUILD_DIR:-$root/build}" bash deploy/build.sh
     ctest --test-dir "${BUILD_DIR:-$root/build}" --output-on-failure -j "$(nproc)" \

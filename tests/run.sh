@@ -19,14 +19,15 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash deploy/install-deps.sh
 status=0
-case "${SANITIZE:-all}" in
+sanitize="${SANITIZE:-all}"
+case "$sanitize" in
   none)
     BUILD_DIR="${BUILD_DIR:-$root/build}" bash deploy/build.sh
     ctest --test-dir "${BUILD_DIR:-$root/build}" --output-on-failure -j "$(nproc)" \
       --timeout 600 "$@" || status=1
     ;;
   all | address | thread)
-    bash tests/sanitize.sh "$SANITIZE" "$@" || status=1
+    bash tests/sanitize.sh "$sanitize" "$@" || status=1
     ;;
   *) echo "tests/run.sh: SANITIZE must be all, address, thread or none" >&2; exit 2 ;;
 esac

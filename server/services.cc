@@ -1,6 +1,7 @@
 #include "server/services.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/method_handler.h>
 #include <malloc.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "server/caller.h"
 #include "server/client_status.h"
 #include "server/logging.h"
+#include "server/upload_message.h"
 #include "core/common/status_macros.h"
 #include "core/hierarchy/export.h"
 #include "core/io/npy.h"
@@ -186,11 +188,21 @@ absl::StatusOr<MatrixView> DecodeRows(const std::string& what, const v1::Model& 
 
 class DatasetServiceImpl final : public v1::DatasetService::Service, private ServiceBase {
  public:
-  explicit DatasetServiceImpl(ServiceDeps deps) : ServiceBase(std::move(deps)) {}
+  explicit DatasetServiceImpl(ServiceDeps deps) : ServiceBase(std::move(deps)) {
+    // UploadDataset (the service's method 0) reads its messages as received
+    // bytes, so that the data is never copied into a protobuf string
+    // (server/upload_message.h). Its wire format does not change.
+    MarkMethodStreamed(
+        0, new grpc::internal::ClientStreamingHandler<DatasetServiceImpl, RawMessage, v1::Dataset>(
+               [](DatasetServiceImpl* service, grpc::ServerContext* ctx,
+                  grpc::ServerReader<RawMessage>* reader, v1::Dataset* response) {
+                 return service->ReceiveUpload(ctx, reader, response);
+               },
+               this));
+  }
 
-  grpc::Status UploadDataset(grpc::ServerContext* ctx,
-                             grpc::ServerReader<v1::UploadDatasetRequest>* reader,
-                             v1::Dataset* response) override {
+  grpc::Status ReceiveUpload(grpc::ServerContext* ctx, grpc::ServerReader<RawMessage>* reader,
+                             v1::Dataset* response) {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kUploadDataset);
     if (!who.ok()) return ToGrpc(who.status());
     auto slot = AcquireStream("upload", ctx, /*idle=*/true);
@@ -206,26 +218,27 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
     };
     auto upload = deps_.datasets->StartUpload();
     upload->set_owner(who->name);
-    v1::UploadDatasetRequest req;
+    RawMessage raw;
+    UploadMessage req;
     bool first = true;
-    while (reader->Read(&req)) {
+    while (reader->Read(&raw)) {
       // Only waiting for the next message counts as idle, not the writing.
       const StreamLimiter::Slot::Working working(slot->get());
-      const auto bytes = static_cast<int64_t>(req.data().size() + req.labels().size());
-      received += bytes;
-      if (deps_.metrics != nullptr) deps_.metrics->AddUploadBytes(bytes);
+      if (absl::Status s = req.Parse(raw); !s.ok()) return ToGrpc(s);
+      received += req.size();
+      if (deps_.metrics != nullptr) deps_.metrics->AddUploadBytes(req.size());
       absl::Status s;
-      switch (req.part_case()) {
+      switch (req.part()) {
         case v1::UploadDatasetRequest::kHeader:
           s = upload->Begin(req.header());
           break;
         case v1::UploadDatasetRequest::kData:
           s = first ? absl::InvalidArgumentError("upload: the first message must be a header")
-                    : upload->AppendData(req.data());
+                    : upload->AppendData(req.pieces());
           break;
         case v1::UploadDatasetRequest::kLabels:
           s = first ? absl::InvalidArgumentError("upload: the first message must be a header")
-                    : upload->AppendLabels(req.labels());
+                    : upload->AppendLabels(req.pieces());
           break;
         case v1::UploadDatasetRequest::PART_NOT_SET:
           s = absl::InvalidArgumentError("upload: message with no part set");

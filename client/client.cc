@@ -5,18 +5,14 @@
 #include <grpcpp/security/tls_certificate_verifier.h>
 #include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/support/client_interceptor.h>
-#include <grpcpp/support/sync_stream.h>
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <thread>
 #include <utility>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -26,7 +22,6 @@
 #include "core/io/atomic_file.h"
 #include "core/io/npy.h"
 #include "dendro/v1/dendro.grpc.pb.h"
-#include "proto/raw_message.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "dendro_client sends host floats as little-endian bytes; big-endian hosts are unsupported"
@@ -207,9 +202,6 @@ struct Client::Impl {
   std::unique_ptr<v1::DatasetService::Stub> datasets;
   std::unique_ptr<v1::JobService::Stub> jobs;
   std::unique_ptr<v1::ModelService::Stub> models;
-  // UploadDataset, called with RawMessage frames (see Upload).
-  std::string upload_method_name;
-  std::unique_ptr<grpc::internal::RpcMethod> upload_method;
 
   void SetDeadline(grpc::ClientContext* ctx, std::chrono::milliseconds extra = {}) const {
     ctx->set_deadline(std::chrono::system_clock::now() + options.deadline + extra);
@@ -223,10 +215,8 @@ struct Client::Impl {
     return FromGrpc(fn(&ctx), options);
   }
 
-  // `rows_stay_valid`: every pointer `rows` returns stays valid until Upload
-  // returns, so the messages can point at it instead of copying it.
   absl::StatusOr<v1::Dataset> Upload(const v1::DatasetHeader& header, const RowSource& rows,
-                                     bool rows_stay_valid, std::string_view source_name,
+                                     std::string_view source_name,
                                      absl::Span<const int64_t> labels,
                                      const UploadProgress& progress);
 };
@@ -297,70 +287,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   impl->datasets = v1::DatasetService::NewStub(impl->channel);
   impl->jobs = v1::JobService::NewStub(impl->channel);
   impl->models = v1::ModelService::NewStub(impl->channel);
-  impl->upload_method_name =
-      absl::StrCat("/", v1::DatasetService::service_full_name(), "/UploadDataset");
-  impl->upload_method = std::make_unique<grpc::internal::RpcMethod>(
-      impl->upload_method_name.c_str(), grpc::internal::RpcMethod::CLIENT_STREAMING,
-      impl->channel);
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
 // --- Datasets -----------------------------------------------------------------
 
-namespace {
-
-// Counts the message slices that still point at the caller's rows; gRPC
-// drops its last reference to a slice some time after the write that sent
-// it, on its own threads.
-class BorrowedSlices {
- public:
-  grpc::Slice Borrow(const char* bytes, size_t n) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++outstanding_;
-    }
-    return grpc::Slice(const_cast<char*>(bytes), n, &BorrowedSlices::Release, this);
-  }
-  // Blocks until gRPC has released every borrowed slice.
-  void WaitForAll() {
-    std::unique_lock<std::mutex> lock(mu_);
-    released_.wait(lock, [this] { return outstanding_ == 0; });
-  }
-
- private:
-  static void Release(void* self) {
-    auto* b = static_cast<BorrowedSlices*>(self);
-    std::lock_guard<std::mutex> lock(b->mu_);
-    if (--b->outstanding_ == 0) b->released_.notify_all();
-  }
-
-  std::mutex mu_;
-  std::condition_variable released_;
-  int64_t outstanding_ = 0;
-};
-
-// One UploadDatasetRequest with its data (field 2) or labels (field 3) set
-// to `body`, as protobuf would encode it: the field's tag and length, then
-// the bytes. The body is a slice of its own, so it is not copied here.
-RawMessage BytesFieldMessage(int field, grpc::Slice body) {
-  char prefix[11];
-  size_t n = 0;
-  prefix[n++] = static_cast<char>((field << 3) | 2);
-  for (uint64_t v = body.size(); ; v >>= 7) {
-    if (v < 0x80) {
-      prefix[n++] = static_cast<char>(v);
-      break;
-    }
-    prefix[n++] = static_cast<char>((v & 0x7f) | 0x80);
-  }
-  const grpc::Slice slices[2] = {grpc::Slice(prefix, n), std::move(body)};
-  return RawMessage{grpc::ByteBuffer(slices, 2)};
-}
-
-}  // namespace
-
 absl::StatusOr<v1::Dataset> Client::Impl::Upload(const v1::DatasetHeader& header,
-                                                 const RowSource& rows, bool rows_stay_valid,
+                                                 const RowSource& rows,
                                                  std::string_view source_name,
                                                  absl::Span<const int64_t> labels,
                                                  const UploadProgress& progress) {
@@ -371,18 +304,10 @@ absl::StatusOr<v1::Dataset> Client::Impl::Upload(const v1::DatasetHeader& header
   const int64_t chunk = static_cast<int64_t>(options.upload_chunk_bytes);
   const int64_t rows_per_block = std::max<int64_t>(1, chunk / row_bytes);
 
-  // Declared before the call, so that it is destroyed after the call and
-  // waits for gRPC to let go of every slice that points at the rows.
-  BorrowedSlices borrowed;
-  absl::Cleanup wait_for_slices = [&borrowed] { borrowed.WaitForAll(); };
   grpc::ClientContext ctx;  // no deadline: an upload takes as long as it takes
   v1::Dataset response;
-  // The messages are written as RawMessage frames: the same bytes on the
-  // wire as UploadDatasetRequest, without copying the data into a protobuf
-  // string and serializing it again.
-  std::unique_ptr<grpc::ClientWriter<RawMessage>> writer(
-      grpc::internal::ClientWriterFactory<RawMessage>::Create(channel.get(), *upload_method,
-                                                              &ctx, &response));
+  std::unique_ptr<grpc::ClientWriter<v1::UploadDatasetRequest>> writer =
+      datasets->UploadDataset(&ctx, &response);
   // A local error after the stream opened: cancel it so that the server
   // discards the partial upload.
   auto abort_with = [&](absl::Status s) {
@@ -391,13 +316,9 @@ absl::StatusOr<v1::Dataset> Client::Impl::Upload(const v1::DatasetHeader& header
     return s;
   };
 
-  bool stream_ok;
-  {
-    v1::UploadDatasetRequest req;
-    *req.mutable_header() = header;
-    const grpc::Slice bytes(req.SerializeAsString());
-    stream_ok = writer->Write(RawMessage{grpc::ByteBuffer(&bytes, 1)});
-  }
+  v1::UploadDatasetRequest req;
+  *req.mutable_header() = header;
+  bool stream_ok = writer->Write(req);
   int64_t sent = 0;
   if (progress) progress(0, total);
   for (int64_t begin = 0; stream_ok && begin < header.rows(); begin += rows_per_block) {
@@ -409,29 +330,24 @@ absl::StatusOr<v1::Dataset> Client::Impl::Upload(const v1::DatasetHeader& header
     const char* bytes = reinterpret_cast<const char*>(*block);
     const int64_t n = (end - begin) * row_bytes;
     for (int64_t off = 0; off < n; off += chunk) {
-      const auto len = static_cast<size_t>(std::min(chunk, n - off));
-      // Rows that change between blocks (a converted copy) are copied once,
-      // into the slice; stable ones are lent.
-      grpc::Slice body = rows_stay_valid ? borrowed.Borrow(bytes + off, len)
-                                         : grpc::Slice(bytes + off, len);
-      if (!writer->Write(BytesFieldMessage(2, std::move(body)))) {
+      req.mutable_data()->assign(bytes + off, std::min(chunk, n - off));
+      if (!writer->Write(req)) {
         stream_ok = false;
         break;
       }
-      sent += static_cast<int64_t>(len);
+      sent += req.data().size();
       if (progress) progress(sent, total);
     }
   }
-  // The labels stay valid for the whole call.
   const char* label_bytes = reinterpret_cast<const char*>(labels.data());
   const int64_t n_label_bytes = static_cast<int64_t>(labels.size()) * 8;
   for (int64_t off = 0; stream_ok && off < n_label_bytes; off += chunk) {
-    const auto len = static_cast<size_t>(std::min(chunk, n_label_bytes - off));
-    if (!writer->Write(BytesFieldMessage(3, borrowed.Borrow(label_bytes + off, len)))) {
+    req.mutable_labels()->assign(label_bytes + off, std::min(chunk, n_label_bytes - off));
+    if (!writer->Write(req)) {
       stream_ok = false;
       break;
     }
-    sent += static_cast<int64_t>(len);
+    sent += req.labels().size();
     if (progress) progress(sent, total);
   }
   if (stream_ok) writer->WritesDone();
@@ -515,10 +431,7 @@ absl::StatusOr<v1::Dataset> Client::UploadNpy(const std::string& path,
       return converted.data();
     };
   }
-  // float32 rows are the mapped file itself; float64 rows are converted
-  // into one buffer, reused block after block.
-  return impl_->Upload(header, source, /*rows_stay_valid=*/h.dtype == DType::kFloat32, path,
-                       labels, progress);
+  return impl_->Upload(header, source, path, labels, progress);
 }
 
 absl::StatusOr<v1::Dataset> Client::UploadMatrix(const MatrixView& matrix,
@@ -544,7 +457,7 @@ absl::StatusOr<v1::Dataset> Client::UploadMatrix(const MatrixView& matrix,
   RowSource source = [base, cols](int64_t begin, int64_t) -> absl::StatusOr<const float*> {
     return base + begin * cols;
   };
-  return impl_->Upload(header, source, /*rows_stay_valid=*/true, "upload", labels, progress);
+  return impl_->Upload(header, source, "upload", labels, progress);
 }
 
 absl::StatusOr<v1::Dataset> Client::GetDataset(const std::string& id) {

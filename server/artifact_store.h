@@ -35,7 +35,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "absl/types/span.h"
 #include "core/io/atomic_file.h"
 
 namespace dendro::server {
@@ -45,14 +44,6 @@ class ArtifactWriter {
  public:
   virtual ~ArtifactWriter() = default;  // abandons the object unless committed
   virtual absl::Status Append(std::string_view bytes) = 0;
-  // The pieces in order, as one Append of their concatenation. The default
-  // appends them one by one; a store that can gather them overrides it.
-  virtual absl::Status Append(absl::Span<const std::string_view> pieces) {
-    for (std::string_view p : pieces) {
-      if (absl::Status s = Append(p); !s.ok()) return s;
-    }
-    return absl::OkStatus();
-  }
   // Bytes appended so far, and their checksum (server/checksum.h).
   virtual int64_t size() const = 0;
   virtual std::string checksum() const = 0;

@@ -73,16 +73,16 @@ absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
   return absl::OkStatus();
 }
 
-absl::Status DatasetUpload::AppendData(absl::Span<const std::string_view> pieces) {
-  for (std::string_view p : pieces) DENDRO_RETURN_IF_ERROR(validator_.Data(p));
+absl::Status DatasetUpload::AppendData(std::string_view bytes) {
+  DENDRO_RETURN_IF_ERROR(validator_.Data(bytes));
   if (!x_) return absl::FailedPreconditionError("upload: the header was refused");
-  return x_->Append(pieces);
+  return x_->Append(bytes);
 }
 
-absl::Status DatasetUpload::AppendLabels(absl::Span<const std::string_view> pieces) {
-  for (std::string_view p : pieces) DENDRO_RETURN_IF_ERROR(validator_.Labels(p));
+absl::Status DatasetUpload::AppendLabels(std::string_view bytes) {
+  DENDRO_RETURN_IF_ERROR(validator_.Labels(bytes));
   if (!y_) return absl::FailedPreconditionError("upload: the header was refused");
-  return y_->Append(pieces);
+  return y_->Append(bytes);
 }
 
 absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {

@@ -57,12 +57,8 @@ class DatasetUpload {
   // Recorded as the dataset's owner; call before Finish().
   void set_owner(std::string owner) { owner_ = std::move(owner); }
   absl::Status Begin(const v1::DatasetHeader& header);
-  // The next bytes of the stream, given as pieces in order (the slices of
-  // one message); validated before any is written.
-  absl::Status AppendData(absl::Span<const std::string_view> pieces);
-  absl::Status AppendLabels(absl::Span<const std::string_view> pieces);
-  absl::Status AppendData(std::string_view bytes) { return AppendData({&bytes, 1}); }
-  absl::Status AppendLabels(std::string_view bytes) { return AppendLabels({&bytes, 1}); }
+  absl::Status AppendData(std::string_view bytes);
+  absl::Status AppendLabels(std::string_view bytes);
   // Checks the byte counts, publishes the files and the metadata row.
   absl::StatusOr<v1::Dataset> Finish();
 

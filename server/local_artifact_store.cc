@@ -60,11 +60,6 @@ class LocalArtifactStore::Writer : public ArtifactWriter {
     sum_.Update(bytes);
     return absl::OkStatus();
   }
-  absl::Status Append(absl::Span<const std::string_view> pieces) override {
-    DENDRO_RETURN_IF_ERROR(file_.Append(pieces));
-    for (std::string_view p : pieces) sum_.Update(p);
-    return absl::OkStatus();
-  }
   int64_t size() const override { return file_.size(); }
   std::string checksum() const override { return sum_.Hex(); }
   absl::Status Commit() override {

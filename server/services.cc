@@ -1,7 +1,6 @@
 #include "server/services.h"
 
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/support/method_handler.h>
 #include <malloc.h>
 
 #include <algorithm>
@@ -24,7 +23,6 @@
 #include "server/caller.h"
 #include "server/client_status.h"
 #include "server/logging.h"
-#include "server/upload_message.h"
 #include "core/common/status_macros.h"
 #include "core/hierarchy/export.h"
 #include "core/io/npy.h"
@@ -188,21 +186,11 @@ absl::StatusOr<MatrixView> DecodeRows(const std::string& what, const v1::Model& 
 
 class DatasetServiceImpl final : public v1::DatasetService::Service, private ServiceBase {
  public:
-  explicit DatasetServiceImpl(ServiceDeps deps) : ServiceBase(std::move(deps)) {
-    // UploadDataset (the service's method 0) reads its messages as received
-    // bytes, so that the data is never copied into a protobuf string
-    // (server/upload_message.h). Its wire format does not change.
-    MarkMethodStreamed(
-        0, new grpc::internal::ClientStreamingHandler<DatasetServiceImpl, RawMessage, v1::Dataset>(
-               [](DatasetServiceImpl* service, grpc::ServerContext* ctx,
-                  grpc::ServerReader<RawMessage>* reader, v1::Dataset* response) {
-                 return service->ReceiveUpload(ctx, reader, response);
-               },
-               this));
-  }
+  explicit DatasetServiceImpl(ServiceDeps deps) : ServiceBase(std::move(deps)) {}
 
-  grpc::Status ReceiveUpload(grpc::ServerContext* ctx, grpc::ServerReader<RawMessage>* reader,
-                             v1::Dataset* response) {
+  grpc::Status UploadDataset(grpc::ServerContext* ctx,
+                             grpc::ServerReader<v1::UploadDatasetRequest>* reader,
+                             v1::Dataset* response) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kUploadDataset);
     if (!who.ok()) return ToGrpc(who.status());
     auto slot = AcquireStream("upload", ctx, /*idle=*/true);
@@ -218,27 +206,26 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
     };
     auto upload = deps_.datasets->StartUpload();
     upload->set_owner(who->name);
-    RawMessage raw;
-    UploadMessage req;
+    v1::UploadDatasetRequest req;
     bool first = true;
-    while (reader->Read(&raw)) {
+    while (reader->Read(&req)) {
       // Only waiting for the next message counts as idle, not the writing.
       const StreamLimiter::Slot::Working working(slot->get());
-      if (absl::Status s = req.Parse(raw); !s.ok()) return ToGrpc(s);
-      received += req.size();
-      if (deps_.metrics != nullptr) deps_.metrics->AddUploadBytes(req.size());
+      const auto bytes = static_cast<int64_t>(req.data().size() + req.labels().size());
+      received += bytes;
+      if (deps_.metrics != nullptr) deps_.metrics->AddUploadBytes(bytes);
       absl::Status s;
-      switch (req.part()) {
+      switch (req.part_case()) {
         case v1::UploadDatasetRequest::kHeader:
           s = upload->Begin(req.header());
           break;
         case v1::UploadDatasetRequest::kData:
           s = first ? absl::InvalidArgumentError("upload: the first message must be a header")
-                    : upload->AppendData(req.pieces());
+                    : upload->AppendData(req.data());
           break;
         case v1::UploadDatasetRequest::kLabels:
           s = first ? absl::InvalidArgumentError("upload: the first message must be a header")
-                    : upload->AppendLabels(req.pieces());
+                    : upload->AppendLabels(req.labels());
           break;
         case v1::UploadDatasetRequest::PART_NOT_SET:
           s = absl::InvalidArgumentError("upload: message with no part set");

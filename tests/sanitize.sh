@@ -76,8 +76,7 @@ run_thread() {
   # them start.
   configure_and_build "$build" thread dendrod server_test tneb_server_test hppca_server_test \
     ghhc_server_test robustness_server_test auth_test model_cache_test registry_labels_test \
-    catalogue_test sweep_test artifact_store_test upload_validator_test stream_limiter_test \
-    upload_message_test
+    catalogue_test sweep_test artifact_store_test upload_validator_test stream_limiter_test
   local logs="$build/sanitizer-reports"
   rm -rf "$logs" && mkdir -p "$logs"
   # Debian's Abseil, gRPC and libgomp are not built with TSan, so the

@@ -2,17 +2,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/common/crash_point.h"
@@ -51,46 +48,6 @@ absl::Status WriteFully(int fd, std::string_view bytes, const std::string& path)
     if (w == 0) return PosixError(path, "write", EIO);
     p += w;
     n -= static_cast<size_t>(w);
-  }
-  return absl::OkStatus();
-}
-
-// Writes every byte of `iov` (which it consumes: entries are advanced past
-// what was written), at most IOV_MAX entries and kMaxIo bytes per call.
-absl::Status WriteVFully(int fd, std::vector<iovec>& iov, const std::string& path) {
-  size_t first = 0;
-  while (first < iov.size()) {
-    const size_t count = std::min<size_t>(iov.size() - first, IOV_MAX);
-    // Cap the bytes of one call: cut the list where the sum passes kMaxIo.
-    size_t n = 0, bytes = 0;
-    while (n < count && (n == 0 || bytes + iov[first + n].iov_len <= kMaxIo)) {
-      bytes += iov[first + n].iov_len;
-      ++n;
-    }
-    if (n == 1 && bytes > kMaxIo) {
-      // One entry alone is larger than a call may write.
-      const std::string_view one(static_cast<const char*>(iov[first].iov_base),
-                                 iov[first].iov_len);
-      if (absl::Status s = WriteFully(fd, one, path); !s.ok()) return s;
-      ++first;
-      continue;
-    }
-    const ssize_t w = ::writev(fd, &iov[first], static_cast<int>(n));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return PosixError(path, "write", errno);
-    }
-    if (w == 0 && bytes > 0) return PosixError(path, "write", EIO);
-    // Skip what was written; a partly written entry is advanced in place.
-    auto left = static_cast<size_t>(w);
-    while (first < iov.size() && left >= iov[first].iov_len) {
-      left -= iov[first].iov_len;
-      ++first;
-    }
-    if (left > 0) {
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-      iov[first].iov_len -= left;
-    }
   }
   return absl::OkStatus();
 }
@@ -267,30 +224,6 @@ absl::Status AtomicFileWriter::Append(std::string_view bytes) {
     }
   }
   size_ += static_cast<int64_t>(bytes.size());
-  KickWriteback();
-  return absl::OkStatus();
-}
-
-absl::Status AtomicFileWriter::Append(absl::Span<const std::string_view> pieces) {
-  if (absl::Status s = CheckOpen("Append"); !s.ok()) return s;
-  size_t total = 0;
-  for (std::string_view p : pieces) total += p.size();
-  if (buffer_.size() + total <= kBufferSize) {
-    if (buffer_.capacity() < kBufferSize) buffer_.reserve(kBufferSize);
-    for (std::string_view p : pieces) buffer_.append(p.data(), p.size());
-  } else {
-    // The buffered bytes and every piece in one gathered write, no copy.
-    std::vector<iovec> iov;
-    iov.reserve(pieces.size() + 1);
-    if (!buffer_.empty()) iov.push_back({buffer_.data(), buffer_.size()});
-    for (std::string_view p : pieces) {
-      if (!p.empty()) iov.push_back({const_cast<char*>(p.data()), p.size()});
-    }
-    absl::Status s = WriteVFully(fd_, iov, tmp_path_);
-    buffer_.clear();
-    if (!s.ok()) return Fail(std::move(s));
-  }
-  size_ += static_cast<int64_t>(total);
   KickWriteback();
   return absl::OkStatus();
 }

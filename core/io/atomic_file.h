@@ -12,7 +12,6 @@
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "absl/types/span.h"
 
 namespace dendro {
 
@@ -56,10 +55,6 @@ class AtomicFileWriter {
   AtomicFileWriter& operator=(AtomicFileWriter&& other) noexcept;
 
   absl::Status Append(std::string_view bytes);
-  // Appends the pieces in order, as one Append of their concatenation would;
-  // when they overflow the buffer, they and the buffered bytes go to the file
-  // in gathered writes, without being copied.
-  absl::Status Append(absl::Span<const std::string_view> pieces);
   // Overwrites bytes at `offset` (which must already have been written:
   // offset + bytes.size() <= size(), else OutOfRange).
   absl::Status WriteAt(int64_t offset, std::string_view bytes);

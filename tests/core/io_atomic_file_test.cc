@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -172,37 +171,6 @@ TEST(AtomicFileWriter, NothingVisibleUntilCommit) {
   EXPECT_EQ(w.Append("x").code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(w.WriteAt(0, "x").code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(w.Commit().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(Read(path), want);
-}
-
-TEST(AtomicFileWriter, PiecesAppendAsTheirConcatenation) {
-  ScopedTempDir dir;
-  const std::string path = dir.Path("pieces.bin");
-  AtomicFileWriter w;
-  ASSERT_TRUE(AtomicFileWriter::Open(path, &w).ok());
-  std::string want;
-  auto append = [&](const std::vector<std::string>& pieces) {
-    std::vector<std::string_view> views(pieces.begin(), pieces.end());
-    ASSERT_TRUE(w.Append(absl::MakeConstSpan(views)).ok());
-    for (const std::string& p : pieces) want += p;
-    EXPECT_EQ(w.size(), static_cast<int64_t>(want.size()));
-  };
-  // A few small pieces (buffered), then more pieces than one writev takes
-  // (IOV_MAX is 1024 here) behind the buffered bytes, some of them empty.
-  append({Pattern(10, 1), Pattern(0, 2), Pattern(300, 3)});
-  std::vector<std::string> many;
-  for (int i = 0; i < 3000; ++i) many.push_back(Pattern(static_cast<size_t>(i % 7) * 300, i));
-  append(many);
-  // A single string, pieces that just fit the buffer, then pieces past it.
-  ASSERT_TRUE(w.Append(Pattern(5, 9)).ok());
-  want += Pattern(5, 9);
-  append({Pattern((1 << 20) - 5, 10)});
-  append({Pattern(1, 11), Pattern((1 << 20) + 3, 12), Pattern(2, 13)});
-  append({});
-  // WriteAt reaches bytes that went out in a gathered write.
-  ASSERT_TRUE(w.WriteAt(8, "PATCH").ok());
-  want.replace(8, 5, "PATCH");
-  ASSERT_TRUE(w.Commit().ok());
   EXPECT_EQ(Read(path), want);
 }
 

@@ -449,24 +449,3 @@ def test_tree_cut_on_an_nary_tree():
 def _has_matplotlib() -> bool:
     import importlib.util
     return importlib.util.find_spec("matplotlib") is not None
-
-
-def test_upload_frames_are_protobuf_encodings():
-    """The pre-encoded upload messages parse, with protobuf, to the chunks."""
-    from dendro_client._arrays import field_frames
-    from dendro_client._stubs import load
-    pb, _ = load()
-    rng = np.random.default_rng(0)
-    for rows, cols, chunk in ((1, 1, 8), (7, 5, 12), (300, 41, 1 << 12), (1000, 200, 100_000)):
-        matrix = rng.standard_normal((rows, cols)).astype(np.float32)
-        raw = matrix.tobytes()
-        for field, name in ((2, "data"), (3, "labels")):
-            frames = list(field_frames(matrix, chunk, field))
-            assert len(frames) == -(-len(raw) // chunk)
-            got = b""
-            for frame in frames:
-                msg = pb.UploadDatasetRequest.FromString(frame)
-                assert msg.WhichOneof("part") == name
-                assert frame == msg.SerializeToString()  # the canonical encoding
-                got += getattr(msg, name)
-            assert got == raw

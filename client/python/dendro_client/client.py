@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import grpc
 
 from . import _stubs
-from ._arrays import field_frames, is_dataset_id, load_labels, load_matrix
+from ._arrays import byte_chunks, is_dataset_id, load_labels, load_matrix
 from .errors import DendroError, translate
 from .jobs import Job
 from .models import Model, _timestamp, parse_model_ref
@@ -116,11 +116,6 @@ class Client:
         else:
             self._channel = grpc.insecure_channel(self.target, options=options)
         self._datasets = self._rpc.DatasetServiceStub(self._channel)
-        # UploadDataset with requests that are already encoded (field_frames):
-        # the same bytes on the wire, without building protobuf messages.
-        self._upload_encoded = self._channel.stream_unary(
-            "/dendro.v1.DatasetService/UploadDataset",
-            request_serializer=None, response_deserializer=self._pb.Dataset.FromString)
         self._jobs = self._rpc.JobServiceStub(self._channel)
         self._models = self._rpc.ModelServiceStub(self._channel)
 
@@ -195,15 +190,17 @@ class Client:
                                   rows=matrix.shape[0], cols=matrix.shape[1],
                                   has_labels=label_array is not None, transient=transient)
 
-        def requests() -> Iterator[bytes]:
-            yield pb.UploadDatasetRequest(header=header).SerializeToString()
-            yield from field_frames(matrix, self._chunk_bytes, 2)  # data
+        def requests() -> Iterator[Any]:
+            yield pb.UploadDatasetRequest(header=header)
+            for chunk in byte_chunks(matrix, self._chunk_bytes):
+                yield pb.UploadDatasetRequest(data=chunk)
             if label_array is not None:
-                yield from field_frames(label_array, self._chunk_bytes, 3)  # labels
+                for chunk in byte_chunks(label_array, self._chunk_bytes):
+                    yield pb.UploadDatasetRequest(labels=chunk)
 
         with translate(self.target):
             # No deadline: an upload takes as long as the data needs.
-            resp = self._upload_encoded(requests(), metadata=self._metadata)
+            resp = self._datasets.UploadDataset(requests(), metadata=self._metadata)
         return Dataset.from_proto(resp)
 
     def dataset(self, dataset_id: str) -> Dataset:

@@ -7,7 +7,8 @@
 #
 #   tests/fuzz/run.sh [SECONDS] [BUILD_DIR]     (defaults: 60, build-fuzz)
 #
-# Prints one line per target: executions, and the exit status.
+# Runs JOBS targets at a time (default 2). Prints one line per target:
+# executions, and the exit status.
 set -euo pipefail
 SECONDS_PER_TARGET=${1:-60}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -21,17 +22,30 @@ cmake --build "$BUILD" -j "$JOBS" >/dev/null
 
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/dendro-fuzz.XXXXXX")
 trap 'rm -rf "$SCRATCH"' EXIT
-status=0
-for target in "$BUILD"/tests/fuzz/*_fuzz; do
+# Runs one target; its exit status goes to $SCRATCH/<name>.rc.
+run_target() {
+  local target=$1 name
   name=$(basename "$target" _fuzz)
   mkdir -p "$SCRATCH/$name" "$SCRATCH/$name.crashes"
-  seeds="$ROOT/tests/fuzz/corpus/$name"
-  set +e
+  local rc=0
   "$target" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -malloc_limit_mb=1024 \
     -timeout=10 -print_final_stats=1 -artifact_prefix="$SCRATCH/$name.crashes/" \
-    "$SCRATCH/$name" "$seeds" >"$SCRATCH/$name.log" 2>&1
-  rc=$?
-  set -e
+    "$SCRATCH/$name" "$ROOT/tests/fuzz/corpus/$name" >"$SCRATCH/$name.log" 2>&1 || rc=$?
+  echo "$rc" >"$SCRATCH/$name.rc"
+}
+
+# JOBS targets at a time (each is one process on one core).
+targets=("$BUILD"/tests/fuzz/*_fuzz)
+for target in "${targets[@]}"; do
+  while [[ $(jobs -rp | wc -l) -ge $JOBS ]]; do wait -n || true; done
+  run_target "$target" &
+done
+wait
+
+status=0
+for target in "${targets[@]}"; do
+  name=$(basename "$target" _fuzz)
+  rc=$(cat "$SCRATCH/$name.rc")
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$SCRATCH/$name.log" | grep -o '[0-9]*$' || echo "?")
   echo "fuzz $name: $execs executions in ${SECONDS_PER_TARGET} s, exit $rc"
   if [[ $rc -ne 0 ]]; then

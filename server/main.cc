@@ -8,7 +8,6 @@
 #include <thread>
 
 #include <grpc/support/log.h>
-#include <malloc.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -21,6 +20,7 @@
 #include "core/common/cpus.h"
 #include "server/auth.h"
 #include "server/logging.h"
+#include "server/memory.h"
 #include "server/server.h"
 #include "server/verify.h"
 #include "spdlog/spdlog.h"
@@ -181,21 +181,7 @@ int main(int argc, char** argv) {
   // that other jobs and RPC threads need; make them sleep unless the
   // operator chose otherwise.
   setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
-  // Every message of a stream allocates and frees about a megabyte. With
-  // glibc's defaults, the freed top of a heap went back to the kernel almost
-  // at once and each message faulted in fresh pages: 3-4x the server's CPU on
-  // a 1 GiB upload (docs/benchmarks.md). So: keep up to 32 MiB free at the
-  // top of a heap, map only blocks of 4 MiB and more on their own, and use
-  // two heaps, not 8 per core, which bounds what the kept memory can add to
-  // the peak (uploads end with a malloc_trim). Any MALLOC_* tunable in the
-  // environment leaves all three to glibc.
-  if (std::getenv("MALLOC_TRIM_THRESHOLD_") == nullptr &&
-      std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr &&
-      std::getenv("MALLOC_ARENA_MAX") == nullptr) {
-    mallopt(M_TRIM_THRESHOLD, 32 << 20);
-    mallopt(M_MMAP_THRESHOLD, 4 << 20);
-    mallopt(M_ARENA_MAX, 2);
-  }
+  dendro::server::TuneAllocator();
   absl::SetProgramUsageMessage("dendrod --listen HOST:PORT --data-dir DIR");
   // Accept --data-dir as well as --data_dir (and so on for every flag).
   std::vector<std::string> args(argv, argv + argc);

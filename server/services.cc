@@ -1,7 +1,6 @@
 #include "server/services.h"
 
 #include <grpcpp/grpcpp.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <cctype>
@@ -23,6 +22,7 @@
 #include "server/caller.h"
 #include "server/client_status.h"
 #include "server/logging.h"
+#include "server/memory.h"
 #include "core/common/status_macros.h"
 #include "core/hierarchy/export.h"
 #include "core/io/npy.h"
@@ -195,15 +195,10 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
     if (!who.ok()) return ToGrpc(who.status());
     auto slot = AcquireStream("upload", ctx, /*idle=*/true);
     if (!slot.ok()) return ToGrpc(slot.status());
-    // The stream's message buffers were freed as it went, but the allocator
-    // keeps up to 32 MiB per heap of freed memory for reuse (server/main.cc).
-    // After a large upload give it back, so that the job that follows can use
-    // it; after a small one there is little to return and trimming every heap
-    // costs more than it gives.
+    // The stream's message buffers were freed as it went, into the heaps'
+    // reserve (server/memory.h); a large upload's go back to the kernel.
     int64_t received = 0;
-    absl::Cleanup release_memory = [&received] {
-      if (received > (int64_t{32} << 20)) malloc_trim(0);
-    };
+    absl::Cleanup release_memory = [&received] { ReleaseAfterStream(received); };
     auto upload = deps_.datasets->StartUpload();
     upload->set_owner(who->name);
     v1::UploadDatasetRequest req;

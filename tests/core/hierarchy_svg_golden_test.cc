@@ -159,7 +159,10 @@ std::vector<Leg> RectangularLegs(const Svg& s, double root_height) {
   auto [y_zero, zero_value] = *std::max_element(s.ticks.begin(), s.ticks.end());
   EXPECT_EQ(zero_value, 0);
   EXPECT_NEAR(top_value, root_height, 5e-3 * root_height);  // printed with 3 digits
-  auto to_h = [&](double y) { return (y_zero - y) / (y_zero - y_top); };
+  // (Structured bindings are not captured by lambdas before C++20.)
+  auto to_h = [y_zero = y_zero, y_top = y_top](double y) {
+    return (y_zero - y) / (y_zero - y_top);
+  };
   std::vector<Leg> legs;
   for (const std::string& d : s.edges) {
     EXPECT_TRUE(std::regex_match(d, std::regex("M\\S+ \\S+ V\\S+ H\\S+"))) << d;

@@ -39,7 +39,7 @@ is full over the replicas together, no replica logs a lost lease (the lease
 is long enough that only a stalled replica would lose one), and at the end
 every replica lists the same models and answers Assign on each of them.
 
-Usage: load_test.py DENDROD_BINARY [SECONDS] [--replicas N]   (default 75, 1)
+Usage: load_test.py DENDROD_BINARY [SECONDS] [--replicas N]   (default 45, 1)
 """
 import collections
 import os
@@ -71,9 +71,9 @@ IDLE_CONNECTIONS = 1000
 # RSS may grow after the warm-up by at most this much. The model cache is
 # capped at MODEL_CACHE_MB; the rest covers SQLite's page cache, malloc arenas
 # of threads that come and go, and gRPC's per-connection buffers. A leak of
-# about 3 KiB per call in the 75 s ctest run (some 20,000 calls after the
-# first third), or 1 KiB in a 300 s run, would exceed it; the summary prints
-# the growth per call.
+# about 1 KiB per call in a 300 s run would exceed it, one of about 5 KiB in
+# the 45 s ctest run of a release build (some 12,000 calls after the first
+# third); the summary prints the growth per call.
 RSS_BOUND_MIB = 64
 FD_SLACK = 4
 # A replica renews its jobs' leases every third of this; only a replica that
@@ -727,7 +727,7 @@ def main():
         replicas = int(args[at + 1])
         del args[at:at + 2]
     binary = args[0]
-    duration = float(args[1]) if len(args) > 1 else 75
+    duration = float(args[1]) if len(args) > 1 else 45
     top = tempfile.mkdtemp(prefix="dendro_load_")
     data_dir = os.path.join(top, "data")
     pg = None

@@ -22,11 +22,12 @@
 #include "core/io/npy.h"
 #include "core/metrics/metrics.h"
 #include "gtest/gtest.h"
+#include "tests/source_path.h"
 
 namespace dendro {
 namespace {
 
-const std::string kGolden = std::string(DENDRO_SOURCE_DIR) + "/tests/golden/ghhc/";
+const std::string kGolden = SourcePath("tests/golden/ghhc/");
 
 // Coarse-tree dendrogram purity over seeds 1..5.
 std::vector<double> PurityOverSeeds(const NpyArrayF32& x, const std::vector<int64_t>& y,

@@ -43,6 +43,7 @@
 #include "core/metrics/metrics.h"
 #include "core/tneb/tneb.h"
 #include "gtest/gtest.h"
+#include "tests/source_path.h"
 
 namespace dendro {
 namespace {
@@ -54,7 +55,7 @@ struct Dataset {
 };
 
 Dataset Load(const std::string& name) {
-  const std::string base = std::string(DENDRO_SOURCE_DIR) + "/tests/golden/tneb/fig4_" + name;
+  const std::string base = SourcePath("tests/golden/tneb/fig4_") + name;
   Dataset d;
   auto x = ReadNpyFloat32(base + "_X.npy");
   auto y = ReadNpyInt(base + "_y.npy");

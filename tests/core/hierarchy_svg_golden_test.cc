@@ -31,13 +31,14 @@
 #include "core/hierarchy/svg.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/source_path.h"
 
 namespace dendro {
 namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-std::string GoldenDir() { return std::string(DENDRO_SOURCE_DIR) + "/tests/golden/svg/"; }
+std::string GoldenDir() { return SourcePath("tests/golden/svg/"); }
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

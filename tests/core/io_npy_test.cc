@@ -17,6 +17,7 @@
 #include "core/io/atomic_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/source_path.h"
 
 namespace dendro {
 namespace {
@@ -29,7 +30,7 @@ using namespace std::string_literals;  // NOLINT: headers with embedded NULs
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 
 std::string Golden(const std::string& name) {
-  return std::string(DENDRO_SOURCE_DIR) + "/tests/golden/npy/" + name;
+  return SourcePath("tests/golden/npy/") + name;
 }
 
 class ScopedTempDir {

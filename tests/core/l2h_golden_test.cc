@@ -14,6 +14,7 @@
 #include "core/l2h/l2h.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/source_path.h"
 
 namespace dendro {
 namespace {
@@ -64,7 +65,7 @@ Float32Array ReadGoldenNpy(const std::string& path) {
   return a;
 }
 
-std::string GoldenDir() { return std::string(DENDRO_SOURCE_DIR) + "/tests/golden/l2h/"; }
+std::string GoldenDir() { return SourcePath("tests/golden/l2h/"); }
 
 nlohmann::json LoadGoldens() {
   std::ifstream in(GoldenDir() + "l2h_goldens.json");

@@ -13,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/source_path.h"
 
 namespace dendro {
 namespace l2h_internal {
@@ -29,7 +30,7 @@ std::vector<double> SumsArray(int64_t n) {
 }
 
 TEST(L2hKernels, NumpySumMatchesNumpyBitForBit) {
-  std::ifstream in(std::string(DENDRO_SOURCE_DIR) + "/tests/golden/l2h/numpy_sums.json");
+  std::ifstream in(SourcePath("tests/golden/l2h/numpy_sums.json"));
   ASSERT_TRUE(in.good());
   const nlohmann::json j = nlohmann::json::parse(in);
   int differs_from_sequential = 0;

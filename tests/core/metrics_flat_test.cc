@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/source_path.h"
 
 namespace dendro {
 namespace {
@@ -24,7 +25,7 @@ using ::testing::HasSubstr;
 
 TEST(FlatMetricsTest, MatchScikitLearnGoldens) {
   const std::string path =
-      std::string(DENDRO_SOURCE_DIR) + "/tests/golden/metrics/flat_metrics.json";
+      SourcePath("tests/golden/metrics/flat_metrics.json");
   std::ifstream in(path);
   ASSERT_TRUE(in) << "cannot open " << path;
   std::stringstream text;

@@ -34,13 +34,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/source_path.h"
 
 namespace dendro {
 namespace {
 
 using ::testing::HasSubstr;
 
-const std::string kGolden = std::string(DENDRO_SOURCE_DIR) + "/tests/golden/ghhc/";
+const std::string kGolden = SourcePath("tests/golden/ghhc/");
 
 // Dendrogram purity of average linkage on the points as gHHC preprocesses
 // them (centred, unit length).

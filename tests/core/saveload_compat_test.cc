@@ -33,6 +33,7 @@
 #include "core/tneb/tneb.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/source_path.h"
 
 namespace dendro {
 namespace {
@@ -40,7 +41,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string FixtureDir(const std::string& method) {
-  return std::string(DENDRO_SOURCE_DIR) + "/tests/data/models_v1/" + method;
+  return SourcePath("tests/data/models_v1/") + method;
 }
 
 std::string TempDir(const std::string& name) {

@@ -21,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/source_path.h"
 
 namespace dendro {
 namespace {
@@ -30,7 +31,7 @@ using ::testing::HasSubstr;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 nlohmann::json ReadGolden(const std::string& name) {
-  std::ifstream in(std::string(DENDRO_SOURCE_DIR) + "/tests/golden/tneb/" + name);
+  std::ifstream in(SourcePath("tests/golden/tneb/") + name);
   std::stringstream ss;
   ss << in.rdbuf();
   return nlohmann::json::parse(ss.str());

@@ -14,8 +14,6 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
-export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 # (Computed here: nproc honours OMP_THREAD_LIMIT, which the TSan run sets.)
 jobs="${JOBS:-$(nproc)}"
 
@@ -23,7 +21,7 @@ configure_and_build() {  # DIR SANITIZER [TARGET...]
   local dir=$1 sanitizer=$2
   shift 2
   cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DDENDRO_SANITIZE="$sanitizer" \
+    -DDENDRO_SANITIZE="$sanitizer" \
     -DDENDRO_BUILD_BENCHMARKS=OFF >/dev/null
   if [[ $# -gt 0 ]]; then
     local targets=()

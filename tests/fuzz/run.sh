@@ -14,10 +14,6 @@ SECONDS_PER_TARGET=${1:-60}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${2:-$ROOT/build-fuzz}
 JOBS=${JOBS:-2}
-# As in deploy/build.sh: ccache results shared between checkouts (CI builds
-# a fresh clone each time).
-export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
-export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 
 command -v clang++-14 >/dev/null || { echo "fuzz: clang++-14 is not installed (deploy/packages.txt lists it)"; exit 1; }
 CXX=clang++-14 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -216,7 +216,7 @@ def write_cli_inputs(d: Path) -> None:
     120 classes of features for hppca (--superclasses 100) plus 10 new ones."""
     from test_client import hierarchical_logits
     rng = np.random.default_rng(2026)
-    x, y = hierarchical_logits(2000, 4, 6, seed=21)
+    x, y = hierarchical_logits(1000, 4, 6, seed=21)
     xt, yt = hierarchical_logits(500, 4, 6, seed=22)
     np.save(d / "logits.npy", x)
     np.save(d / "y.npy", y.astype(np.int64))
@@ -224,7 +224,7 @@ def write_cli_inputs(d: Path) -> None:
     np.save(d / "y_test.npy", yt.astype(np.int64))  # also test.npy's classes below
     centres = rng.normal(0, 4, (24, 8))
     for name in ("emb.npy", "embeddings.npy"):
-        np.save(d / name, (centres[y] + rng.normal(size=(2000, 8))).astype(np.float32))
+        np.save(d / name, (centres[y] + rng.normal(size=(1000, 8))).astype(np.float32))
     np.save(d / "wide.npy", rng.normal(size=(600, 100)).astype(np.float32))
     means = rng.normal(0, 3, (130, 32))
     labels = np.repeat(np.arange(120), 6)

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/temp_dir.h"
 
 namespace dendro {
 namespace {
@@ -22,29 +23,15 @@ using ::testing::StartsWith;
 
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 
-class ScopedTempDir {
- public:
-  ScopedTempDir() {
-    std::string tmpl = ::testing::TempDir() + "/dendro_atomic_XXXXXX";
-    EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
-    path_ = tmpl;
+// Sorted names of the entries of `dir`.
+std::vector<std::string> List(const ScopedTempDir& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    names.push_back(e.path().filename().string());
   }
-  ~ScopedTempDir() { std::filesystem::remove_all(path_); }
-  std::string Path(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-  // Sorted names of the directory's entries.
-  std::vector<std::string> List() const {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(path_)) {
-      names.push_back(e.path().filename().string());
-    }
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  std::string path_;
-};
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 std::string Read(const std::string& path) {
   std::string s;
@@ -67,7 +54,7 @@ std::string Pattern(size_t n, int seed) {
 }
 
 TEST(WriteFileAtomic, CreatesAndReplaces) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_atomic_");
   const std::string path = dir.Path("a.bin");
   ASSERT_TRUE(WriteFileAtomic(path, "first").ok());
   EXPECT_EQ(Read(path), "first");
@@ -79,11 +66,11 @@ TEST(WriteFileAtomic, CreatesAndReplaces) {
   std::string with_nuls("a\0b\0", 4);
   ASSERT_TRUE(WriteFileAtomic(path, with_nuls).ok());
   EXPECT_EQ(Read(path), with_nuls);
-  EXPECT_THAT(dir.List(), ElementsAre("a.bin"));
+  EXPECT_THAT(List(dir), ElementsAre("a.bin"));
 }
 
 TEST(WriteFileAtomic, RelativePathInCurrentDirectory) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_atomic_");
   char old_cwd[4096];
   ASSERT_NE(::getcwd(old_cwd, sizeof(old_cwd)), nullptr);
   ASSERT_EQ(::chdir(dir.path().c_str()), 0);
@@ -91,11 +78,11 @@ TEST(WriteFileAtomic, RelativePathInCurrentDirectory) {
   ASSERT_EQ(::chdir(old_cwd), 0);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(Read(dir.Path("rel.txt")), "relative");
-  EXPECT_THAT(dir.List(), ElementsAre("rel.txt"));
+  EXPECT_THAT(List(dir), ElementsAre("rel.txt"));
 }
 
 TEST(WriteFileAtomic, Errors) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_atomic_");
   const std::string in_missing_dir = dir.Path("no/such/dir/file");
   const absl::Status s = WriteFileAtomic(in_missing_dir, "x");
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
@@ -109,12 +96,12 @@ TEST(WriteFileAtomic, Errors) {
   const absl::Status d = WriteFileAtomic(dir.Path("d"), "x");
   EXPECT_FALSE(d.ok());
   EXPECT_THAT(Msg(d), HasSubstr(dir.Path("d")));
-  EXPECT_THAT(dir.List(), ElementsAre("d"));
+  EXPECT_THAT(List(dir), ElementsAre("d"));
   EXPECT_TRUE(std::filesystem::is_directory(dir.Path("d/inner")));
 }
 
 TEST(ReadFileToString, Errors) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_atomic_");
   std::string out = "stale";
   const absl::Status missing = ReadFileToString(dir.Path("missing"), &out);
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
@@ -135,7 +122,7 @@ TEST(ReadFileToString, FileWithoutSizeReadsToEof) {
 }
 
 TEST(AtomicFileWriter, NothingVisibleUntilCommit) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_atomic_");
   const std::string path = dir.Path("upload.bin");
   AtomicFileWriter w;
   ASSERT_TRUE(AtomicFileWriter::Open(path, &w).ok());
@@ -158,14 +145,14 @@ TEST(AtomicFileWriter, NothingVisibleUntilCommit) {
   EXPECT_EQ(w.size(), static_cast<int64_t>(want.size()));
 
   EXPECT_FALSE(std::filesystem::exists(path));
-  const std::vector<std::string> before = dir.List();
+  const std::vector<std::string> before = List(dir);
   ASSERT_EQ(before.size(), 1u);
   EXPECT_THAT(before[0], StartsWith("upload.bin.tmp."));
   EXPECT_THAT(before[0], HasSubstr(absl::StrCat(".", ::getpid(), ".")));
 
   ASSERT_TRUE(w.Commit().ok());
   EXPECT_EQ(Read(path), want);
-  EXPECT_THAT(dir.List(), ElementsAre("upload.bin"));
+  EXPECT_THAT(List(dir), ElementsAre("upload.bin"));
 
   // Committed writers refuse further work.
   EXPECT_EQ(w.Append("x").code(), absl::StatusCode::kFailedPrecondition);
@@ -175,26 +162,26 @@ TEST(AtomicFileWriter, NothingVisibleUntilCommit) {
 }
 
 TEST(AtomicFileWriter, AbandonLeavesExistingFileUntouched) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_atomic_");
   const std::string path = dir.Path("keep.txt");
   ASSERT_TRUE(WriteFileAtomic(path, "original").ok());
   {
     AtomicFileWriter w;
     ASSERT_TRUE(AtomicFileWriter::Open(path, &w).ok());
     ASSERT_TRUE(w.Append(Pattern(3 << 20, 3)).ok());
-    EXPECT_EQ(dir.List().size(), 2u);
+    EXPECT_EQ(List(dir).size(), 2u);
     w.Abandon();
-    EXPECT_THAT(dir.List(), ElementsAre("keep.txt"));
+    EXPECT_THAT(List(dir), ElementsAre("keep.txt"));
     EXPECT_EQ(w.Append("x").code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_EQ(w.Commit().code(), absl::StatusCode::kFailedPrecondition);
     w.Abandon();  // idempotent
   }
   EXPECT_EQ(Read(path), "original");
-  EXPECT_THAT(dir.List(), ElementsAre("keep.txt"));
+  EXPECT_THAT(List(dir), ElementsAre("keep.txt"));
 }
 
 TEST(AtomicFileWriter, DestructorAbandons) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_atomic_");
   const std::string fresh = dir.Path("fresh.bin");
   const std::string existing = dir.Path("existing.bin");
   ASSERT_TRUE(WriteFileAtomic(existing, "old").ok());
@@ -204,15 +191,15 @@ TEST(AtomicFileWriter, DestructorAbandons) {
     ASSERT_TRUE(AtomicFileWriter::Open(existing, &b).ok());
     ASSERT_TRUE(a.Append("new data").ok());
     ASSERT_TRUE(b.Append("new data").ok());
-    EXPECT_EQ(dir.List().size(), 3u);
+    EXPECT_EQ(List(dir).size(), 3u);
   }
   EXPECT_FALSE(std::filesystem::exists(fresh));
   EXPECT_EQ(Read(existing), "old");
-  EXPECT_THAT(dir.List(), ElementsAre("existing.bin"));
+  EXPECT_THAT(List(dir), ElementsAre("existing.bin"));
 }
 
 TEST(AtomicFileWriter, ReopenAbandonsThePreviousFile) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_atomic_");
   AtomicFileWriter w;
   ASSERT_TRUE(AtomicFileWriter::Open(dir.Path("one"), &w).ok());
   ASSERT_TRUE(w.Append("1").ok());
@@ -220,12 +207,12 @@ TEST(AtomicFileWriter, ReopenAbandonsThePreviousFile) {
   EXPECT_EQ(w.size(), 0);
   ASSERT_TRUE(w.Append("2").ok());
   ASSERT_TRUE(w.Commit().ok());
-  EXPECT_THAT(dir.List(), ElementsAre("two"));
+  EXPECT_THAT(List(dir), ElementsAre("two"));
   EXPECT_EQ(Read(dir.Path("two")), "2");
 }
 
 TEST(AtomicFileWriter, WriteAtPatchesBufferedAndFlushedBytes) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_atomic_");
   const std::string path = dir.Path("patched.bin");
   AtomicFileWriter w;
   ASSERT_TRUE(AtomicFileWriter::Open(path, &w).ok());
@@ -259,7 +246,7 @@ TEST(AtomicFileWriter, WriteAtPatchesBufferedAndFlushedBytes) {
 }
 
 TEST(AtomicFileWriter, MoveTransfersOwnership) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_atomic_");
   const std::string path = dir.Path("moved.bin");
   AtomicFileWriter a;
   ASSERT_TRUE(AtomicFileWriter::Open(path, &a).ok());
@@ -273,20 +260,20 @@ TEST(AtomicFileWriter, MoveTransfersOwnership) {
   c = std::move(b);
   ASSERT_TRUE(c.Commit().ok());
   EXPECT_EQ(Read(path), "hello world");
-  EXPECT_THAT(dir.List(), ElementsAre("moved.bin"));
+  EXPECT_THAT(List(dir), ElementsAre("moved.bin"));
 }
 
 TEST(AtomicFileWriter, MoveAssignAbandonsTheTarget) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_atomic_");
   AtomicFileWriter a, b;
   ASSERT_TRUE(AtomicFileWriter::Open(dir.Path("a"), &a).ok());
   ASSERT_TRUE(AtomicFileWriter::Open(dir.Path("b"), &b).ok());
   ASSERT_TRUE(a.Append("A").ok());
   ASSERT_TRUE(b.Append("B").ok());
   b = std::move(a);  // b's temporary file for "b" is removed
-  EXPECT_EQ(dir.List().size(), 1u);
+  EXPECT_EQ(List(dir).size(), 1u);
   ASSERT_TRUE(b.Commit().ok());
-  EXPECT_THAT(dir.List(), ElementsAre("a"));
+  EXPECT_THAT(List(dir), ElementsAre("a"));
   EXPECT_EQ(Read(dir.Path("a")), "A");
 }
 
@@ -298,23 +285,23 @@ TEST(AtomicFileWriter, UnopenedWriter) {
 }
 
 TEST(AtomicFileWriter, ConcurrentWritersGetDistinctTempFiles) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_atomic_");
   const std::string path = dir.Path("same");
   AtomicFileWriter a, b;
   ASSERT_TRUE(AtomicFileWriter::Open(path, &a).ok());
   ASSERT_TRUE(AtomicFileWriter::Open(path, &b).ok());
-  EXPECT_EQ(dir.List().size(), 2u);
+  EXPECT_EQ(List(dir).size(), 2u);
   ASSERT_TRUE(a.Append("from a").ok());
   ASSERT_TRUE(b.Append("from b").ok());
   ASSERT_TRUE(a.Commit().ok());
   EXPECT_EQ(Read(path), "from a");
   ASSERT_TRUE(b.Commit().ok());  // the last commit wins
   EXPECT_EQ(Read(path), "from b");
-  EXPECT_THAT(dir.List(), ElementsAre("same"));
+  EXPECT_THAT(List(dir), ElementsAre("same"));
 }
 
 TEST(MakeDirs, CreatesParentsAndIsIdempotent) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_atomic_");
   const std::string deep = dir.Path("a/b//c/d/");
   ASSERT_TRUE(MakeDirs(deep).ok());
   EXPECT_TRUE(std::filesystem::is_directory(dir.Path("a/b/c/d")));
@@ -326,7 +313,7 @@ TEST(MakeDirs, CreatesParentsAndIsIdempotent) {
 }
 
 TEST(MakeDirs, Errors) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_atomic_");
   EXPECT_EQ(MakeDirs("").code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(WriteFileAtomic(dir.Path("file"), "x").ok());
   const absl::Status s = MakeDirs(dir.Path("file/sub"));

@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/source_path.h"
+#include "tests/temp_dir.h"
 
 namespace dendro {
 namespace {
@@ -32,21 +33,6 @@ std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 std::string Golden(const std::string& name) {
   return SourcePath("tests/golden/npy/") + name;
 }
-
-class ScopedTempDir {
- public:
-  ScopedTempDir() {
-    std::string tmpl = ::testing::TempDir() + "/dendro_npy_XXXXXX";
-    EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
-    path_ = tmpl;
-  }
-  ~ScopedTempDir() { std::filesystem::remove_all(path_); }
-  std::string Path(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 std::string ReadAll(const std::string& path) {
   std::string s;
@@ -401,7 +387,7 @@ std::vector<T> IntData(int64_t n) {
 }
 
 TEST(NpyRoundTrip, AllDTypesOneAndTwoD) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_npy_");
   for (const std::vector<int64_t>& shape :
        {std::vector<int64_t>{37}, std::vector<int64_t>{5, 7}, std::vector<int64_t>{0},
         std::vector<int64_t>{0, 3}, std::vector<int64_t>{4, 0}}) {
@@ -457,7 +443,7 @@ TEST(NpyRoundTrip, AllDTypesOneAndTwoD) {
 }
 
 TEST(NpyRoundTrip, MappedDataIsTheFileContents) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_npy_");
   const auto f32 = FloatData<float>(3000);
   ASSERT_TRUE(WriteNpy(dir.Path("a.npy"), absl::MakeConstSpan(f32), {1000, 3}).ok());
   auto m = MappedNpy::Open(dir.Path("a.npy"));
@@ -471,7 +457,7 @@ TEST(NpyRoundTrip, MappedDataIsTheFileContents) {
 TEST(NpyRoundTrip, MisalignedDataOffsetIsCopiedAligned) {
   // A header that leaves the data at an offset that is not a multiple of 8:
   // legal, but numpy never writes it.
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_npy_");
   const std::string dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }\n";
   std::string bytes = RawNpy(dict);
   ASSERT_NE(bytes.size() % 8, 0u);
@@ -488,7 +474,7 @@ TEST(NpyRoundTrip, MisalignedDataOffsetIsCopiedAligned) {
 }
 
 TEST(NpyWrite, RejectsBadShapesAndWritesNothing) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_npy_");
   const std::vector<float> data(12, 1.0f);
   struct Case {
     std::vector<int64_t> shape;
@@ -507,7 +493,7 @@ TEST(NpyWrite, RejectsBadShapesAndWritesNothing) {
 }
 
 TEST(NpyFileErrors, MissingEmptyDirectoryAndGarbage) {
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_npy_");
   const std::string missing = dir.Path("missing.npy");
   auto m = MappedNpy::Open(missing);
   EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);
@@ -532,7 +518,7 @@ TEST(NpyFileErrors, MissingEmptyDirectoryAndGarbage) {
 
 TEST(NpyFileErrors, PermissionDenied) {
   if (::geteuid() == 0) GTEST_SKIP() << "root can read files without permission";
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_npy_");
   const std::vector<float> data = {1, 2};
   ASSERT_TRUE(WriteNpy(dir.Path("secret.npy"), absl::MakeConstSpan(data), {2}).ok());
   ASSERT_EQ(::chmod(dir.Path("secret.npy").c_str(), 0), 0);
@@ -547,7 +533,7 @@ TEST(NpyInterop, NumpyLoadsOurFiles) {
       std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "/usr/bin/python3 with numpy is not available";
   }
-  ScopedTempDir dir;
+  ScopedTempDir dir("dendro_npy_");
   const auto f32 = FloatData<float>(35);
   const auto f64 = FloatData<double>(11);
   const auto i32 = IntData<int32_t>(12);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/hppca/hppca.h"
 #include "core/hppca/synthetic.h"
 #include "core/io/atomic_file.h"
@@ -19,6 +20,7 @@
 #include "core/metrics/metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/temp_dir.h"
 
 namespace dendro {
 namespace {
@@ -206,13 +208,6 @@ TEST_F(HppcaQualityTest, GrowingMatchesTrainingOnAllClassesAtOnce) {
   }
 }
 
-std::string TempDir(const std::string& name) {
-  const std::string dir = std::string(::testing::TempDir()) + "/hppca_" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
 TEST_F(HppcaQualityTest, SaveLoadRoundTripPredictsIdentically) {
   NullRunContext ctx;
   for (int32_t s : {8, kFlatClassifier}) {
@@ -221,7 +216,8 @@ TEST_F(HppcaQualityTest, SaveLoadRoundTripPredictsIdentically) {
     opt.score = s > 0 ? PpcaScore::kMahalanobis : PpcaScore::kLogDet;
     auto model = FitHppca(View(train_.x), train_.labels, opt, ctx);
     ASSERT_TRUE(model.ok());
-    const std::string dir = TempDir(absl::StrCat("roundtrip", s));
+    const ScopedTempDir tmp(absl::StrCat("hppca_roundtrip", s, "_"));
+    const std::string& dir = tmp.path();
     ASSERT_TRUE(model->Save(dir).ok());
     auto loaded = HppcaModel::Load(dir);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -264,9 +260,11 @@ TEST_F(HppcaQualityTest, LoadRejectsDamagedModels) {
   NullRunContext ctx;
   auto model = FitHppca(View(train_.x), train_.labels, Options(), ctx);
   ASSERT_TRUE(model.ok());
-  EXPECT_EQ(HppcaModel::Load(TempDir("missing") + "/nope").status().code(),
+  const ScopedTempDir tmp_missing("hppca_missing_");
+  EXPECT_EQ(HppcaModel::Load(tmp_missing.Path("nope")).status().code(),
             absl::StatusCode::kNotFound);
-  const std::string dir = TempDir("damaged");
+  const ScopedTempDir tmp("hppca_damaged_");
+  const std::string& dir = tmp.path();
   ASSERT_TRUE(model->Save(dir).ok());
   // Wrong shape.
   const int64_t shape[1] = {3};

@@ -34,6 +34,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/source_path.h"
+#include "tests/temp_dir.h"
 
 namespace dendro {
 namespace {
@@ -42,14 +43,6 @@ namespace fs = std::filesystem;
 
 std::string FixtureDir(const std::string& method) {
   return SourcePath("tests/data/models_v1/") + method;
-}
-
-std::string TempDir(const std::string& name) {
-  const std::string dir = std::string(::testing::TempDir()) + "/saveload_compat_" + name + "_" +
-                          std::to_string(::testing::UnitTest::GetInstance()->random_seed());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
 }
 
 // Standardised, with one Gaussian component (infinite dof: null in JSON).
@@ -164,7 +157,8 @@ TEST(SaveLoadCompatTest, TnebVersion1) {
   EXPECT_EQ(loaded->transform.scale, want.transform.scale);
   EXPECT_EQ(loaded->original_component, want.original_component);
   EXPECT_EQ(loaded->height_offset, want.height_offset);
-  const std::string dir = TempDir("tneb");
+  const ScopedTempDir tmp("saveload_compat_tneb_");
+  const std::string& dir = tmp.path();
   ASSERT_TRUE(SaveTnebModel(*loaded, dir).ok());
   ExpectSameFiles(FixtureDir("tneb"), dir);
 }
@@ -181,7 +175,8 @@ TEST(SaveLoadCompatTest, GhhcVersion1) {
   EXPECT_EQ(loaded->nodes, want.nodes);
   EXPECT_EQ(loaded->node_leaf, want.node_leaf);
   EXPECT_EQ(loaded->node_parent, want.node_parent);
-  const std::string dir = TempDir("ghhc");
+  const ScopedTempDir tmp("saveload_compat_ghhc_");
+  const std::string& dir = tmp.path();
   ASSERT_TRUE(SaveGhhcModel(*loaded, dir).ok());
   ExpectSameFiles(FixtureDir("ghhc"), dir);
 }
@@ -197,7 +192,8 @@ TEST(SaveLoadCompatTest, HppcaVersion1) {
   EXPECT_FALSE(loaded->hierarchy().point_leaf().empty());
   // Everything Save writes comes from what Load read: saving again gives
   // the fixture's files.
-  const std::string dir = TempDir("hppca");
+  const ScopedTempDir tmp("saveload_compat_hppca_");
+  const std::string& dir = tmp.path();
   ASSERT_TRUE(loaded->Save(dir).ok());
   ExpectSameFiles(FixtureDir("hppca"), dir);
 }

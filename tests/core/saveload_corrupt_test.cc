@@ -30,6 +30,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/temp_dir.h"
 
 namespace dendro {
 namespace {
@@ -38,14 +39,6 @@ using ::testing::HasSubstr;
 using Json = nlohmann::json;
 using Pointer = Json::json_pointer;
 using Loader = std::function<absl::Status(const std::string& dir)>;
-
-std::string TempDir(const std::string& name) {
-  const std::string dir = std::string(::testing::TempDir()) + "/saveload_corrupt_" + name + "_" +
-                          std::to_string(::testing::UnitTest::GetInstance()->random_seed());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 // Every value below the root: object members, arrays and their first and
 // last elements.
@@ -220,7 +213,8 @@ TEST(SaveLoadCorruptTest, Tneb) {
   t.center = {1.0, -2.0};
   t.scale = {2.0, 0.5};
   const TnebModel model{*std::move(mix), t, {0, 2, 3}, 1.25};
-  const std::string dir = TempDir("tneb");
+  const ScopedTempDir tmp("saveload_corrupt_tneb_");
+  const std::string& dir = tmp.path();
   ASSERT_TRUE(SaveTnebModel(model, dir).ok());
   ModelCase c;
   c.dir = dir;
@@ -258,7 +252,8 @@ absl::StatusOr<HppcaModel> FitSmallHppca() {
 TEST(SaveLoadCorruptTest, Hppca) {
   auto model = FitSmallHppca();
   ASSERT_TRUE(model.ok()) << model.status();
-  const std::string dir = TempDir("hppca");
+  const ScopedTempDir tmp("saveload_corrupt_hppca_");
+  const std::string& dir = tmp.path();
   ASSERT_TRUE(model->Save(dir).ok());
   ModelCase c;
   c.dir = dir;
@@ -296,7 +291,8 @@ TEST(SaveLoadCorruptTest, HppcaArrayValues) {
   };
   for (const Damage& d : damages) {
     SCOPED_TRACE(d.file);
-    const std::string dir = TempDir("hppca_values");
+    const ScopedTempDir tmp("saveload_corrupt_hppca_values_");
+    const std::string& dir = tmp.path();
     ASSERT_TRUE(model->Save(dir).ok());
     ASSERT_TRUE(HppcaModel::Load(dir).ok());
     const int64_t shape[1] = {6};
@@ -323,7 +319,8 @@ TEST(SaveLoadCorruptTest, Ghhc) {
     }
     m.node_leaf = {0, -1, 1};
     m.node_parent = {1, -1, 1};
-    const std::string dir = TempDir(projected ? "ghhc_projected" : "ghhc");
+    const ScopedTempDir tmp(projected ? "saveload_corrupt_ghhc_projected_" : "saveload_corrupt_ghhc_");
+    const std::string& dir = tmp.path();
     ASSERT_TRUE(SaveGhhcModel(m, dir).ok());
     ModelCase c;
     c.dir = dir;

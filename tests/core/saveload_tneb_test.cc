@@ -17,19 +17,12 @@
 #include "core/tneb/tneb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/temp_dir.h"
 
 namespace dendro {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string TempDir(const std::string& name) {
-  const std::string dir = std::string(::testing::TempDir()) + "/tneb_saveload_" + name + "_" +
-                          std::to_string(::testing::UnitTest::GetInstance()->random_seed());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 struct Fitted {
   std::vector<float> x;
@@ -76,7 +69,8 @@ TEST(TnebSaveLoad, RoundTripIsExact) {
   for (bool gaussian : {false, true}) {
     SCOPED_TRACE(gaussian ? "gaussian" : "student-t");
     const TnebResult r = Fit(x, n, /*standardize=*/!gaussian, gaussian);
-    const std::string dir = TempDir(gaussian ? "g" : "t");
+    const ScopedTempDir tmp(gaussian ? "tneb_saveload_g_" : "tneb_saveload_t_");
+    const std::string& dir = tmp.path();
     ASSERT_TRUE(SaveTnebModel(r.model, dir).ok());
     auto back = LoadTnebModel(dir);
     ASSERT_TRUE(back.ok()) << back.status();
@@ -112,7 +106,8 @@ TEST(TnebSaveLoad, DamagedFilesAreClearErrors) {
   const int64_t n = 300;
   const std::vector<float> x = Data(n);
   const TnebResult r = Fit(x, n, false, false);
-  const std::string dir = TempDir("damaged");
+  const ScopedTempDir tmp("tneb_saveload_damaged_");
+  const std::string& dir = tmp.path();
   ASSERT_TRUE(SaveTnebModel(r.model, dir).ok());
 
   EXPECT_FALSE(LoadTnebModel(dir + "/missing").ok());

@@ -9,7 +9,9 @@ on the same data directory.
 
 Usage: grpc_blackbox_test.py DENDROD_BINARY
 """
+import atexit
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 HERE = os.path.dirname(os.path.abspath(__file__))
 DENDROD = None
 GEN = tempfile.mkdtemp(prefix="dendro_py_stubs_")
+atexit.register(shutil.rmtree, GEN, ignore_errors=True)
 
 
 def generate_stubs():

@@ -8,7 +8,6 @@
 #endif
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <string>
 #include <vector>
 

@@ -10,7 +10,6 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>

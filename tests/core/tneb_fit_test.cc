@@ -7,6 +7,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
+#include <omp.h>
+
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -138,6 +140,32 @@ TEST(TnebFit, RecoversSeparatedBlobs) {
 
 // The density-merge order (the paper's) still recovers separated blobs, and
 // its heights are height_offset - similarity.
+// Records the calling thread's OpenMP default team size at every report.
+class TeamSizeContext : public RunContext {
+ public:
+  bool Cancelled() const override { return false; }
+  void Report(double, std::string_view) override { seen.push_back(omp_get_max_threads()); }
+  std::vector<int> seen;
+};
+
+// Eigen's own OpenMP products stay off during a fit (each small product
+// would otherwise fork a thread, which spin-waits on a busy machine), and
+// the caller's setting is back afterwards.
+TEST(TnebFit, KeepsEigenProductsOnTheCallingThread) {
+  const Data s = Blobs({{0, 0}, {12, 0}, {6, 11}}, 100, 2);
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(3);
+  TeamSizeContext ctx;
+  TnebOptions o = SmallOptions();
+  o.num_threads = 2;
+  auto r = FitTneb(s.view(), o, ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_FALSE(ctx.seen.empty());
+  for (int t : ctx.seen) EXPECT_EQ(t, 1);
+  EXPECT_EQ(omp_get_max_threads(), 3);
+  omp_set_num_threads(before);
+}
+
 TEST(TnebFit, DensityMergeIsThePapers) {
   const Data s = Blobs({{0, 0}, {12, 0}, {6, 11}}, 200, 1);
   NullRunContext ctx;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "Eigen/Cholesky"
 #include "Eigen/Eigenvalues"
@@ -220,6 +221,75 @@ absl::StatusOr<Centroid> TheoremTwoCentroid(absl::Span<const GaussianRef> member
       c.eigvals[l] = f[l] + c.noise_mean;
       c.eigvecs.row(l) = u.col(l).transpose().cast<float>();
       top_sum += f[l];
+    }
+  }
+  c.tail = rank < d ? c.noise_mean + std::max(tm - top_sum, 0.0) / static_cast<double>(d - rank)
+                    : c.noise_mean;
+  return c;
+}
+
+CentroidMoments::CentroidMoments(Eigen::VectorXd origin)
+    : origin_(std::move(origin)),
+      s1_(Eigen::VectorXd::Zero(origin_.size())),
+      s2_(Eigen::MatrixXd::Zero(origin_.size(), origin_.size())) {}
+
+void CentroidMoments::Update(absl::Span<const GaussianRef> members, double sign) {
+  const int64_t d = origin_.size();
+  int64_t m = 0;
+  for (const GaussianRef& g : members) m += g.rank() + 1;
+  if (m == 0) return;
+  // The columns of W: sqrt(e_ij) b_ij and mu_i - o, so that S2 changes by
+  // sign * W W^T (a GEMM: Eigen's selfadjoint rank update is several times
+  // slower at these shapes with AVX-512, see docs/benchmarks.md).
+  Eigen::MatrixXd w(d, m);
+  int64_t col = 0;
+  for (const GaussianRef& g : members) {
+    for (int32_t j = 0; j < g.rank(); ++j) {
+      w.col(col++) =
+          std::sqrt(std::max(g.excess[j], 0.0)) * g.basis.row(j).transpose().cast<double>();
+    }
+    const Eigen::VectorXd delta = g.mean - origin_;
+    w.col(col++) = delta;
+    s1_ += sign * delta;
+    noise_sum_ += sign * g.noise;
+    count_ += sign > 0 ? 1 : -1;
+  }
+  if (sign > 0) {
+    s2_.noalias() += w * w.transpose();
+  } else {
+    s2_.noalias() -= w * w.transpose();
+  }
+}
+
+absl::StatusOr<Centroid> CentroidMoments::ToCentroid(int32_t rank) const {
+  const int64_t d = origin_.size();
+  if (count_ < 1) return absl::InvalidArgumentError("centroid of an empty set of Gaussians");
+  if (rank < 0 || rank > d) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("centroid rank ", rank, " outside [0, d=", d, "]"));
+  }
+  const double n = static_cast<double>(count_);
+  const Eigen::VectorXd shift = s1_ / n;
+  Centroid c;
+  c.mean = origin_ + shift;
+  c.noise_mean = noise_sum_ / n;
+  // Sigma - noise_mean I, in the lower triangle (all LargestEigenpairs reads).
+  Eigen::MatrixXd cov = s2_ / n;
+  cov.selfadjointView<Eigen::Lower>().rankUpdate(shift, -1.0);
+  const double tm = cov.trace();
+  c.trace = tm + c.noise_mean * static_cast<double>(d);
+  c.eigvecs = RowMatrixF::Zero(rank, d);
+  c.eigvals = Eigen::VectorXd::Constant(rank, c.noise_mean);
+  double top_sum = 0.0;
+  if (rank > 0) {
+    Eigen::VectorXd top;
+    Eigen::MatrixXd u;
+    LargestEigenpairs(cov, rank, &top, &u);
+    for (int64_t l = 0; l < rank; ++l) {
+      const double f = std::max(top[l], 0.0);
+      c.eigvals[l] = f + c.noise_mean;
+      c.eigvecs.row(l) = u.col(l).transpose().cast<float>();
+      top_sum += f;
     }
   }
   c.tail = rank < d ? c.noise_mean + std::max(tm - top_sum, 0.0) / static_cast<double>(d - rank)

@@ -108,6 +108,41 @@ struct Centroid {
 absl::StatusOr<Centroid> TheoremTwoCentroid(absl::Span<const GaussianRef> members,
                                             int32_t rank);
 
+// The sums over a set of Gaussians from which its Theorem 2 centroid
+// follows, kept up to date as members join and leave: a change costs one
+// d x (k+1) by (k+1) x d product for the member's rank k, where recomputing
+// the centroid costs one per member. About a fixed origin o:
+//   n, sum of noise_i, s1 = sum (mu_i - o),
+//   S2 = sum [B_i^T diag(e_i) B_i + (mu_i - o)(mu_i - o)^T]   (d x d),
+// so that mu = o + s1 / n and Sigma - noise_mean I = S2 / n - (s1 / n)(s1 / n)^T.
+// The origin only affects rounding: take one near the members (for example
+// the mean of all the Gaussians that will ever be members).
+//
+// Invariant: the sums are those of the multiset of Gaussians added and not
+// removed since construction (removing a Gaussian that was not added is the
+// caller's error and is not detected). Results equal TheoremTwoCentroid's up
+// to rounding; they depend on the order of the changes only through it.
+class CentroidMoments {
+ public:
+  explicit CentroidMoments(Eigen::VectorXd origin);
+
+  // Adds (sign = +1) or removes (sign = -1) every Gaussian of `members`;
+  // all must have the origin's dimension.
+  void Update(absl::Span<const GaussianRef> members, double sign);
+  int64_t count() const { return count_; }
+
+  // The centroid of the current members; `count()` must be >= 1 and
+  // 0 <= rank <= d.
+  absl::StatusOr<Centroid> ToCentroid(int32_t rank) const;
+
+ private:
+  Eigen::VectorXd origin_;
+  int64_t count_ = 0;
+  double noise_sum_ = 0.0;
+  Eigen::VectorXd s1_;
+  Eigen::MatrixXd s2_;  // symmetric, both triangles
+};
+
 // The probabilistic-PCA Gaussian closest to the centroid in the maximum-
 // likelihood sense (Tipping & Bishop): the same top eigenvectors, noise =
 // `tail` (the mean discarded eigenvalue) and excess = eigvals - tail. Exact

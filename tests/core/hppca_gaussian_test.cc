@@ -296,6 +296,47 @@ TEST(GaussianTest, CentroidOfOneGaussianIsItself) {
   EXPECT_NEAR(KlDivergence(a.ref(), g.ref()), 0.0, 1e-4);
 }
 
+// Moments after members join and leave equal the centroid of the final set
+// computed from scratch, at full and low rank, with the origin far from the
+// members (rounding only) and with members added, removed and added again.
+TEST(GaussianTest, CentroidMomentsFollowJoinsAndLeaves) {
+  std::mt19937_64 rng(21);
+  const int64_t d = 24;
+  std::vector<LowRankGaussian> pool;
+  for (int i = 0; i < 14; ++i) pool.push_back(RandomGaussian(d, 1 + i % 4, rng, i % 3 == 0));
+  for (double origin_shift : {0.0, 50.0}) {
+    SCOPED_TRACE(origin_shift);
+    CentroidMoments moments(VectorXd::Constant(d, origin_shift));
+    // Joins 0..9, then 3, 7 and 9 leave, 11..13 join, 7 joins again.
+    moments.Update(Refs({pool.begin(), pool.begin() + 10}), 1.0);
+    moments.Update(Refs({pool[3], pool[7], pool[9]}), -1.0);
+    moments.Update(Refs({pool.begin() + 11, pool.end()}), 1.0);
+    moments.Update(Refs({pool[7]}), 1.0);
+    std::vector<LowRankGaussian> now;
+    for (int i : {0, 1, 2, 4, 5, 6, 8, 11, 12, 13, 7}) now.push_back(pool[i]);
+    EXPECT_EQ(moments.count(), static_cast<int64_t>(now.size()));
+    for (int32_t r : {static_cast<int32_t>(d), 5}) {
+      SCOPED_TRACE(r);
+      auto got = moments.ToCentroid(r);
+      auto want = TheoremTwoCentroid(Refs(now), r);
+      ASSERT_TRUE(got.ok() && want.ok());
+      EXPECT_LT((got->mean - want->mean).norm(), 1e-10 * (1.0 + origin_shift));
+      EXPECT_NEAR(got->noise_mean, want->noise_mean, 1e-12);
+      EXPECT_NEAR(got->trace, want->trace, 1e-9 * want->trace);
+      EXPECT_NEAR(got->tail, want->tail, 1e-8 * want->tail);
+      for (int32_t l = 0; l < r; ++l) {
+        EXPECT_NEAR(got->eigvals[l], want->eigvals[l], 1e-8 * want->eigvals[0]);
+      }
+      EXPECT_LT((Reconstruct(*got) - Reconstruct(*want)).norm(), 1e-5 * Reconstruct(*want).norm());
+    }
+  }
+  CentroidMoments empty(VectorXd::Zero(d));
+  EXPECT_FALSE(empty.ToCentroid(2).ok());
+  empty.Update(Refs({pool[0]}), 1.0);
+  EXPECT_FALSE(empty.ToCentroid(static_cast<int32_t>(d) + 1).ok());
+  EXPECT_TRUE(empty.ToCentroid(0).ok());
+}
+
 TEST(GaussianTest, CentroidRejectsBadInput) {
   std::mt19937_64 rng(10);
   EXPECT_FALSE(TheoremTwoCentroid({}, 2).ok());

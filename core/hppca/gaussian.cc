@@ -239,8 +239,8 @@ void CentroidMoments::Update(absl::Span<const GaussianRef> members, double sign)
   for (const GaussianRef& g : members) m += g.rank() + 1;
   if (m == 0) return;
   // The columns of W: sqrt(e_ij) b_ij and mu_i - o, so that S2 changes by
-  // sign * W W^T (a GEMM: Eigen's selfadjoint rank update is several times
-  // slower at these shapes with AVX-512, see docs/benchmarks.md).
+  // sign * W W^T, as a GEMM (Eigen's selfadjoint rank update was no faster
+  // at d = 640 from 50 or 5,100 columns, docs/benchmarks.md).
   Eigen::MatrixXd w(d, m);
   int64_t col = 0;
   for (const GaussianRef& g : members) {

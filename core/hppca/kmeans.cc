@@ -78,6 +78,15 @@ absl::StatusOr<std::vector<int32_t>> GreedySeeds(absl::Span<const GaussianRef> c
   // bounds first, then exact distances for the classes whose bound is below
   // their current minimum.
   std::vector<char> need(k);
+  // Whether the bounds pruned enough in the last full update ([0]) and the
+  // last update on the candidates' sample ([1]).
+  struct BoundsUse {
+    bool pays = true;
+    int64_t skipped = 0;
+  };
+  constexpr double kMinPruned = 0.05;
+  constexpr int64_t kRecheckBounds = 8;
+  BoundsUse bounds_use[2];
   // `only` (optional) restricts the evaluation to the flagged classes.
   auto update = [&](int32_t c, const std::vector<double>& cur, std::vector<double>* out,
                     const std::vector<char>* only = nullptr) -> absl::Status {
@@ -95,10 +104,22 @@ absl::StatusOr<std::vector<int32_t>> GreedySeeds(absl::Span<const GaussianRef> c
       if (only == nullptr) return (b.row(i).transpose() - bc).cast<double>();
       return (gc.basis * means.row(i).transpose() - bc).cast<double>();
     };
+    // Bounds are skipped (every evaluated class is computed exactly, which
+    // gives the same minimum) while they do not pay: after an update of the
+    // same kind that pruned under kMinPruned of its classes, except on every
+    // kRecheckBounds-th update. At K = 10,000 (docs/benchmarks.md) they
+    // pruned no class at all.
+    BoundsUse& use = bounds_use[only == nullptr ? 0 : 1];
+    const bool bounds = use.pays || ++use.skipped % kRecheckBounds == 0;
+    int64_t evaluated = 0;
     DENDRO_RETURN_IF_ERROR(ParallelFor((k + 255) / 256, threads, ctx, [&](int64_t blk) {
       for (int64_t i = blk * 256; i < std::min(k, (blk + 1) * 256); ++i) {
         need[i] = 0;
         if (chosen[i] || i == c || (only != nullptr && !(*only)[i])) continue;
+        if (!bounds) {
+          need[i] = 1;
+          continue;
+        }
         const GaussianRef& gi = classes[i];
         const double dist2 = (means.row(i) - mc.transpose()).cast<double>().squaredNorm();
         double quad = 0.5 * (gi.noise + gc.noise) * dist2;
@@ -115,6 +136,11 @@ absl::StatusOr<std::vector<int32_t>> GreedySeeds(absl::Span<const GaussianRef> c
     std::vector<int64_t> todo;
     for (int64_t i = 0; i < k; ++i) {
       if (need[i]) todo.push_back(i);
+      if (!chosen[i] && i != c && (only == nullptr || (*only)[i])) ++evaluated;
+    }
+    if (bounds) {
+      use.pays = static_cast<double>(evaluated - static_cast<int64_t>(todo.size())) >=
+                 kMinPruned * static_cast<double>(evaluated);
     }
     // Each exact distance forms its own q_i x q_c cross product of the bases
     // (read in place: the class bases are not copied) on the thread that
@@ -248,16 +274,27 @@ absl::StatusOr<std::vector<int32_t>> BhattacharyyaSeeds(absl::Span<const Gaussia
 
 namespace {
 
-// Appends the lower triangle of the symmetric d x d matrix `m` (column-
-// major; only its lower triangle is read), column by column -- the same
-// order as the upper triangle row by row, read contiguously -- to `out`,
-// the off-diagonal entries multiplied by `off_diagonal`.
-void PackLower(const Eigen::MatrixXd& m, double off_diagonal, double* out) {
-  const int64_t d = m.rows();
-  for (int64_t x = 0; x < d; ++x) {
-    const double* col = m.col(x).data();
-    *out++ = col[x];
-    for (int64_t y = x + 1; y < d; ++y) *out++ = off_diagonal * col[y];
+// Writes the lower triangle of W W^T (W: d x m) to `out`, column by column
+// (the same order as the upper triangle row by row), the off-diagonal
+// entries multiplied by `off_diagonal`: d (d + 1) / 2 values. The triangle is
+// computed in blocks of kPackColumns columns, each one GEMM of the rows at
+// and below the block into `scratch` (d x kPackColumns at most), so neither
+// the full d x d product nor its upper half is formed: at d = 640, m = 50
+// that halves the arithmetic and the memory written of a full GEMM followed
+// by packing (which took as long as the product itself).
+constexpr int64_t kPackColumns = 64;
+void PackedGram(const Eigen::MatrixXd& w, double off_diagonal, double* out,
+                Eigen::MatrixXd* scratch) {
+  const int64_t d = w.rows();
+  for (int64_t x0 = 0; x0 < d; x0 += kPackColumns) {
+    const int64_t nb = std::min(kPackColumns, d - x0);
+    scratch->resize(d - x0, nb);
+    scratch->noalias() = w.bottomRows(d - x0) * w.middleRows(x0, nb).transpose();
+    for (int64_t x = 0; x < nb; ++x) {
+      const double* col = scratch->col(x).data();  // rows x0 .. d - 1
+      *out++ = col[x];
+      for (int64_t y = x + 1; y < d - x0; ++y) *out++ = off_diagonal * col[y];
+    }
   }
 }
 
@@ -266,10 +303,10 @@ void PackLower(const Eigen::MatrixXd& m, double off_diagonal, double* out) {
 // off[j] .. off[j + 1]) and C_i = V_i^T diag(e_i) V_i. Both are symmetric,
 // so each is packed as one triangle (the centroid side carries the
 // factor 2 of the off-diagonal entries) and F is a GEMM of the packed rows,
-// classes in chunks of about 256 MB of doubles per thread. The product is
-// bound by reading the packed centroid matrices (164 MB at d = 640, S = 100)
-// once per chunk: on two cores, chunks of 160 classes ran it at 16 GFMA/s
-// per core against 13 for chunks of 40.
+// classes in chunks of about 64 MB of doubles per thread. (Chunks of 256 MB
+// ran the product itself faster in isolation, 16 GFMA/s per core against 13,
+// but made the K = 1,000 rounds twice as slow: fewer chunks to share between
+// the threads, and a fresh 256 MB buffer per thread and call.)
 absl::StatusOr<RowMatrixDX> GramCrossTerms(absl::Span<const GaussianRef> classes,
                                            const RowMatrixDX& u, const Eigen::VectorXd& omega,
                                            const std::vector<int64_t>& off, int threads,
@@ -281,15 +318,16 @@ absl::StatusOr<RowMatrixDX> GramCrossTerms(absl::Span<const GaussianRef> classes
   RowMatrixDX a(s, packed);
   DENDRO_RETURN_IF_ERROR(ParallelFor(s, threads, ctx, [&](int64_t j) {
     const int64_t r = off[j + 1] - off[j];
-    Eigen::MatrixXd full = Eigen::MatrixXd::Zero(d, d);
+    Eigen::MatrixXd scratch;
     if (r > 0) {
       const Eigen::MatrixXd w = u.middleRows(off[j], r).transpose() *
                                 omega.segment(off[j], r).cwiseMax(0.0).cwiseSqrt().asDiagonal();
-      full.noalias() = w * w.transpose();  // a GEMM, as for C_P below
+      PackedGram(w, 2.0, a.row(j).data(), &scratch);
+    } else {
+      a.row(j).setZero();
     }
-    PackLower(full, 2.0, a.row(j).data());
   }));
-  const int64_t chunk = std::clamp<int64_t>((int64_t{32} << 20) / packed, 1, 256);
+  const int64_t chunk = std::clamp<int64_t>((int64_t{8} << 20) / packed, 1, 256);
   const int64_t chunks = (k + chunk - 1) / chunk;
   const int pool = std::max(1, threads);
   std::vector<RowMatrixDX> c_buf(pool);
@@ -298,20 +336,16 @@ absl::StatusOr<RowMatrixDX> GramCrossTerms(absl::Span<const GaussianRef> classes
     const int64_t i0 = ch * chunk, n = std::min(chunk, k - i0);
     RowMatrixDX& c = c_buf[omp_get_thread_num() % pool];
     if (c.rows() != chunk || c.cols() != packed) c.resize(chunk, packed);
-    Eigen::MatrixXd full(d, d);
+    Eigen::MatrixXd scratch;
     for (int64_t t = 0; t < n; ++t) {
       const GaussianRef& p = classes[i0 + t];
       if (p.rank() > 0) {
         const Eigen::MatrixXd w = p.basis.cast<double>().transpose() *
                                   p.excess.cwiseMax(0.0).cwiseSqrt().asDiagonal();
-        // A full GEMM rather than a selfadjoint rank update: at d = 640,
-        // q = 50 it is 1.5x faster with AVX-512 (Eigen 3.4) despite the
-        // doubled flops.
-        full.noalias() = w * w.transpose();
+        PackedGram(w, 1.0, c.row(t).data(), &scratch);
       } else {
-        full.setZero();
+        c.row(t).setZero();
       }
-      PackLower(full, 1.0, c.row(t).data());
     }
     f.middleRows(i0, n).noalias() = c.topRows(n) * a.transpose();
   }));

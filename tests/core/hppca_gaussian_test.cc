@@ -5,6 +5,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include "core/hppca/gaussian.h"
+#include "core/hppca/internal.h"
 
 #include <cmath>
 #include <random>
@@ -335,6 +336,30 @@ TEST(GaussianTest, CentroidMomentsFollowJoinsAndLeaves) {
   empty.Update(Refs({pool[0]}), 1.0);
   EXPECT_FALSE(empty.ToCentroid(static_cast<int32_t>(d) + 1).ok());
   EXPECT_TRUE(empty.ToCentroid(0).ok());
+}
+
+// The Gram route of the exact KL assignment builds its packed d x d
+// matrices in column blocks of 64: at d = 150 (three blocks, the last one
+// partial) every pair's divergence equals the direct formula.
+TEST(GaussianTest, GramRouteKlMatchesDirectAcrossColumnBlocks) {
+  std::mt19937_64 rng(23);
+  const int64_t d = 150;
+  std::vector<LowRankGaussian> classes, cents;
+  for (int i = 0; i < 9; ++i) classes.push_back(RandomGaussian(d, 3 + i % 5, rng, i % 4 == 0));
+  for (int j = 0; j < 4; ++j) cents.push_back(RandomGaussian(d, 6 + j, rng));
+  const std::vector<GaussianRef> refs = Refs(classes);
+  NullRunContext ctx;
+  hppca_internal::KlCache cache;  // keeps every pair's exact value
+  std::vector<double> kl;
+  auto got = hppca_internal::AssignByKl(refs, cents, 2, &ctx, &kl,
+                                        hppca_internal::KlCrossTerm::kGramProducts, &cache);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (size_t i = 0; i < classes.size(); ++i) {
+    for (size_t j = 0; j < cents.size(); ++j) {
+      const double want = KlDivergence(refs[i], cents[j].ref());
+      EXPECT_NEAR(cache.values(i, j), want, 1e-9 * std::fabs(want) + 1e-9) << i << " " << j;
+    }
+  }
 }
 
 TEST(GaussianTest, CentroidRejectsBadInput) {

@@ -34,6 +34,7 @@
 #include "core/io/npy.h"
 #include "core/metrics/metrics.h"
 #include "nlohmann/json.hpp"
+#include "server/memory.h"
 
 namespace {
 
@@ -51,6 +52,7 @@ struct Args {
   int repeats = 3;  // timed predictions: the fastest of this many runs
   bool raw = false;
   bool skip_flat = false;
+  bool glibc_defaults = false;  // keep glibc's allocator settings, not dendrod's
   uint64_t seed = 1;
   std::string export_dir;
   std::string load_dir;  // evaluate a model exported by an earlier run
@@ -66,6 +68,7 @@ void Usage() {
                "  [--train-per-class N] [--test-per-class M] [--q Q] [--r R]\n"
                "  [--superclasses S] [--max-t T] [--eval-rows N] [--block-rows B]\n"
                "  [--latency-rows L] [--repeats R] [--raw] [--skip-flat] [--seed S]\n"
+               "  [--glibc-defaults]\n"
                "  [--export DIR] [--load DIR]\n"
                "  [--group-spread x] [--class-spread x] [--group-scale x]\n"
                "  [--class-scale x] [--noise x] [--group-rank n] [--class-rank n]\n");
@@ -96,6 +99,7 @@ Args Parse(int argc, char** argv) {
     else if (k == "--repeats") a.repeats = std::stoi(next());
     else if (k == "--raw") a.raw = true;
     else if (k == "--skip-flat") a.skip_flat = true;
+    else if (k == "--glibc-defaults") a.glibc_defaults = true;
     else if (k == "--seed") a.seed = std::stoull(next());
     else if (k == "--export") a.export_dir = next();
     else if (k == "--load") a.load_dir = next();
@@ -147,6 +151,9 @@ void Check(const absl::Status& s, const char* what) {
 
 int main(int argc, char** argv) {
   const Args a = Parse(argc, argv);
+  // dendrod's allocator settings (without them the K = 10,000 training spent
+  // 91 s in page faults, docs/benchmarks.md); --glibc-defaults leaves glibc's.
+  if (!a.glibc_defaults) dendro::server::TuneAllocator();
   nlohmann::json out;
   dendro::TwoLevelSpec spec = a.spec;
   spec.seed = a.seed;

@@ -39,6 +39,38 @@ Eigen::VectorXd Project(const Eigen::Map<const RowMatrixF>& b, const Eigen::Vect
   return out;
 }
 
+// The top `rank` eigenpairs of the symmetric d x d matrix `cov` (lower
+// triangle read), eigenvalues clamped at 0: the d x d route of a centroid.
+void TopOfCovariance(const Eigen::MatrixXd& cov, int32_t rank, Eigen::VectorXd* f,
+                     Eigen::MatrixXd* u) {
+  // Only the top `rank` eigenpairs (top_eigen.h): about 6x cheaper than the
+  // full solver at d = 640, rank = 50 (docs/methods.md).
+  Eigen::VectorXd top;
+  LargestEigenpairs(cov, rank, &top, u);
+  *f = top.cwiseMax(0.0);
+}
+
+// Completes a centroid whose mean and noise_mean are set, from the leading
+// eigenvalues `f` (descending, >= 0, at most `rank` of them) and eigenvectors
+// `u` (d x f.size()) of Sigma - noise_mean I, whose trace is `tm`: the other
+// eigenvalues of Sigma within the top `rank` are noise_mean (their vectors
+// zero rows), and `tail` is the mean of the d - rank left.
+void SetSpectrum(const Eigen::VectorXd& f, const Eigen::MatrixXd& u, double tm, int32_t rank,
+                 Centroid* c) {
+  const int64_t d = c->mean.size();
+  c->trace = tm + c->noise_mean * static_cast<double>(d);
+  c->eigvecs = RowMatrixF::Zero(rank, d);
+  c->eigvals = Eigen::VectorXd::Constant(rank, c->noise_mean);
+  double top_sum = 0.0;
+  for (int64_t l = 0; l < f.size(); ++l) {
+    c->eigvals[l] = f[l] + c->noise_mean;
+    c->eigvecs.row(l) = u.col(l).transpose().cast<float>();
+    top_sum += f[l];
+  }
+  c->tail = rank < d ? c->noise_mean + std::max(tm - top_sum, 0.0) / static_cast<double>(d - rank)
+                     : c->noise_mean;
+}
+
 }  // namespace
 
 double LogDet(const GaussianRef& g) {
@@ -178,20 +210,14 @@ absl::StatusOr<Centroid> TheoremTwoCentroid(absl::Span<const GaussianRef> member
     mt.row(row++) = (g.mean - c.mean).transpose() * inv_sqrt_n;
   }
   const double tm = mt.squaredNorm();
-  c.trace = tm + c.noise_mean * static_cast<double>(d);
-
-  c.eigvecs = RowMatrixF::Zero(rank, d);
-  c.eigvals = Eigen::VectorXd::Constant(rank, c.noise_mean);
-  double top_sum = 0.0;
+  Eigen::VectorXd f;  // eigenvalues of M^T M, descending
+  Eigen::MatrixXd u;  // d x f.size() eigenvectors
   if (rank > 0) {
-    Eigen::VectorXd f;   // eigenvalues of M^T M, descending (first `avail`)
-    Eigen::MatrixXd u;   // d x avail eigenvectors
-    int64_t avail = 0;
     if (m <= d) {
       // Gram route: M M^T (m x m) shares the nonzero spectrum.
       const Eigen::MatrixXd gram = mt * mt.transpose();
       Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(gram);
-      avail = std::min<int64_t>(rank, m);
+      const int64_t avail = std::min<int64_t>(rank, m);
       f.resize(avail);
       u.resize(d, avail);
       const double fmax = std::max(es.eigenvalues()[m - 1], 0.0);
@@ -208,23 +234,10 @@ absl::StatusOr<Centroid> TheoremTwoCentroid(absl::Span<const GaussianRef> member
     } else {
       Eigen::MatrixXd cov = Eigen::MatrixXd::Zero(d, d);
       cov.selfadjointView<Eigen::Lower>().rankUpdate(mt.transpose());
-      avail = rank;
-      f.resize(avail);
-      u.resize(d, avail);
-      // Only the top `rank` eigenpairs (top_eigen.h): about 6x cheaper than
-      // the full solver at d = 640, rank = 50 (docs/methods.md).
-      Eigen::VectorXd top;
-      LargestEigenpairs(cov, rank, &top, &u);  // reads the lower triangle
-      f = top.cwiseMax(0.0);
-    }
-    for (int64_t l = 0; l < avail; ++l) {
-      c.eigvals[l] = f[l] + c.noise_mean;
-      c.eigvecs.row(l) = u.col(l).transpose().cast<float>();
-      top_sum += f[l];
+      TopOfCovariance(cov, rank, &f, &u);
     }
   }
-  c.tail = rank < d ? c.noise_mean + std::max(tm - top_sum, 0.0) / static_cast<double>(d - rank)
-                    : c.noise_mean;
+  SetSpectrum(f, u, tm, rank, &c);
   return c;
 }
 
@@ -277,23 +290,10 @@ absl::StatusOr<Centroid> CentroidMoments::ToCentroid(int32_t rank) const {
   Eigen::MatrixXd cov = s2_ / n;
   cov.selfadjointView<Eigen::Lower>().rankUpdate(shift, -1.0);
   const double tm = cov.trace();
-  c.trace = tm + c.noise_mean * static_cast<double>(d);
-  c.eigvecs = RowMatrixF::Zero(rank, d);
-  c.eigvals = Eigen::VectorXd::Constant(rank, c.noise_mean);
-  double top_sum = 0.0;
-  if (rank > 0) {
-    Eigen::VectorXd top;
-    Eigen::MatrixXd u;
-    LargestEigenpairs(cov, rank, &top, &u);
-    for (int64_t l = 0; l < rank; ++l) {
-      const double f = std::max(top[l], 0.0);
-      c.eigvals[l] = f + c.noise_mean;
-      c.eigvecs.row(l) = u.col(l).transpose().cast<float>();
-      top_sum += f;
-    }
-  }
-  c.tail = rank < d ? c.noise_mean + std::max(tm - top_sum, 0.0) / static_cast<double>(d - rank)
-                    : c.noise_mean;
+  Eigen::VectorXd f;
+  Eigen::MatrixXd u;
+  if (rank > 0) TopOfCovariance(cov, rank, &f, &u);
+  SetSpectrum(f, u, tm, rank, &c);
   return c;
 }
 

@@ -246,7 +246,8 @@ CentroidMoments::CentroidMoments(Eigen::VectorXd origin)
       s1_(Eigen::VectorXd::Zero(origin_.size())),
       s2_(Eigen::MatrixXd::Zero(origin_.size(), origin_.size())) {}
 
-void CentroidMoments::Update(absl::Span<const GaussianRef> members, double sign) {
+void CentroidMoments::Update(absl::Span<const GaussianRef> members, bool add) {
+  const double sign = add ? 1.0 : -1.0;
   const int64_t d = origin_.size();
   int64_t m = 0;
   for (const GaussianRef& g : members) m += g.rank() + 1;
@@ -265,9 +266,9 @@ void CentroidMoments::Update(absl::Span<const GaussianRef> members, double sign)
     w.col(col++) = delta;
     s1_ += sign * delta;
     noise_sum_ += sign * g.noise;
-    count_ += sign > 0 ? 1 : -1;
+    count_ += add ? 1 : -1;
   }
-  if (sign > 0) {
+  if (add) {
     s2_.noalias() += w * w.transpose();
   } else {
     s2_.noalias() -= w * w.transpose();

@@ -126,9 +126,10 @@ class CentroidMoments {
  public:
   explicit CentroidMoments(Eigen::VectorXd origin);
 
-  // Adds (sign = +1) or removes (sign = -1) every Gaussian of `members`;
-  // all must have the origin's dimension.
-  void Update(absl::Span<const GaussianRef> members, double sign);
+  // Adds or removes every Gaussian of `members`; all must have the origin's
+  // dimension.
+  void Add(absl::Span<const GaussianRef> members) { Update(members, /*add=*/true); }
+  void Remove(absl::Span<const GaussianRef> members) { Update(members, /*add=*/false); }
   int64_t count() const { return count_; }
 
   // The centroid of the current members; `count()` must be >= 1 and
@@ -136,6 +137,8 @@ class CentroidMoments {
   absl::StatusOr<Centroid> ToCentroid(int32_t rank) const;
 
  private:
+  void Update(absl::Span<const GaussianRef> members, bool add);
+
   Eigen::VectorXd origin_;
   int64_t count_ = 0;
   double noise_sum_ = 0.0;

@@ -728,19 +728,15 @@ absl::StatusOr<KMeansResult> GaussianKMeansOnce(absl::Span<const GaussianRef> cl
       if (rebuild) {
         for (int32_t c : groups[j]) members.push_back(classes[c]);
       }
-      absl::StatusOr<Centroid> c;
-      if (!use_moments) {
-        c = TheoremTwoCentroid(members, r);
-      } else {
-        if (rebuild) {
-          moments[j].emplace(origin);
-          moments[j]->Update(members, 1.0);
-        } else {
-          moments[j]->Update(left[j], -1.0);
-          moments[j]->Update(joined[j], 1.0);
-        }
-        c = moments[j]->ToCentroid(r);
+      if (use_moments && rebuild) {
+        moments[j].emplace(origin);
+        moments[j]->Add(members);
+      } else if (use_moments) {
+        moments[j]->Remove(left[j]);
+        moments[j]->Add(joined[j]);
       }
+      absl::StatusOr<Centroid> c =
+          use_moments ? moments[j]->ToCentroid(r) : TheoremTwoCentroid(members, r);
       if (c.ok()) {
         res.centroids[j] = *std::move(c);
       } else {

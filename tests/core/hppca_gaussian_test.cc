@@ -309,10 +309,10 @@ TEST(GaussianTest, CentroidMomentsFollowJoinsAndLeaves) {
     SCOPED_TRACE(origin_shift);
     CentroidMoments moments(VectorXd::Constant(d, origin_shift));
     // Joins 0..9, then 3, 7 and 9 leave, 11..13 join, 7 joins again.
-    moments.Update(Refs({pool.begin(), pool.begin() + 10}), 1.0);
-    moments.Update(Refs({pool[3], pool[7], pool[9]}), -1.0);
-    moments.Update(Refs({pool.begin() + 11, pool.end()}), 1.0);
-    moments.Update(Refs({pool[7]}), 1.0);
+    moments.Add(Refs({pool.begin(), pool.begin() + 10}));
+    moments.Remove(Refs({pool[3], pool[7], pool[9]}));
+    moments.Add(Refs({pool.begin() + 11, pool.end()}));
+    moments.Add(Refs({pool[7]}));
     std::vector<LowRankGaussian> now;
     for (int i : {0, 1, 2, 4, 5, 6, 8, 11, 12, 13, 7}) now.push_back(pool[i]);
     EXPECT_EQ(moments.count(), static_cast<int64_t>(now.size()));
@@ -333,7 +333,7 @@ TEST(GaussianTest, CentroidMomentsFollowJoinsAndLeaves) {
   }
   CentroidMoments empty(VectorXd::Zero(d));
   EXPECT_FALSE(empty.ToCentroid(2).ok());
-  empty.Update(Refs({pool[0]}), 1.0);
+  empty.Add(Refs({pool[0]}));
   EXPECT_FALSE(empty.ToCentroid(static_cast<int32_t>(d) + 1).ok());
   EXPECT_TRUE(empty.ToCentroid(0).ok());
 }

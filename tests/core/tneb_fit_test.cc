@@ -138,8 +138,6 @@ TEST(TnebFit, RecoversSeparatedBlobs) {
   EXPECT_GE(static_cast<int>(r->edges.size()), l - 1);
 }
 
-// The density-merge order (the paper's) still recovers separated blobs, and
-// its heights are height_offset - similarity.
 // Records the calling thread's OpenMP default team size at every report.
 class TeamSizeContext : public RunContext {
  public:
@@ -166,6 +164,8 @@ TEST(TnebFit, KeepsEigenProductsOnTheCallingThread) {
   omp_set_num_threads(before);
 }
 
+// The density-merge order (the paper's) still recovers separated blobs, and
+// its heights are height_offset - similarity.
 TEST(TnebFit, DensityMergeIsThePapers) {
   const Data s = Blobs({{0, 0}, {12, 0}, {6, 11}}, 200, 1);
   NullRunContext ctx;

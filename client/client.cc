@@ -362,7 +362,8 @@ absl::StatusOr<v1::Dataset> Client::Impl::Upload(const v1::DatasetHeader& header
 absl::StatusOr<v1::Dataset> Client::UploadNpy(const std::string& path,
                                               const std::optional<std::string>& labels_path,
                                               std::string_view display_name,
-                                              const UploadProgress& progress, bool transient) {
+                                              const UploadProgress& progress, bool transient,
+                                              std::string_view prepare) {
   DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(path));
   const NpyHeader& h = npy->header();
   if (h.dtype != DType::kFloat32 && h.dtype != DType::kFloat64) {
@@ -401,6 +402,7 @@ absl::StatusOr<v1::Dataset> Client::UploadNpy(const std::string& path,
   header.set_cols(h.cols());
   header.set_has_labels(labels_path.has_value());
   header.set_transient(transient);
+  header.set_prepare(std::string(prepare));
 
   const int64_t cols = h.cols();
   RowSource source;

@@ -121,12 +121,14 @@ class Client {
   // and column); header problems (missing file, wrong dtype or shape,
   // truncation) are reported before the server is contacted. A `transient`
   // dataset is not written durably and is dropped when the server restarts
-  // (see DatasetHeader.transient): right for one-shot fits.
+  // (see DatasetHeader.transient): right for one-shot fits. `prepare` names
+  // a method whose first pass the server runs while the rows arrive
+  // (DatasetHeader.prepare: "" or "l2h").
   absl::StatusOr<v1::Dataset> UploadNpy(const std::string& path,
                                         const std::optional<std::string>& labels_path,
                                         std::string_view display_name,
                                         const UploadProgress& progress = nullptr,
-                                        bool transient = false);
+                                        bool transient = false, std::string_view prepare = "");
   // Uploads an in-memory matrix; `labels` is empty or has one entry per row.
   absl::StatusOr<v1::Dataset> UploadMatrix(const MatrixView& matrix,
                                            absl::Span<const int64_t> labels,

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 #include "core/common/crash_point.h"
 #include "core/common/status_macros.h"
 #include "server/checksum.h"
@@ -56,6 +57,14 @@ absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
   DENDRO_RETURN_IF_ERROR(validator_.Begin(header.rows(), header.cols(), header.has_labels(),
                                           store_->max_dataset_bytes_));
   DENDRO_RETURN_IF_ERROR(store_->disk_.Check(validator_.total_bytes(), "upload"));
+  if (!header.prepare().empty() && header.prepare() != "l2h") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "upload: prepare must be empty or \"l2h\", got \"", header.prepare(), "\""));
+  }
+  if (header.prepare() == "l2h" && header.cols() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "upload: prepare \"l2h\" needs at least 2 columns (clusters), got ", header.cols()));
+  }
   header_ = header;
   id_ = NewId("ds");
   prefix_ = DatasetStore::KeyFor(id_, header.transient());
@@ -70,6 +79,11 @@ absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
     const int64_t yshape[1] = {header.rows()};
     DENDRO_RETURN_IF_ERROR(y_->Append(MakeNpyHeader(DType::kInt64, yshape)));
   }
+  // The validator bounds rows x cols far below 2^62, and cols <= 2^30 with it.
+  if (header.prepare() == "l2h" && header.cols() <= (int64_t{1} << 30) &&
+      store_->FirstPassFits(header.rows() * int64_t{sizeof(l2h_internal::PointState)})) {
+    l2h_pass_ = std::make_unique<L2hUploadPass>(header.rows(), static_cast<int32_t>(header.cols()));
+  }
   return absl::OkStatus();
 }
 
@@ -77,6 +91,12 @@ absl::Status DatasetUpload::AppendData(std::string_view bytes) {
   DENDRO_RETURN_IF_ERROR(validator_.Data(bytes));
   if (!x_) return absl::FailedPreconditionError("upload: the header was refused");
   return x_->Append(bytes);
+}
+
+absl::Status DatasetUpload::TakeData(std::string* bytes) {
+  DENDRO_RETURN_IF_ERROR(AppendData(*bytes));
+  if (l2h_pass_ != nullptr) l2h_pass_->Take(bytes);
+  return absl::OkStatus();
 }
 
 absl::Status DatasetUpload::AppendLabels(std::string_view bytes) {
@@ -100,6 +120,17 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
   SetNow(d.mutable_create_time());
   (*d.mutable_checksums())["X.npy"] = x_->checksum();
   if (header_.has_labels()) (*d.mutable_checksums())["y.npy"] = y_->checksum();
+  std::shared_ptr<const L2hFirstPass> first_pass;
+  if (l2h_pass_ != nullptr) {
+    // Optional: without it an L2H job computes the pass itself.
+    absl::StatusOr<std::shared_ptr<const L2hFirstPass>> done = l2h_pass_->Finish();
+    l2h_pass_.reset();
+    if (done.ok()) {
+      first_pass = *std::move(done);
+    } else {
+      spdlog::warn("upload {}: no L2H first pass: {}", id_, done.status().ToString());
+    }
+  }
   CrashPoint("upload.data_received");
   DENDRO_RETURN_IF_ERROR(x_->Commit());
   if (header_.has_labels()) DENDRO_RETURN_IF_ERROR(y_->Commit());
@@ -111,6 +142,11 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
     // Its checksums were computed from the bytes as they were written.
     std::lock_guard<std::mutex> lock(store_->mu_);
     store_->verified_.insert(id_);
+    if (first_pass != nullptr &&
+        store_->first_pass_bytes_ + first_pass->bytes() <= DatasetStore::kMaxFirstPassBytes) {
+      store_->first_pass_bytes_ += first_pass->bytes();
+      store_->l2h_first_passes_[id_] = std::move(first_pass);
+    }
   }
   CrashPoint("upload.catalogued");
   return d;
@@ -127,6 +163,16 @@ DatasetStore::DatasetStore(ArtifactStore* artifacts, Catalogue* meta, DiskGuard 
 
 std::string DatasetStore::KeyFor(const std::string& id, bool transient) {
   return absl::StrCat(transient ? "transient/" : "datasets/", id);
+}
+
+bool DatasetStore::HasL2hFirstPass(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return l2h_first_passes_.count(id) > 0;
+}
+
+bool DatasetStore::FirstPassFits(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return first_pass_bytes_ + bytes <= kMaxFirstPassBytes;
 }
 
 absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const std::string& id) {
@@ -175,6 +221,9 @@ absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const st
     if (auto sp = it->second.lock()) return sp;
   }
   verified_.insert(id);
+  if (auto it = l2h_first_passes_.find(id); it != l2h_first_passes_.end()) {
+    ds->l2h_first_pass_ = it->second;
+  }
   open_[id] = ds;
   return std::shared_ptr<const LoadedDataset>(ds);
 }
@@ -187,6 +236,10 @@ absl::Status DatasetStore::Delete(const std::string& id, const std::string& exce
     std::lock_guard<std::mutex> lock(mu_);
     open_.erase(id);
     verified_.erase(id);
+    if (auto it = l2h_first_passes_.find(id); it != l2h_first_passes_.end()) {
+      first_pass_bytes_ -= it->second->bytes();
+      l2h_first_passes_.erase(it);
+    }
   }
   // The row is gone, so the dataset is; files left by a failure here are
   // swept as orphans at the next start.

@@ -23,10 +23,12 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/io/npy.h"
+#include "core/l2h/first_pass.h"
 #include "core/matrix/matrix.h"
 #include "dendro/v1/dendro.pb.h"
 #include "server/artifact_store.h"
 #include "server/disk_guard.h"
+#include "server/l2h_upload_pass.h"
 #include "server/catalogue.h"
 #include "server/upload_validator.h"
 
@@ -39,10 +41,14 @@ class LoadedDataset {
   MatrixView matrix() const;
   // Empty unless info().has_labels().
   absl::Span<const int64_t> labels() const;
+  // L2H's first pass over matrix(), if this server computed it during the
+  // upload (DatasetHeader.prepare); otherwise null.
+  const std::shared_ptr<const L2hFirstPass>& l2h_first_pass() const { return l2h_first_pass_; }
 
  private:
   friend class DatasetStore;
   v1::Dataset info_;
+  std::shared_ptr<const L2hFirstPass> l2h_first_pass_;
   std::unique_ptr<MappedNpy> x_;
   std::unique_ptr<MappedNpy> y_;
 };
@@ -58,6 +64,9 @@ class DatasetUpload {
   void set_owner(std::string owner) { owner_ = std::move(owner); }
   absl::Status Begin(const v1::DatasetHeader& header);
   absl::Status AppendData(std::string_view bytes);
+  // As AppendData, and may keep the bytes for work done on the rows while
+  // the upload goes on (DatasetHeader.prepare), leaving *bytes empty.
+  absl::Status TakeData(std::string* bytes);
   absl::Status AppendLabels(std::string_view bytes);
   // Checks the byte counts, publishes the files and the metadata row.
   absl::StatusOr<v1::Dataset> Finish();
@@ -74,6 +83,7 @@ class DatasetUpload {
   std::unique_ptr<ArtifactWriter> x_;
   std::unique_ptr<ArtifactWriter> y_;
   std::string owner_;
+  std::unique_ptr<L2hUploadPass> l2h_pass_;  // when prepare is "l2h"
 };
 
 class DatasetStore {
@@ -86,6 +96,9 @@ class DatasetStore {
   // The data volume's guard, shared with the job manager.
   const DiskGuard& disk() const { return disk_; }
   static constexpr int64_t kDefaultMaxDatasetBytes = int64_t{64} << 30;
+  // The most memory the first passes computed during uploads may hold
+  // together; an upload that would exceed it is stored without one.
+  static constexpr int64_t kMaxFirstPassBytes = int64_t{1} << 30;
 
   std::unique_ptr<DatasetUpload> StartUpload() {
     return std::unique_ptr<DatasetUpload>(new DatasetUpload(this));
@@ -108,6 +121,8 @@ class DatasetStore {
   absl::Status RemoveOrphans();
   // The artifact prefix of a dataset's files (see server/artifact_store.h).
   static std::string KeyFor(const std::string& id, bool transient);
+  // Whether this server holds an L2H first pass for the dataset.
+  bool HasL2hFirstPass(const std::string& id);
 
  private:
   friend class DatasetUpload;
@@ -116,11 +131,17 @@ class DatasetStore {
   Catalogue* meta_;
   const int64_t max_dataset_bytes_;
   const DiskGuard disk_;
-  std::mutex mu_;  // guards open_ and verified_; never held across I/O
+  // Whether a first pass of `bytes` more fits under kMaxFirstPassBytes.
+  bool FirstPassFits(int64_t bytes);
+
+  std::mutex mu_;  // guards open_, verified_ and the first passes; never held across I/O
   std::map<std::string, std::weak_ptr<const LoadedDataset>> open_;
   // Datasets whose files this process has checksummed (or written) since it
   // started: Open() verifies each dataset once, not on every job.
   std::set<std::string> verified_;
+  // L2H first passes computed during uploads, by dataset id.
+  std::map<std::string, std::shared_ptr<const L2hFirstPass>> l2h_first_passes_;
+  int64_t first_pass_bytes_ = 0;
 };
 
 // Random lowercase hex id with a prefix, e.g. NewId("ds") -> "ds-3f9c0a1b2d4e".

@@ -216,7 +216,7 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
           break;
         case v1::UploadDatasetRequest::kData:
           s = first ? absl::InvalidArgumentError("upload: the first message must be a header")
-                    : upload->AppendData(req.data());
+                    : upload->TakeData(req.mutable_data());
           break;
         case v1::UploadDatasetRequest::kLabels:
           s = first ? absl::InvalidArgumentError("upload: the first message must be a header")

@@ -68,12 +68,16 @@ absl::Status RunUpload(Context& ctx, const Args& args) {
   const std::optional<std::string> labels = args.Get("labels");
   const std::string name =
       args.Get("name").value_or(std::filesystem::path(path).filename().string());
+  const std::string prepare = args.Get("prepare").value_or("");
+  if (!prepare.empty() && prepare != "l2h") {
+    return UsageError(absl::StrCat("--prepare '", prepare, "': the one choice is l2h"));
+  }
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
   const auto start = std::chrono::steady_clock::now();
   ProgressBar bar;
   DENDRO_ASSIGN_OR_RETURN(v1::Dataset ds,
                           client->UploadNpy(path, labels, name, UploadBar(&bar, path),
-                                            args.Has("transient")));
+                                            args.Has("transient"), prepare));
   bar.Done();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -151,9 +155,11 @@ absl::Status FitAndReport(Context& ctx, const Args& args, v1::JobSpec spec,
     ProgressBar bar;
     // The input only matters until the model exists: upload it as a
     // transient dataset unless asked to keep it.
+    // L2H's first pass runs on the server while the logits arrive.
     DENDRO_ASSIGN_OR_RETURN(ds, client->UploadNpy(input.path, labels_path, *model_name,
                                                   UploadBar(&bar, input.path),
-                                                  !args.Has("keep-dataset")));
+                                                  !args.Has("keep-dataset"),
+                                                  spec.has_l2h() ? "l2h" : ""));
   }
   spec.set_model_name(*model_name);
   spec.set_dataset_id(ds.id());

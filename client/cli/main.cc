@@ -87,13 +87,16 @@ const std::string kJsonHelp = "  --json          print one JSON object (default:
 const std::vector<Verb>& Verbs() {
   static const auto* verbs = new std::vector<Verb>{
       {"", "upload", "upload a float32/float64 .npy matrix as a dataset",
-       "dendro upload X.npy [--labels Y.npy] [--name NAME] [--transient]\n"
+       "dendro upload X.npy [--labels Y.npy] [--name NAME] [--transient] [--prepare l2h]\n"
        "  Streams X.npy (2-D, float32 or float64) to the server and prints the dataset id.\n"
        "  --labels Y.npy  1-D int32/int64 labels, one per row (default: none)\n"
        "  --name NAME     display name (default: the file name)\n"
        "  --transient     not written durably; dropped when the server restarts (default:\n"
-       "                  durable)\n",
-       {{"labels", true}, {"name", true}, {"transient", false}},
+       "                  durable)\n"
+       "  --prepare l2h   the server computes L2H's first pass while the rows arrive, so\n"
+       "                  an L2H fit of the dataset on that server starts at its merges\n"
+       "                  (dendro l2h LOGITS.npy does this itself)\n",
+       {{"labels", true}, {"name", true}, {"transient", false}, {"prepare", true}},
        1, 1, RunUpload},
       {"", "l2h", "fit an L2H hierarchy to a logits matrix and fetch it",
        "dendro l2h LOGITS.npy|DATASET_ID [--out FILE ...] [--labels Y.npy]\n"

@@ -119,12 +119,13 @@ struct Group {
 class L2hRunner {
  public:
   L2hRunner(const MatrixView& logits, const L2hOptions& options, int num_threads,
-            RunContext& ctx)
+            const L2hFirstPass* first_pass, RunContext& ctx)
       : data_(logits.data()),
         n_(logits.rows()),
         k_(static_cast<int32_t>(logits.cols())),
         aggregation_(options.aggregation),
         num_threads_(num_threads),
+        first_pass_(first_pass),
         ctx_(ctx),
         pool_(num_threads) {}
 
@@ -149,24 +150,12 @@ class L2hRunner {
   const int32_t k_;
   const L2hAggregation aggregation_;
   const int num_threads_;
+  const L2hFirstPass* const first_pass_;  // null: computed by FirstPass()
   RunContext& ctx_;
   l2h_internal::WorkerPool pool_;
 
-  // Per point: h(x), and the state described at the top of the file in one
-  // cache line so that a step touching scattered points misses once each.
-  struct PointState {
-    double rest = 0.0;
-    float shift = 0.0f;
-    float ref = 0.0f;
-    int32_t best = 0;
-    // Runner-up of the last argmax scan (first pass or rescan); -1 once
-    // used. While it is outside the point's group it is the masked argmax
-    // once the best is masked: the group only grows.
-    int32_t second = -1;
-    int32_t cluster = 0;  // h(x)
-    int32_t unused = 0;
-  };
-  static_assert(sizeof(PointState) == 32, "one point per half cache line");
+  // Per point: h(x), and the state described at the top of the file.
+  using PointState = l2h_internal::PointState;
   std::vector<int32_t> assign_;
   std::vector<PointState> state_;
 
@@ -204,9 +193,17 @@ class L2hRunner {
 };
 
 absl::Status L2hRunner::FirstPass() {
+  thread_buf_.assign(static_cast<size_t>(num_threads_) * k_, 0.0);
+  if (first_pass_ != nullptr) {
+    // Computed as the rows arrived, from the same rows (checked by RunL2h).
+    state_ = first_pass_->states();
+    assign_.resize(n_);
+    for (int64_t i = 0; i < n_; ++i) assign_[i] = state_[i].cluster;
+    Progress(kFirstPassShare, "softmax (precomputed)");
+    return absl::OkStatus();
+  }
   assign_.resize(n_);
   state_.resize(n_);
-  thread_buf_.assign(static_cast<size_t>(num_threads_) * k_, 0.0);
   std::atomic<int64_t> bad_row{std::numeric_limits<int64_t>::max()};
   auto body = [&](int64_t begin, int64_t end, int thread) {
     double* buf = thread_buf_.data() + static_cast<size_t>(thread) * k_;
@@ -226,17 +223,8 @@ absl::Status L2hRunner::FirstPass() {
         const float* ahead = Row(i + 2);
         for (int32_t col = 0; col < k_; col += 16) __builtin_prefetch(ahead + col);
       }
-      int32_t b;
-      int32_t runner_up;
-      l2h_internal::Top2(x, k_, nullptr, &b, &runner_up);
-      assign_[i] = b;
-      PointState& st = state_[i];
-      st.cluster = b;
-      st.best = b;
-      st.second = runner_up;
-      st.shift = x[b];
-      st.rest = MaskedExpSum(x, k_, x[b], nullptr, b, buf);
-      st.ref = static_cast<float>(st.rest);
+      state_[i] = l2h_internal::FirstPassState(x, k_, buf);
+      assign_[i] = state_[i].cluster;
     }
   };
   auto progress = [&](int64_t done) {
@@ -707,7 +695,7 @@ absl::StatusOr<L2hAggregation> ParseL2hAggregation(std::string_view name) {
 }
 
 absl::StatusOr<L2hResult> RunL2h(const MatrixView& logits, const L2hOptions& options,
-                                 RunContext& ctx) {
+                                 RunContext& ctx, const L2hFirstPass* first_pass) {
   if (logits.rows() < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("logits must have at least 1 row (point), got ", logits.rows()));
@@ -737,8 +725,15 @@ absl::StatusOr<L2hResult> RunL2h(const MatrixView& logits, const L2hOptions& opt
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown L2H aggregation value ", static_cast<int>(options.aggregation)));
   }
+  if (first_pass != nullptr &&
+      (!first_pass->complete() || first_pass->rows() != logits.rows() ||
+       first_pass->k() != logits.cols())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "L2H first pass: ", first_pass->rows_added(), " of ", first_pass->rows(), " rows x ",
+        first_pass->k(), " columns, for logits of ", logits.rows(), " x ", logits.cols()));
+  }
   const int num_threads = options.num_threads > 0 ? options.num_threads : DefaultThreads();
-  L2hRunner runner(logits, options, std::max(1, num_threads), ctx);
+  L2hRunner runner(logits, options, std::max(1, num_threads), first_pass, ctx);
   return runner.Run();
 }
 

@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "core/common/run_context.h"
 #include "core/hierarchy/hierarchy.h"
+#include "core/l2h/first_pass.h"
 #include "core/matrix/matrix.h"
 
 namespace dendro {
@@ -76,9 +77,13 @@ struct L2hResult {
   int32_t empty_clusters = 0;
 };
 
-// Validates (N >= 1, K >= 2, finite) and runs L2H.
+// Validates (N >= 1, K >= 2, finite) and runs L2H. With `first_pass`, a
+// complete L2hFirstPass of these same logits (first_pass.h), the first pass
+// is not run again (nor the finiteness check, which AddRows made); the
+// result is the same. A first pass of another shape is InvalidArgument.
 absl::StatusOr<L2hResult> RunL2h(const MatrixView& logits,
-                                 const L2hOptions& options, RunContext& ctx);
+                                 const L2hOptions& options, RunContext& ctx,
+                                 const L2hFirstPass* first_pass = nullptr);
 
 // argmax per row, ties to the lowest index: the leaf a new point lands in.
 std::vector<int32_t> ArgmaxRows(const MatrixView& logits);

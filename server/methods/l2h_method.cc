@@ -57,7 +57,9 @@ class L2h final : public Method {
                                                    RunContext& ctx) const override {
     L2hOptions options;
     DENDRO_ASSIGN_OR_RETURN(options.aggregation, ParseAggregation(spec));
-    DENDRO_ASSIGN_OR_RETURN(L2hResult result, RunL2h(dataset.matrix(), options, ctx));
+    // The first pass, when this server computed it during the upload.
+    DENDRO_ASSIGN_OR_RETURN(L2hResult result, RunL2h(dataset.matrix(), options, ctx,
+                                                     dataset.l2h_first_pass().get()));
     Hierarchy tree = std::move(result.hierarchy);
     DENDRO_RETURN_IF_ERROR(tree.SetLeafNames(LeafNames(spec)));
     auto& md = tree.mutable_metadata();

@@ -501,6 +501,66 @@ TEST(L2hRun, HierarchyMatchesSteps) {
   }
 }
 
+TEST(L2hRun, FirstPassFedInPiecesGivesTheSameResultBitForBit) {
+  // Large enough that RunL2h's own first pass runs in parallel chunks; the
+  // pieces here cut rows at other places (1, 5, 21, ... rows).
+  const Logits l = RandomLogits(29, 40000, 64, 1.5, 4.0);
+  L2hFirstPass first(l.n, l.k);
+  EXPECT_FALSE(first.complete());
+  for (int64_t row = 0, piece = 1; row < l.n; row += piece, piece = piece * 4 + 1) {
+    const int64_t n = std::min(piece, l.n - row);
+    ASSERT_TRUE(first.AddRows(l.x.data() + row * l.k, n).ok());
+  }
+  ASSERT_TRUE(first.complete());
+  EXPECT_EQ(first.bytes(), l.n * 32);
+  for (L2hAggregation agg : {L2hAggregation::kSumOfMeans, L2hAggregation::kSumOfSums}) {
+    auto own = RunOn(l, agg, 2);
+    ASSERT_TRUE(own.ok());
+    L2hOptions o;
+    o.aggregation = agg;
+    o.num_threads = 2;
+    ScriptedContext ctx(std::numeric_limits<int64_t>::max());
+    auto given = RunL2h(l.view(), o, ctx, &first);
+    ASSERT_TRUE(given.ok()) << given.status();
+    EXPECT_EQ(given->hierarchy.point_leaf(), own->hierarchy.point_leaf());
+    EXPECT_EQ(given->cluster_sizes, own->cluster_sizes);
+    ASSERT_EQ(given->steps.size(), own->steps.size());
+    for (size_t t = 0; t < own->steps.size(); ++t) {
+      EXPECT_EQ(given->steps[t].lowest, own->steps[t].lowest);
+      EXPECT_EQ(given->steps[t].most_related, own->steps[t].most_related);
+      EXPECT_EQ(given->steps[t].lowest_score, own->steps[t].lowest_score);
+      EXPECT_EQ(given->steps[t].relatedness, own->steps[t].relatedness);
+      EXPECT_EQ(given->steps[t].merged_score, own->steps[t].merged_score);
+    }
+    ASSERT_FALSE(ctx.reports().empty());
+    EXPECT_EQ(ctx.reports().front().second, "softmax (precomputed)");
+  }
+}
+
+TEST(L2hRun, FirstPassRefusesWhatDoesNotFit) {
+  const float x[] = {0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f};
+  L2hFirstPass first(2, 3);
+  EXPECT_THAT(std::string(first.AddRows(x, 3).message()),
+              HasSubstr("3 more rows after 0 of 2"));
+  const float nan[] = {0.0f, 1.0f, 2.0f, 3.0f, std::numeric_limits<float>::quiet_NaN(), 5.0f};
+  ASSERT_TRUE(first.AddRows(nan, 1).ok());
+  // The bad value is named by its row in the whole matrix, and nothing is added.
+  EXPECT_THAT(std::string(first.AddRows(nan + 3, 1).message()),
+              HasSubstr("row 1, column 1 is NaN"));
+  EXPECT_EQ(first.rows_added(), 1);
+
+  NullRunContext ctx;
+  L2hOptions o;
+  // Incomplete, or of another shape: refused rather than trusted.
+  auto r = RunL2h(MatrixView(x, 2, 3), o, ctx, &first);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("1 of 2 rows x 3 columns"));
+  ASSERT_TRUE(first.AddRows(x + 3, 1).ok());
+  EXPECT_TRUE(RunL2h(MatrixView(x, 2, 3), o, ctx, &first).ok());
+  r = RunL2h(MatrixView(x, 3, 2), o, ctx, &first);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("for logits of 3 x 2"));
+}
+
 TEST(L2hRun, ArgmaxRowsTiesGoToTheLowestIndex) {
   const float x[] = {1.0f, 3.0f, 3.0f, 5.0f, 5.0f, 0.0f, -2.0f, -1.0f, -1.0f};
   EXPECT_EQ(ArgmaxRows(MatrixView(x, 3, 3)), (std::vector<int32_t>{1, 0, 1}));

@@ -145,7 +145,8 @@ class ServerTest : public ::testing::Test {
   // Streams `x` (rows x cols) in chunks of `chunk` bytes.
   grpc::Status Upload(const std::vector<float>& x, int64_t rows, int64_t cols,
                       v1::Dataset* out, const std::vector<int64_t>* labels = nullptr,
-                      size_t chunk = 1 << 20, bool transient = false) {
+                      size_t chunk = 1 << 20, bool transient = false,
+                      const std::string& prepare = "") {
     grpc::ClientContext ctx;
     auto writer = datasets_->UploadDataset(&ctx, out);
     v1::UploadDatasetRequest req;
@@ -153,6 +154,7 @@ class ServerTest : public ::testing::Test {
     req.mutable_header()->set_cols(cols);
     req.mutable_header()->set_has_labels(labels != nullptr);
     req.mutable_header()->set_transient(transient);
+    req.mutable_header()->set_prepare(prepare);
     writer->Write(req);
     const char* bytes = reinterpret_cast<const char*>(x.data());
     const size_t total = x.size() * sizeof(float);

@@ -108,6 +108,46 @@ TEST_F(ServerTest, UploadFitAssignEndToEnd) {
   EXPECT_EQ(mresp.models(1).num_leaves(), k);
 }
 
+TEST_F(ServerTest, AFirstPassDuringTheUploadGivesTheSameModel) {
+  StartServer();
+  const int n = 5000, groups = 4, per = 5, k = groups * per;
+  const std::vector<float> x = MakeLogits(n, groups, per, 7);
+  NullRunContext null_ctx;
+  auto expected = RunL2h(MatrixView(x.data(), n, k), L2hOptions{}, null_ctx);
+  ASSERT_TRUE(expected.ok());
+  // Chunks that split floats and rows, transient and durable.
+  for (bool transient : {true, false}) {
+    v1::Dataset ds;
+    ASSERT_TRUE(Upload(x, n, k, &ds, nullptr, 4099, transient, "l2h").ok());
+    grpc::Status st;
+    const std::string name = transient ? "prepared-transient" : "prepared";
+    v1::Job job = Submit(ds.id(), name, &st);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    job = Wait(job.id());
+    ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+    auto tree = ServedTree(name);
+    ASSERT_TRUE(tree.ok()) << tree.status();
+    EXPECT_EQ(tree->point_leaf(), expected->hierarchy.point_leaf());
+    const auto got = tree->ToMerges();
+    const auto want = expected->hierarchy.ToMerges();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t t = 0; t < got.size(); ++t) {
+      EXPECT_EQ(got[t].a, want[t].a);
+      EXPECT_EQ(got[t].b, want[t].b);
+    }
+  }
+  // What cannot be prepared is refused at the header, naming the field.
+  v1::Dataset ds;
+  grpc::Status st = Upload(x, n, k, &ds, nullptr, 1 << 20, false, "L2H");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(st.error_message(), "upload: prepare must be empty or \"l2h\", got \"L2H\"");
+  std::vector<float> column(100, 1.0f);
+  st = Upload(column, 100, 1, &ds, nullptr, 1 << 20, false, "l2h");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(st.error_message(),
+            "upload: prepare \"l2h\" needs at least 2 columns (clusters), got 1");
+}
+
 TEST_F(ServerTest, WatchStreamsMonotoneProgressToTheEnd) {
   StartServer();
   const int n = 40000, k = 200;

@@ -171,13 +171,14 @@ class Client:
 
     # --- datasets ---------------------------------------------------------------
     def upload(self, data: Any, labels: Any = None, name: Optional[str] = None,
-               transient: bool = False) -> Dataset:
+               transient: bool = False, prepare: str = "") -> Dataset:
         """Uploads a 2-D matrix (a float32/float64 array or a .npy path).
 
         ``labels``: optional int labels, one per row (array or .npy path).
         ``name``: the display name (default: the file's stem). ``transient``:
         not written durably; the server drops it after the last job using it
-        ends, and on restart.
+        ends, and on restart. ``prepare``: "l2h" has the server run L2H's
+        first pass while the rows arrive (DatasetHeader.prepare).
 
         Every value is checked to be finite first: a ValueError names the
         first NaN or infinity's row and column, and nothing is sent. Data
@@ -188,7 +189,8 @@ class Client:
         label_array = None if labels is None else load_labels(labels, matrix.shape[0])
         header = pb.DatasetHeader(display_name=name if name is not None else (stem or ""),
                                   rows=matrix.shape[0], cols=matrix.shape[1],
-                                  has_labels=label_array is not None, transient=transient)
+                                  has_labels=label_array is not None, transient=transient,
+                                  prepare=prepare)
 
         def requests() -> Iterator[Any]:
             yield pb.UploadDatasetRequest(header=header)
@@ -270,7 +272,7 @@ class Client:
             if name is None and default_name is None:
                 default_name = _model_name_from(stem) if stem else method
             uploaded = self.upload(matrix, label_array, name=name or default_name,
-                                   transient=True)
+                                   transient=True, prepare="l2h" if method == "l2h" else "")
             dataset_id = uploaded.id
         model_name = name if name is not None else default_name
         if not _MODEL_NAME.match(model_name or ""):

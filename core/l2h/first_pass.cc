@@ -1,0 +1,47 @@
+#include "core/l2h/first_pass.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+#include "core/l2h/kernels.h"
+#include "core/matrix/matrix.h"
+
+namespace dendro {
+namespace l2h_internal {
+
+PointState FirstPassState(const float* x, int32_t k, double* buf) {
+  PointState st;
+  int32_t runner_up;
+  Top2(x, k, nullptr, &st.best, &runner_up);
+  st.cluster = st.best;
+  st.second = runner_up;
+  st.shift = x[st.best];
+  st.rest = MaskedExpSum(x, k, x[st.best], nullptr, st.best, buf);
+  st.ref = static_cast<float>(st.rest);
+  return st;
+}
+
+}  // namespace l2h_internal
+
+L2hFirstPass::L2hFirstPass(int64_t rows, int32_t k) : rows_(rows), k_(k), buf_(k) {
+  states_.reserve(static_cast<size_t>(rows));
+}
+
+absl::Status L2hFirstPass::AddRows(const float* rows, int64_t n) {
+  if (n < 0 || n > rows_ - rows_added()) {
+    return absl::InvalidArgumentError(absl::StrCat("L2H first pass: ", n, " more rows after ",
+                                                   rows_added(), " of ", rows_));
+  }
+  DENDRO_RETURN_IF_ERROR(ValidateFinite(rows, n, k_, rows_added()));
+  for (int64_t i = 0; i < n; ++i) {
+    const float* x = rows + i * static_cast<int64_t>(k_);
+    // A row is often a page, where hardware prefetchers stop.
+    if (i + 2 < n) {
+      const float* ahead = x + 2 * static_cast<int64_t>(k_);
+      for (int32_t col = 0; col < k_; col += 16) __builtin_prefetch(ahead + col);
+    }
+    states_.push_back(l2h_internal::FirstPassState(x, k_, buf_.data()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dendro

@@ -1,0 +1,77 @@
+// L2H's first pass on its own: for every row of the logits, its argmax (the
+// cluster the point belongs to) and the softmax statistics the merges start
+// from.
+//
+// The first pass reads every logit once and is the part of L2H that grows
+// with N x K; the merges after it touch only the points of the lowest
+// group at each step. Since a row's statistics depend on that row alone,
+// the pass can run on rows in order as they arrive, e.g. while a dataset is
+// uploaded, and RunL2h given the finished pass (l2h.h) skips its own and
+// returns the same result bit for bit.
+#ifndef DENDRO_CORE_L2H_FIRST_PASS_H_
+#define DENDRO_CORE_L2H_FIRST_PASS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace dendro {
+namespace l2h_internal {
+
+// One point's state during L2H (see the top of l2h.cc). After the first
+// pass: best = cluster = argmax, second = the runner-up, shift = the largest
+// logit, rest = the sum over the other columns of exp(x_c - shift), ref =
+// rest. In one half cache line, so that a merge step touching scattered
+// points misses once each.
+struct PointState {
+  double rest = 0.0;
+  float shift = 0.0f;
+  float ref = 0.0f;
+  int32_t best = 0;
+  // Runner-up of the last argmax scan (first pass or rescan); -1 once used.
+  // While it is outside the point's group it is the masked argmax once the
+  // best is masked: the group only grows.
+  int32_t second = -1;
+  int32_t cluster = 0;  // h(x)
+  int32_t unused = 0;
+};
+static_assert(sizeof(PointState) == 32, "one point per half cache line");
+
+// The first-pass state of one finite row x of k columns; `buf` has room for
+// k doubles.
+PointState FirstPassState(const float* x, int32_t k, double* buf);
+
+}  // namespace l2h_internal
+
+// The first pass over an N x K matrix of logits, fed in row order.
+class L2hFirstPass {
+ public:
+  // For `rows` rows of `k` columns (rows >= 1, 2 <= k <= 2^30).
+  L2hFirstPass(int64_t rows, int32_t k);
+
+  // Adds the next `n` rows (row-major, k floats each). InvalidArgument,
+  // adding nothing, if that is more rows than announced or a value is not
+  // finite (the error names its row and column).
+  absl::Status AddRows(const float* rows, int64_t n);
+
+  int64_t rows() const { return rows_; }
+  int32_t k() const { return k_; }
+  int64_t rows_added() const { return static_cast<int64_t>(states_.size()); }
+  bool complete() const { return rows_added() == rows_; }
+  // Memory held once complete.
+  int64_t bytes() const { return rows_ * static_cast<int64_t>(sizeof(l2h_internal::PointState)); }
+
+  // One state per row added, in row order.
+  const std::vector<l2h_internal::PointState>& states() const { return states_; }
+
+ private:
+  int64_t rows_;
+  int32_t k_;
+  std::vector<l2h_internal::PointState> states_;
+  std::vector<double> buf_;  // k doubles
+};
+
+}  // namespace dendro
+
+#endif  // DENDRO_CORE_L2H_FIRST_PASS_H_

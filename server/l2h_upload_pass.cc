@@ -1,0 +1,108 @@
+#include "server/l2h_upload_pass.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace dendro::server {
+
+L2hUploadPass::L2hUploadPass(int64_t rows, int32_t cols)
+    : row_bytes_(int64_t{4} * cols),
+      pass_(std::make_shared<L2hFirstPass>(rows, cols)),
+      thread_([this] { Work(); }) {}
+
+L2hUploadPass::~L2hUploadPass() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void L2hUploadPass::Take(std::string* bytes) {
+  std::string chunk;
+  chunk.swap(*bytes);
+  const auto size = static_cast<int64_t>(chunk.size());
+  if (size == 0) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  // A chunk larger than the bound is let in alone.
+  changed_.wait(lock, [&] {
+    return queued_bytes_ == 0 || queued_bytes_ + size <= kMaxQueuedBytes || !status_.ok();
+  });
+  if (!status_.ok()) return;  // failed: the rest is not needed
+  queued_bytes_ += size;
+  queue_.push_back(std::move(chunk));
+  lock.unlock();
+  changed_.notify_all();
+}
+
+absl::StatusOr<std::shared_ptr<const L2hFirstPass>> L2hUploadPass::Finish() {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [&] { return (queue_.empty() && !busy_) || !status_.ok(); });
+  if (!status_.ok()) return status_;
+  if (!pass_->complete() || !carry_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("L2H first pass: ", pass_->rows_added(),
+                                                      " of ", pass_->rows(), " rows arrived"));
+  }
+  return std::shared_ptr<const L2hFirstPass>(pass_);
+}
+
+void L2hUploadPass::Work() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    std::string chunk = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    const auto size = static_cast<int64_t>(chunk.size());
+    absl::Status s = Consume(chunk);
+    chunk = std::string();  // freed outside the lock
+    lock.lock();
+    busy_ = false;
+    queued_bytes_ -= size;
+    if (!s.ok() && status_.ok()) status_ = std::move(s);
+    if (!status_.ok()) {
+      queue_.clear();
+      queued_bytes_ = 0;
+    }
+    changed_.notify_all();
+  }
+}
+
+absl::Status L2hUploadPass::Consume(std::string& chunk) {
+  const char* p = chunk.data();
+  auto left = static_cast<int64_t>(chunk.size());
+  if (!carry_.empty()) {
+    const int64_t n = std::min(row_bytes_ - static_cast<int64_t>(carry_.size()), left);
+    carry_.append(p, static_cast<size_t>(n));
+    p += n;
+    left -= n;
+    if (static_cast<int64_t>(carry_.size()) < row_bytes_) return absl::OkStatus();
+    // A std::string's buffer comes from operator new: aligned for float.
+    absl::Status s = pass_->AddRows(reinterpret_cast<const float*>(carry_.data()), 1);
+    carry_.clear();
+    if (!s.ok()) return s;
+  }
+  const int64_t whole = left / row_bytes_;
+  if (whole > 0) {
+    const auto at = static_cast<size_t>(p - chunk.data());
+    if (at % sizeof(float) != 0) {
+      // The rows start inside a float of the buffer: move them to its start.
+      chunk.erase(0, at);
+      p = chunk.data();
+    }
+    absl::Status s = pass_->AddRows(reinterpret_cast<const float*>(p), whole);
+    if (!s.ok()) return s;
+    p += whole * row_bytes_;
+    left -= whole * row_bytes_;
+  }
+  carry_.append(p, static_cast<size_t>(left));
+  return absl::OkStatus();
+}
+
+}  // namespace dendro::server

@@ -1,0 +1,67 @@
+// L2hUploadPass: L2H's first pass (core/l2h/first_pass.h) over an upload's
+// data while it arrives, on a thread of its own, so that an L2H job on the
+// dataset starts at its merges (DatasetHeader.prepare = "l2h").
+//
+// The upload's thread hands over each data chunk once it is written: Take
+// moves the bytes out of the request, without a copy. The pass's thread
+// turns whole rows into statistics and carries a row split between chunks
+// (chunk boundaries may fall anywhere, even inside a float). At most
+// kMaxQueuedBytes wait at any time; past that Take blocks until the pass
+// catches up, so the memory it adds is bounded whatever the upload's speed.
+// The chunks it is given must already be validated: a non-finite value
+// fails the pass, not the upload.
+#ifndef DENDRO_SERVER_L2H_UPLOAD_PASS_H_
+#define DENDRO_SERVER_L2H_UPLOAD_PASS_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "core/l2h/first_pass.h"
+
+namespace dendro::server {
+
+class L2hUploadPass {
+ public:
+  static constexpr int64_t kMaxQueuedBytes = int64_t{16} << 20;
+
+  // For rows x cols float32 data (rows >= 1, 2 <= cols <= 2^30).
+  L2hUploadPass(int64_t rows, int32_t cols);
+  // Stops the thread; an unfinished pass is dropped.
+  ~L2hUploadPass();
+  L2hUploadPass(const L2hUploadPass&) = delete;
+  L2hUploadPass& operator=(const L2hUploadPass&) = delete;
+
+  // Takes the next data chunk's bytes, leaving *bytes empty.
+  void Take(std::string* bytes);
+  // Waits until every chunk taken is done; the pass if it is complete
+  // (every announced row arrived), otherwise the reason it is not.
+  absl::StatusOr<std::shared_ptr<const L2hFirstPass>> Finish();
+
+ private:
+  void Work();
+  // Adds the whole rows of `chunk` to the pass (on the pass's thread).
+  absl::Status Consume(std::string& chunk);
+
+  const int64_t row_bytes_;
+  std::shared_ptr<L2hFirstPass> pass_;
+  std::string carry_;  // the start of a row split between chunks
+
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::deque<std::string> queue_;  // guarded by mu_
+  int64_t queued_bytes_ = 0;       // guarded by mu_
+  bool busy_ = false;              // guarded by mu_: a chunk is being consumed
+  bool stop_ = false;              // guarded by mu_
+  absl::Status status_;            // guarded by mu_: the first failure
+  std::thread thread_;             // last: started once the rest exists
+};
+
+}  // namespace dendro::server
+
+#endif  // DENDRO_SERVER_L2H_UPLOAD_PASS_H_

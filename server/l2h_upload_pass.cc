@@ -1,5 +1,9 @@
 #include "server/l2h_upload_pass.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -28,11 +32,18 @@ void L2hUploadPass::Take(std::string* bytes) {
   const auto size = static_cast<int64_t>(chunk.size());
   if (size == 0) return;
   std::unique_lock<std::mutex> lock(mu_);
+  if (!status_.ok()) return;  // failed or abandoned: the rest is not needed
   // A chunk larger than the bound is let in alone.
-  changed_.wait(lock, [&] {
-    return queued_bytes_ == 0 || queued_bytes_ + size <= kMaxQueuedBytes || !status_.ok();
-  });
-  if (!status_.ok()) return;  // failed: the rest is not needed
+  if (queued_bytes_ > 0 && queued_bytes_ + size > kMaxQueuedBytes) {
+    status_ = absl::ResourceExhaustedError(absl::StrCat(
+        "L2H first pass: abandoned ", queued_bytes_ >> 20,
+        " MiB behind the upload (the server had no CPU to spare for it)"));
+    queue_.clear();
+    queued_bytes_ = 0;
+    lock.unlock();
+    changed_.notify_all();
+    return;
+  }
   queued_bytes_ += size;
   queue_.push_back(std::move(chunk));
   lock.unlock();
@@ -51,6 +62,9 @@ absl::StatusOr<std::shared_ptr<const L2hFirstPass>> L2hUploadPass::Finish() {
 }
 
 void L2hUploadPass::Work() {
+  // Linux gives each thread its own nice value; raising it needs no
+  // privilege. Failing leaves the thread at the process's priority.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
@@ -64,7 +78,7 @@ void L2hUploadPass::Work() {
     chunk = std::string();  // freed outside the lock
     lock.lock();
     busy_ = false;
-    queued_bytes_ -= size;
+    if (status_.ok()) queued_bytes_ -= size;  // else the queue was emptied
     if (!s.ok() && status_.ok()) status_ = std::move(s);
     if (!status_.ok()) {
       queue_.clear();

@@ -5,11 +5,15 @@
 // The upload's thread hands over each data chunk once it is written: Take
 // moves the bytes out of the request, without a copy. The pass's thread
 // turns whole rows into statistics and carries a row split between chunks
-// (chunk boundaries may fall anywhere, even inside a float). At most
-// kMaxQueuedBytes wait at any time; past that Take blocks until the pass
-// catches up, so the memory it adds is bounded whatever the upload's speed.
-// The chunks it is given must already be validated: a non-finite value
-// fails the pass, not the upload.
+// (chunk boundaries may fall anywhere, even inside a float).
+//
+// The pass only takes CPU the upload leaves over: its thread runs at the
+// lowest scheduling priority (nice 19), and once more than kMaxQueuedBytes
+// wait for it, it is abandoned (Finish says so) rather than slowing the
+// upload; the job then computes the first pass itself. So the memory it
+// adds is bounded, and an upload never waits for it except for the chunks
+// still queued when the last one arrives. The chunks it is given must
+// already be validated: a non-finite value fails the pass, not the upload.
 #ifndef DENDRO_SERVER_L2H_UPLOAD_PASS_H_
 #define DENDRO_SERVER_L2H_UPLOAD_PASS_H_
 
@@ -28,7 +32,7 @@ namespace dendro::server {
 
 class L2hUploadPass {
  public:
-  static constexpr int64_t kMaxQueuedBytes = int64_t{16} << 20;
+  static constexpr int64_t kMaxQueuedBytes = int64_t{64} << 20;
 
   // For rows x cols float32 data (rows >= 1, 2 <= cols <= 2^30).
   L2hUploadPass(int64_t rows, int32_t cols);
@@ -37,7 +41,8 @@ class L2hUploadPass {
   L2hUploadPass(const L2hUploadPass&) = delete;
   L2hUploadPass& operator=(const L2hUploadPass&) = delete;
 
-  // Takes the next data chunk's bytes, leaving *bytes empty.
+  // Takes the next data chunk's bytes, leaving *bytes empty. Never blocks
+  // for long: a pass that has fallen kMaxQueuedBytes behind is abandoned.
   void Take(std::string* bytes);
   // Waits until every chunk taken is done; the pass if it is complete
   // (every announced row arrived), otherwise the reason it is not.

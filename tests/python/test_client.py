@@ -161,6 +161,21 @@ def test_one_shot_fit_leaves_no_datasets(client, logits, tmp_path):
     assert {d.id for d in client.datasets()} == before
 
 
+def test_prepared_upload_gives_the_same_tree(client, l2h_model, logits):
+    from dendro_client import DendroError
+    x, _ = logits
+    ds = client.upload(x, name="prepared", transient=True, prepare="l2h")
+    model = client.fit_l2h(ds.id, name="py_prepared").wait(progress=False)
+    want = l2h_model.tree(include_points=True)
+    got = model.tree(include_points=True)
+    assert (got.linkage == want.linkage).all()
+    assert (got.point_leaf == want.point_leaf).all()
+    with pytest.raises(DendroError) as err:
+        client.upload(x[:10], prepare="tneb")
+    assert err.value.code == "INVALID_ARGUMENT"
+    assert 'prepare must be empty or "l2h", got "tneb"' in str(err.value)
+
+
 def test_model_refs_and_labels(client, l2h_model, logits):
     x, _ = logits
     v2 = client.fit_l2h(l2h_model.dataset_id, name="py_l2h").wait(progress=False)

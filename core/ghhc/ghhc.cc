@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/common/cpus.h"
+#include "core/common/omp_threads.h"
 #include "core/common/status_macros.h"
 #include "core/ghhc/init.h"
 #include "core/ghhc/knn.h"
@@ -43,25 +44,18 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-// Thread use. Our own parallel regions name their team size; the calling
-// thread's OpenMP default is set to 1 meanwhile (and restored on exit) so that
-// Eigen's matrix products, called between those regions on small blocks, do
-// not start thread teams of their own (costly per call, and ruinous when the
-// cores are busy).
+// Thread use. Our own parallel regions name their team size; meanwhile
+// Eigen's matrix products, called between those regions on small blocks,
+// stay on the calling thread (core/common/omp_threads.h).
 class ThreadScope {
  public:
   explicit ThreadScope(int num_threads)
-      : saved_(omp_get_max_threads()), threads_(num_threads > 0 ? num_threads : DefaultThreads()) {
-    omp_set_num_threads(1);
-  }
-  ~ThreadScope() { omp_set_num_threads(saved_); }
-  ThreadScope(const ThreadScope&) = delete;
-  ThreadScope& operator=(const ThreadScope&) = delete;
+      : threads_(num_threads > 0 ? num_threads : DefaultThreads()) {}
   int threads() const { return threads_; }
 
  private:
-  int saved_;
-  int threads_;
+  const int threads_;  // resolved before the guard below changes the default
+  const ProductsOnCallingThread products_here_;
 };
 
 using CancelFlag = SharedCancel;

@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <optional>
 
 #include "core/common/cpus.h"
+#include "core/common/omp_threads.h"
 #include "core/hppca/internal.h"
 
 namespace dendro::hppca_internal {
@@ -40,12 +42,11 @@ absl::Status ParallelFor(int64_t n, int threads, RunContext* ctx,
   std::atomic<bool> stop{false};
   std::atomic<int64_t> done{0};
   const int t = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, n)));
-  // A team of one is not "parallel" to Eigen (omp_get_num_threads() == 1),
-  // so a product in f would start Eigen's own threaded GEMM, nested in the
-  // team; keep the items' products on their thread instead (as each thread
-  // of a larger team does).
-  const int saved = omp_get_max_threads();
-  if (t == 1) omp_set_num_threads(1);
+  // A team of one is not "parallel" to Eigen, so a product in f would start
+  // Eigen's own threaded GEMM, nested in the team; keep the items' products
+  // on their thread instead (as each thread of a larger team does).
+  std::optional<ProductsOnCallingThread> products_here;
+  if (t == 1) products_here.emplace();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(t)
   for (int64_t i = 0; i < n; ++i) {
     if (stop.load(std::memory_order_relaxed)) continue;
@@ -58,7 +59,6 @@ absl::Status ParallelFor(int64_t n, int threads, RunContext* ctx,
     const int64_t finished = done.fetch_add(1) + 1;
     if (main_thread && on_item) on_item(finished);
   }
-  if (t == 1) omp_set_num_threads(saved);
   if (stop.load()) return absl::CancelledError("job cancelled");
   if (ctx != nullptr && ctx->Cancelled()) return absl::CancelledError("job cancelled");
   return absl::OkStatus();

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/common/omp_threads.h"
 #include "core/common/status_macros.h"
 #include "core/tneb/progress.h"
 
@@ -154,25 +155,6 @@ absl::Status CheckColumns(const MatrixView& x) {
   return absl::OkStatus();
 }
 
-// Eigen runs a large matrix product on omp_get_max_threads() threads of its
-// own when it is called outside an active OpenMP team. Every parallel loop
-// of t-NEB has its own team of an explicit size, so a product made by a team
-// of one, or by the calling thread, must stay on that thread: otherwise each
-// of the many small per-component products forks a second thread, which
-// spin-waits whenever the other core is busy (a 32-D fit on one thread took
-// 85 s with a busy second core, 1.1 s with this guard, the same result).
-// Sets the calling thread's default team size to 1 for the guard's lifetime;
-// resolve thread counts that default to omp_get_max_threads() before it.
-class ProductsOnCallingThread {
- public:
-  ProductsOnCallingThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
-  ~ProductsOnCallingThread() { omp_set_num_threads(saved_); }
-  ProductsOnCallingThread(const ProductsOnCallingThread&) = delete;
-  ProductsOnCallingThread& operator=(const ProductsOnCallingThread&) = delete;
-
- private:
-  const int saved_;
-};
 
 }  // namespace
 

@@ -95,7 +95,7 @@ const std::vector<Verb>& Verbs() {
        "                  durable)\n"
        "  --prepare l2h   the server computes L2H's first pass while the rows arrive, so\n"
        "                  an L2H fit of the dataset on that server starts at its merges\n"
-       "                  (dendro l2h LOGITS.npy does this itself)\n",
+       "                  (default: none; dendro l2h LOGITS.npy asks for it itself)\n",
        {{"labels", true}, {"name", true}, {"transient", false}, {"prepare", true}},
        1, 1, RunUpload},
       {"", "l2h", "fit an L2H hierarchy to a logits matrix and fetch it",
@@ -194,7 +194,8 @@ const std::vector<Verb>& Verbs() {
       {"hppca", "train", "train a hierarchical PPCA classifier on labelled features",
        "dendro hppca train (FEATURES.npy LABELS.npy | DATASET_ID) --name NAME [--superclasses S]\n"
        "                   [--q Q] [--r R] [--lambda L] [--top-t T] [--log-det] [--raw-data]\n"
-       "                   [--seed S] [--flat] [--keep-dataset] [--allow-method-change] [--json]\n"
+       "                   [--seed S] [--seeding-rank N] [--flat] [--keep-dataset]\n"
+       "                   [--allow-method-change] [--json]\n"
        "  Per-class PPCA Gaussians grouped into super-classes with their own PPCA.\n"
        "  DATASET_ID      a dataset uploaded with labels, used instead of the two files:\n"
        "                  nothing is uploaded and the dataset is kept\n"
@@ -209,6 +210,8 @@ const std::vector<Verb>& Verbs() {
        "  --raw-data      cluster samples of rows, not the class Gaussians (default: the\n"
        "                  Gaussians)\n"
        "  --seed S        random seed of the k-means (default: 0)\n"
+       "  --seeding-rank N  directions per class the k-means++ seeding compares; -1: all\n"
+       "                  q (default: 10)\n"
        "  --flat          no super-classes: one flat classifier (default: super-classes)\n"
        "  --keep-dataset  upload the files durably (default: a transient dataset, dropped\n"
        "                  when the job ends)\n"
@@ -219,7 +222,7 @@ const std::vector<Verb>& Verbs() {
        {{"name", true}, {"superclasses", true}, {"q", true}, {"r", true}, {"seed", true},
         {"flat", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, {"lambda", true}, {"top-t", true},
-        {"log-det", false}, {"raw-data", false}, kJson},
+        {"log-det", false}, {"raw-data", false}, {"seeding-rank", true}, kJson},
        0, 2, RunHppcaTrain},
       {"hppca", "add", "add the classes of a labelled dataset to a classifier",
        "dendro hppca add NAME[:VERSION] (FEATURES.npy LABELS.npy | DATASET_ID) [--recluster]\n"

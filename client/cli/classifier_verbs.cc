@@ -129,6 +129,8 @@ absl::Status RunHppcaTrain(Context& ctx, const Args& args) {
   p->set_seed(static_cast<uint64_t>(seed));
   DENDRO_ASSIGN_OR_RETURN(int64_t top_t, args.GetInt("top-t", 0, 1, 1000000));
   p->set_default_top_t(static_cast<int32_t>(top_t));
+  DENDRO_ASSIGN_OR_RETURN(int64_t seeding_rank, args.GetInt("seeding-rank", 0, -1, 100000));
+  p->set_seeding_rank(static_cast<int32_t>(seeding_rank));
   DENDRO_ASSIGN_OR_RETURN(double lambda, PositiveFlag(args, "lambda"));
   p->set_lambda(lambda);
   p->set_log_det_score(args.Has("log-det"));

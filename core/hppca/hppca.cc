@@ -55,6 +55,10 @@ absl::Status ValidateOptionsImpl(const HppcaOptions& o, int64_t d) {
     return absl::InvalidArgumentError(
         absl::StrCat("kmeans_iterations = ", o.kmeans_iterations, " must be >= 1"));
   }
+  if (o.seeding_rank < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "seeding_rank = ", o.seeding_rank, " must be >= 0 (0: all q directions)"));
+  }
   if (o.kmeans_restarts < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("kmeans_restarts = ", o.kmeans_restarts, " must be >= 1"));
@@ -98,7 +102,7 @@ absl::StatusOr<hppca_internal::KMeansResult> Cluster(
                                          o.kmeans_iterations, o.seed, threads, progress);
   }
   return hppca_internal::GaussianKMeans(refs, s, o.r, o.kmeans_iterations, o.kmeans_restarts,
-                                        o.seed, threads, progress);
+                                        o.seeding_rank, o.seed, threads, progress);
 }
 
 void FillBank(ScorerBank& b, const float* bases, int32_t n, int32_t k, int64_t d,

@@ -119,6 +119,10 @@ struct HppcaOptions {
   // Gaussian k-means runs from this many k-means++ seedings (seeds derived
   // from `seed`); the partition with the smallest summed KL wins.
   int32_t kmeans_restarts = 1;
+  // The k-means++ seeding compares classes on their top `seeding_rank`
+  // directions (the rest of their variance spread isotropically); 0: all q,
+  // as Algorithm 3 is written. See docs/methods.md for why 10.
+  int32_t seeding_rank = 10;
   uint64_t seed = 0;                   // k-means++ and raw-data sampling
   int32_t default_top_t = 5;           // T when a request gives none (>= 1)
   int num_threads = 0;                 // 0: all cores

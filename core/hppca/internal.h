@@ -170,11 +170,22 @@ absl::StatusOr<std::vector<Centroid>> GroupCentroids(absl::Span<const GaussianRe
                                                      int32_t s, int32_t r, int threads,
                                                      RunContext* ctx);
 
+// Each class reduced to its top `rank` directions (0, or rank >= its own:
+// unchanged): the excess variance of the directions it drops is spread
+// evenly over all d directions (added to the noise), so the total variance
+// stays. Views of the classes' own memory; needs each class's excess in
+// descending order (as fitted).
+std::vector<GaussianRef> TopDirections(absl::Span<const GaussianRef> classes, int32_t rank);
+
 // Gaussian k-means (Algorithm 2, steps 2-6), run `restarts` times from
-// different seedings; the run with the smallest objective wins.
+// different seedings; the run with the smallest objective wins. The
+// seedings compare the classes on their top `seeding_rank` directions
+// (TopDirections; 0: all of them); assignments and centroids use the whole
+// class models.
 absl::StatusOr<KMeansResult> GaussianKMeans(absl::Span<const GaussianRef> classes, int32_t s,
                                             int32_t r, int32_t max_iterations, int32_t restarts,
-                                            uint64_t seed, int threads, Progress progress);
+                                            int32_t seeding_rank, uint64_t seed, int threads,
+                                            Progress progress);
 
 // Raw-data variant (section 5.4): Euclidean k-means on the samples, classes
 // to the majority cluster, empty clusters dropped, Theorem 2 centroids.

@@ -629,9 +629,24 @@ absl::StatusOr<std::vector<Centroid>> GroupCentroids(absl::Span<const GaussianRe
   return out;
 }
 
+std::vector<GaussianRef> TopDirections(absl::Span<const GaussianRef> classes, int32_t rank) {
+  std::vector<GaussianRef> out;
+  out.reserve(classes.size());
+  for (const GaussianRef& g : classes) {
+    const int32_t kept = rank > 0 ? std::min(rank, g.rank()) : g.rank();
+    double dropped = 0.0;
+    for (int32_t j = kept; j < g.rank(); ++j) dropped += g.excess[j];
+    out.emplace_back(g.mean.data(), g.basis.data(), g.excess.data(), g.dim(), kept,
+                     g.noise + dropped / static_cast<double>(g.dim()));
+  }
+  return out;
+}
+
 namespace {
 
+// `seeding`: the classes as the k-means++ seeding sees them (TopDirections).
 absl::StatusOr<KMeansResult> GaussianKMeansOnce(absl::Span<const GaussianRef> classes,
+                                                absl::Span<const GaussianRef> seeding,
                                                 int32_t s, int32_t r, int32_t max_iterations,
                                                 uint64_t seed, int threads, Progress progress) {
   const int32_t k = static_cast<int32_t>(classes.size());
@@ -640,7 +655,7 @@ absl::StatusOr<KMeansResult> GaussianKMeansOnce(absl::Span<const GaussianRef> cl
   progress.Report(0.0);
   const auto t0 = std::chrono::steady_clock::now();
   DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> seeds,
-                          BhattacharyyaSeeds(classes, s, seed, threads, ctx));
+                          BhattacharyyaSeeds(seeding, s, seed, threads, ctx));
   res.seed_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   progress.Report(0.15);
@@ -766,7 +781,9 @@ absl::StatusOr<KMeansResult> GaussianKMeansOnce(absl::Span<const GaussianRef> cl
 
 absl::StatusOr<KMeansResult> GaussianKMeans(absl::Span<const GaussianRef> classes, int32_t s,
                                             int32_t r, int32_t max_iterations, int32_t restarts,
-                                            uint64_t seed, int threads, Progress progress) {
+                                            int32_t seeding_rank, uint64_t seed, int threads,
+                                            Progress progress) {
+  const std::vector<GaussianRef> seeding = TopDirections(classes, seeding_rank);
   KMeansResult best;
   const int32_t runs = std::max(restarts, 1);
   for (int32_t run = 0; run < runs; ++run) {
@@ -774,7 +791,7 @@ absl::StatusOr<KMeansResult> GaussianKMeans(absl::Span<const GaussianRef> classe
     const uint64_t run_seed = seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(run);
     DENDRO_ASSIGN_OR_RETURN(
         KMeansResult res,
-        GaussianKMeansOnce(classes, s, r, max_iterations, run_seed, threads,
+        GaussianKMeansOnce(classes, seeding, s, r, max_iterations, run_seed, threads,
                            progress.Sub(static_cast<double>(run) / runs,
                                         static_cast<double>(run + 1) / runs, "super-classes")));
     if (run == 0 || res.objective < best.objective) best = std::move(res);

@@ -7,7 +7,8 @@
 // HppcaTrainParams: zero means the paper default for q and r (50, capped at
 // the features' dimension d), lambda (0.01), kmeans_iterations (50) and
 // default_top_t (5), so q = 0 (RBF neurons) cannot be requested through the
-// service; superclasses 0 = about sqrt(K * default_top_t), -1 = flat.
+// service; superclasses 0 = about sqrt(K * default_top_t), -1 = flat;
+// seeding_rank 0 = the default (10), -1 = all q directions.
 // Artifacts: core/hppca's model directory (which includes tree.json and
 // point_leaf.npy as SaveTree writes them).
 #if defined(__GNUC__) && !defined(__clang__)
@@ -95,6 +96,8 @@ HppcaOptions OptionsFrom(const v1::HppcaTrainParams& p, int64_t cols) {
   if (p.kmeans_iterations() != 0) o.kmeans_iterations = p.kmeans_iterations();
   o.seed = p.seed();
   if (p.default_top_t() != 0) o.default_top_t = p.default_top_t();
+  if (p.seeding_rank() > 0) o.seeding_rank = p.seeding_rank();
+  if (p.seeding_rank() == -1) o.seeding_rank = 0;  // all q directions
   return o;
 }
 
@@ -133,6 +136,11 @@ class Hppca final : public Method {
       return absl::InvalidArgumentError(absl::StrCat(
           "hppca: dataset ", dataset.id(), " has ", dataset.rows(),
           " rows; a classifier needs at least 2 classes of at least 2 rows"));
+    }
+    if (spec.hppca().seeding_rank() < -1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hppca.seeding_rank = ", spec.hppca().seeding_rank(),
+          " must be >= 1, 0 for the default (10) or -1 for all q directions"));
     }
     const HppcaOptions o = OptionsFrom(spec.hppca(), dataset.cols());
     DENDRO_RETURN_IF_ERROR(ValidateHppcaOptions(o, dataset.cols()));

@@ -54,6 +54,7 @@ struct Args {
   bool skip_flat = false;
   bool glibc_defaults = false;  // keep glibc's allocator settings, not dendrod's
   uint64_t seed = 1;
+  int seeding_rank = -1;  // -1: HppcaOptions' default; 0: all q directions
   std::string export_dir;
   std::string load_dir;  // evaluate a model exported by an earlier run
   // Generator difficulty: ImageNetLikeSpec unless overridden (paper-like
@@ -68,6 +69,7 @@ void Usage() {
                "  [--train-per-class N] [--test-per-class M] [--q Q] [--r R]\n"
                "  [--superclasses S] [--max-t T] [--eval-rows N] [--block-rows B]\n"
                "  [--latency-rows L] [--repeats R] [--raw] [--skip-flat] [--seed S]\n"
+               "  [--seeding-rank N (0: all q)]\n"
                "  [--glibc-defaults]\n"
                "  [--export DIR] [--load DIR]\n"
                "  [--group-spread x] [--class-spread x] [--group-scale x]\n"
@@ -101,6 +103,7 @@ Args Parse(int argc, char** argv) {
     else if (k == "--skip-flat") a.skip_flat = true;
     else if (k == "--glibc-defaults") a.glibc_defaults = true;
     else if (k == "--seed") a.seed = std::stoull(next());
+    else if (k == "--seeding-rank") a.seeding_rank = std::stoi(next());
     else if (k == "--export") a.export_dir = next();
     else if (k == "--load") a.load_dir = next();
     else if (k == "--group-spread") a.spec.group_spread = std::stod(next());
@@ -197,6 +200,7 @@ int main(int argc, char** argv) {
     opt.kmeans_iterations = a.kmeans_iterations;
     opt.default_top_t = 5;
     opt.seed = a.seed;
+    if (a.seeding_rank >= 0) opt.seeding_rank = a.seeding_rank;
     StderrProgress progress;
     t0 = Clock::now();
     const dendro::MatrixView xtrain(train.x.data(), train.x.rows(), train.x.cols());

@@ -465,6 +465,59 @@ TEST(HppcaFitTest, BhattacharyyaSeedsAreDistinctAndReproducible) {
             static_cast<size_t>(model->num_classes()));
 }
 
+TEST(HppcaFitTest, TopDirectionsKeepTheLeadingDirectionsAndTheTotalVariance) {
+  const TwoLevelGenerator gen(SmallSpec());
+  auto model = FitFlat(gen);
+  ASSERT_TRUE(model.ok());
+  const std::vector<GaussianRef> classes = ClassGaussians(*model);
+  const int64_t d = classes[0].dim();
+  auto trace = [&](const GaussianRef& g) { return g.excess.sum() + g.noise * d; };
+  for (int32_t rank : {1, 3}) {
+    const std::vector<GaussianRef> top = hppca_internal::TopDirections(classes, rank);
+    ASSERT_EQ(top.size(), classes.size());
+    for (size_t i = 0; i < classes.size(); ++i) {
+      const GaussianRef& g = classes[i];
+      ASSERT_GT(g.rank(), rank);
+      for (int32_t j = 1; j < g.rank(); ++j) ASSERT_GE(g.excess[j - 1], g.excess[j]);
+      EXPECT_EQ(top[i].rank(), rank);
+      EXPECT_EQ(top[i].mean.data(), g.mean.data());  // a view, not a copy
+      EXPECT_EQ(top[i].basis.data(), g.basis.data());
+      EXPECT_EQ(top[i].excess[rank - 1], g.excess[rank - 1]);
+      EXPECT_GT(top[i].noise, g.noise);
+      EXPECT_NEAR(trace(top[i]), trace(g), 1e-12 * trace(g));
+    }
+  }
+  // All the directions, or more than a class has: the classes unchanged.
+  for (int32_t rank : {0, 6, 100}) {
+    const std::vector<GaussianRef> same = hppca_internal::TopDirections(classes, rank);
+    for (size_t i = 0; i < classes.size(); ++i) {
+      EXPECT_EQ(same[i].rank(), classes[i].rank());
+      EXPECT_EQ(same[i].noise, classes[i].noise);
+    }
+  }
+}
+
+TEST(HppcaFitTest, SeedingRankOfAllDirectionsIsTheUnreducedSeeding) {
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData train = gen.Sample(30, 10);
+  NullRunContext ctx;
+  HppcaOptions all = SmallOptions();  // q = 6
+  all.seeding_rank = 0;
+  HppcaOptions q = all;
+  q.seeding_rank = 6;
+  HppcaOptions fewer = all;
+  fewer.seeding_rank = 2;
+  auto a = FitHppca(View(train.x), train.labels, all, ctx);
+  auto b = FitHppca(View(train.x), train.labels, q, ctx);
+  auto c = FitHppca(View(train.x), train.labels, fewer, ctx);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  for (int32_t k = 0; k < a->num_classes(); ++k) EXPECT_EQ(a->superclass_of(k), b->superclass_of(k));
+  // Fewer directions still give a partition into every super-class.
+  std::set<int32_t> used;
+  for (int32_t k = 0; k < c->num_classes(); ++k) used.insert(c->superclass_of(k));
+  EXPECT_EQ(used.size(), 6u);
+}
+
 TEST(HppcaFitTest, SampledSeedingIsReproducibleAndHandlesEverySampleSize) {
   const TwoLevelGenerator gen(SmallSpec());
   NullRunContext ctx;
@@ -674,6 +727,10 @@ TEST(HppcaFitTest, BadInputIsRejectedWithClearErrors) {
     bad = opt;
     bad.superclasses = -2;
     EXPECT_FALSE(FitHppca(View(train.x), train.labels, bad, ctx).ok());
+    bad = opt;
+    bad.seeding_rank = -1;
+    EXPECT_THAT(std::string(FitHppca(View(train.x), train.labels, bad, ctx).status().message()),
+                HasSubstr("seeding_rank = -1 must be >= 0"));
   }
   auto model = FitHppca(View(train.x), train.labels, opt, ctx);
   ASSERT_TRUE(model.ok());

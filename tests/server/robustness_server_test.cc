@@ -185,6 +185,7 @@ TEST_F(RobustnessTest, HugeParametersAreRefusedAtSubmitNamingFieldAndLimit) {
        "ghhc.learning_rate"},
       {[](v1::JobSpec* s) { s->mutable_hppca()->set_kmeans_iterations(INT_MAX); },
        "hppca.kmeans_iterations"},
+      {[](v1::JobSpec* s) { s->mutable_hppca()->set_seeding_rank(-2); }, "hppca.seeding_rank"},
   };
   for (const Case& c : cases) {
     v1::JobSpec spec;

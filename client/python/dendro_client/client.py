@@ -364,7 +364,7 @@ class Client:
         None). ``superclasses``: S (None/0 = automatic, -1 = flat); ``q``,
         ``r``: class and super-class PPCA components. Further ``params`` are
         HppcaTrainParams fields (``lambda_`` for ``lambda``, log_det_score,
-        raw_data_clustering, kmeans_iterations, seed, default_top_t).
+        raw_data_clustering, kmeans_iterations, seed, default_top_t, seeding_rank).
         """
         if "lambda_" in params:
             params["lambda"] = params.pop("lambda_")

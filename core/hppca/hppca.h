@@ -26,7 +26,9 @@
 //         the candidates are compared on 256 sampled classes). Plain
 //         k-means++ often seeds two centroids in one true group, which Lloyd
 //         iterations with KL never undo. `kmeans_restarts` > 1 keeps the best
-//         of several runs by the summed KL.
+//         of several runs by the summed KL. The seeding's distances see each
+//         class reduced to its top `seeding_rank` directions (the dropped
+//         excess variance spread over all d); the rounds use whole models.
 //       - The paper clusters the full sample covariances C_k. K full d x d
 //         matrices do not fit in memory for K = 10,000 (and are singular when
 //         n_c <= d), so each class enters clustering as the maximum-

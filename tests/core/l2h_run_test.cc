@@ -430,6 +430,18 @@ TEST(L2hRun, ProgressIsMonotoneAndEndsAtOne) {
   EXPECT_EQ(rep.back().second, "merging");
 }
 
+// The same merges with bit-identical values, not just the same decisions.
+void ExpectIdenticalSteps(const std::vector<L2hStep>& got, const std::vector<L2hStep>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t t = 0; t < want.size(); ++t) {
+    EXPECT_EQ(got[t].lowest, want[t].lowest) << "step " << t;
+    EXPECT_EQ(got[t].most_related, want[t].most_related) << "step " << t;
+    EXPECT_EQ(got[t].lowest_score, want[t].lowest_score) << "step " << t;
+    EXPECT_EQ(got[t].relatedness, want[t].relatedness) << "step " << t;
+    EXPECT_EQ(got[t].merged_score, want[t].merged_score) << "step " << t;
+  }
+}
+
 TEST(L2hRun, ResultDoesNotDependOnThreadCount) {
   // Big enough that the first pass and the steps of large groups run in
   // parallel (see the thresholds in l2h.cc).
@@ -440,15 +452,7 @@ TEST(L2hRun, ResultDoesNotDependOnThreadCount) {
     for (int threads : {2, 3, 0}) {
       auto r = RunOn(l, agg, threads);
       ASSERT_TRUE(r.ok());
-      ASSERT_EQ(r->steps.size(), one->steps.size());
-      for (size_t t = 0; t < r->steps.size(); ++t) {
-        EXPECT_EQ(r->steps[t].lowest, one->steps[t].lowest);
-        EXPECT_EQ(r->steps[t].most_related, one->steps[t].most_related);
-        // bit-identical values, not just the same decisions
-        EXPECT_EQ(r->steps[t].lowest_score, one->steps[t].lowest_score);
-        EXPECT_EQ(r->steps[t].relatedness, one->steps[t].relatedness);
-        EXPECT_EQ(r->steps[t].merged_score, one->steps[t].merged_score);
-      }
+      ExpectIdenticalSteps(r->steps, one->steps);
     }
   }
 }
@@ -524,14 +528,7 @@ TEST(L2hRun, FirstPassFedInPiecesGivesTheSameResultBitForBit) {
     ASSERT_TRUE(given.ok()) << given.status();
     EXPECT_EQ(given->hierarchy.point_leaf(), own->hierarchy.point_leaf());
     EXPECT_EQ(given->cluster_sizes, own->cluster_sizes);
-    ASSERT_EQ(given->steps.size(), own->steps.size());
-    for (size_t t = 0; t < own->steps.size(); ++t) {
-      EXPECT_EQ(given->steps[t].lowest, own->steps[t].lowest);
-      EXPECT_EQ(given->steps[t].most_related, own->steps[t].most_related);
-      EXPECT_EQ(given->steps[t].lowest_score, own->steps[t].lowest_score);
-      EXPECT_EQ(given->steps[t].relatedness, own->steps[t].relatedness);
-      EXPECT_EQ(given->steps[t].merged_score, own->steps[t].merged_score);
-    }
+    ExpectIdenticalSteps(given->steps, own->steps);
     ASSERT_FALSE(ctx.reports().empty());
     EXPECT_EQ(ctx.reports().front().second, "softmax (precomputed)");
   }

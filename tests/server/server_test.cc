@@ -27,6 +27,18 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// The same leaves for every point and the same merges, in order.
+void ExpectSameTree(const Hierarchy& got, const Hierarchy& want) {
+  EXPECT_EQ(got.point_leaf(), want.point_leaf());
+  const auto got_merges = got.ToMerges();
+  const auto want_merges = want.ToMerges();
+  ASSERT_EQ(got_merges.size(), want_merges.size());
+  for (size_t t = 0; t < got_merges.size(); ++t) {
+    EXPECT_EQ(got_merges[t].a, want_merges[t].a) << "merge " << t;
+    EXPECT_EQ(got_merges[t].b, want_merges[t].b) << "merge " << t;
+  }
+}
+
 TEST_F(ServerTest, UploadFitAssignEndToEnd) {
   StartServer();
   const int n = 3000, groups = 3, per = 4, k = groups * per;
@@ -63,14 +75,7 @@ TEST_F(ServerTest, UploadFitAssignEndToEnd) {
   auto tree = ParseJson(tresp.content());
   ASSERT_TRUE(tree.ok()) << tree.status();
   EXPECT_EQ(tree->num_leaves(), k);
-  EXPECT_EQ(tree->point_leaf(), expected->hierarchy.point_leaf());
-  const auto got_merges = tree->ToMerges();
-  const auto want_merges = expected->hierarchy.ToMerges();
-  ASSERT_EQ(got_merges.size(), want_merges.size());
-  for (size_t t = 0; t < got_merges.size(); ++t) {
-    EXPECT_EQ(got_merges[t].a, want_merges[t].a);
-    EXPECT_EQ(got_merges[t].b, want_merges[t].b);
-  }
+  ExpectSameTree(*tree, expected->hierarchy);
   EXPECT_EQ(tresp.model().version(), 1);
 
   // Linkage as .npy: (K-1) x 4 float64.
@@ -127,14 +132,7 @@ TEST_F(ServerTest, AFirstPassDuringTheUploadGivesTheSameModel) {
     ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
     auto tree = ServedTree(name);
     ASSERT_TRUE(tree.ok()) << tree.status();
-    EXPECT_EQ(tree->point_leaf(), expected->hierarchy.point_leaf());
-    const auto got = tree->ToMerges();
-    const auto want = expected->hierarchy.ToMerges();
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t t = 0; t < got.size(); ++t) {
-      EXPECT_EQ(got[t].a, want[t].a);
-      EXPECT_EQ(got[t].b, want[t].b);
-    }
+    ExpectSameTree(*tree, expected->hierarchy);
   }
   // What cannot be prepared is refused at the header, naming the field.
   v1::Dataset ds;

@@ -127,6 +127,9 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
     l2h_pass_.reset();
     if (done.ok()) {
       first_pass = *std::move(done);
+    } else if (absl::IsResourceExhausted(done.status())) {
+      // Expected whenever the upload leaves no CPU over (L2hUploadPass).
+      spdlog::info("upload {}: {}", id_, std::string(done.status().message()));
     } else {
       spdlog::warn("upload {}: no L2H first pass: {}", id_, done.status().ToString());
     }

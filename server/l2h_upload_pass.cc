@@ -97,7 +97,8 @@ absl::Status L2hUploadPass::Consume(std::string& chunk) {
     p += n;
     left -= n;
     if (static_cast<int64_t>(carry_.size()) < row_bytes_) return absl::OkStatus();
-    // A std::string's buffer comes from operator new: aligned for float.
+    // A std::string's buffer (on the heap, or inside the object when short)
+    // is aligned for float.
     absl::Status s = pass_->AddRows(reinterpret_cast<const float*>(carry_.data()), 1);
     carry_.clear();
     if (!s.ok()) return s;

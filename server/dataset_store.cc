@@ -145,8 +145,7 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
     // Its checksums were computed from the bytes as they were written.
     std::lock_guard<std::mutex> lock(store_->mu_);
     store_->verified_.insert(id_);
-    if (first_pass != nullptr &&
-        store_->first_pass_bytes_ + first_pass->bytes() <= DatasetStore::kMaxFirstPassBytes) {
+    if (first_pass != nullptr && store_->FirstPassFitsLocked(first_pass->bytes())) {
       store_->first_pass_bytes_ += first_pass->bytes();
       store_->l2h_first_passes_[id_] = std::move(first_pass);
     }
@@ -175,7 +174,7 @@ bool DatasetStore::HasL2hFirstPass(const std::string& id) {
 
 bool DatasetStore::FirstPassFits(int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  return first_pass_bytes_ + bytes <= kMaxFirstPassBytes;
+  return FirstPassFitsLocked(bytes);
 }
 
 absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const std::string& id) {

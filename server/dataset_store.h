@@ -131,8 +131,12 @@ class DatasetStore {
   Catalogue* meta_;
   const int64_t max_dataset_bytes_;
   const DiskGuard disk_;
-  // Whether a first pass of `bytes` more fits under kMaxFirstPassBytes.
+  // Whether a first pass of `bytes` more fits under kMaxFirstPassBytes;
+  // the Locked form with mu_ held.
   bool FirstPassFits(int64_t bytes);
+  bool FirstPassFitsLocked(int64_t bytes) const {
+    return first_pass_bytes_ + bytes <= kMaxFirstPassBytes;
+  }
 
   std::mutex mu_;  // guards open_, verified_ and the first passes; never held across I/O
   std::map<std::string, std::weak_ptr<const LoadedDataset>> open_;

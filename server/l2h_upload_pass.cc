@@ -35,11 +35,9 @@ void L2hUploadPass::Take(std::string* bytes) {
   if (!status_.ok()) return;  // failed or abandoned: the rest is not needed
   // A chunk larger than the bound is let in alone.
   if (queued_bytes_ > 0 && queued_bytes_ + size > kMaxQueuedBytes) {
-    status_ = absl::ResourceExhaustedError(absl::StrCat(
+    FailLocked(absl::ResourceExhaustedError(absl::StrCat(
         "L2H first pass: abandoned ", queued_bytes_ >> 20,
-        " MiB behind the upload (the server had no CPU to spare for it)"));
-    queue_.clear();
-    queued_bytes_ = 0;
+        " MiB behind the upload (the server had no CPU to spare for it)")));
     lock.unlock();
     changed_.notify_all();
     return;
@@ -79,13 +77,15 @@ void L2hUploadPass::Work() {
     lock.lock();
     busy_ = false;
     if (status_.ok()) queued_bytes_ -= size;  // else the queue was emptied
-    if (!s.ok() && status_.ok()) status_ = std::move(s);
-    if (!status_.ok()) {
-      queue_.clear();
-      queued_bytes_ = 0;
-    }
+    if (!s.ok()) FailLocked(std::move(s));
     changed_.notify_all();
   }
+}
+
+void L2hUploadPass::FailLocked(absl::Status why) {
+  if (status_.ok()) status_ = std::move(why);
+  queue_.clear();
+  queued_bytes_ = 0;
 }
 
 absl::Status L2hUploadPass::Consume(std::string& chunk) {

@@ -52,6 +52,8 @@ class L2hUploadPass {
   void Work();
   // Adds the whole rows of `chunk` to the pass (on the pass's thread).
   absl::Status Consume(std::string& chunk);
+  // Records the first failure and drops the queued chunks; mu_ held.
+  void FailLocked(absl::Status why);
 
   const int64_t row_bytes_;
   std::shared_ptr<L2hFirstPass> pass_;

@@ -8,16 +8,24 @@
 namespace dendro {
 namespace l2h_internal {
 
-PointState FirstPassState(const float* x, int32_t k, double* buf) {
-  PointState st;
-  int32_t runner_up;
-  Top2(x, k, nullptr, &st.best, &runner_up);
-  st.cluster = st.best;
-  st.second = runner_up;
-  st.shift = x[st.best];
-  st.rest = MaskedExpSum(x, k, x[st.best], nullptr, st.best, buf);
-  st.ref = static_cast<float>(st.rest);
-  return st;
+void FirstPassStates(const float* rows, int64_t n, int32_t k, double* buf, PointState* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* x = rows + i * static_cast<int64_t>(k);
+    // Hardware prefetchers stop at page boundaries; a row is often a page.
+    if (i + 2 < n) {
+      const float* ahead = x + 2 * static_cast<int64_t>(k);
+      for (int32_t col = 0; col < k; col += 16) __builtin_prefetch(ahead + col);
+    }
+    PointState& st = out[i];
+    int32_t runner_up;
+    Top2(x, k, nullptr, &st.best, &runner_up);
+    st.cluster = st.best;
+    st.second = runner_up;
+    st.shift = x[st.best];
+    st.rest = MaskedExpSum(x, k, x[st.best], nullptr, st.best, buf);
+    st.ref = static_cast<float>(st.rest);
+    st.unused = 0;
+  }
 }
 
 }  // namespace l2h_internal
@@ -32,15 +40,9 @@ absl::Status L2hFirstPass::AddRows(const float* rows, int64_t n) {
                                                    rows_added(), " of ", rows_));
   }
   DENDRO_RETURN_IF_ERROR(ValidateFinite(rows, n, k_, rows_added()));
-  for (int64_t i = 0; i < n; ++i) {
-    const float* x = rows + i * static_cast<int64_t>(k_);
-    // A row is often a page, where hardware prefetchers stop.
-    if (i + 2 < n) {
-      const float* ahead = x + 2 * static_cast<int64_t>(k_);
-      for (int32_t col = 0; col < k_; col += 16) __builtin_prefetch(ahead + col);
-    }
-    states_.push_back(l2h_internal::FirstPassState(x, k_, buf_.data()));
-  }
+  const size_t at = states_.size();
+  states_.resize(at + static_cast<size_t>(n));
+  l2h_internal::FirstPassStates(rows, n, k_, buf_.data(), states_.data() + at);
   return absl::OkStatus();
 }
 

@@ -38,9 +38,9 @@ struct PointState {
 };
 static_assert(sizeof(PointState) == 32, "one point per half cache line");
 
-// The first-pass state of one finite row x of k columns; `buf` has room for
-// k doubles.
-PointState FirstPassState(const float* x, int32_t k, double* buf);
+// The first-pass states of n finite rows (row-major, k columns each) into
+// out[0, n); `buf` has room for k doubles.
+void FirstPassStates(const float* rows, int64_t n, int32_t k, double* buf, PointState* out);
 
 }  // namespace l2h_internal
 

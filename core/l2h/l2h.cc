@@ -216,16 +216,8 @@ absl::Status L2hRunner::FirstPass() {
       }
       return;
     }
-    for (int64_t i = begin; i < end; ++i) {
-      const float* x = Row(i);
-      // Hardware prefetchers stop at page boundaries; a row is often a page.
-      if (i + 2 < end) {
-        const float* ahead = Row(i + 2);
-        for (int32_t col = 0; col < k_; col += 16) __builtin_prefetch(ahead + col);
-      }
-      state_[i] = l2h_internal::FirstPassState(x, k_, buf);
-      assign_[i] = state_[i].cluster;
-    }
+    l2h_internal::FirstPassStates(Row(begin), end - begin, k_, buf, state_.data() + begin);
+    for (int64_t i = begin; i < end; ++i) assign_[i] = state_[i].cluster;
   };
   auto progress = [&](int64_t done) {
     Progress(kFirstPassShare * static_cast<double>(done) / static_cast<double>(n_), "softmax");

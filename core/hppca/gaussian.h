@@ -143,7 +143,7 @@ class CentroidMoments {
   int64_t count_ = 0;
   double noise_sum_ = 0.0;
   Eigen::VectorXd s1_;
-  Eigen::MatrixXd s2_;  // symmetric, both triangles
+  Eigen::MatrixXd s2_;  // symmetric: only the lower triangle (diagonal included) is kept
 };
 
 // The probabilistic-PCA Gaussian closest to the centroid in the maximum-

@@ -283,30 +283,39 @@ namespace {
 // about half the arithmetic and memory traffic of a full GEMM followed by
 // packing, 0.48 ms against 0.84 ms on one core (docs/methods.md).
 constexpr int64_t kPackColumns = 64;
-void PackedGram(const Eigen::MatrixXd& w, double off_diagonal, double* out,
-                Eigen::MatrixXd* scratch) {
+void PackedGram(const Eigen::MatrixXf& w, float off_diagonal, float* out,
+                Eigen::MatrixXf* scratch) {
   const int64_t d = w.rows();
   for (int64_t x0 = 0; x0 < d; x0 += kPackColumns) {
     const int64_t nb = std::min(kPackColumns, d - x0);
     scratch->resize(d - x0, nb);
     scratch->noalias() = w.bottomRows(d - x0) * w.middleRows(x0, nb).transpose();
     for (int64_t x = 0; x < nb; ++x) {
-      const double* col = scratch->col(x).data();  // rows x0 .. d - 1
+      const float* col = scratch->col(x).data();  // rows x0 .. d - 1
       *out++ = col[x];
       for (int64_t y = x + 1; y < d - x0; ++y) *out++ = off_diagonal * col[y];
     }
   }
 }
 
+// The packed inner products of GramCrossTerms are summed in single
+// precision over kGramDepth packed entries at a time and the partial sums
+// added in double, so each float sum has about as many terms as a basis
+// product (d) rather than d (d + 1) / 2.
+constexpr int64_t kGramDepth = 1024;
+
 // F(i, j) = <A_j, C_i>_F for every class i and centroid j (see AssignByKl):
 // A_j = U_j^T diag(omega_j) U_j from the stacked centroid bases `u` (rows
 // off[j] .. off[j + 1]) and C_i = V_i^T diag(e_i) V_i. Both are symmetric,
 // so each is packed as one triangle (the centroid side carries the
 // factor 2 of the off-diagonal entries) and F is a GEMM of the packed rows,
-// classes in chunks of about 64 MB of doubles per thread. (Chunks of 256 MB
-// ran the product itself faster in isolation, 16 GFMA/s per core against 13,
-// but made the K = 1,000 rounds twice as slow: fewer chunks to share between
-// the threads, and a fresh 256 MB buffer per thread and call.)
+// classes in chunks of about 32 MB of floats per thread. The packed
+// matrices and the GEMM are single precision, like the class bases and the
+// basis-product route: at K = 10,000, d = 640 this route forms C_i for every
+// class in every round, and in double it took about half of the clustering
+// (docs/benchmarks.md). (Chunks of 256 MB ran the product itself faster in
+// isolation, but made the K = 1,000 rounds twice as slow: fewer chunks to
+// share between the threads, and a fresh buffer per thread and call.)
 absl::StatusOr<RowMatrixDX> GramCrossTerms(absl::Span<const GaussianRef> classes,
                                            const RowMatrixDX& u, const Eigen::VectorXd& omega,
                                            const std::vector<int64_t>& off, int threads,
@@ -315,14 +324,16 @@ absl::StatusOr<RowMatrixDX> GramCrossTerms(absl::Span<const GaussianRef> classes
   const int32_t s = static_cast<int32_t>(off.size()) - 1;
   const int64_t d = u.cols();
   const int64_t packed = d * (d + 1) / 2;
-  RowMatrixDX a(s, packed);
+  RowMatrixF a(s, packed);
   DENDRO_RETURN_IF_ERROR(ParallelFor(s, threads, ctx, [&](int64_t j) {
     const int64_t r = off[j + 1] - off[j];
-    Eigen::MatrixXd scratch;
+    Eigen::MatrixXf scratch;
     if (r > 0) {
-      const Eigen::MatrixXd w = u.middleRows(off[j], r).transpose() *
-                                omega.segment(off[j], r).cwiseMax(0.0).cwiseSqrt().asDiagonal();
-      PackedGram(w, 2.0, a.row(j).data(), &scratch);
+      const Eigen::MatrixXf w =
+          (u.middleRows(off[j], r).transpose() *
+           omega.segment(off[j], r).cwiseMax(0.0).cwiseSqrt().asDiagonal())
+              .cast<float>();
+      PackedGram(w, 2.0f, a.row(j).data(), &scratch);
     } else {
       a.row(j).setZero();
     }
@@ -330,24 +341,32 @@ absl::StatusOr<RowMatrixDX> GramCrossTerms(absl::Span<const GaussianRef> classes
   const int64_t chunk = std::clamp<int64_t>((int64_t{8} << 20) / packed, 1, 256);
   const int64_t chunks = (k + chunk - 1) / chunk;
   const int pool = std::max(1, threads);
-  std::vector<RowMatrixDX> c_buf(pool);
+  std::vector<RowMatrixF> c_buf(pool), f_buf(pool);
   RowMatrixDX f(k, s);
   DENDRO_RETURN_IF_ERROR(ParallelFor(chunks, threads, ctx, [&](int64_t ch) {
     const int64_t i0 = ch * chunk, n = std::min(chunk, k - i0);
-    RowMatrixDX& c = c_buf[omp_get_thread_num() % pool];
+    const int slot = omp_get_thread_num() % pool;
+    RowMatrixF& c = c_buf[slot];
+    RowMatrixF& part = f_buf[slot];
     if (c.rows() != chunk || c.cols() != packed) c.resize(chunk, packed);
-    Eigen::MatrixXd scratch;
+    Eigen::MatrixXf scratch;
     for (int64_t t = 0; t < n; ++t) {
       const GaussianRef& p = classes[i0 + t];
       if (p.rank() > 0) {
-        const Eigen::MatrixXd w = p.basis.cast<double>().transpose() *
-                                  p.excess.cwiseMax(0.0).cwiseSqrt().asDiagonal();
-        PackedGram(w, 1.0, c.row(t).data(), &scratch);
+        const Eigen::MatrixXf w =
+            p.basis.transpose() * p.excess.cwiseMax(0.0).cwiseSqrt().cast<float>().asDiagonal();
+        PackedGram(w, 1.0f, c.row(t).data(), &scratch);
       } else {
         c.row(t).setZero();
       }
     }
-    f.middleRows(i0, n).noalias() = c.topRows(n) * a.transpose();
+    auto out = f.middleRows(i0, n);
+    out.setZero();
+    for (int64_t x0 = 0; x0 < packed; x0 += kGramDepth) {
+      const int64_t depth = std::min(kGramDepth, packed - x0);
+      part.noalias() = c.topRows(n).middleCols(x0, depth) * a.middleCols(x0, depth).transpose();
+      out += part.cast<double>();
+    }
   }));
   return f;
 }
@@ -476,7 +495,8 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
   //  * Gram products: F = <A_Q, C_P>_F with A_Q = U^T diag(omega) U and
   //    C_P = V^T diag(e) V, both d x d and symmetric, so all K x S values
   //    are one GEMM over packed upper triangles (d (d + 1) / 2 per pair, plus
-  //    q d^2 / 2 per class to form C_P, in double precision).
+  //    q d^2 / 2 per class to form C_P). Both ways multiply in single
+  //    precision and sum F in double (GramCrossTerms has the details).
   int64_t pairs = 0;
   int32_t max_rank = 0, max_centroid_rank = 0;
   for (const auto& c : cands) pairs += static_cast<int64_t>(c.size());

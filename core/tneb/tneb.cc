@@ -73,6 +73,12 @@ int32_t TnebRestarts(const TnebOptions& options, int64_t d) {
   return d > 10 ? 1 : 20;
 }
 
+bool TnebAutoDof(const TnebOptions& options, int64_t d) {
+  if (options.gaussian) return false;
+  if (options.auto_dof) return true;
+  return !options.learn_dof && options.auto_dof_low_dimension && d <= kAutoDofMaxDimension;
+}
+
 absl::Status ValidateTnebOptions(const TnebOptions& o) {
   if (o.components < 2) {
     return absl::InvalidArgumentError(
@@ -217,7 +223,7 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   mo.tolerance = o.tolerance;
   mo.seed = o.seed;
   mo.num_threads = threads;
-  const bool auto_dof = o.auto_dof && !o.gaussian;
+  const bool auto_dof = TnebAutoDof(o, d);
   // Free parameters: weights, means, symmetric scales (+ one nu each if learned).
   const double dd = static_cast<double>(d);
   const double mm = static_cast<double>(o.components);

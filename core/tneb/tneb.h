@@ -80,6 +80,11 @@ struct TnebOptions {
   // with the lower BIC (the learned fit pays for its m extra parameters).
   // Overrides learn_dof; ignored for Gaussian components.
   bool auto_dof = false;
+  // Beyond the paper, the default: with neither learn_dof nor auto_dof set,
+  // nu is chosen as auto_dof chooses it when d <= kAutoDofMaxDimension and
+  // fixed at `dof` above (TnebAutoDof). false: fixed at `dof` in every
+  // dimension, the paper's setting. docs/methods.md has the numbers.
+  bool auto_dof_low_dimension = true;
   bool gaussian = false;         // g-NEB: Gaussian components
   double ridge = 1e-4;           // added to every scale matrix's diagonal
   // EM restarts, best converged kept. 0: the authors' rule, 20 when d <= 10
@@ -102,6 +107,15 @@ struct TnebOptions {
 
 // The authors' restart rule for restarts == 0 (20 when d <= 10, else 1).
 int32_t TnebRestarts(const TnebOptions& options, int64_t d);
+
+// Up to this dimension auto_dof_low_dimension chooses nu by BIC. The paper
+// (appendix) found learned nu to help in low dimensions and to hurt in high
+// ones; 10 is also where the authors' restart rule draws the line.
+inline constexpr int64_t kAutoDofMaxDimension = 10;
+
+// Whether a fit of d-dimensional data chooses nu by BIC (auto_dof, or the
+// low-dimension default); never with Gaussian components.
+bool TnebAutoDof(const TnebOptions& options, int64_t d);
 
 // Everything needed to place new points. Leaf i of the tree is component i
 // of `mixture`.

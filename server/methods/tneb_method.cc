@@ -46,7 +46,13 @@ class TnebModelImpl final : public FittedModel {
 TnebOptions OptionsFrom(const v1::TnebParams& p) {
   TnebOptions o;
   if (p.components() != 0) o.components = p.components();
-  if (p.dof() != 0) o.dof = p.dof();
+  // A nu given by the caller is used as given (fixed, or the start and the
+  // fixed candidate with learn_dof / auto_dof); without one the default
+  // applies, which chooses nu by BIC in low dimensions (TnebOptions).
+  if (p.dof() != 0) {
+    o.dof = p.dof();
+    o.auto_dof_low_dimension = false;
+  }
   o.learn_dof = p.learn_dof();
   o.gaussian = p.gaussian();
   if (p.ridge() != 0) o.ridge = p.ridge();

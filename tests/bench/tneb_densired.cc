@@ -8,6 +8,8 @@
 //                 [--no-standardize] [--components M] [--restarts R] [--threads T]
 //                 [--tolerance TOL] [--max-iterations N] [--merge density|persistence]
 //                 [--dump PREFIX] X.npy Y.npy [X.npy Y.npy ...]
+// Without --dof, --learn-dof or --auto-dof, nu follows the default (chosen by
+// BIC when d <= 10, fixed at 1 above); --dof 1 is the paper's fixed nu.
 // --edges prints the spanning tree (similarity, peaks, persistence, leaf
 // sizes and labels) to stderr.
 // --dump writes PREFIX<dataset>_s<seed>_pred.npy (cluster at the true k) and
@@ -136,6 +138,7 @@ int main(int argc, char** argv) {
       const char* v = next();
       if (!v) return Usage();
       base.dof = std::atof(v);
+      base.auto_dof_low_dimension = false;  // a nu given is used, as in the server
     } else if (a == "--no-standardize") {
       base.standardize = false;
     } else if (a == "--components") {

@@ -119,8 +119,10 @@ TEST(TnebSaveLoad, DamagedFilesAreClearErrors) {
   ASSERT_TRUE(WriteFileAtomic(dir + "/tneb_model.json", json).ok());
   ASSERT_TRUE(LoadTnebModel(dir).ok());
 
-  const std::vector<double> wrong(5, 0.2);
-  const int64_t shape[1] = {5};
+  // One weight more than the model has components.
+  const int64_t wrong_size = r.model.mixture.num_components() + 1;
+  const std::vector<double> wrong(wrong_size, 0.2);
+  const int64_t shape[1] = {wrong_size};
   ASSERT_TRUE(WriteNpy(dir + "/tneb_weights.npy", absl::MakeConstSpan(wrong), shape).ok());
   EXPECT_THAT(std::string(LoadTnebModel(dir).status().message()),
               HasSubstr("tneb_weights.npy: expected shape"));

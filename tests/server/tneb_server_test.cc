@@ -168,6 +168,39 @@ TEST_F(TnebServerTest, MergeOrderAndAutoDofPassThrough) {
   EXPECT_EQ(md.at("bic_fixed_dof"), expected->hierarchy.metadata().at("bic_fixed_dof"));
 }
 
+// Without a nu, a fit of 3-column data chooses it by BIC (the default for
+// d <= 10); a nu given, even the paper's 1, is kept fixed.
+TEST_F(TnebServerTest, AGivenDofIsFixedAndNoneIsChosenByBic) {
+  StartServer();
+  const int n = 600;
+  std::vector<int64_t> labels;
+  const std::vector<float> x = Blobs(n, &labels);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, n, 3, &ds).ok());
+  grpc::Status st;
+  v1::TnebParams p = SmallParams();
+  ASSERT_EQ(p.dof(), 0.0);
+  v1::Job job = Submit(ds.id(), "default-dof", p, &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  job = Wait(job.id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+  auto chosen = ServedTree("default-dof");
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_EQ(chosen->metadata().at("auto_dof"), "true");
+  EXPECT_EQ(chosen->metadata().count("bic_learned_dof"), 1u);
+
+  p.set_dof(1.0);
+  job = Submit(ds.id(), "fixed-dof", p, &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  job = Wait(job.id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+  auto fixed = ServedTree("fixed-dof");
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_EQ(fixed->metadata().count("auto_dof"), 0u);
+  EXPECT_EQ(fixed->metadata().at("learn_dof"), "false");
+  EXPECT_EQ(fixed->metadata().at("dof"), "1");
+}
+
 TEST_F(TnebServerTest, BadParametersAreRejectedAtSubmit) {
   StartServer();
   std::vector<int64_t> labels;

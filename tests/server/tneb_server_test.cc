@@ -48,6 +48,20 @@ class TnebServerTest : public ServerTest {
     *spec.mutable_tneb() = p;
     return SubmitSpec(spec, st);
   }
+
+  // Submits a fit and waits for it: the served tree, or why there is none
+  // (the submit's error, or the job's if it did not succeed).
+  absl::StatusOr<Hierarchy> FitServed(const std::string& dataset, const std::string& model,
+                                      const v1::TnebParams& p) {
+    grpc::Status st;
+    v1::Job job = Submit(dataset, model, p, &st);
+    if (!st.ok()) return absl::InternalError("submit: " + st.error_message());
+    job = Wait(job.id());
+    if (job.state() != v1::JOB_STATE_SUCCEEDED) {
+      return absl::InternalError("job: " + job.error().message());
+    }
+    return ServedTree(model);
+  }
 };
 
 // SmallParams() as core options.
@@ -146,11 +160,8 @@ TEST_F(TnebServerTest, MergeOrderAndAutoDofPassThrough) {
   v1::TnebParams p = SmallParams();
   p.set_merge("density");
   p.set_auto_dof(true);
-  grpc::Status st;
-  v1::Job job = Submit(ds.id(), "density", p, &st);
-  ASSERT_TRUE(st.ok()) << st.error_message();
-  job = Wait(job.id());
-  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+  auto tree = FitServed(ds.id(), "density", p);
+  ASSERT_TRUE(tree.ok()) << tree.status();
 
   TnebOptions o = SmallOptions();
   o.merge = TnebMerge::kDensity;
@@ -158,8 +169,6 @@ TEST_F(TnebServerTest, MergeOrderAndAutoDofPassThrough) {
   NullRunContext null_ctx;
   auto expected = FitTneb(MatrixView(x.data(), n, 3), o, null_ctx);
   ASSERT_TRUE(expected.ok()) << expected.status();
-  auto tree = ServedTree("density");
-  ASSERT_TRUE(tree.ok()) << tree.status();
   EXPECT_EQ(tree->point_leaf(), expected->hierarchy.point_leaf());
   const auto& md = tree->metadata();
   EXPECT_EQ(md.at("merge"), "density");
@@ -177,24 +186,15 @@ TEST_F(TnebServerTest, AGivenDofIsFixedAndNoneIsChosenByBic) {
   const std::vector<float> x = Blobs(n, &labels);
   v1::Dataset ds;
   ASSERT_TRUE(Upload(x, n, 3, &ds).ok());
-  grpc::Status st;
   v1::TnebParams p = SmallParams();
   ASSERT_EQ(p.dof(), 0.0);
-  v1::Job job = Submit(ds.id(), "default-dof", p, &st);
-  ASSERT_TRUE(st.ok()) << st.error_message();
-  job = Wait(job.id());
-  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
-  auto chosen = ServedTree("default-dof");
+  auto chosen = FitServed(ds.id(), "default-dof", p);
   ASSERT_TRUE(chosen.ok()) << chosen.status();
   EXPECT_EQ(chosen->metadata().at("auto_dof"), "true");
   EXPECT_EQ(chosen->metadata().count("bic_learned_dof"), 1u);
 
   p.set_dof(1.0);
-  job = Submit(ds.id(), "fixed-dof", p, &st);
-  ASSERT_TRUE(st.ok()) << st.error_message();
-  job = Wait(job.id());
-  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
-  auto fixed = ServedTree("fixed-dof");
+  auto fixed = FitServed(ds.id(), "fixed-dof", p);
   ASSERT_TRUE(fixed.ok()) << fixed.status();
   EXPECT_EQ(fixed->metadata().count("auto_dof"), 0u);
   EXPECT_EQ(fixed->metadata().at("learn_dof"), "false");

@@ -350,11 +350,18 @@ absl::StatusOr<RowMatrixDX> GramCrossTerms(absl::Span<const GaussianRef> classes
     RowMatrixF& part = f_buf[slot];
     if (c.rows() != chunk || c.cols() != packed) c.resize(chunk, packed);
     Eigen::MatrixXf scratch;
+    // C_i is formed from e_i / max(e_i) and F scaled back in double, so
+    // that single precision neither overflows nor underflows whatever the
+    // data's scale (omega is in [0, 1] already).
+    Eigen::VectorXd class_scale = Eigen::VectorXd::Zero(n);
     for (int64_t t = 0; t < n; ++t) {
       const GaussianRef& p = classes[i0 + t];
-      if (p.rank() > 0) {
+      const double e_max = p.rank() > 0 ? p.excess.maxCoeff() : 0.0;
+      if (e_max > 0.0) {
+        class_scale[t] = e_max;
         const Eigen::MatrixXf w =
-            p.basis.transpose() * p.excess.cwiseMax(0.0).cwiseSqrt().cast<float>().asDiagonal();
+            p.basis.transpose() *
+            (p.excess / e_max).cwiseMax(0.0).cwiseSqrt().cast<float>().asDiagonal();
         PackedGram(w, 1.0f, c.row(t).data(), &scratch);
       } else {
         c.row(t).setZero();
@@ -367,6 +374,7 @@ absl::StatusOr<RowMatrixDX> GramCrossTerms(absl::Span<const GaussianRef> classes
       part.noalias() = c.topRows(n).middleCols(x0, depth) * a.middleCols(x0, depth).transpose();
       out += part.cast<double>();
     }
+    out = class_scale.asDiagonal() * out;
   }));
   return f;
 }

@@ -362,6 +362,45 @@ TEST(GaussianTest, GramRouteKlMatchesDirectAcrossColumnBlocks) {
   }
 }
 
+// KL is invariant when every Gaussian is scaled alike (means by c,
+// variances by c^2). The Gram route forms its packed matrices in single
+// precision; at c = 1e20 the variances (about 1e40) are beyond float's
+// range and at c = 1e-20 (about 1e-40) below its normal range, and the
+// route must still give the unscaled divergences and the same assignment.
+TEST(GaussianTest, GramRouteKlDoesNotDependOnTheDataScale) {
+  std::mt19937_64 rng(31);
+  const int64_t d = 40;
+  std::vector<LowRankGaussian> classes, cents;
+  for (int i = 0; i < 12; ++i) classes.push_back(RandomGaussian(d, 2 + i % 4, rng));
+  for (int j = 0; j < 3; ++j) cents.push_back(RandomGaussian(d, 5, rng));
+  auto scaled = [](std::vector<LowRankGaussian> g, double c) {
+    for (LowRankGaussian& x : g) {
+      x.mean *= c;
+      x.excess *= c * c;
+      x.noise *= c * c;
+    }
+    return g;
+  };
+  NullRunContext ctx;
+  const std::vector<GaussianRef> refs = Refs(classes);
+  std::vector<double> want_kl;
+  auto want = hppca_internal::AssignByKl(refs, cents, 1, &ctx, &want_kl,
+                                         hppca_internal::KlCrossTerm::kGramProducts);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (double c : {1e20, 1e-20}) {
+    SCOPED_TRACE(c);
+    const std::vector<LowRankGaussian> sc = scaled(classes, c), sq = scaled(cents, c);
+    std::vector<double> kl;
+    auto got = hppca_internal::AssignByKl(Refs(sc), sq, 1, &ctx, &kl,
+                                          hppca_internal::KlCrossTerm::kGramProducts);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, *want);
+    for (size_t i = 0; i < classes.size(); ++i) {
+      EXPECT_NEAR(kl[i], want_kl[i], 1e-6 * (std::fabs(want_kl[i]) + d)) << i;
+    }
+  }
+}
+
 TEST(GaussianTest, CentroidRejectsBadInput) {
   std::mt19937_64 rng(10);
   EXPECT_FALSE(TheoremTwoCentroid({}, 2).ok());

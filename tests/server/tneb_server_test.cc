@@ -49,6 +49,14 @@ class TnebServerTest : public ServerTest {
     return SubmitSpec(spec, st);
   }
 
+  // Starts the server and uploads Blobs(n), with its labels, as `ds`.
+  void StartWithBlobs(int n, std::vector<float>* x, v1::Dataset* ds) {
+    StartServer();
+    std::vector<int64_t> labels;
+    *x = Blobs(n, &labels);
+    ASSERT_TRUE(Upload(*x, n, 3, ds, &labels).ok());
+  }
+
   // Submits a fit and waits for it: the served tree, or why there is none
   // (the submit's error, or the job's if it did not succeed).
   absl::StatusOr<Hierarchy> FitServed(const std::string& dataset, const std::string& model,
@@ -90,12 +98,10 @@ v1::TnebParams SmallParams() {
 }
 
 TEST_F(TnebServerTest, FitAssignAndReload) {
-  StartServer();
   const int n = 900;
-  std::vector<int64_t> labels;
-  const std::vector<float> x = Blobs(n, &labels);
+  std::vector<float> x;
   v1::Dataset ds;
-  ASSERT_TRUE(Upload(x, n, 3, &ds, &labels).ok());
+  ASSERT_NO_FATAL_FAILURE(StartWithBlobs(n, &x, &ds));
   grpc::Status st;
   v1::Job job = Submit(ds.id(), "blobs", SmallParams(), &st);
   ASSERT_TRUE(st.ok()) << st.error_message();
@@ -151,12 +157,10 @@ TEST_F(TnebServerTest, FitAssignAndReload) {
 // merge and auto_dof reach the core: the served tree is the core's with the
 // same options.
 TEST_F(TnebServerTest, MergeOrderAndAutoDofPassThrough) {
-  StartServer();
   const int n = 600;
-  std::vector<int64_t> labels;
-  const std::vector<float> x = Blobs(n, &labels);
+  std::vector<float> x;
   v1::Dataset ds;
-  ASSERT_TRUE(Upload(x, n, 3, &ds, &labels).ok());
+  ASSERT_NO_FATAL_FAILURE(StartWithBlobs(n, &x, &ds));
   v1::TnebParams p = SmallParams();
   p.set_merge("density");
   p.set_auto_dof(true);
@@ -180,12 +184,10 @@ TEST_F(TnebServerTest, MergeOrderAndAutoDofPassThrough) {
 // Without a nu, a fit of 3-column data chooses it by BIC (the default for
 // d <= 10); a nu given, even the paper's 1, is kept fixed.
 TEST_F(TnebServerTest, AGivenDofIsFixedAndNoneIsChosenByBic) {
-  StartServer();
   const int n = 600;
-  std::vector<int64_t> labels;
-  const std::vector<float> x = Blobs(n, &labels);
+  std::vector<float> x;
   v1::Dataset ds;
-  ASSERT_TRUE(Upload(x, n, 3, &ds).ok());
+  ASSERT_NO_FATAL_FAILURE(StartWithBlobs(n, &x, &ds));
   v1::TnebParams p = SmallParams();
   ASSERT_EQ(p.dof(), 0.0);
   auto chosen = FitServed(ds.id(), "default-dof", p);
@@ -202,11 +204,9 @@ TEST_F(TnebServerTest, AGivenDofIsFixedAndNoneIsChosenByBic) {
 }
 
 TEST_F(TnebServerTest, BadParametersAreRejectedAtSubmit) {
-  StartServer();
-  std::vector<int64_t> labels;
-  const std::vector<float> x = Blobs(30, &labels);
+  std::vector<float> x;
   v1::Dataset ds;
-  ASSERT_TRUE(Upload(x, 30, 3, &ds).ok());
+  ASSERT_NO_FATAL_FAILURE(StartWithBlobs(30, &x, &ds));
   grpc::Status st;
   v1::TnebParams p = SmallParams();
   p.set_components(-2);

@@ -70,13 +70,13 @@ const char* TnebMergeName(TnebMerge merge) {
 
 int32_t TnebRestarts(const TnebOptions& options, int64_t d) {
   if (options.restarts > 0) return options.restarts;
-  return d > 10 ? 1 : 20;
+  return d > kTnebLowDimension ? 1 : 20;
 }
 
 bool TnebAutoDof(const TnebOptions& options, int64_t d) {
   if (options.gaussian) return false;
   if (options.auto_dof) return true;
-  return !options.learn_dof && options.auto_dof_low_dimension && d <= kAutoDofMaxDimension;
+  return !options.learn_dof && options.auto_dof_low_dimension && d <= kTnebLowDimension;
 }
 
 absl::Status ValidateTnebOptions(const TnebOptions& o) {

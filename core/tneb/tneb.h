@@ -81,7 +81,7 @@ struct TnebOptions {
   // Overrides learn_dof; ignored for Gaussian components.
   bool auto_dof = false;
   // Beyond the paper, the default: with neither learn_dof nor auto_dof set,
-  // nu is chosen as auto_dof chooses it when d <= kAutoDofMaxDimension and
+  // nu is chosen as auto_dof chooses it when d <= kTnebLowDimension and
   // fixed at `dof` above (TnebAutoDof). false: fixed at `dof` in every
   // dimension, the paper's setting. docs/methods.md has the numbers.
   bool auto_dof_low_dimension = true;
@@ -105,13 +105,15 @@ struct TnebOptions {
   int num_threads = 0;                // 0: all cores
 };
 
-// The authors' restart rule for restarts == 0 (20 when d <= 10, else 1).
-int32_t TnebRestarts(const TnebOptions& options, int64_t d);
+// The largest dimension t-NEB treats as low: the authors' restart rule runs
+// 20 EM restarts up to it and 1 above, and auto_dof_low_dimension chooses nu
+// by BIC up to it (the paper, appendix, found learned nu to help in low
+// dimensions and to hurt in high ones).
+inline constexpr int64_t kTnebLowDimension = 10;
 
-// Up to this dimension auto_dof_low_dimension chooses nu by BIC. The paper
-// (appendix) found learned nu to help in low dimensions and to hurt in high
-// ones; 10 is also where the authors' restart rule draws the line.
-inline constexpr int64_t kAutoDofMaxDimension = 10;
+// The authors' restart rule for restarts == 0 (20 when d <= kTnebLowDimension,
+// else 1).
+int32_t TnebRestarts(const TnebOptions& options, int64_t d);
 
 // Whether a fit of d-dimensional data chooses nu by BIC (auto_dof, or the
 // low-dimension default); never with Gaussian components.

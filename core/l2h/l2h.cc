@@ -154,9 +154,9 @@ class L2hRunner {
   RunContext& ctx_;
   l2h_internal::WorkerPool pool_;
 
-  // Per point: h(x), and the state described at the top of the file.
+  // Per point: the state described at the top of the file (h(x) is its
+  // `cluster`).
   using PointState = l2h_internal::PointState;
-  std::vector<int32_t> assign_;
   std::vector<PointState> state_;
 
   // Per cluster.
@@ -197,12 +197,9 @@ absl::Status L2hRunner::FirstPass() {
   if (first_pass_ != nullptr) {
     // Computed as the rows arrived, from the same rows (checked by RunL2h).
     state_ = first_pass_->states();
-    assign_.resize(n_);
-    for (int64_t i = 0; i < n_; ++i) assign_[i] = state_[i].cluster;
     Progress(kFirstPassShare, "softmax (precomputed)");
     return absl::OkStatus();
   }
-  assign_.resize(n_);
   state_.resize(n_);
   std::atomic<int64_t> bad_row{std::numeric_limits<int64_t>::max()};
   auto body = [&](int64_t begin, int64_t end, int thread) {
@@ -217,7 +214,6 @@ absl::Status L2hRunner::FirstPass() {
       return;
     }
     l2h_internal::FirstPassStates(Row(begin), end - begin, k_, buf, state_.data() + begin);
-    for (int64_t i = begin; i < end; ++i) assign_[i] = state_[i].cluster;
   };
   auto progress = [&](int64_t done) {
     Progress(kFirstPassShare * static_cast<double>(done) / static_cast<double>(n_), "softmax");
@@ -237,12 +233,12 @@ absl::Status L2hRunner::FirstPass() {
 
 void L2hRunner::BuildClusters() {
   offset_.assign(k_ + 1, 0);
-  for (int64_t i = 0; i < n_; ++i) ++offset_[assign_[i] + 1];
+  for (int64_t i = 0; i < n_; ++i) ++offset_[state_[i].cluster + 1];
   for (int32_t c = 0; c < k_; ++c) offset_[c + 1] += offset_[c];
   points_.resize(n_);
   {
     std::vector<int64_t> fill(offset_.begin(), offset_.end() - 1);
-    for (int64_t i = 0; i < n_; ++i) points_[fill[assign_[i]]++] = static_cast<int32_t>(i);
+    for (int64_t i = 0; i < n_; ++i) points_[fill[state_[i].cluster]++] = static_cast<int32_t>(i);
   }
   // Per-cluster sum and mean of g(x) = 1 / (1 + rest) over the cluster's
   // points in index order, as np.sum / np.mean of pred_probs[assignments == c].
@@ -650,7 +646,9 @@ absl::StatusOr<L2hResult> L2hRunner::Run() {
   }
 
   DENDRO_ASSIGN_OR_RETURN(Hierarchy h, Hierarchy::FromMerges(k_, merges));
-  DENDRO_RETURN_IF_ERROR(h.SetPointLeaf(std::move(assign_)));
+  std::vector<int32_t> point_leaf(n_);
+  for (int64_t i = 0; i < n_; ++i) point_leaf[i] = state_[i].cluster;
+  DENDRO_RETURN_IF_ERROR(h.SetPointLeaf(std::move(point_leaf)));
   h.mutable_metadata()["method"] = "l2h";
   h.mutable_metadata()["aggregation"] = std::string(L2hAggregationName(aggregation_));
   std::vector<int64_t> sizes(k_);

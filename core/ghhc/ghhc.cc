@@ -415,6 +415,12 @@ double TripleAccuracy(const RowMat<double>& z, const RowMat<float>& points,
 
 }  // namespace
 
+double GhhcStepScale(const GhhcOptions& options) {
+  const int64_t total = options.triples > 0 ? options.triples : kGhhcDefaultTriples;
+  if (!options.step_budget || total <= kGhhcDefaultTriples) return 1.0;
+  return static_cast<double>(kGhhcDefaultTriples) / static_cast<double>(total);
+}
+
 std::string_view GhhcLinkName(GhhcLink link) {
   return link == GhhcLink::kSoftplus ? "softplus" : "sigmoid";
 }
@@ -574,8 +580,11 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   const ghhc::Link link =
       options.link == GhhcLink::kSigmoid ? ghhc::Link::kSigmoid : ghhc::Link::kSoftplus;
   const bool noisy = options.gumbel_temperature > 0.0;
-  const double margin_lr = options.margin_learning_rate > 0.0 ? options.margin_learning_rate
-                                                              : options.learning_rate / 10.0;
+  const double step_scale = GhhcStepScale(options);
+  const double node_lr = options.learning_rate * step_scale;
+  const double margin_lr = (options.margin_learning_rate > 0.0 ? options.margin_learning_rate
+                                                               : options.learning_rate / 10.0) *
+                           step_scale;
   const float tau = static_cast<float>(options.gumbel_temperature);
   std::vector<RowMat<float>> chunk_x(num_chunks), chunk_noise(num_chunks), chunk_grad(num_chunks),
       chunk_pgrad(num_chunks);
@@ -710,7 +719,7 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
                     &adam_m, &adam_v, &emb);
       for (int32_t id : touched) touched_mask[id] = 0;
     }
-    RsgdStep(z, grad, options.learning_rate, options.max_node_norm, threads.threads());
+    RsgdStep(z, grad, node_lr, options.max_node_norm, threads.threads());
     seen += bsize;
     batch_objective = loss / static_cast<double>(bsize);
     if (step < window) first_sum += batch_objective;
@@ -805,6 +814,7 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   md["triples"] = absl::StrCat(seen);
   md["batch_size"] = absl::StrCat(options.batch_size);
   md["learning_rate"] = absl::StrCat(options.learning_rate);
+  md["step_scale"] = absl::StrCat(GhhcStepScale(options));
   md["neighbors"] = absl::StrCat(k);
   md["margin"] = absl::StrCat(options.margin);
   md["seed"] = absl::StrCat(options.seed);

@@ -159,8 +159,17 @@ struct GhhcOptions {
   // Without validation, purity on our synthetic benchmark peaks around 2,000
   // batches and then falls as the nodes drift outwards to the clip radius
   // (N = 100,000, M = 2,000: 0.970 at 200,000 triples, 0.934 at 500,000,
-  // 0.781 at 10^6); keep-the-best (validation_triples) stops that.
+  // 0.781 at 10^6) without the step budget below; keep-the-best
+  // (validation_triples) stops that at N = 10,000 but not at N = 100,000.
   int64_t triples = 0;
+  // Step budget: a run of more than kGhhcDefaultTriples triples takes node
+  // steps (RSGD and the margin phases) scaled by kGhhcDefaultTriples /
+  // triples, so that their sum is that of a run of the default length. The
+  // purity decline above comes with learning rate x steps (docs/methods.md,
+  // "Longer training"); with the budget, more triples take finer steps over
+  // the same distance instead. Shorter runs and the points' Adam steps are
+  // not scaled. false: learning_rate as given whatever the length.
+  bool step_budget = true;
   int32_t neighbors = 5;      // k for x_j (the authors' triplet_k)
   double margin = 0.25;       // gamma of eq. 16 (Poincaré-norm units)
   int32_t margin_every = 10;  // batches between margin phases; 0: never
@@ -283,6 +292,11 @@ struct GhhcResult {
   // (N x ball_dim row-major, each of norm point_norm); else empty.
   std::vector<float> point_embeddings;
 };
+
+// The factor the step budget applies to the node step sizes: 1 when the
+// budget is off or the run has at most kGhhcDefaultTriples triples, else
+// kGhhcDefaultTriples / triples.
+double GhhcStepScale(const GhhcOptions& options);
 
 // InvalidArgument naming the first bad option (what FitGhhc checks before
 // looking at the data).

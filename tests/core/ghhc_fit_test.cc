@@ -446,6 +446,51 @@ TEST(GhhcFitTest, KeepTheBestReturnsAnEarlierStateWhenTrainingDegrades) {
   EXPECT_GT(leaf_purity(kept->hierarchy), leaf_purity(last->hierarchy) + 0.05);
 }
 
+TEST(GhhcFitTest, StepScaleIsOneUpToTheDefaultLength) {
+  GhhcOptions o;
+  EXPECT_EQ(GhhcStepScale(o), 1.0);  // triples = 0: the default length
+  o.triples = kGhhcDefaultTriples;
+  EXPECT_EQ(GhhcStepScale(o), 1.0);
+  o.triples = 1000;
+  EXPECT_EQ(GhhcStepScale(o), 1.0);
+  o.triples = 4 * kGhhcDefaultTriples;
+  EXPECT_EQ(GhhcStepScale(o), 0.25);
+  o.step_budget = false;
+  EXPECT_EQ(GhhcStepScale(o), 1.0);
+}
+
+// A run twice the default length with the budget takes exactly the steps of
+// the same run without it at half the step sizes (RSGD and margin phases).
+TEST(GhhcFitTest, StepBudgetHalvesTheStepsOfARunTwiceTheDefaultLength) {
+  HierarchicalGaussianSpec spec;
+  spec.n = 400;
+  spec.dim = 6;
+  spec.branching = {2, 2, 3};
+  spec.seed = 9;
+  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
+  const MatrixView v(data.x.data(), spec.n, spec.dim);
+  NullRunContext ctx;
+  GhhcOptions o;
+  o.internal_nodes = 12;
+  o.triples = 2 * kGhhcDefaultTriples;
+  o.learning_rate = 0.02;
+  o.margin_learning_rate = 0.004;
+  o.validation_triples = 0;
+  auto budget = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  EXPECT_EQ(budget->hierarchy.metadata().at("step_scale"), "0.5");
+  o.step_budget = false;
+  auto full = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->hierarchy.metadata().at("step_scale"), "1");
+  EXPECT_NE(full->model.nodes, budget->model.nodes);
+  o.learning_rate = 0.01;
+  o.margin_learning_rate = 0.002;
+  auto halved = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(halved.ok()) << halved.status();
+  EXPECT_EQ(halved->model.nodes, budget->model.nodes);
+}
+
 TEST(GhhcFitTest, RandomProjectionSetsTheBallDimension) {
   HierarchicalGaussianSpec spec;
   spec.n = 1200;

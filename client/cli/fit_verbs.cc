@@ -324,6 +324,7 @@ absl::Status RunGhhc(Context& ctx, const Args& args) {
     p->set_validation_triples(validation == 0 ? -1 : static_cast<int32_t>(validation));
   }
   p->set_learn_points(args.Has("learn-points"));
+  p->set_constant_step_size(args.Has("constant-step-size"));
   p->set_point_learning_rate(point_lr);
   if (args.Has("no-gumbel")) p->set_gumbel_temperature(-1);
   p->set_projection_dim(static_cast<int32_t>(projection));

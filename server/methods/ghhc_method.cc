@@ -103,6 +103,7 @@ absl::StatusOr<GhhcOptions> OptionsFromSpec(const v1::JobSpec& spec) {
     o.validation_triples = p.validation_triples() < 0 ? 0 : p.validation_triples();
   }
   if (p.validate_every() > 0) o.validate_every = p.validate_every();
+  o.step_budget = !p.constant_step_size();
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.projection_dim(), "projection_dim"));
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.margin_steps(), "margin_steps"));
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.margin_learning_rate(), "margin_learning_rate"));

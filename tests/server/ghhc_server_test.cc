@@ -236,6 +236,23 @@ TEST_F(GhhcServerTest, LearnedPointsSeedZeroAndValidationReachTheCore) {
   ExpectAssignAcrossRestart("learned", x, n, expected->hierarchy.point_leaf());
 }
 
+// A run longer than the default length takes scaled node steps (the step
+// budget) unless constant_step_size asks for the learning rate as given.
+TEST_F(GhhcServerTest, LongRunsHaveAStepBudgetUnlessConstantStepSizeIsSet) {
+  StartServer();
+  const int n = 300;
+  std::vector<int64_t> labels;
+  const std::vector<float> x = Blobs(n, &labels);
+  v1::GhhcParams p = SmallParams();
+  p.set_internal_nodes(8);
+  p.set_triples(kGhhcDefaultTriples * 5 / 4);
+  ASSERT_NO_FATAL_FAILURE(UploadAndFit(x, n, labels, "budget", p));
+  p.set_constant_step_size(true);
+  ASSERT_NO_FATAL_FAILURE(UploadAndFit(x, n, labels, "constant", p));
+  EXPECT_EQ(Metadata("budget").at("step_scale"), "0.8");
+  EXPECT_EQ(Metadata("constant").at("step_scale"), "1");
+}
+
 TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {
   StartServer();
   std::vector<int64_t> labels;

@@ -325,6 +325,13 @@ absl::Status RunGhhc(Context& ctx, const Args& args) {
   }
   p->set_learn_points(args.Has("learn-points"));
   p->set_constant_step_size(args.Has("constant-step-size"));
+  if (std::optional<std::string> points = args.Get("points")) {
+    if (*points != "fixed" && *points != "learned" && *points != "auto") {
+      return UsageError(
+          absl::StrCat("--points must be fixed, learned or auto, got '", *points, "'"));
+    }
+    p->set_points(*points);
+  }
   p->set_point_learning_rate(point_lr);
   if (args.Has("no-gumbel")) p->set_gumbel_temperature(-1);
   p->set_projection_dim(static_cast<int32_t>(projection));

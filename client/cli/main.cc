@@ -159,8 +159,8 @@ const std::vector<Verb>& Verbs() {
        "           [--no-center] [--learning-rate X] [--batch-size B] [--neighbors K]\n"
        "           [--margin G] [--margin-every N] [--no-margin] [--link sigmoid|softplus]\n"
        "           [--learn-points] [--point-learning-rate X] [--no-gumbel]\n"
-       "           [--validation-triples V] [--constant-step-size] [--color-level K]\n"
-       "           [--layout L] [--json]\n"
+       "           [--validation-triples V] [--constant-step-size]\n"
+       "           [--points fixed|learned|auto] [--color-level K] [--layout L] [--json]\n"
        "  Learns M internal nodes in the Poincare ball from sampled triples and extracts\n"
        "  the tree; with --labels prints dendrogram purity and the flat metrics.\n"
        "  --internal-nodes M  internal nodes learned (default: 100)\n"
@@ -184,7 +184,10 @@ const std::vector<Verb>& Verbs() {
        "  --validation-triples V  held-out triples that pick the kept state; 0: keep\n"
        "                  the last state (default: 2000)\n"
        "  --constant-step-size  the learning rate as given however many triples (default:\n"
-       "                  runs over 200000 triples take steps scaled by 200000 / T)\n" +
+       "                  runs over 200000 triples take steps scaled by 200000 / T)\n"
+       "  --points P      fixed, learned (as --learn-points) or auto: fit both and keep\n"
+       "                  the one with the better held-out triple accuracy, at twice the\n"
+       "                  time (default: fixed)\n" +
            kFitFlagsHelp,
        {{"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
         {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
@@ -193,7 +196,7 @@ const std::vector<Verb>& Verbs() {
         {"no-center", false},
         {"learning-rate", true}, {"batch-size", true}, {"neighbors", true}, {"margin", true},
         {"margin-every", true}, {"no-margin", false}, {"link", true},
-        {"constant-step-size", false},
+        {"constant-step-size", false}, {"points", true},
         {"learn-points", false}, {"point-learning-rate", true}, {"no-gumbel", false},
         {"validation-triples", true}, kJson, {"color-level", true}, {"layout", true}},
        0, 1, RunGhhc},

@@ -28,6 +28,7 @@
 #include "core/common/cpus.h"
 #include "core/common/omp_threads.h"
 #include "core/common/status_macros.h"
+#include "core/common/sub_range_context.h"
 #include "core/ghhc/init.h"
 #include "core/ghhc/knn.h"
 #include "core/ghhc/objective.h"
@@ -122,6 +123,9 @@ absl::Status ValidateOptionsImpl(const GhhcOptions& o) {
   if (o.num_threads < 0) return bad("num_threads must be >= 0, got ", o.num_threads);
   if (o.validation_triples < 0) {
     return bad("validation_triples must be >= 0 (0: no validation), got ", o.validation_triples);
+  }
+  if (o.choose_points && o.validation_triples == 0) {
+    return bad("choose_points compares held-out triple accuracies: it needs validation_triples > 0");
   }
   if (o.validate_every < 0) {
     return bad("validate_every must be >= 0 (0: automatic), got ", o.validate_every);
@@ -449,9 +453,39 @@ absl::Status ValidateGhhcOptions(const GhhcOptions& options) {
   return ValidateOptionsImpl(options);
 }
 
+namespace {
+
+// GhhcOptions::choose_points: both fits, each on half of the progress range.
+absl::StatusOr<GhhcResult> FitChoosingPoints(const MatrixView& x, const GhhcOptions& options,
+                                             RunContext& ctx) {
+  GhhcOptions fixed = options;
+  fixed.choose_points = false;
+  fixed.learn_points = false;
+  GhhcOptions learned = fixed;
+  learned.learn_points = true;
+  learned.gumbel_temperature = 0.0;
+  SubRangeContext first(ctx, 0.0, 0.5);
+  DENDRO_ASSIGN_OR_RETURN(GhhcResult a, FitGhhc(x, fixed, first));
+  SubRangeContext second(ctx, 0.5, 1.0);
+  DENDRO_ASSIGN_OR_RETURN(GhhcResult b, FitGhhc(x, learned, second));
+  const double acc_fixed = a.stats.kept_validation_accuracy;
+  const double acc_learned = b.stats.kept_validation_accuracy;
+  GhhcResult& kept = acc_learned > acc_fixed ? b : a;
+  for (Hierarchy* h : {&kept.hierarchy, &kept.coarse_hierarchy}) {
+    auto& md = h->mutable_metadata();
+    md["points_chosen_by"] = "validation";
+    md["fixed_points_validation_accuracy"] = absl::StrFormat("%.4f", acc_fixed);
+    md["learned_points_validation_accuracy"] = absl::StrFormat("%.4f", acc_learned);
+  }
+  return std::move(kept);
+}
+
+}  // namespace
+
 absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& options,
                                    RunContext& ctx) {
   DENDRO_RETURN_IF_ERROR(ValidateGhhcOptions(options));
+  if (options.choose_points) return FitChoosingPoints(x, options, ctx);
   const int64_t n = x.rows();
   const int64_t input_dim = x.cols();
   if (n < 3) {

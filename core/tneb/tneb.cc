@@ -20,7 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "core/common/omp_threads.h"
 #include "core/common/status_macros.h"
-#include "core/tneb/progress.h"
+#include "core/common/sub_range_context.h"
 
 namespace dendro {
 namespace {

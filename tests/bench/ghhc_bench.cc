@@ -9,6 +9,7 @@
 //              [--ivf-list=1024] [--ivf-probes=8] [--hnsw-m=12] [--hnsw-ef=40]
 //              [--link=sigmoid] [--learn-points=0] [--point-lr=0.001]
 //              [--val=2000] [--val-every=0] [--step-budget=1]
+//              [--choose-points=0]
 //              [--hac]            also run Dendro's O(N^2) average linkage
 //              [--write-npy=PREFIX]  write PREFIX_x.npy / PREFIX_y.npy and exit
 //   ghhc_bench --x=X.npy --y=Y.npy [...]   data from files (labels int)
@@ -109,6 +110,8 @@ int Main(int argc, char** argv) {
       opt.gumbel_temperature = std::atof(v.c_str());
     else if (Flag(arg, "--learn-points", &v))
       opt.learn_points = v != "0";
+    else if (Flag(arg, "--choose-points", &v))
+      opt.choose_points = v != "0";
     else if (Flag(arg, "--step-budget", &v))
       opt.step_budget = v != "0";
     else if (Flag(arg, "--val", &v))

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "core/common/run_context.h"
 #include "core/ghhc/ghhc.h"
 #include "core/ghhc/init.h"
@@ -489,6 +490,52 @@ TEST(GhhcFitTest, StepBudgetHalvesTheStepsOfARunTwiceTheDefaultLength) {
   auto halved = FitGhhc(v, o, ctx);
   ASSERT_TRUE(halved.ok()) << halved.status();
   EXPECT_EQ(halved->model.nodes, budget->model.nodes);
+}
+
+// choose_points: the result is one of the two fits it makes (points fixed
+// with the options as given; learned without Gumbel noise), the one with the
+// higher kept held-out accuracy, and the metadata name both accuracies.
+TEST(GhhcFitTest, ChoosePointsKeepsTheFitWithTheBetterValidationAccuracy) {
+  HierarchicalGaussianSpec spec;
+  spec.n = 500;
+  spec.dim = 8;
+  spec.branching = {2, 2, 3};
+  spec.seed = 3;
+  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
+  const MatrixView v(data.x.data(), spec.n, spec.dim);
+  NullRunContext ctx;
+  GhhcOptions o;
+  o.internal_nodes = 16;
+  o.triples = 20000;
+  o.validation_triples = 500;
+  auto fixed = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  GhhcOptions l = o;
+  l.learn_points = true;
+  l.gumbel_temperature = 0.0;
+  auto learned = FitGhhc(v, l, ctx);
+  ASSERT_TRUE(learned.ok()) << learned.status();
+  o.choose_points = true;
+  o.learn_points = true;  // ignored
+  auto chosen = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  const double af = fixed->stats.kept_validation_accuracy;
+  const double al = learned->stats.kept_validation_accuracy;
+  const GhhcResult& want = al > af ? *learned : *fixed;
+  EXPECT_EQ(chosen->model.nodes, want.model.nodes);
+  EXPECT_EQ(chosen->hierarchy.point_leaf(), want.hierarchy.point_leaf());
+  EXPECT_EQ(chosen->point_embeddings, want.point_embeddings);
+  const auto& md = chosen->hierarchy.metadata();
+  EXPECT_EQ(md.at("points_chosen_by"), "validation");
+  EXPECT_EQ(md.at("learn_points"), al > af ? "true" : "false");
+  EXPECT_EQ(md.at("fixed_points_validation_accuracy"), absl::StrFormat("%.4f", af));
+  EXPECT_EQ(md.at("learned_points_validation_accuracy"), absl::StrFormat("%.4f", al));
+  EXPECT_EQ(chosen->coarse_hierarchy.metadata().at("points_chosen_by"), "validation");
+
+  o.validation_triples = 0;
+  auto refused = FitGhhc(v, o, ctx);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("validation_triples > 0"));
 }
 
 TEST(GhhcFitTest, RandomProjectionSetsTheBallDimension) {

@@ -253,6 +253,29 @@ TEST_F(GhhcServerTest, LongRunsHaveAStepBudgetUnlessConstantStepSizeIsSet) {
   EXPECT_EQ(Metadata("constant").at("step_scale"), "1");
 }
 
+// points "auto" reaches the core: the served tree is what the core's
+// choose_points gives, and its metadata say how it was chosen.
+TEST_F(GhhcServerTest, PointsAutoChoosesByValidation) {
+  StartServer();
+  const int n = 600;
+  std::vector<int64_t> labels;
+  const std::vector<float> x = Blobs(n, &labels);
+  v1::GhhcParams p = SmallParams();
+  p.set_points("auto");
+  ASSERT_NO_FATAL_FAILURE(UploadAndFit(x, n, labels, "auto", p));
+  GhhcOptions o = SmallOptions();
+  o.choose_points = true;
+  NullRunContext null_ctx;
+  auto expected = FitGhhc(MatrixView(x.data(), n, 8), o, null_ctx);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  const auto md = Metadata("auto");
+  EXPECT_EQ(md.at("points_chosen_by"), "validation");
+  EXPECT_EQ(md.at("learn_points"), expected->hierarchy.metadata().at("learn_points"));
+  EXPECT_EQ(md.at("learned_points_validation_accuracy"),
+            expected->hierarchy.metadata().at("learned_points_validation_accuracy"));
+  ExpectAssignAcrossRestart("auto", x, n, expected->hierarchy.point_leaf());
+}
+
 TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {
   StartServer();
   std::vector<int64_t> labels;
@@ -288,6 +311,23 @@ TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {
   p.set_link("relu");
   Submit(ds.id(), "bad", p, &st);
   EXPECT_THAT(st.error_message(), HasSubstr("ghhc.link must be"));
+  p = SmallParams();
+  p.set_points("both");
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("ghhc.points must be fixed, learned or auto"));
+  p = SmallParams();
+  p.set_points("auto");
+  p.set_validation_triples(-1);
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("validation_triples must not be -1"));
+  p = SmallParams();
+  p.set_points("fixed");
+  p.set_learn_points(true);
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("contradicts learn_points"));
   p = SmallParams();
   p.set_margin_every(-3);
   Submit(ds.id(), "bad", p, &st);

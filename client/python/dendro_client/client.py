@@ -341,9 +341,9 @@ class Client:
         point_norm, max_node_norm, gumbel_temperature, projection_dim,
         no_center, margin_every, margin_steps, margin_learning_rate, link,
         projection, learn_points, point_learning_rate, validation_triples,
-        validate_every, constant_step_size). A seed that is passed is used
-        as given, 0 included. An unknown name raises TypeError. ``data`` and
-        ``name`` as in :meth:`fit_l2h`.
+        validate_every, constant_step_size, points). A seed that is passed
+        is used as given, 0 included. An unknown name raises TypeError.
+        ``data`` and ``name`` as in :meth:`fit_l2h`.
         """
         def fill(spec: Any) -> None:
             spec.ghhc.SetInParent()

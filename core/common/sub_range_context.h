@@ -2,8 +2,8 @@
 // progress in [0, 1] while the caller sees it as [lo, hi] of the whole run.
 // Thread-safe: reports from several threads are serialised and the
 // forwarded fraction never decreases. Cancellation is forwarded unchanged.
-#ifndef DENDRO_CORE_TNEB_PROGRESS_H_
-#define DENDRO_CORE_TNEB_PROGRESS_H_
+#ifndef DENDRO_CORE_COMMON_SUB_RANGE_CONTEXT_H_
+#define DENDRO_CORE_COMMON_SUB_RANGE_CONTEXT_H_
 
 #include <algorithm>
 #include <mutex>
@@ -38,4 +38,4 @@ class SubRangeContext final : public RunContext {
 
 }  // namespace dendro
 
-#endif  // DENDRO_CORE_TNEB_PROGRESS_H_
+#endif  // DENDRO_CORE_COMMON_SUB_RANGE_CONTEXT_H_

@@ -57,6 +57,18 @@ std::vector<float> Blobs(int n, int d, int k, double spread, uint64_t seed,
   return x;
 }
 
+// The three-level generator's data (core/ghhc/synthetic.h): n points in dim
+// dimensions under a b0 x b1 x b2 tree, drawn from `seed`.
+HierarchicalGaussianData TreeData(int64_t n, int32_t dim, std::array<int32_t, 3> branching,
+                                  uint64_t seed) {
+  HierarchicalGaussianSpec spec;
+  spec.n = n;
+  spec.dim = dim;
+  spec.branching = branching;
+  spec.seed = seed;
+  return GenerateHierarchicalGaussian(spec);
+}
+
 GhhcOptions SmallOptions() {
   GhhcOptions o;
   o.internal_nodes = 16;
@@ -274,13 +286,8 @@ void ExpectValidFit(const GhhcResult& r, const MatrixView& x) {
 }
 
 TEST(GhhcFitTest, ExtractedTreeIsValid) {
-  HierarchicalGaussianSpec spec;
-  spec.n = 1500;
-  spec.dim = 12;
-  spec.branching = {2, 3, 4};
-  spec.seed = 3;
-  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
-  const MatrixView v(data.x.data(), spec.n, spec.dim);
+  const HierarchicalGaussianData data = TreeData(1500, 12, {2, 3, 4}, 3);
+  const MatrixView v(data.x.data(), 1500, 12);
   NullRunContext ctx;
   for (int32_t m : {2, 3, 40, 101}) {
     GhhcOptions o;
@@ -407,13 +414,8 @@ TEST(GhhcFitTest, LearnedPointEmbeddingsMoveOnTheSphereAndAssignNewRows) {
 // held-out accuracy, and the purity is not below that of the last state;
 // without validation the last state is the result.
 TEST(GhhcFitTest, KeepTheBestReturnsAnEarlierStateWhenTrainingDegrades) {
-  HierarchicalGaussianSpec spec;
-  spec.n = 1200;
-  spec.dim = 10;
-  spec.branching = {2, 3, 4};
-  spec.seed = 4;
-  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
-  const MatrixView v(data.x.data(), spec.n, spec.dim);
+  const HierarchicalGaussianData data = TreeData(1200, 10, {2, 3, 4}, 4);
+  const MatrixView v(data.x.data(), 1200, 10);
   NullRunContext ctx;
   GhhcOptions o;
   o.internal_nodes = 48;
@@ -463,13 +465,8 @@ TEST(GhhcFitTest, StepScaleIsOneUpToTheDefaultLength) {
 // A run twice the default length with the budget takes exactly the steps of
 // the same run without it at half the step sizes (RSGD and margin phases).
 TEST(GhhcFitTest, StepBudgetHalvesTheStepsOfARunTwiceTheDefaultLength) {
-  HierarchicalGaussianSpec spec;
-  spec.n = 400;
-  spec.dim = 6;
-  spec.branching = {2, 2, 3};
-  spec.seed = 9;
-  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
-  const MatrixView v(data.x.data(), spec.n, spec.dim);
+  const HierarchicalGaussianData data = TreeData(400, 6, {2, 2, 3}, 9);
+  const MatrixView v(data.x.data(), 400, 6);
   NullRunContext ctx;
   GhhcOptions o;
   o.internal_nodes = 12;
@@ -496,13 +493,8 @@ TEST(GhhcFitTest, StepBudgetHalvesTheStepsOfARunTwiceTheDefaultLength) {
 // with the options as given; learned without Gumbel noise), the one with the
 // higher kept held-out accuracy, and the metadata name both accuracies.
 TEST(GhhcFitTest, ChoosePointsKeepsTheFitWithTheBetterValidationAccuracy) {
-  HierarchicalGaussianSpec spec;
-  spec.n = 500;
-  spec.dim = 8;
-  spec.branching = {2, 2, 3};
-  spec.seed = 3;
-  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
-  const MatrixView v(data.x.data(), spec.n, spec.dim);
+  const HierarchicalGaussianData data = TreeData(500, 8, {2, 2, 3}, 3);
+  const MatrixView v(data.x.data(), 500, 8);
   NullRunContext ctx;
   GhhcOptions o;
   o.internal_nodes = 16;
@@ -539,13 +531,8 @@ TEST(GhhcFitTest, ChoosePointsKeepsTheFitWithTheBetterValidationAccuracy) {
 }
 
 TEST(GhhcFitTest, RandomProjectionSetsTheBallDimension) {
-  HierarchicalGaussianSpec spec;
-  spec.n = 1200;
-  spec.dim = 48;
-  spec.branching = {2, 3, 4};
-  spec.seed = 4;
-  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
-  const MatrixView v(data.x.data(), spec.n, spec.dim);
+  const HierarchicalGaussianData data = TreeData(1200, 48, {2, 3, 4}, 4);
+  const MatrixView v(data.x.data(), 1200, 48);
   NullRunContext ctx;
   GhhcOptions o;
   o.internal_nodes = 60;

@@ -112,9 +112,11 @@ TEST(GhhcLongerTrainingTest, TripleTheTriplesKeepsPurityWithinOneHundredth) {
 }
 
 // choose_points picks the variant with the better purity on both kinds of
-// data: the learned points on digits (two seeds), the fixed ones on the
-// synthetic benchmark at N = 2,000, M = 100 (ghhc_bench --n=2000 --m=100:
-// purity 0.43-0.49 fixed, 0.32-0.37 learned over seeds 1-3).
+// data: the learned points on digits, the fixed ones on the synthetic
+// benchmark at N = 2,000, M = 100 (ghhc_bench --n=2000 --m=100: purity
+// 0.43-0.49 fixed, 0.32-0.37 learned over seeds 1-3). Seed 1 of each (two
+// seeds each took a minute under the sanitizers in CI); docs/methods.md has
+// the other seeds.
 TEST(GhhcChoosePointsTest, LearnedOnDigitsFixedOnTheGaussianTree) {
   auto x = ReadNpyFloat32(kGolden + "digits_x.npy");
   auto y = ReadNpyInt(kGolden + "digits_y.npy");
@@ -124,25 +126,19 @@ TEST(GhhcChoosePointsTest, LearnedOnDigitsFixedOnTheGaussianTree) {
   o.internal_nodes = 64;
   o.choose_points = true;
   o.num_threads = 2;
-  for (uint64_t seed : {1, 2}) {
-    o.seed = seed;
-    auto r = FitGhhc(MatrixView(x->data.data(), x->shape[0], x->shape[1]), o, ctx);
-    ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(r->hierarchy.metadata().at("learn_points"), "true") << "seed " << seed;
-    EXPECT_GE(DendrogramPurity(r->coarse_hierarchy, {}, y->data).value(), 0.675);
-  }
+  auto digits = FitGhhc(MatrixView(x->data.data(), x->shape[0], x->shape[1]), o, ctx);
+  ASSERT_TRUE(digits.ok()) << digits.status();
+  EXPECT_EQ(digits->hierarchy.metadata().at("learn_points"), "true");
+  EXPECT_GE(DendrogramPurity(digits->coarse_hierarchy, {}, y->data).value(), 0.675);
+
+  HierarchicalGaussianSpec spec;  // ghhc_bench --n=2000 --m=100 --seed=1
+  spec.n = 2000;
+  spec.point_scale = 0.35;
+  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
   o.internal_nodes = 100;
-  for (uint64_t seed : {1, 2}) {
-    HierarchicalGaussianSpec spec;  // ghhc_bench --n=2000 --seed=S
-    spec.n = 2000;
-    spec.point_scale = 0.35;
-    spec.seed = seed;
-    const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
-    o.seed = seed;
-    auto r = FitGhhc(MatrixView(data.x.data(), spec.n, spec.dim), o, ctx);
-    ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(r->hierarchy.metadata().at("learn_points"), "false") << "seed " << seed;
-  }
+  auto tree = FitGhhc(MatrixView(data.x.data(), spec.n, spec.dim), o, ctx);
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  EXPECT_EQ(tree->hierarchy.metadata().at("learn_points"), "false");
 }
 
 }  // namespace

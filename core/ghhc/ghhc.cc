@@ -848,7 +848,7 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   md["triples"] = absl::StrCat(seen);
   md["batch_size"] = absl::StrCat(options.batch_size);
   md["learning_rate"] = absl::StrCat(options.learning_rate);
-  md["step_scale"] = absl::StrCat(GhhcStepScale(options));
+  md["step_scale"] = absl::StrCat(step_scale);
   md["neighbors"] = absl::StrCat(k);
   md["margin"] = absl::StrCat(options.margin);
   md["seed"] = absl::StrCat(options.seed);

@@ -104,25 +104,22 @@ absl::StatusOr<GhhcOptions> OptionsFromSpec(const v1::JobSpec& spec) {
   }
   if (p.validate_every() > 0) o.validate_every = p.validate_every();
   o.step_budget = !p.constant_step_size();
-  if (p.points() == "learned") {
-    o.learn_points = true;
-  } else if (p.points() == "fixed" || p.points() == "auto") {
-    if (p.learn_points()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ghhc.points \"", p.points(), "\" contradicts learn_points; set one of them"));
-    }
-    if (p.points() == "auto") {
-      if (o.validation_triples == 0) {
-        return absl::InvalidArgumentError(
-            "ghhc.points \"auto\" compares held-out triple accuracies, so "
-            "validation_triples must not be -1");
-      }
-      o.choose_points = true;
-    }
-  } else if (!p.points().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ghhc.points must be fixed, learned or auto, got '", p.points(), "'"));
+  const std::string& points = p.points();
+  if (!points.empty() && points != "fixed" && points != "learned" && points != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ghhc.points must be fixed, learned or auto, got '", points, "'"));
   }
+  if (p.learn_points() && (points == "fixed" || points == "auto")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ghhc.points \"", points, "\" contradicts learn_points; set one of them"));
+  }
+  if (points == "auto" && o.validation_triples == 0) {
+    return absl::InvalidArgumentError(
+        "ghhc.points \"auto\" compares held-out triple accuracies, so validation_triples "
+        "must not be -1");
+  }
+  if (points == "learned") o.learn_points = true;
+  o.choose_points = points == "auto";
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.projection_dim(), "projection_dim"));
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.margin_steps(), "margin_steps"));
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.margin_learning_rate(), "margin_learning_rate"));

@@ -81,6 +81,20 @@ TEST(GhhcDigitsQualityTest, LearnedPointsReachThePapersPurityAt64Nodes) {
   EXPECT_GT(Median(b), Median(a) + 0.05) << "fixed: " << Show(a) << " learned: " << Show(b);
 }
 
+// ghhc_bench's synthetic data at N = n (its --seed=1): the generator's tree
+// with the points spread as the benchmark spreads them.
+HierarchicalGaussianData BenchData(int64_t n) {
+  HierarchicalGaussianSpec spec;
+  spec.n = n;
+  spec.point_scale = 0.35;  // as ghhc_bench
+  return GenerateHierarchicalGaussian(spec);
+}
+
+MatrixView BenchView(const HierarchicalGaussianData& data) {
+  const int64_t n = static_cast<int64_t>(data.leaf.size());
+  return MatrixView(data.x.data(), n, static_cast<int64_t>(data.x.size()) / n);
+}
+
 // More training does not cost purity (issue 12: "never worse by more than
 // 0.01"). The synthetic benchmark's data at N = 3,000, M = 300 (ghhc_bench
 // --n=3000 --m=300): purity 0.779 at the default 200,000 triples; at
@@ -88,16 +102,13 @@ TEST(GhhcDigitsQualityTest, LearnedPointsReachThePapersPurityAt64Nodes) {
 // the learning rate as given, keep-the-best included (ghhc_bench
 // --step-budget=0), so the test fails without the budget. About 10 s of CPU.
 double SyntheticPurity(int64_t triples) {
-  HierarchicalGaussianSpec spec;
-  spec.n = 3000;
-  spec.point_scale = 0.35;  // as ghhc_bench
-  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
+  const HierarchicalGaussianData data = BenchData(3000);
   GhhcOptions o;
   o.internal_nodes = 300;
   o.triples = triples;
   o.num_threads = 2;
   NullRunContext ctx;
-  auto r = FitGhhc(MatrixView(data.x.data(), spec.n, spec.dim), o, ctx);
+  auto r = FitGhhc(BenchView(data), o, ctx);
   EXPECT_TRUE(r.ok()) << r.status();
   if (!r.ok()) return 0.0;
   auto v = DendrogramPurity(r->coarse_hierarchy, {}, data.leaf);
@@ -131,12 +142,9 @@ TEST(GhhcChoosePointsTest, LearnedOnDigitsFixedOnTheGaussianTree) {
   EXPECT_EQ(digits->hierarchy.metadata().at("learn_points"), "true");
   EXPECT_GE(DendrogramPurity(digits->coarse_hierarchy, {}, y->data).value(), 0.675);
 
-  HierarchicalGaussianSpec spec;  // ghhc_bench --n=2000 --m=100 --seed=1
-  spec.n = 2000;
-  spec.point_scale = 0.35;
-  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
+  const HierarchicalGaussianData data = BenchData(2000);  // ghhc_bench --n=2000 --m=100
   o.internal_nodes = 100;
-  auto tree = FitGhhc(MatrixView(data.x.data(), spec.n, spec.dim), o, ctx);
+  auto tree = FitGhhc(BenchView(data), o, ctx);
   ASSERT_TRUE(tree.ok()) << tree.status();
   EXPECT_EQ(tree->hierarchy.metadata().at("learn_points"), "false");
 }

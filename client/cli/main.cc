@@ -178,7 +178,7 @@ const std::vector<Verb>& Verbs() {
        "  --no-margin     no margin steps at all (default: margin steps on)\n"
        "  --link L        sigmoid or softplus, s() of eq. 15 (default: sigmoid)\n"
        "  --learn-points  also learn the points' embeddings by Adam, the paper's Digits\n"
-       "                  setting (default: points fixed)\n"
+       "                  setting (default: as --points says)\n"
        "  --point-learning-rate X  Adam step size, with --learn-points (default: 0.001)\n"
        "  --no-gumbel     no Gumbel noise in the LCA distributions (default: noise on)\n"
        "  --validation-triples V  held-out triples that pick the kept state; 0: keep\n"
@@ -187,7 +187,8 @@ const std::vector<Verb>& Verbs() {
        "                  runs over 200000 triples take steps scaled by 200000 / T)\n"
        "  --points P      fixed, learned (as --learn-points) or auto: fit both and keep\n"
        "                  the one with the better held-out triple accuracy, at twice the\n"
-       "                  time (default: fixed)\n" +
+       "                  time (default: auto up to 50000 rows when validating, else\n"
+       "                  fixed)\n" +
            kFitFlagsHelp,
        {{"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
         {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},

@@ -127,6 +127,10 @@ absl::Status ValidateOptionsImpl(const GhhcOptions& o) {
   if (o.choose_points && o.validation_triples == 0) {
     return bad("choose_points compares held-out triple accuracies: it needs validation_triples > 0");
   }
+  if (o.choose_points_max_rows < 0) {
+    return bad("choose_points_max_rows must be >= 0 (0: points fixed by default), got ",
+               o.choose_points_max_rows);
+  }
   if (o.validate_every < 0) {
     return bad("validate_every must be >= 0 (0: automatic), got ", o.validate_every);
   }
@@ -453,13 +457,20 @@ absl::Status ValidateGhhcOptions(const GhhcOptions& options) {
   return ValidateOptionsImpl(options);
 }
 
+bool GhhcChoosesPoints(const GhhcOptions& options, int64_t rows) {
+  if (options.choose_points) return true;
+  return !options.learn_points && options.validation_triples > 0 &&
+         rows <= options.choose_points_max_rows;
+}
+
 namespace {
 
-// GhhcOptions::choose_points: both fits, each on half of the progress range.
+// GhhcChoosesPoints: both fits, each on half of the progress range.
 absl::StatusOr<GhhcResult> FitChoosingPoints(const MatrixView& x, const GhhcOptions& options,
                                              RunContext& ctx) {
   GhhcOptions fixed = options;
   fixed.choose_points = false;
+  fixed.choose_points_max_rows = 0;
   fixed.learn_points = false;
   GhhcOptions learned = fixed;
   learned.learn_points = true;
@@ -485,8 +496,8 @@ absl::StatusOr<GhhcResult> FitChoosingPoints(const MatrixView& x, const GhhcOpti
 absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& options,
                                    RunContext& ctx) {
   DENDRO_RETURN_IF_ERROR(ValidateGhhcOptions(options));
-  if (options.choose_points) return FitChoosingPoints(x, options, ctx);
   const int64_t n = x.rows();
+  if (n >= 3 && GhhcChoosesPoints(options, n)) return FitChoosingPoints(x, options, ctx);
   const int64_t input_dim = x.cols();
   if (n < 3) {
     return absl::InvalidArgumentError(

@@ -119,6 +119,7 @@ absl::StatusOr<GhhcOptions> OptionsFromSpec(const v1::JobSpec& spec) {
         "must not be -1");
   }
   if (points == "learned") o.learn_points = true;
+  if (points == "fixed") o.choose_points_max_rows = 0;
   o.choose_points = points == "auto";
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.projection_dim(), "projection_dim"));
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.margin_steps(), "margin_steps"));
@@ -168,15 +169,17 @@ absl::Status CheckBounds(const GhhcOptions& o, const v1::Dataset& dataset,
                                      "RSGD steps per margin phase"));
   // Peak memory: the centred (and projected) copy of the data, the kNN
   // lists, the nodes with their gradients, and a batch's triples; with
-  // learned points also the embeddings, their Adam moments, gradients and
-  // the kept copy (5 float32 N x p arrays).
+  // learned points (or the points chosen by validation, whose second fit
+  // learns them) also the embeddings, their Adam moments, gradients and the
+  // kept copy (5 float32 N x p arrays).
   const double n = static_cast<double>(dataset.rows());
   const double d = static_cast<double>(dataset.cols());
   const double p = o.projection_dim > 0 ? o.projection_dim : d;
   const double k = std::min<double>(o.neighbors, n - 1);  // the core's clamp
   const double bytes = 4 * n * d + 8 * n * p + 12.0 * n * k +
                        8.0 * 4 * o.internal_nodes * p + 8.0 * 3 * o.batch_size * p * 2 +
-                       (o.learn_points ? 20.0 * n * p : 0.0);
+                       (o.learn_points || GhhcChoosesPoints(o, dataset.rows()) ? 20.0 * n * p
+                                                                                : 0.0);
   return CheckMemory("ghhc", bytes, limits,
                      "the data copy, kNN lists, internal nodes and a batch of triples");
 }

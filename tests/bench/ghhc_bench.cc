@@ -9,7 +9,7 @@
 //              [--ivf-list=1024] [--ivf-probes=8] [--hnsw-m=12] [--hnsw-ef=40]
 //              [--link=sigmoid] [--learn-points=0] [--point-lr=0.001]
 //              [--val=2000] [--val-every=0] [--step-budget=1]
-//              [--choose-points=0]
+//              [--choose-points=0|1]  (absent: the default rule)
 //              [--hac]            also run Dendro's O(N^2) average linkage
 //              [--write-npy=PREFIX]  write PREFIX_x.npy / PREFIX_y.npy and exit
 //   ghhc_bench --x=X.npy --y=Y.npy [...]   data from files (labels int)
@@ -110,8 +110,12 @@ int Main(int argc, char** argv) {
       opt.gumbel_temperature = std::atof(v.c_str());
     else if (Flag(arg, "--learn-points", &v))
       opt.learn_points = v != "0";
-    else if (Flag(arg, "--choose-points", &v))
+    else if (Flag(arg, "--choose-points", &v)) {
+      // 1: always choose; 0: never (the points fixed unless --learn-points);
+      // absent: the default, choose up to choose_points_max_rows rows.
       opt.choose_points = v != "0";
+      if (v == "0") opt.choose_points_max_rows = 0;
+    }
     else if (Flag(arg, "--step-budget", &v))
       opt.step_budget = v != "0";
     else if (Flag(arg, "--val", &v))

@@ -69,8 +69,11 @@ HierarchicalGaussianData TreeData(int64_t n, int32_t dim, std::array<int32_t, 3>
   return GenerateHierarchicalGaussian(spec);
 }
 
+// The points fixed (the paper's pipeline): the default would fit small
+// inputs twice to choose (GhhcFitTest.SmallInputsChooseThePointsByDefault).
 GhhcOptions SmallOptions() {
   GhhcOptions o;
+  o.choose_points_max_rows = 0;
   o.internal_nodes = 16;
   o.triples = 4000;
   o.batch_size = 50;
@@ -422,6 +425,7 @@ TEST(GhhcFitTest, KeepTheBestReturnsAnEarlierStateWhenTrainingDegrades) {
   o.triples = 40000;
   o.learning_rate = 2.0;  // far too large: the nodes scatter to the clip radius
   o.validation_triples = 1000;
+  o.choose_points_max_rows = 0;  // one fit with and one without validation
   o.validate_every = 20;
   auto kept = FitGhhc(v, o, ctx);
   ASSERT_TRUE(kept.ok()) << kept.status();
@@ -500,6 +504,7 @@ TEST(GhhcFitTest, ChoosePointsKeepsTheFitWithTheBetterValidationAccuracy) {
   o.internal_nodes = 16;
   o.triples = 20000;
   o.validation_triples = 500;
+  o.choose_points_max_rows = 0;
   auto fixed = FitGhhc(v, o, ctx);
   ASSERT_TRUE(fixed.ok()) << fixed.status();
   GhhcOptions l = o;
@@ -528,6 +533,54 @@ TEST(GhhcFitTest, ChoosePointsKeepsTheFitWithTheBetterValidationAccuracy) {
   auto refused = FitGhhc(v, o, ctx);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("validation_triples > 0"));
+}
+
+// The default: inputs of at most choose_points_max_rows rows choose the
+// points as choose_points does, unless learn_points is set or there is no
+// validation; larger inputs keep them fixed.
+TEST(GhhcFitTest, SmallInputsChooseThePointsByDefault) {
+  GhhcOptions o;
+  EXPECT_EQ(o.choose_points_max_rows, 50000);
+  EXPECT_TRUE(GhhcChoosesPoints(o, 50000));
+  EXPECT_FALSE(GhhcChoosesPoints(o, 50001));
+  GhhcOptions l = o;
+  l.learn_points = true;
+  EXPECT_FALSE(GhhcChoosesPoints(l, 100));
+  GhhcOptions nv = o;
+  nv.validation_triples = 0;
+  EXPECT_FALSE(GhhcChoosesPoints(nv, 100));
+  GhhcOptions forced = o;
+  forced.choose_points = true;
+  EXPECT_TRUE(GhhcChoosesPoints(forced, 50001));
+
+  const HierarchicalGaussianData data = TreeData(300, 6, {2, 3, 2}, 7);
+  const MatrixView v(data.x.data(), 300, 6);
+  NullRunContext ctx;
+  o.internal_nodes = 12;
+  o.triples = 6000;
+  o.validation_triples = 300;
+  o.choose_points_max_rows = 300;
+  auto by_default = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(by_default.ok()) << by_default.status();
+  GhhcOptions c = o;
+  c.choose_points = true;
+  c.choose_points_max_rows = 0;
+  auto chosen = FitGhhc(v, c, ctx);
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_EQ(by_default->hierarchy.metadata().at("points_chosen_by"), "validation");
+  EXPECT_EQ(by_default->model.nodes, chosen->model.nodes);
+  EXPECT_EQ(by_default->hierarchy.point_leaf(), chosen->hierarchy.point_leaf());
+
+  o.choose_points_max_rows = 299;  // one row too many: fixed points, one fit
+  auto fixed = FitGhhc(v, o, ctx);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_EQ(fixed->hierarchy.metadata().count("points_chosen_by"), 0u);
+  EXPECT_EQ(fixed->hierarchy.metadata().at("learn_points"), "false");
+  EXPECT_TRUE(fixed->point_embeddings.empty());
+
+  o.choose_points_max_rows = -1;
+  EXPECT_THAT(std::string(FitGhhc(v, o, ctx).status().message()),
+              HasSubstr("choose_points_max_rows must be >= 0"));
 }
 
 TEST(GhhcFitTest, RandomProjectionSetsTheBallDimension) {

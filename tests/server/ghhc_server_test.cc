@@ -254,7 +254,9 @@ TEST_F(GhhcServerTest, LongRunsHaveAStepBudgetUnlessConstantStepSizeIsSet) {
 }
 
 // points "auto" reaches the core: the served tree is what the core's
-// choose_points gives, and its metadata say how it was chosen.
+// choose_points gives, and its metadata say how it was chosen. Unset, a
+// dataset this small is chosen for too (choose_points_max_rows); "fixed"
+// turns that off.
 TEST_F(GhhcServerTest, PointsAutoChoosesByValidation) {
   StartServer();
   const int n = 600;
@@ -274,6 +276,16 @@ TEST_F(GhhcServerTest, PointsAutoChoosesByValidation) {
   EXPECT_EQ(md.at("learned_points_validation_accuracy"),
             expected->hierarchy.metadata().at("learned_points_validation_accuracy"));
   ExpectAssignAcrossRestart("auto", x, n, expected->hierarchy.point_leaf());
+
+  ASSERT_NO_FATAL_FAILURE(UploadAndFit(x, n, labels, "default", SmallParams()));
+  EXPECT_EQ(Metadata("default").at("points_chosen_by"), "validation");
+  EXPECT_EQ(Metadata("default").at("learned_points_validation_accuracy"),
+            md.at("learned_points_validation_accuracy"));
+  p = SmallParams();
+  p.set_points("fixed");
+  ASSERT_NO_FATAL_FAILURE(UploadAndFit(x, n, labels, "fixed", p));
+  EXPECT_EQ(Metadata("fixed").count("points_chosen_by"), 0u);
+  EXPECT_EQ(Metadata("fixed").at("learn_points"), "false");
 }
 
 TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {

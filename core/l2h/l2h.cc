@@ -335,11 +335,13 @@ absl::Status L2hRunner::Reassign(const Group& lowest) {
   const int32_t num_unmasked = static_cast<int32_t>(unmasked_.size());
   // The rows of the step's points are scattered over the matrix: fetch the
   // columns a point will need a few points ahead (the whole row if it will
-  // have to rescan for its best column).
-  auto prefetch_row = [&](const float* x) {
+  // have to rescan for its best column). Both lambdas must be inlined: GCC
+  // takes a call whose only effects are prefetches for a pure call with an
+  // unused result and deletes it (tests/bench/l2h_prefetch_check.py).
+  auto prefetch_row = [&](const float* x) __attribute__((always_inline)) {
     for (int32_t col = 0; col < k_; col += 16) __builtin_prefetch(x + col);
   };
-  auto prefetch = [&](int64_t j) {
+  auto prefetch = [&](int64_t j) __attribute__((always_inline)) {
     const int32_t i = step_points_[j];
     const float* x = Row(i);
     const PointState& st = state_[i];

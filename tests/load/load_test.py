@@ -696,22 +696,56 @@ def summary(stats, elapsed, servers, samples, steady, fd_base, fd_end):
     return codes
 
 
+def list_model_versions(stubs):
+    names = set()
+    token = ""
+    while True:
+        page = stubs.models.ListModels(pb.ListModelsRequest(page_size=100, page_token=token),
+                                       timeout=UNARY_DEADLINE)
+        names |= {(m.name, m.version) for m in page.models}
+        token = page.next_page_token
+        if not token:
+            return names
+
+
+def jobs_in_flight(stubs):
+    count = 0
+    token = ""
+    while True:
+        page = stubs.jobs.ListJobs(pb.ListJobsRequest(page_size=1000, page_token=token),
+                                   timeout=UNARY_DEADLINE)
+        count += sum(1 for j in page.jobs
+                     if j.state in (pb.JOB_STATE_QUEUED, pb.JOB_STATE_RUNNING))
+        token = page.next_page_token
+        if not token:
+            return count
+
+
 def check_replicas_agree(servers, results):
-    """Every replica lists the same models and answers Assign on each."""
+    """Every replica lists the same models and answers Assign on each.
+
+    The clients leave jobs queued and running when they stop, and each one
+    that succeeds adds a model version; the listings are compared once none
+    is left, so that a job ending between two listings is not a disagreement.
+    """
+    setup = Stubs(servers[0].port)
+    try:
+        settled = wait_for(lambda: jobs_in_flight(setup) == 0, DRAIN_QUEUE_WAIT, step=0.5)
+    finally:
+        setup.close()
+    results.append(("jobs queued or running before the listings compare", "none" if settled
+                    else "still some", settled))
     listings = {}
     for sv in servers:
         s = Stubs(sv.port)
         try:
-            names = set()
-            token = ""
-            while True:
-                page = s.models.ListModels(pb.ListModelsRequest(page_size=100, page_token=token),
-                                           timeout=UNARY_DEADLINE)
-                names |= {(m.name, m.version) for m in page.models}
-                token = page.next_page_token
-                if not token:
-                    break
-            listings[sv.name] = names
+            listings[sv.name] = list_model_versions(s)
+        finally:
+            s.close()
+    for sv in servers:
+        s = Stubs(sv.port)
+        try:
+            names = listings[sv.name]
             # "base" was fitted on 4 x 5 logits, the clients' models on 3 x 4;
             # "clf" is a classifier (Predict, not Assign).
             base_x, _ = hierarchical_logits(30, 4, 5, seed=11)

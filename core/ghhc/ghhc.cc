@@ -497,12 +497,12 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
                                    RunContext& ctx) {
   DENDRO_RETURN_IF_ERROR(ValidateGhhcOptions(options));
   const int64_t n = x.rows();
-  if (n >= 3 && GhhcChoosesPoints(options, n)) return FitChoosingPoints(x, options, ctx);
-  const int64_t input_dim = x.cols();
   if (n < 3) {
     return absl::InvalidArgumentError(
         absl::StrCat("gHHC needs at least 3 points (one triple), got ", n));
   }
+  if (GhhcChoosesPoints(options, n)) return FitChoosingPoints(x, options, ctx);
+  const int64_t input_dim = x.cols();
   if (input_dim < 1) return absl::InvalidArgumentError("gHHC needs at least 1 column");
   if (options.projection_dim >= input_dim) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -265,6 +265,7 @@ TEST(GhhcQualityTest, ProjectionKeepsThePurityOfLowRankData) {
   GhhcOptions o;
   o.internal_nodes = 400;
   o.triples = 20000;
+  o.choose_points_max_rows = 0;  // the projection is the point here: one fit each
   auto full = FitGhhc(MatrixView(wide.data(), spec.n, kWide), o, ctx);
   ASSERT_TRUE(full.ok()) << full.status();
   auto dp_full = DendrogramPurity(full->hierarchy, {}, data.leaf);

@@ -10,6 +10,8 @@
 //              [--link=sigmoid] [--learn-points=0] [--point-lr=0.001]
 //              [--val=2000] [--val-every=0] [--step-budget=1]
 //              [--choose-points=0|1]  (absent: the default rule)
+//              [--assign-rows=R]  also time AssignGhhcLeaves on the first R
+//                                 rows: one call for all R, then single rows
 //              [--hac]            also run Dendro's O(N^2) average linkage
 //              [--write-npy=PREFIX]  write PREFIX_x.npy / PREFIX_y.npy and exit
 //   ghhc_bench --x=X.npy --y=Y.npy [...]   data from files (labels int)
@@ -27,6 +29,7 @@
 #endif
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -71,6 +74,7 @@ int Main(int argc, char** argv) {
   GhhcOptions opt;
   std::string x_path, y_path, write_prefix;
   bool run_hac = false;
+  int64_t assign_rows = 0;
   for (int a = 1; a < argc; ++a) {
     std::string v;
     const std::string_view arg = argv[a];
@@ -156,6 +160,8 @@ int Main(int argc, char** argv) {
       }
     } else if (Flag(arg, "--hac", &v))
       run_hac = true;
+    else if (Flag(arg, "--assign-rows", &v))
+      assign_rows = std::atoll(v.c_str());
     else if (Flag(arg, "--write-npy", &v))
       write_prefix = v;
     else if (Flag(arg, "--x", &v))
@@ -242,6 +248,35 @@ int Main(int argc, char** argv) {
       s.final_validation_accuracy, s.best_validation_accuracy, s.kept_validation_accuracy,
       static_cast<long long>(s.kept_batches));
   std::fflush(stdout);
+  if (assign_rows > 0) {
+    // New rows are placed under the nearest node, or with learned points
+    // by the nearest training point (a brute-force search over all N).
+    const int64_t rows = std::min(assign_rows, n);
+    const auto a0 = std::chrono::steady_clock::now();
+    auto batch = AssignGhhcLeaves(r->model, MatrixView(x.data(), rows, d), opt.num_threads);
+    const double batch_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - a0).count();
+    if (!batch.ok()) {
+      std::fprintf(stderr, "AssignGhhcLeaves: %s\n", std::string(batch.status().message()).c_str());
+      return 1;
+    }
+    std::vector<double> single_us;
+    for (int64_t i = 0; i < std::min<int64_t>(rows, 200); ++i) {
+      const auto s0 = std::chrono::steady_clock::now();
+      auto one = AssignGhhcLeaves(r->model, MatrixView(x.data() + i * d, 1, d), 1);
+      single_us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - s0)
+              .count());
+      if (!one.ok()) return 1;
+    }
+    std::sort(single_us.begin(), single_us.end());
+    std::printf("assign rows=%lld learned_points=%d batch_s=%.3f rows_per_s=%.0f "
+                "single_row_us_p50=%.1f single_row_us_p90=%.1f\n",
+                static_cast<long long>(rows), r->model.train_points.empty() ? 0 : 1, batch_s,
+                static_cast<double>(rows) / batch_s, single_us[single_us.size() / 2],
+                single_us[single_us.size() * 9 / 10]);
+    std::fflush(stdout);
+  }
   if (run_hac && !y.empty()) {
     // Average linkage on the same preprocessed points (centred, unit length).
     const auto h0 = std::chrono::steady_clock::now();

@@ -8,7 +8,7 @@
 namespace dendro {
 namespace l2h_internal {
 
-void FirstPassStates(const float* rows, int64_t n, int32_t k, double* buf, PointState* out) {
+int64_t FirstPassStates(const float* rows, int64_t n, int32_t k, double* buf, PointState* out) {
   for (int64_t i = 0; i < n; ++i) {
     const float* x = rows + i * static_cast<int64_t>(k);
     // Hardware prefetchers stop at page boundaries; a row is often a page.
@@ -18,7 +18,7 @@ void FirstPassStates(const float* rows, int64_t n, int32_t k, double* buf, Point
     }
     PointState& st = out[i];
     int32_t runner_up;
-    Top2(x, k, nullptr, &st.best, &runner_up);
+    if (!Top2Finite(x, k, &st.best, &runner_up)) return i;
     st.cluster = st.best;
     st.second = runner_up;
     st.shift = x[st.best];
@@ -26,6 +26,7 @@ void FirstPassStates(const float* rows, int64_t n, int32_t k, double* buf, Point
     st.ref = static_cast<float>(st.rest);
     st.unused = 0;
   }
+  return -1;
 }
 
 }  // namespace l2h_internal
@@ -39,10 +40,15 @@ absl::Status L2hFirstPass::AddRows(const float* rows, int64_t n) {
     return absl::InvalidArgumentError(absl::StrCat("L2H first pass: ", n, " more rows after ",
                                                    rows_added(), " of ", rows_));
   }
-  DENDRO_RETURN_IF_ERROR(ValidateFinite(rows, n, k_, rows_added()));
   const size_t at = states_.size();
   states_.resize(at + static_cast<size_t>(n));
-  l2h_internal::FirstPassStates(rows, n, k_, buf_.data(), states_.data() + at);
+  const int64_t bad = l2h_internal::FirstPassStates(rows, n, k_, buf_.data(), states_.data() + at);
+  if (bad >= 0) {
+    states_.resize(at);  // nothing of these rows is kept
+    const int64_t row = rows_added() + bad;
+    const absl::Status st = ValidateFinite(rows + bad * static_cast<int64_t>(k_), 1, k_, row);
+    return st.ok() ? absl::InvalidArgumentError(absl::StrCat("row ", row, " is not finite")) : st;
+  }
   return absl::OkStatus();
 }
 

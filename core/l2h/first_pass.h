@@ -38,9 +38,11 @@ struct PointState {
 };
 static_assert(sizeof(PointState) == 32, "one point per half cache line");
 
-// The first-pass states of n finite rows (row-major, k columns each) into
-// out[0, n); `buf` has room for k doubles.
-void FirstPassStates(const float* rows, int64_t n, int32_t k, double* buf, PointState* out);
+// The first-pass states of n rows (row-major, k columns each) into
+// out[0, n); `buf` has room for k doubles. Returns -1, or the index of the
+// first row with a NaN or infinite entry, where it stops (out[i] for the
+// rows before it are filled).
+int64_t FirstPassStates(const float* rows, int64_t n, int32_t k, double* buf, PointState* out);
 
 }  // namespace l2h_internal
 

@@ -106,7 +106,13 @@ inline V8f Load(const float* x, const float* penalty, int32_t i) {
 
 }  // namespace
 
-void Top2(const float* x, int32_t n, const float* penalty, int32_t* first, int32_t* second) {
+namespace {
+
+// Top2, and with kCheck whether every x[c] is finite (x - x is 0 exactly
+// for finite x, NaN for NaN and infinities); without kCheck it returns true.
+template <bool kCheck>
+bool Top2Impl(const float* x, int32_t n, const float* penalty, int32_t* first,
+              int32_t* second) {
   // Eight lanes, lane j sees columns j, j+8, ...; each keeps its best two
   // with strict comparisons, so ties keep the lower column, and within a
   // lane the runner-up is the best of the lane's other columns.
@@ -118,9 +124,11 @@ void Top2(const float* x, int32_t n, const float* penalty, int32_t* first, int32
   V8i i2 = none;
   V8i idx = {0, 1, 2, 3, 4, 5, 6, 7};
   const V8i step = {8, 8, 8, 8, 8, 8, 8, 8};
+  V8i finite = {-1, -1, -1, -1, -1, -1, -1, -1};  // all ones while finite
   int32_t c = 0;
   for (; c + 8 <= n; c += 8) {
     const V8f v = Load(x, penalty, c);
+    if constexpr (kCheck) finite &= (v - v) == 0.0f;
     const V8i gt1 = v > m1;
     const V8i gt2 = v > m2;
     m2 = gt1 ? m1 : (gt2 ? v : m2);
@@ -150,8 +158,10 @@ void Top2(const float* x, int32_t n, const float* penalty, int32_t* first, int32
     }
   }
   // Tail columns come after every column above: strict comparisons.
+  bool tail_finite = true;
   for (; c < n; ++c) {
     const float v = penalty != nullptr ? x[c] + penalty[c] : x[c];
+    if constexpr (kCheck) tail_finite = tail_finite && std::isfinite(v);
     if (v == kNegInf) continue;
     if (top.c < 0 || v > top.v) {
       run = top;
@@ -162,6 +172,22 @@ void Top2(const float* x, int32_t n, const float* penalty, int32_t* first, int32
   }
   *first = top.c;
   *second = run.c;
+  if constexpr (kCheck) {
+    bool all = tail_finite;
+    for (int j = 0; j < 8; ++j) all = all && finite[j] != 0;
+    return all;
+  }
+  return true;
+}
+
+}  // namespace
+
+void Top2(const float* x, int32_t n, const float* penalty, int32_t* first, int32_t* second) {
+  Top2Impl<false>(x, n, penalty, first, second);
+}
+
+bool Top2Finite(const float* x, int32_t n, int32_t* first, int32_t* second) {
+  return Top2Impl<true>(x, n, nullptr, first, second);
 }
 
 int32_t MaskedArgmax(const float* x, int32_t n, const float* penalty, int32_t also_skip) {

@@ -104,6 +104,10 @@ int32_t MaskedArgmax(const float* x, int32_t n, const float* penalty, int32_t al
 // *second = MaskedArgmax(x, n, penalty, *first) (-1 where none).
 void Top2(const float* x, int32_t n, const float* penalty, int32_t* first, int32_t* second);
 
+// Top2 without a mask, over a row that it also checks: false if any x[c] is
+// NaN or infinite (*first and *second are then meaningless).
+bool Top2Finite(const float* x, int32_t n, int32_t* first, int32_t* second);
+
 // Sum of exp(x[c] - shift) over the same columns, summed with NumpySum over
 // all n columns (the others contribute +0.0). `buf` needs room for n
 // doubles.

@@ -204,16 +204,15 @@ absl::Status L2hRunner::FirstPass() {
   std::atomic<int64_t> bad_row{std::numeric_limits<int64_t>::max()};
   auto body = [&](int64_t begin, int64_t end, int thread) {
     double* buf = thread_buf_.data() + static_cast<size_t>(thread) * k_;
-    if (!ValidateFinite(Row(begin), end - begin, k_, begin).ok()) {
-      // Remember the first bad row of the chunk; skip the chunk.
-      int64_t first = begin;
-      while (ValidateFinite(Row(first), 1, k_, first).ok()) ++first;
+    const int64_t bad =
+        l2h_internal::FirstPassStates(Row(begin), end - begin, k_, buf, state_.data() + begin);
+    if (bad >= 0) {
+      // Remember the first bad row (the chunk's states are not used).
+      const int64_t first = begin + bad;
       int64_t seen = bad_row.load();
       while (first < seen && !bad_row.compare_exchange_weak(seen, first)) {
       }
-      return;
     }
-    l2h_internal::FirstPassStates(Row(begin), end - begin, k_, buf, state_.data() + begin);
   };
   auto progress = [&](int64_t done) {
     Progress(kFirstPassShare * static_cast<double>(done) / static_cast<double>(n_), "softmax");

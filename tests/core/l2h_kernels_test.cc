@@ -147,6 +147,32 @@ TEST(L2hKernels, Top2MatchesBruteForce) {
   }
 }
 
+// Top2Finite: Top2's answer on finite rows (extremes included), false as
+// soon as one entry anywhere in the row, vector part or tail, is not finite.
+TEST(L2hKernels, Top2FiniteChecksEveryColumn) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  std::mt19937_64 rng(17);
+  for (int n : {1, 3, 7, 8, 9, 17, 100, 1001}) {
+    std::vector<float> x(n);
+    for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 11)) - 5.0f;
+    x[rng() % n] = std::numeric_limits<float>::max();
+    x[rng() % n] = std::numeric_limits<float>::lowest();
+    int want_first = -2, want_second = -2, first = -2, second = -2;
+    Top2(x.data(), n, nullptr, &want_first, &want_second);
+    ASSERT_TRUE(Top2Finite(x.data(), n, &first, &second)) << "n=" << n;
+    EXPECT_EQ(first, want_first) << "n=" << n;
+    EXPECT_EQ(second, want_second) << "n=" << n;
+    for (int c = 0; c < n; ++c) {
+      for (float bad : {std::numeric_limits<float>::quiet_NaN(), kInf, -kInf}) {
+        std::vector<float> y = x;
+        y[c] = bad;
+        EXPECT_FALSE(Top2Finite(y.data(), n, &first, &second))
+            << "n=" << n << " column " << c << " = " << bad;
+      }
+    }
+  }
+}
+
 TEST(L2hKernels, MaskedExpSumMatchesBruteForce) {
   std::mt19937_64 rng(5);
   std::normal_distribution<float> g(0.0f, 3.0f);

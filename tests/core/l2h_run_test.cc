@@ -332,6 +332,16 @@ TEST(L2hRun, RejectsBadInput) {
   const float inf[] = {0.0f, 1.0f, 2.0f, -std::numeric_limits<float>::infinity()};
   r = RunL2h(MatrixView(inf, 2, 2), o, ctx);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("row 1, column 1 is -inf"));
+  // Several chunks on two threads: the first bad row is named, whichever
+  // chunk finished first.
+  std::vector<float> big(size_t{30000} * 100);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 7);
+  big[size_t{25000} * 100 + 50] = std::numeric_limits<float>::quiet_NaN();
+  big[size_t{17000} * 100 + 9] = std::numeric_limits<float>::infinity();
+  o.num_threads = 2;
+  r = RunL2h(MatrixView(big.data(), 30000, 100), o, ctx);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("row 17000, column 9 is +inf"));
   o.num_threads = -1;
   r = RunL2h(MatrixView(data, 2, 3), o, ctx);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);

@@ -224,7 +224,9 @@ absl::Status L2hRunner::FirstPass() {
   }
   if (bad_row.load() != std::numeric_limits<int64_t>::max()) {
     const int64_t i = bad_row.load();
-    return ValidateFinite(Row(i), 1, k_, i);
+    const absl::Status st = ValidateFinite(Row(i), 1, k_, i);
+    // Never OK (both checks agree), but the states are incomplete either way.
+    return st.ok() ? absl::InvalidArgumentError(absl::StrCat("row ", i, " is not finite")) : st;
   }
   Progress(kFirstPassShare, "softmax");
   return absl::OkStatus();

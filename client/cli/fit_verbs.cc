@@ -326,10 +326,8 @@ absl::Status RunGhhc(Context& ctx, const Args& args) {
   p->set_learn_points(args.Has("learn-points"));
   p->set_constant_step_size(args.Has("constant-step-size"));
   if (std::optional<std::string> points = args.Get("points")) {
-    if (*points != "fixed" && *points != "learned" && *points != "auto") {
-      return UsageError(
-          absl::StrCat("--points must be fixed, learned or auto, got '", *points, "'"));
-    }
+    const absl::Status parsed = ParseGhhcPoints(*points).status();
+    if (!parsed.ok()) return UsageError(absl::StrCat("--", parsed.message()));
     p->set_points(*points);
   }
   p->set_point_learning_rate(point_lr);

@@ -453,6 +453,32 @@ absl::StatusOr<GhhcProjection> ParseGhhcProjection(std::string_view name) {
       absl::StrCat("projection must be pca or random, got '", std::string(name), "'"));
 }
 
+std::string_view GhhcPointsName(GhhcPoints points) {
+  switch (points) {
+    case GhhcPoints::kFixed:
+      return "fixed";
+    case GhhcPoints::kLearned:
+      return "learned";
+    case GhhcPoints::kAuto:
+      return "auto";
+  }
+  return "fixed";
+}
+
+absl::StatusOr<GhhcPoints> ParseGhhcPoints(std::string_view name) {
+  for (GhhcPoints p : {GhhcPoints::kFixed, GhhcPoints::kLearned, GhhcPoints::kAuto}) {
+    if (name == GhhcPointsName(p)) return p;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("points must be fixed, learned or auto, got '", std::string(name), "'"));
+}
+
+void SetGhhcPoints(GhhcPoints points, GhhcOptions* options) {
+  options->learn_points = points == GhhcPoints::kLearned;
+  options->choose_points = points == GhhcPoints::kAuto;
+  options->choose_points_max_rows = 0;  // the choice is explicit
+}
+
 absl::Status ValidateGhhcOptions(const GhhcOptions& options) {
   return ValidateOptionsImpl(options);
 }
@@ -469,11 +495,9 @@ namespace {
 absl::StatusOr<GhhcResult> FitChoosingPoints(const MatrixView& x, const GhhcOptions& options,
                                              RunContext& ctx) {
   GhhcOptions fixed = options;
-  fixed.choose_points = false;
-  fixed.choose_points_max_rows = 0;
-  fixed.learn_points = false;
-  GhhcOptions learned = fixed;
-  learned.learn_points = true;
+  SetGhhcPoints(GhhcPoints::kFixed, &fixed);
+  GhhcOptions learned = options;
+  SetGhhcPoints(GhhcPoints::kLearned, &learned);
   learned.gumbel_temperature = 0.0;
   SubRangeContext first(ctx, 0.0, 0.5);
   DENDRO_ASSIGN_OR_RETURN(GhhcResult a, FitGhhc(x, fixed, first));

@@ -151,6 +151,16 @@ absl::StatusOr<GhhcLink> ParseGhhcLink(std::string_view name);
 std::string_view GhhcProjectionName(GhhcProjection projection);
 absl::StatusOr<GhhcProjection> ParseGhhcProjection(std::string_view name);
 
+// An explicit choice of how the points are placed (the API's `points`);
+// without one, GhhcOptions' defaults apply (choose_points_max_rows).
+enum class GhhcPoints {
+  kFixed,    // the paper's setting, at any size
+  kLearned,  // learn_points
+  kAuto,     // choose_points, at any size
+};
+std::string_view GhhcPointsName(GhhcPoints points);  // "fixed", "learned", "auto"
+absl::StatusOr<GhhcPoints> ParseGhhcPoints(std::string_view name);
+
 struct GhhcOptions {
   int32_t internal_nodes = 100;  // M (>= 2); the paper uses 64 .. 40,000
   double learning_rate = 0.01;   // eta in eq. 18 (the paper's value)
@@ -317,6 +327,10 @@ double GhhcStepScale(const GhhcOptions& options);
 // Whether a fit of `rows` rows fits twice and chooses the points by
 // validation: choose_points, or the default of choose_points_max_rows.
 bool GhhcChoosesPoints(const GhhcOptions& options, int64_t rows);
+
+// Sets learn_points, choose_points and choose_points_max_rows for an
+// explicit choice (the other options are left as they are).
+void SetGhhcPoints(GhhcPoints points, GhhcOptions* options);
 
 // InvalidArgument naming the first bad option (what FitGhhc checks before
 // looking at the data).

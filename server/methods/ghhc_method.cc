@@ -104,23 +104,23 @@ absl::StatusOr<GhhcOptions> OptionsFromSpec(const v1::JobSpec& spec) {
   }
   if (p.validate_every() > 0) o.validate_every = p.validate_every();
   o.step_budget = !p.constant_step_size();
-  const std::string& points = p.points();
-  if (!points.empty() && points != "fixed" && points != "learned" && points != "auto") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ghhc.points must be fixed, learned or auto, got '", points, "'"));
+  auto named = [](const absl::Status& s) {
+    return absl::InvalidArgumentError(absl::StrCat("ghhc.", s.message()));
+  };
+  if (!p.points().empty()) {
+    absl::StatusOr<GhhcPoints> points = ParseGhhcPoints(p.points());
+    if (!points.ok()) return named(points.status());
+    if (p.learn_points() && *points != GhhcPoints::kLearned) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ghhc.points \"", p.points(), "\" contradicts learn_points; set one of them"));
+    }
+    if (*points == GhhcPoints::kAuto && o.validation_triples == 0) {
+      return absl::InvalidArgumentError(
+          "ghhc.points \"auto\" compares held-out triple accuracies, so validation_triples "
+          "must not be -1");
+    }
+    SetGhhcPoints(*points, &o);
   }
-  if (p.learn_points() && (points == "fixed" || points == "auto")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ghhc.points \"", points, "\" contradicts learn_points; set one of them"));
-  }
-  if (points == "auto" && o.validation_triples == 0) {
-    return absl::InvalidArgumentError(
-        "ghhc.points \"auto\" compares held-out triple accuracies, so validation_triples "
-        "must not be -1");
-  }
-  if (points == "learned") o.learn_points = true;
-  if (points == "fixed") o.choose_points_max_rows = 0;
-  o.choose_points = points == "auto";
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.projection_dim(), "projection_dim"));
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.margin_steps(), "margin_steps"));
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.margin_learning_rate(), "margin_learning_rate"));
@@ -133,9 +133,6 @@ absl::StatusOr<GhhcOptions> OptionsFromSpec(const v1::JobSpec& spec) {
   if (p.margin_every() != 0) o.margin_every = p.margin_every() < 0 ? 0 : p.margin_every();
   if (p.margin_steps() > 0) o.margin_steps = p.margin_steps();
   if (p.margin_learning_rate() > 0) o.margin_learning_rate = p.margin_learning_rate();
-  auto named = [](const absl::Status& s) {
-    return absl::InvalidArgumentError(absl::StrCat("ghhc.", s.message()));
-  };
   if (!p.link().empty()) {
     absl::StatusOr<GhhcLink> link = ParseGhhcLink(p.link());
     if (!link.ok()) return named(link.status());

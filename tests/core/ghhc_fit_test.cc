@@ -583,6 +583,25 @@ TEST(GhhcFitTest, SmallInputsChooseThePointsByDefault) {
               HasSubstr("choose_points_max_rows must be >= 0"));
 }
 
+// The API's explicit `points` choices, as the server and the CLI parse them.
+TEST(GhhcFitTest, ExplicitPointsChoicesOverrideTheDefault) {
+  for (GhhcPoints p : {GhhcPoints::kFixed, GhhcPoints::kLearned, GhhcPoints::kAuto}) {
+    EXPECT_EQ(ParseGhhcPoints(GhhcPointsName(p)).value(), p);
+  }
+  EXPECT_THAT(std::string(ParseGhhcPoints("both").status().message()),
+              HasSubstr("points must be fixed, learned or auto, got 'both'"));
+  GhhcOptions o;
+  SetGhhcPoints(GhhcPoints::kFixed, &o);
+  EXPECT_FALSE(o.learn_points);
+  EXPECT_FALSE(GhhcChoosesPoints(o, 100));
+  SetGhhcPoints(GhhcPoints::kLearned, &o);
+  EXPECT_TRUE(o.learn_points);
+  EXPECT_FALSE(GhhcChoosesPoints(o, 100));
+  SetGhhcPoints(GhhcPoints::kAuto, &o);
+  EXPECT_FALSE(o.learn_points);
+  EXPECT_TRUE(GhhcChoosesPoints(o, 1000000000));
+}
+
 TEST(GhhcFitTest, RandomProjectionSetsTheBallDimension) {
   const HierarchicalGaussianData data = TreeData(1200, 48, {2, 3, 4}, 4);
   const MatrixView v(data.x.data(), 1200, 48);

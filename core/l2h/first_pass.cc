@@ -29,6 +29,12 @@ int64_t FirstPassStates(const float* rows, int64_t n, int32_t k, double* buf, Po
   return -1;
 }
 
+absl::Status NonFiniteRowError(const float* row, int32_t k, int64_t index) {
+  const absl::Status st = ValidateFinite(row, 1, k, index);
+  // Never OK (both checks agree), but the caller's states are incomplete.
+  return st.ok() ? absl::InvalidArgumentError(absl::StrCat("row ", index, " is not finite")) : st;
+}
+
 }  // namespace l2h_internal
 
 L2hFirstPass::L2hFirstPass(int64_t rows, int32_t k) : rows_(rows), k_(k), buf_(k) {
@@ -45,9 +51,8 @@ absl::Status L2hFirstPass::AddRows(const float* rows, int64_t n) {
   const int64_t bad = l2h_internal::FirstPassStates(rows, n, k_, buf_.data(), states_.data() + at);
   if (bad >= 0) {
     states_.resize(at);  // nothing of these rows is kept
-    const int64_t row = rows_added() + bad;
-    const absl::Status st = ValidateFinite(rows + bad * static_cast<int64_t>(k_), 1, k_, row);
-    return st.ok() ? absl::InvalidArgumentError(absl::StrCat("row ", row, " is not finite")) : st;
+    return l2h_internal::NonFiniteRowError(rows + bad * static_cast<int64_t>(k_), k_,
+                                           rows_added() + bad);
   }
   return absl::OkStatus();
 }

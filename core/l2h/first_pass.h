@@ -44,6 +44,10 @@ static_assert(sizeof(PointState) == 32, "one point per half cache line");
 // rows before it are filled).
 int64_t FirstPassStates(const float* rows, int64_t n, int32_t k, double* buf, PointState* out);
 
+// The InvalidArgument for the row FirstPassStates stopped at (`index` in
+// the whole matrix), naming its first bad column as ValidateFinite does.
+absl::Status NonFiniteRowError(const float* row, int32_t k, int64_t index);
+
 }  // namespace l2h_internal
 
 // The first pass over an N x K matrix of logits, fed in row order.

@@ -224,9 +224,7 @@ absl::Status L2hRunner::FirstPass() {
   }
   if (bad_row.load() != std::numeric_limits<int64_t>::max()) {
     const int64_t i = bad_row.load();
-    const absl::Status st = ValidateFinite(Row(i), 1, k_, i);
-    // Never OK (both checks agree), but the states are incomplete either way.
-    return st.ok() ? absl::InvalidArgumentError(absl::StrCat("row ", i, " is not finite")) : st;
+    return l2h_internal::NonFiniteRowError(Row(i), k_, i);
   }
   Progress(kFirstPassShare, "softmax");
   return absl::OkStatus();

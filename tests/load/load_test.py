@@ -708,17 +708,21 @@ def list_model_versions(stubs):
             return names
 
 
-def jobs_in_flight(stubs):
-    count = 0
+def list_jobs(stubs):
+    jobs = []
     token = ""
     while True:
         page = stubs.jobs.ListJobs(pb.ListJobsRequest(page_size=1000, page_token=token),
                                    timeout=UNARY_DEADLINE)
-        count += sum(1 for j in page.jobs
-                     if j.state in (pb.JOB_STATE_QUEUED, pb.JOB_STATE_RUNNING))
+        jobs.extend(page.jobs)
         token = page.next_page_token
         if not token:
-            return count
+            return jobs
+
+
+def jobs_in_flight(stubs):
+    return sum(1 for j in list_jobs(stubs)
+               if j.state in (pb.JOB_STATE_QUEUED, pb.JOB_STATE_RUNNING))
 
 
 def check_replicas_agree(servers, results):
@@ -839,15 +843,8 @@ def main():
 
         # Jobs: the outcome of every one seen finished (by a watch, GetJob,
         # CancelJob, before a DeleteJob, or listed now). None may fail.
-        token = ""
-        while True:
-            page = setup.jobs.ListJobs(pb.ListJobsRequest(page_size=1000, page_token=token),
-                                       timeout=UNARY_DEADLINE)
-            for j in page.jobs:
-                shared.observe(j)
-            token = page.next_page_token
-            if not token:
-                break
+        for j in list_jobs(setup):
+            shared.observe(j)
         states, errors = collections.Counter(), collections.Counter()
         failed_jobs = []
         for job_id, (state, code, message) in sorted(shared.ended.items()):

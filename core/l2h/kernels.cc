@@ -4,6 +4,20 @@
 #include <cmath>
 #include <limits>
 
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+// GCC 12 warns, wrongly, that the undefined source operand of some of these
+// intrinsics "may be used uninitialized" where they are inlined; the
+// warning's location is in the header.
+#if defined(__clang__)
+#include <immintrin.h>
+#else
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+#endif
+
 namespace dendro {
 namespace l2h_internal {
 namespace {
@@ -43,9 +57,104 @@ double NumpySum(const double* a, int64_t n) {
   return res;
 }
 
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+namespace {
+
+// Exp (kernels.h) on eight lanes: the same operations in the same order,
+// with the table lookup as a two-register permute (it reads the low four
+// bits of each index lane, which are j).
+class ExpLanes {
+ public:
+  ExpLanes()
+      : table_lo_(_mm512_loadu_pd(kExp2Sixteenths)),
+        table_hi_(_mm512_loadu_pd(kExp2Sixteenths + 8)) {}
+
+  __m512d operator()(__m512d x) const {
+    const __m512d min = _mm512_set1_pd(-708.0);
+    const __m512d shifter = _mm512_set1_pd(6755399441055744.0);
+    const __m512d xc = _mm512_min_pd(_mm512_max_pd(x, min), _mm512_set1_pd(709.0));
+    const __m512d t = _mm512_fmadd_pd(xc, _mm512_set1_pd(16.0 * 1.4426950408889634), shifter);
+    const __m512d n = _mm512_sub_pd(t, shifter);
+    // fma(-n, c, r) as fnmadd(n, c, r): the same single rounding.
+    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01 / 16.0), xc);
+    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10 / 16.0), r);
+    __m512d p = _mm512_set1_pd(1.0 / 5040.0);
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 720.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 120.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 24.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 6.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(0.5));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0));
+    const __m512d q = _mm512_mul_pd(p, r);
+    const __m512i ni = _mm512_sub_epi64(_mm512_castpd_si512(t), _mm512_castpd_si512(shifter));
+    const __m512d table = _mm512_permutex2var_pd(table_lo_, ni, table_hi_);
+    const __m512d y0 = _mm512_fmadd_pd(table, q, table);
+    const __m512i scale = _mm512_slli_epi64(
+        _mm512_add_epi64(_mm512_srai_epi64(ni, 4), _mm512_set1_epi64(1023)), 52);
+    const __m512d y = _mm512_mul_pd(y0, _mm512_castsi512_pd(scale));
+    // x >= -708, false for -inf: those lanes become +0.0.
+    return _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(x, min, _CMP_GE_OQ), y);
+  }
+
+ private:
+  __m512d table_lo_;
+  __m512d table_hi_;
+};
+
+inline __mmask8 TailMask(int64_t left) {
+  return static_cast<__mmask8>((1u << left) - 1u);
+}
+
+}  // namespace
+
+void ExpInPlace(double* x, int64_t n) {
+  const ExpLanes exp;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm512_storeu_pd(x + i, exp(_mm512_loadu_pd(x + i)));
+  if (i < n) {
+    const __mmask8 m = TailMask(n - i);
+    _mm512_mask_storeu_pd(x + i, m, exp(_mm512_maskz_loadu_pd(m, x + i)));
+  }
+}
+
+void ExpShifted(const float* x, int32_t n, double shift, const float* penalty, double* out) {
+  const ExpLanes exp;
+  const __m512d s = _mm512_set1_pd(shift);
+  auto lanes = [&](__m256 v, __m256 pen) {
+    __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(v), s);
+    if (penalty != nullptr) d = _mm512_add_pd(d, _mm512_cvtps_pd(pen));
+    return exp(d);
+  };
+  const __m256 zero = _mm256_setzero_ps();
+  int32_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    const __m256 pen = penalty != nullptr ? _mm256_loadu_ps(penalty + c) : zero;
+    _mm512_storeu_pd(out + c, lanes(_mm256_loadu_ps(x + c), pen));
+  }
+  if (c < n) {
+    const __mmask8 m = TailMask(n - c);
+    const __m256 pen = penalty != nullptr ? _mm256_maskz_loadu_ps(m, penalty + c) : zero;
+    _mm512_mask_storeu_pd(out + c, m, lanes(_mm256_maskz_loadu_ps(m, x + c), pen));
+  }
+}
+
+#else  // no AVX-512: the scalar Exp, which compilers vectorise with gathers
+
 void ExpInPlace(double* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = Exp(x[i]);
 }
+
+void ExpShifted(const float* x, int32_t n, double shift, const float* penalty, double* out) {
+  if (penalty == nullptr) {
+    for (int32_t c = 0; c < n; ++c) out[c] = Exp(static_cast<double>(x[c]) - shift);
+  } else {
+    for (int32_t c = 0; c < n; ++c) {
+      out[c] = Exp((static_cast<double>(x[c]) - shift) + static_cast<double>(penalty[c]));
+    }
+  }
+}
+
+#endif
 
 namespace {
 
@@ -233,13 +342,7 @@ int32_t MaskedArgmax(const float* x, int32_t n, const float* penalty, int32_t al
 double MaskedExpSum(const float* x, int32_t n, double shift, const float* penalty,
                     int32_t also_skip, double* buf) {
   // -inf maps to exactly +0.0 in Exp.
-  if (penalty == nullptr) {
-    for (int32_t c = 0; c < n; ++c) buf[c] = Exp(static_cast<double>(x[c]) - shift);
-  } else {
-    for (int32_t c = 0; c < n; ++c) {
-      buf[c] = Exp((static_cast<double>(x[c]) - shift) + static_cast<double>(penalty[c]));
-    }
-  }
+  ExpShifted(x, n, shift, penalty, buf);
   if (also_skip >= 0 && also_skip < n) buf[also_skip] = 0.0;
   return NumpySum(buf, n);
 }

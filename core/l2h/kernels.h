@@ -5,9 +5,10 @@
 //     aggregates only survive if both implementations add the same numbers
 //     in the same order, so NumpySum reproduces numpy's float64 add-reduce
 //     bit for bit.
-//   * Speed. Exp is a branch-free double-precision exp the compiler
-//     vectorises; it gives the same bits for a value whether it runs in a
-//     vector lane or in the scalar tail, so equal inputs give equal sums.
+//   * Speed. Exp is a branch-free double-precision exp with an AVX-512
+//     version in kernels.cc; it gives the same bits for a value whether it
+//     runs in a vector lane or in scalar code, so equal inputs give equal
+//     sums.
 #ifndef DENDRO_CORE_L2H_KERNELS_H_
 #define DENDRO_CORE_L2H_KERNELS_H_
 
@@ -35,49 +36,56 @@ inline double NumpyMean(const double* a, int64_t n) {
   return NumpySum(a, n) / static_cast<double>(n);
 }
 
+// 2^(j/16) for j = 0..15, each correctly rounded (Exp's table).
+inline constexpr double kExp2Sixteenths[16] = {
+    0x1.0000000000000p+0, 0x1.0b5586cf9890fp+0, 0x1.172b83c7d517bp+0, 0x1.2387a6e756238p+0,
+    0x1.306fe0a31b715p+0, 0x1.3dea64c123422p+0, 0x1.4bfdad5362a27p+0, 0x1.5ab07dd485429p+0,
+    0x1.6a09e667f3bcdp+0, 0x1.7a11473eb0187p+0, 0x1.8ace5422aa0dbp+0, 0x1.9c49182a3f090p+0,
+    0x1.ae89f995ad3adp+0, 0x1.c199bdd85529cp+0, 0x1.d5818dcfba487p+0, 0x1.ea4afa2a490dap+0,
+};
+
 // exp(x) for x <= 709; inputs below -708 (and -inf) give 0 (the true
 // values are < 3.3e-308, negligible next to the softmax maximum 1). Relative
-// error about 1e-16.
-// exp(x) = 2^k * exp(r), x = k ln2 + r, |r| <= ln2/2, exp(r) by its Taylor
-// polynomial of degree 13 (truncation error < 5e-18 relative). Every step
-// is an explicit fma or a single rounding, so a loop over Exp gives the
-// same bits whether the compiler vectorises it or not.
+// error below 2.5e-16.
+// exp(x) = 2^k * 2^(j/16) * exp(r) with x = (16k + j) ln2/16 + r,
+// |r| <= ln2/32: the table gives 2^(j/16), and exp(r) - 1 is its Taylor
+// polynomial of degree 7 (truncation error < 1.3e-18 relative). Every step
+// is an explicit fma or a single rounding, and ExpInPlace's vector code
+// (kernels.cc) performs the same operations in the same order, so a value
+// gets the same bits in a vector lane as here.
 inline double Exp(double x) {
-  constexpr double kLog2e = 1.4426950408889634;
-  constexpr double kLn2Hi = 6.93147180369123816490e-01;  // fdlibm split of ln 2
-  constexpr double kLn2Lo = 1.90821492927058770002e-10;
+  constexpr double k16Log2e = 16.0 * 1.4426950408889634;
+  // fdlibm's split of ln 2 (the high part has 21 trailing zero bits), / 16.
+  constexpr double kLn2Hi16 = 6.93147180369123816490e-01 / 16.0;
+  constexpr double kLn2Lo16 = 1.90821492927058770002e-10 / 16.0;
   constexpr double kShifter = 6755399441055744.0;  // 1.5 * 2^52
   constexpr double kMin = -708.0;
   constexpr double kMax = 709.0;
-  // Branch-free forms (min/max, a bit mask at the end) so that loops over
-  // Exp vectorise with AVX2 as well as AVX-512.
   const double xc = std::min(std::max(x, kMin), kMax);
-  const double t = std::fma(xc, kLog2e, kShifter);  // k in the low mantissa bits
-  const double k = t - kShifter;
-  double r = std::fma(-k, kLn2Hi, xc);
-  r = std::fma(-k, kLn2Lo, r);
-  double p = 1.0 / 6227020800.0;                 // 1/13!
-  p = std::fma(p, r, 1.0 / 479001600.0);         // 1/12!
-  p = std::fma(p, r, 1.0 / 39916800.0);          // 1/11!
-  p = std::fma(p, r, 1.0 / 3628800.0);           // 1/10!
-  p = std::fma(p, r, 1.0 / 362880.0);
-  p = std::fma(p, r, 1.0 / 40320.0);
-  p = std::fma(p, r, 1.0 / 5040.0);
+  const double t = std::fma(xc, k16Log2e, kShifter);  // 16k + j in the low mantissa bits
+  const double n = t - kShifter;
+  double r = std::fma(-n, kLn2Hi16, xc);
+  r = std::fma(-n, kLn2Lo16, r);
+  double p = 1.0 / 5040.0;
   p = std::fma(p, r, 1.0 / 720.0);
   p = std::fma(p, r, 1.0 / 120.0);
   p = std::fma(p, r, 1.0 / 24.0);
   p = std::fma(p, r, 1.0 / 6.0);
   p = std::fma(p, r, 0.5);
   p = std::fma(p, r, 1.0);
-  p = std::fma(p, r, 1.0);
+  const double q = p * r;  // exp(r) - 1
   uint64_t tb;
   uint64_t sb;
   std::memcpy(&tb, &t, sizeof tb);
   std::memcpy(&sb, &kShifter, sizeof sb);
-  const uint64_t scale_bits = (tb - sb + 1023u) << 52;  // 2^k, k in [-1021, 1023]
+  const int64_t ni = static_cast<int64_t>(tb - sb);  // 16k + j
+  const double table = kExp2Sixteenths[ni & 15];
+  const double y0 = std::fma(table, q, table);
+  // 2^k, k = floor(ni / 16) in [-1022, 1022]
+  const uint64_t scale_bits = static_cast<uint64_t>((ni >> 4) + 1023) << 52;
   double scale;
   std::memcpy(&scale, &scale_bits, sizeof scale);
-  const double y = p * scale;
+  const double y = y0 * scale;
   const uint64_t keep = 0 - static_cast<uint64_t>(x >= kMin);  // all ones or zero
   uint64_t y_bits;
   std::memcpy(&y_bits, &y, sizeof y_bits);
@@ -87,8 +95,13 @@ inline double Exp(double x) {
   return out;
 }
 
-// x[i] <- Exp(x[i]); vectorised.
+// x[i] <- Exp(x[i]); with AVX-512, eight lanes at a time.
 void ExpInPlace(double* x, int64_t n);
+
+// out[c] <- Exp((double(x[c]) - shift) + penalty[c]) for c in [0, n), or
+// without the penalty term if `penalty` is null; the same bits as that
+// scalar expression.
+void ExpShifted(const float* x, int32_t n, double shift, const float* penalty, double* out);
 
 // A column mask is a `penalty` array of n floats: 0 for a column that takes
 // part, -inf for one that is masked out; null means no column is masked.

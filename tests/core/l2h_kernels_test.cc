@@ -91,6 +91,64 @@ TEST(L2hKernels, VectorisedExpEqualsScalarExp) {
     ExpInPlace(w.data(), n);
     for (int i = 0; i < n; ++i) ASSERT_EQ(w[i], Exp(v[i])) << "n=" << n << " i=" << i;
   }
+  // The edges of the range, in every lane.
+  const std::vector<double> edges = {-std::numeric_limits<double>::infinity(),
+                                     -708.0000000001, -708.0, -707.9999999999, -0.0, 0.0,
+                                     1e-300, 708.9999999, 709.0, -1e-17, 3.0 * std::log(2.0) / 32.0};
+  for (size_t lane = 0; lane < 8; ++lane) {
+    std::vector<double> v(edges.size() + lane, 1.0);
+    std::copy(edges.begin(), edges.end(), v.begin() + lane);
+    std::vector<double> w = v;
+    ExpInPlace(w.data(), static_cast<int64_t>(w.size()));
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(w[i], Exp(v[i])) << "x=" << v[i];
+  }
+}
+
+TEST(L2hKernels, ExpTableIsCorrectlyRounded) {
+  // Each entry is the double nearest 2^(j/16): within half an ulp of the
+  // long double value (whose own error is 2^-11 of a double ulp).
+  for (int j = 0; j < 16; ++j) {
+    const long double want = std::exp2l(static_cast<long double>(j) / 16.0L);
+    const double got = kExp2Sixteenths[j];
+    const long double ulp = std::nextafter(got, 4.0) - got;
+    EXPECT_LE(std::fabs(static_cast<long double>(got) - want), 0.5001L * ulp) << "j=" << j;
+  }
+}
+
+TEST(L2hKernels, ExpShiftedEqualsScalarExp) {
+  // Every length up to three vectors and a long row, with and without a
+  // mask, including the tails the vector code handles with masked loads.
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u(-80.0f, 20.0f);
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  std::vector<int> lengths;
+  for (int n = 1; n <= 25; ++n) lengths.push_back(n);
+  lengths.push_back(1000);
+  for (int n : lengths) {
+    std::vector<float> x(n);
+    std::vector<float> penalty(n);
+    for (int c = 0; c < n; ++c) {
+      x[c] = u(rng);
+      penalty[c] = rng() % 3 == 0 ? kMasked : 0.0f;
+    }
+    const double shift = x[rng() % n];
+    std::vector<double> out(n + 1, -1.0);  // out[n] must stay untouched
+    ExpShifted(x.data(), n, shift, nullptr, out.data());
+    for (int c = 0; c < n; ++c) {
+      ASSERT_EQ(out[c], Exp(static_cast<double>(x[c]) - shift)) << "n=" << n << " c=" << c;
+    }
+    ASSERT_EQ(out[n], -1.0) << "n=" << n;
+    ExpShifted(x.data(), n, shift, penalty.data(), out.data());
+    for (int c = 0; c < n; ++c) {
+      const double want =
+          Exp((static_cast<double>(x[c]) - shift) + static_cast<double>(penalty[c]));
+      ASSERT_EQ(out[c], want) << "masked n=" << n << " c=" << c;
+      if (penalty[c] == kMasked) {
+        ASSERT_EQ(out[c], 0.0);
+      }
+    }
+    ASSERT_EQ(out[n], -1.0) << "n=" << n;
+  }
 }
 
 TEST(L2hKernels, MaskedArgmaxMatchesBruteForce) {

@@ -105,6 +105,53 @@ inline __mmask8 TailMask(int64_t left) {
   return static_cast<__mmask8>((1u << left) - 1u);
 }
 
+// The terms of MaskedExpSum, Exp((x[c] - shift) + penalty[c]) and +0.0 at
+// `skip`, summed as PairwiseSum sums them.
+class ExpTerms {
+ public:
+  ExpTerms(const float* x, double shift, const float* penalty, int32_t skip)
+      : x_(x), penalty_(penalty), skip_(skip), shift_(_mm512_set1_pd(shift)) {}
+
+  // PairwiseSum (kernels.h) of terms [begin, begin + n), n >= 8.
+  double PairwiseSum(int32_t begin, int32_t n) const {
+    if (n > kPairwiseBlock) {
+      int32_t n2 = n / 2;
+      n2 -= n2 % 8;
+      return PairwiseSum(begin, n2) + PairwiseSum(begin + n2, n - n2);
+    }
+    const int32_t full = n - n % 8;
+    __m512d acc = Lanes(begin, 0xff);
+    for (int32_t c = 8; c < full; c += 8) acc = _mm512_add_pd(acc, Lanes(begin + c, 0xff));
+    alignas(64) double r[8];
+    _mm512_store_pd(r, acc);
+    double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    if (full < n) {
+      alignas(64) double tail[8];
+      _mm512_store_pd(tail, Lanes(begin + full, TailMask(n - full)));
+      for (int32_t q = 0; q < n - full; ++q) res += tail[q];
+    }
+    return res;
+  }
+
+ private:
+  // Terms [c, c + 8) in the lanes of `load`, +0.0 in the others.
+  __m512d Lanes(int32_t c, __mmask8 load) const {
+    __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(load, x_ + c)), shift_);
+    if (penalty_ != nullptr) {
+      d = _mm512_add_pd(d, _mm512_cvtps_pd(_mm256_maskz_loadu_ps(load, penalty_ + c)));
+    }
+    __mmask8 keep = load;
+    if (skip_ >= c && skip_ < c + 8) keep &= static_cast<__mmask8>(~(1u << (skip_ - c)));
+    return _mm512_maskz_mov_pd(keep, exp_(d));
+  }
+
+  const float* x_;
+  const float* penalty_;
+  int32_t skip_;
+  __m512d shift_;
+  ExpLanes exp_;
+};
+
 }  // namespace
 
 void ExpInPlace(double* x, int64_t n) {
@@ -341,6 +388,16 @@ int32_t MaskedArgmax(const float* x, int32_t n, const float* penalty, int32_t al
 
 double MaskedExpSum(const float* x, int32_t n, double shift, const float* penalty,
                     int32_t also_skip, double* buf) {
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+  // The terms are computed eight at a time where NumpySum adds them, so
+  // they never go through `buf`: within a pairwise block the eight
+  // accumulators of PairwiseSum are the eight lanes. Same operations, same
+  // order, same bits as the general path below (a single reduction block).
+  if (n >= 8 && n <= kReduceBuffer) {
+    const ExpTerms terms(x, shift, penalty, also_skip);
+    return 0.0 + terms.PairwiseSum(0, n);  // NumpySum starts from 0.0
+  }
+#endif
   // -inf maps to exactly +0.0 in Exp.
   ExpShifted(x, n, shift, penalty, buf);
   if (also_skip >= 0 && also_skip < n) buf[also_skip] = 0.0;

@@ -253,6 +253,39 @@ TEST(L2hKernels, MaskedExpSumMatchesBruteForce) {
   }
 }
 
+TEST(L2hKernels, MaskedExpSumIsExpThenNumpySum) {
+  // Bit for bit the definition (kernels.h): Exp per column, +0.0 at the
+  // skipped column, NumpySum over all n. Every n to past one pairwise block
+  // (128), lengths that split into blocks, and both sides of numpy's
+  // reduction buffer (8192); with and without a mask.
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> g(0.0f, 4.0f);
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  std::vector<int> lengths;
+  for (int n = 1; n <= 140; ++n) lengths.push_back(n);
+  for (int n : {255, 256, 257, 1000, 1001, 4099, 8192, 8193}) lengths.push_back(n);
+  for (int n : lengths) {
+    for (int trial = 0; trial < 6; ++trial) {
+      std::vector<float> x(n);
+      std::vector<float> pen(n, 0.0f);
+      for (float& v : x) v = g(rng);
+      for (float& p : pen) p = (rng() % 4 == 0) ? kMasked : 0.0f;
+      const int also = trial == 0 ? -1 : (trial == 1 ? n - 1 : static_cast<int>(rng() % n));
+      const double shift = x[rng() % n];
+      const float* const penalties[] = {nullptr, pen.data()};
+      for (const float* penalty : penalties) {
+        std::vector<double> want(n);
+        ExpShifted(x.data(), n, shift, penalty, want.data());
+        if (also >= 0) want[also] = 0.0;
+        std::vector<double> buf(n);
+        const double got = MaskedExpSum(x.data(), n, shift, penalty, also, buf.data());
+        ASSERT_EQ(got, NumpySum(want.data(), n))
+            << "n=" << n << " skip=" << also << (penalty ? " masked" : "");
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace l2h_internal
 }  // namespace dendro

@@ -140,8 +140,9 @@ const std::vector<Verb>& Verbs() {
        "  --neighbors K   nearest components to link by paths (default: 10)\n"
        "  --merge M       density: the paper's merge order (decreasing min density along\n"
        "                  the path); persistence: lower peak minus saddle, increasing, so\n"
-       "                  low-density tails merge first (beyond the paper) (default:\n"
-       "                  persistence)\n"
+       "                  low-density tails merge first (beyond the paper); a value given\n"
+       "                  is used in every dimension (default: persistence when the data\n"
+       "                  have d <= 10 columns, density above)\n"
        "  --seed S        random seed (default: 0)\n" +
            kFitFlagsHelp,
        {{"labels", true}, {"name", true}, {"out", true, true}, {"level", true},

@@ -73,6 +73,11 @@ int32_t TnebRestarts(const TnebOptions& options, int64_t d) {
   return d > kTnebLowDimension ? 1 : 20;
 }
 
+TnebMerge TnebMergeOrder(const TnebOptions& options, int64_t d) {
+  return options.merge_by_dimension && d > kTnebLowDimension ? TnebMerge::kDensity
+                                                             : options.merge;
+}
+
 bool TnebAutoDof(const TnebOptions& options, int64_t d) {
   if (options.gaussian) return false;
   if (options.auto_dof) return true;
@@ -324,6 +329,7 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
     DENDRO_ASSIGN_OR_RETURN(paths, OptimizePaths(mix, pairs, no, sub));
   }
   const double path_seconds = Seconds(t0);
+  const TnebMerge merge = TnebMergeOrder(o, d);
 
   // 4. Tree.
   t0 = std::chrono::steady_clock::now();
@@ -339,7 +345,7 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   DENDRO_ASSIGN_OR_RETURN(
       MergeTree mt,
       ComponentMerges(l, edges, absl::Span<const double>(peak.data(), peak.size()),
-                      o.merge == TnebMerge::kPersistence, &offset));
+                      merge == TnebMerge::kPersistence, &offset));
   DENDRO_ASSIGN_OR_RETURN(Hierarchy tree, Hierarchy::FromMerges(l, mt.merges));
   DENDRO_RETURN_IF_ERROR(tree.SetPointLeaf(std::move(point_leaf)));
 
@@ -362,7 +368,7 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   md["restarts"] = absl::StrCat(mo.restarts);
   md["em_tolerance"] = absl::StrCat(o.tolerance);
   md["em_max_iterations"] = absl::StrCat(o.max_iterations);
-  md["merge"] = TnebMergeName(o.merge);
+  md["merge"] = TnebMergeName(merge);
   md["converged_restarts"] = absl::StrCat(fit.converged_restarts);
   md["log_likelihood"] = absl::StrFormat("%.10g", fit.log_likelihood);
   md["seed"] = absl::StrCat(o.seed);

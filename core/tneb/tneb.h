@@ -23,9 +23,10 @@
 //      similarity, where height_offset is the largest mixture log-density at
 //      a component mean (all heights >= 0, growing towards the root).
 //      point_leaf: the most likely surviving component of each training row.
-//      With merge = kPersistence (the default, beyond the paper) the same
-//      tree's edges are merged in increasing persistence instead (see
-//      PersistenceMerges in merge.h), and height = persistence.
+//      With merge = kPersistence (beyond the paper; the default when d <=
+//      kTnebLowDimension, see merge_by_dimension) the same tree's edges are
+//      merged in increasing persistence instead (see PersistenceMerges in
+//      merge.h), and height = persistence.
 //
 // New points (TnebModel::AssignLeaves) go through the stored
 // standardisation and then to their most likely surviving component
@@ -101,14 +102,20 @@ struct TnebOptions {
   uint64_t seed = 0;
   int32_t min_component_points = 10;  // drop components with <= this many points
   double max_elongation = 500.0;      // drop if eigenvalue ratio >= this * d
+  // The merge order where it applies: with merge_by_dimension (the
+  // default, beyond the paper) only when d <= kTnebLowDimension, the paper's
+  // density order above (TnebMergeOrder); false: in every dimension.
+  // docs/methods.md has the numbers.
   TnebMerge merge = TnebMerge::kPersistence;
+  bool merge_by_dimension = true;
   int num_threads = 0;                // 0: all cores
 };
 
 // The largest dimension t-NEB treats as low: the authors' restart rule runs
-// 20 EM restarts up to it and 1 above, and auto_dof_low_dimension chooses nu
-// by BIC up to it (the paper, appendix, found learned nu to help in low
-// dimensions and to hurt in high ones).
+// 20 EM restarts up to it and 1 above, auto_dof_low_dimension chooses nu by
+// BIC up to it (the paper, appendix, found learned nu to help in low
+// dimensions and to hurt in high ones), and merge_by_dimension uses the
+// density order above it.
 inline constexpr int64_t kTnebLowDimension = 10;
 
 // The authors' restart rule for restarts == 0 (20 when d <= kTnebLowDimension,
@@ -118,6 +125,10 @@ int32_t TnebRestarts(const TnebOptions& options, int64_t d);
 // Whether a fit of d-dimensional data chooses nu by BIC (auto_dof, or the
 // low-dimension default); never with Gaussian components.
 bool TnebAutoDof(const TnebOptions& options, int64_t d);
+
+// The merge order a fit of d-dimensional data uses: options.merge, or with
+// merge_by_dimension the density order when d > kTnebLowDimension.
+TnebMerge TnebMergeOrder(const TnebOptions& options, int64_t d);
 
 // Everything needed to place new points. Leaf i of the tree is component i
 // of `mixture`.

@@ -70,8 +70,10 @@ TnebOptions OptionsFrom(const v1::TnebParams& p) {
   if (p.max_elongation() != 0) o.max_elongation = p.max_elongation();
   o.auto_dof = p.auto_dof();
   // An unknown name is rejected by Validate (CheckMerge) before any fit.
+  // A merge order given is used in every dimension.
   if (absl::StatusOr<TnebMerge> m = ParseTnebMerge(p.merge()); !p.merge().empty() && m.ok()) {
     o.merge = *m;
+    o.merge_by_dimension = false;
   }
   return o;
 }

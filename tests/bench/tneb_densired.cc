@@ -134,6 +134,7 @@ int main(int argc, char** argv) {
       auto m = dendro::ParseTnebMerge(v);
       if (!m.ok()) return Usage();
       base.merge = *m;
+      base.merge_by_dimension = false;  // as the server does with a merge given
     } else if (a == "--dof") {
       const char* v = next();
       if (!v) return Usage();
@@ -170,10 +171,11 @@ int main(int argc, char** argv) {
   if (files.empty() || files.size() % 2 != 0 || seeds < 1) return Usage();
 
   // ari_other: the same fit cut after merging in the other order (density
-  // <-> persistence), so one run compares both merge rules.
+  // <-> persistence), so one run compares both merge rules; merge: the
+  // order behind `ari`.
   std::printf(
       "dataset\tseed\tari\tnmi\tleaves\tconverged\tem_its\tnu\tem_s\tpaths_s\ttotal_s\t"
-      "ari_other\n");
+      "ari_other\tmerge\n");
   for (size_t f = 0; f < files.size(); f += 2) {
     auto x = dendro::ReadNpyFloat32(files[f]);
     auto y = dendro::ReadNpyInt(files[f + 1]);
@@ -192,6 +194,10 @@ int main(int argc, char** argv) {
     std::string name = files[f];
     name = name.substr(name.find_last_of('/') + 1);
     std::vector<double> aris, others;
+    const dendro::TnebMerge used = dendro::TnebMergeOrder(base, d);
+    const dendro::TnebMerge unused = used == dendro::TnebMerge::kDensity
+                                         ? dendro::TnebMerge::kPersistence
+                                         : dendro::TnebMerge::kDensity;
     for (int s = 0; s < seeds; ++s) {
       dendro::TnebOptions o = base;
       o.seed = static_cast<uint64_t>(s);
@@ -222,24 +228,20 @@ int main(int argc, char** argv) {
       }
       const double nmi = *dendro::NormalizedMutualInfo(y->data, pred);
       aris.push_back(ari);
-      const double other = OtherMergeAri(
-          *r, o.merge == dendro::TnebMerge::kDensity ? dendro::TnebMerge::kPersistence
-                                                     : dendro::TnebMerge::kDensity,
-          true_k, y->data);
+      const double other = OtherMergeAri(*r, unused, true_k, y->data);
       others.push_back(other);
       if (print_edges) PrintTreeEdges(name, s, *r, y->data);
-      std::printf("%s\t%d\t%.4f\t%.4f\t%d\t%d/%d\t%lld\t%s\t%.1f\t%.1f\t%.1f\t%.4f\n", name.c_str(), s,
+      std::printf("%s\t%d\t%.4f\t%.4f\t%d\t%d/%d\t%lld\t%s\t%.1f\t%.1f\t%.1f\t%.4f\t%s\n",
+                  name.c_str(), s,
                   ari, nmi, tree.num_leaves(), r->converged_restarts, r->restarts,
                   static_cast<long long>(r->em_iterations),
                   o.gaussian ? "inf" : (r->learned_dof ? "learned" : "fixed"), r->em_seconds,
-                  r->path_seconds, total, other);
+                  r->path_seconds, total, other, dendro::TnebMergeName(used));
       std::fflush(stdout);
     }
     if (aris.empty()) continue;
-    const char* merge = dendro::TnebMergeName(base.merge);
-    const char* other = dendro::TnebMergeName(base.merge == dendro::TnebMerge::kDensity
-                                                  ? dendro::TnebMerge::kPersistence
-                                                  : dendro::TnebMerge::kDensity);
+    const char* merge = dendro::TnebMergeName(used);
+    const char* other = dendro::TnebMergeName(unused);
     for (int pass = 0; pass < 2; ++pass) {
       std::vector<double> sorted = pass == 0 ? aris : others;
       std::sort(sorted.begin(), sorted.end());

@@ -3,8 +3,9 @@
 
 Reads tneb_densired output files (their SUMMARY lines; each run reports the
 merge order it used and the other one, from the same fits; for a run cut
-short before its SUMMARY, the per-seed rows, whose `ari` column is then taken
-as persistence, the default order, and `ari_other` as density) and one
+short before its SUMMARY, the per-seed rows, whose `merge` column names the
+order behind `ari` (`ari_other` is the other one; rows without it come from
+older runs, where `ari` was persistence)) and one
 tneb_baselines.py output, and prints one row per dataset: t-NEB median / best
 ARI with persistence and with density merging, then k-means and the Gaussian
 mixture, and the number of seeds behind each t-NEB figure. Datasets without a
@@ -36,8 +37,11 @@ def main():
                                                       int(m.group(5)))
                     continue
                 p = line.rstrip("\n").split("\t")
-                if len(p) == 12 and p[0] != "dataset":
-                    rows.setdefault(p[0], []).append((float(p[2]), float(p[11])))
+                if len(p) in (12, 13) and p[0] != "dataset":
+                    ari, other = float(p[2]), float(p[11])
+                    if len(p) == 13 and p[12] == "density":
+                        ari, other = other, ari
+                    rows.setdefault(p[0], []).append((ari, other))
     for name, r in rows.items():
         for i, merge in enumerate(("persistence", "density")):
             if (name, merge) not in tneb:

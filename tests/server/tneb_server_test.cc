@@ -203,6 +203,35 @@ TEST_F(TnebServerTest, AGivenDofIsFixedAndNoneIsChosenByBic) {
   EXPECT_EQ(fixed->metadata().at("dof"), "1");
 }
 
+// Without a merge order, 12-column data merge in the paper's density order
+// (the default above 10 columns); an order given is used in every
+// dimension.
+TEST_F(TnebServerTest, AGivenMergeOrderHoldsInHighDimensions) {
+  StartServer();
+  const int n = 450;
+  constexpr int kDim = 12;
+  std::vector<int64_t> labels;
+  const std::vector<float> blobs = Blobs(n, &labels);
+  std::mt19937_64 rng(6);
+  std::normal_distribution<double> nd;
+  std::vector<float> x;
+  for (int i = 0; i < n; ++i) {
+    x.push_back(blobs[3 * i]);
+    x.push_back(blobs[3 * i + 1]);
+    for (int c = 2; c < kDim; ++c) x.push_back(static_cast<float>(nd(rng)));
+  }
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, n, kDim, &ds, &labels).ok());
+  v1::TnebParams p = SmallParams();
+  auto by_default = FitServed(ds.id(), "default-merge", p);
+  ASSERT_TRUE(by_default.ok()) << by_default.status();
+  EXPECT_EQ(by_default->metadata().at("merge"), "density");
+  p.set_merge("persistence");
+  auto given = FitServed(ds.id(), "persistence", p);
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->metadata().at("merge"), "persistence");
+}
+
 TEST_F(TnebServerTest, BadParametersAreRejectedAtSubmit) {
   std::vector<float> x;
   v1::Dataset ds;

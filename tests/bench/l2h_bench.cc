@@ -11,6 +11,11 @@
 //                                              run L2H on the same data and
 //                                              write its merge steps as JSON
 //                                              (l2h_reference.py --compare).
+//   l2h_bench --run_npy=PATH [--threads=T] [--copy]
+//                                              run L2H once on an .npy file
+//                                              memory-mapped as dendrod maps
+//                                              it (--copy: copied into memory
+//                                              first) and print its times.
 //
 // The data: K leaf clusters of a balanced three-level tree (10 x 10 x 10 for
 // K = 1000, 4 x 5 x 5 for K = 100). A point of leaf y gets, for leaf c,
@@ -210,12 +215,52 @@ int WriteStepsAndExit(const std::string& path, int64_t rows, int32_t cols) {
   return ok ? 0 : 1;
 }
 
+// L2H on an .npy file as dendrod runs it, memory-mapped (or, with `copy`,
+// copied into memory first); prints the first pass's and the whole run's
+// wall time.
+int RunNpyAndExit(const std::string& path, int threads, bool copy) {
+  auto npy = MappedNpy::Open(path);
+  if (!npy.ok()) {
+    std::fprintf(stderr, "l2h_bench: %s\n", std::string(npy.status().message()).c_str());
+    return 1;
+  }
+  auto values = (*npy)->AsFloat32();
+  const auto& shape = (*npy)->header().shape;
+  if (!values.ok() || shape.size() != 2) {
+    std::fprintf(stderr, "l2h_bench: %s is not a 2-D float32 array\n", path.c_str());
+    return 1;
+  }
+  std::vector<float> copied;
+  const float* data = values->data();
+  if (copy) {
+    copied.assign(values->begin(), values->end());
+    data = copied.data();
+  }
+  L2hOptions options;
+  options.num_threads = threads;
+  PhaseClock ctx;
+  const auto start = std::chrono::steady_clock::now();
+  auto r = RunL2h(MatrixView(data, shape[0], shape[1]), options, ctx);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!r.ok()) {
+    std::fprintf(stderr, "l2h_bench: %s\n", std::string(r.status().message()).c_str());
+    return 1;
+  }
+  std::printf("%s (%s, %d threads): first pass %.0f ms, total %.0f ms\n", path.c_str(),
+              copy ? "copied" : "mapped", threads, ctx.first_pass_ms(), ms);
+  return 0;
+}
+
 }  // namespace
 }  // namespace dendro
 
 int main(int argc, char** argv) {
   std::string npy_path;
   std::string steps_path;
+  std::string run_path;
+  int threads = 2;
+  bool copy = false;
   int64_t rows = 50000;
   int64_t cols = 100;
   std::vector<char*> rest;
@@ -225,6 +270,12 @@ int main(int argc, char** argv) {
       npy_path = a.substr(12);
     } else if (a.rfind("--write_steps=", 0) == 0) {
       steps_path = a.substr(14);
+    } else if (a.rfind("--run_npy=", 0) == 0) {
+      run_path = a.substr(10);
+    } else if (a.rfind("--threads=", 0) == 0) {
+      threads = std::atoi(a.c_str() + 10);
+    } else if (a == "--copy") {
+      copy = true;
     } else if (a.rfind("--rows=", 0) == 0) {
       rows = std::atoll(a.c_str() + 7);
     } else if (a.rfind("--cols=", 0) == 0) {
@@ -233,6 +284,7 @@ int main(int argc, char** argv) {
       rest.push_back(argv[i]);
     }
   }
+  if (!run_path.empty()) return dendro::RunNpyAndExit(run_path, threads, copy);
   if (!npy_path.empty() || !steps_path.empty()) {
     if (rows < 1 || cols < 2 || cols > 1000000) {
       std::fprintf(stderr, "l2h_bench: need --rows >= 1 and 2 <= --cols <= 1000000\n");

@@ -70,14 +70,14 @@ class ExpLanes {
         table_hi_(_mm512_loadu_pd(kExp2Sixteenths + 8)) {}
 
   __m512d operator()(__m512d x) const {
-    const __m512d min = _mm512_set1_pd(-708.0);
-    const __m512d shifter = _mm512_set1_pd(6755399441055744.0);
-    const __m512d xc = _mm512_min_pd(_mm512_max_pd(x, min), _mm512_set1_pd(709.0));
-    const __m512d t = _mm512_fmadd_pd(xc, _mm512_set1_pd(16.0 * 1.4426950408889634), shifter);
+    const __m512d min = _mm512_set1_pd(kExpMin);
+    const __m512d shifter = _mm512_set1_pd(kExpShifter);
+    const __m512d xc = _mm512_min_pd(_mm512_max_pd(x, min), _mm512_set1_pd(kExpMax));
+    const __m512d t = _mm512_fmadd_pd(xc, _mm512_set1_pd(kExp16Log2e), shifter);
     const __m512d n = _mm512_sub_pd(t, shifter);
     // fma(-n, c, r) as fnmadd(n, c, r): the same single rounding.
-    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01 / 16.0), xc);
-    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10 / 16.0), r);
+    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(kExpLn2Hi16), xc);
+    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(kExpLn2Lo16), r);
     __m512d p = _mm512_set1_pd(1.0 / 5040.0);
     p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 720.0));
     p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 120.0));
@@ -105,12 +105,24 @@ inline __mmask8 TailMask(int64_t left) {
   return static_cast<__mmask8>((1u << left) - 1u);
 }
 
-// The terms of MaskedExpSum, Exp((x[c] - shift) + penalty[c]) and +0.0 at
-// `skip`, summed as PairwiseSum sums them.
+// The terms Exp((x[c] - shift) + penalty[c]) (without the penalty if it is
+// null), +0.0 at `skip` (-1: none): ExpShifted's values and MaskedExpSum's
+// terms.
 class ExpTerms {
  public:
   ExpTerms(const float* x, double shift, const float* penalty, int32_t skip)
       : x_(x), penalty_(penalty), skip_(skip), shift_(_mm512_set1_pd(shift)) {}
+
+  // Terms [c, c + 8) in the lanes of `load`, +0.0 in the others.
+  __m512d Lanes(int32_t c, __mmask8 load) const {
+    __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(load, x_ + c)), shift_);
+    if (penalty_ != nullptr) {
+      d = _mm512_add_pd(d, _mm512_cvtps_pd(_mm256_maskz_loadu_ps(load, penalty_ + c)));
+    }
+    __mmask8 keep = load;
+    if (skip_ >= c && skip_ < c + 8) keep &= static_cast<__mmask8>(~(1u << (skip_ - c)));
+    return _mm512_maskz_mov_pd(keep, exp_(d));
+  }
 
   // PairwiseSum (kernels.h) of terms [begin, begin + n), n >= 8.
   double PairwiseSum(int32_t begin, int32_t n) const {
@@ -134,17 +146,6 @@ class ExpTerms {
   }
 
  private:
-  // Terms [c, c + 8) in the lanes of `load`, +0.0 in the others.
-  __m512d Lanes(int32_t c, __mmask8 load) const {
-    __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(load, x_ + c)), shift_);
-    if (penalty_ != nullptr) {
-      d = _mm512_add_pd(d, _mm512_cvtps_pd(_mm256_maskz_loadu_ps(load, penalty_ + c)));
-    }
-    __mmask8 keep = load;
-    if (skip_ >= c && skip_ < c + 8) keep &= static_cast<__mmask8>(~(1u << (skip_ - c)));
-    return _mm512_maskz_mov_pd(keep, exp_(d));
-  }
-
   const float* x_;
   const float* penalty_;
   int32_t skip_;
@@ -165,24 +166,10 @@ void ExpInPlace(double* x, int64_t n) {
 }
 
 void ExpShifted(const float* x, int32_t n, double shift, const float* penalty, double* out) {
-  const ExpLanes exp;
-  const __m512d s = _mm512_set1_pd(shift);
-  auto lanes = [&](__m256 v, __m256 pen) {
-    __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(v), s);
-    if (penalty != nullptr) d = _mm512_add_pd(d, _mm512_cvtps_pd(pen));
-    return exp(d);
-  };
-  const __m256 zero = _mm256_setzero_ps();
+  const ExpTerms terms(x, shift, penalty, -1);
   int32_t c = 0;
-  for (; c + 8 <= n; c += 8) {
-    const __m256 pen = penalty != nullptr ? _mm256_loadu_ps(penalty + c) : zero;
-    _mm512_storeu_pd(out + c, lanes(_mm256_loadu_ps(x + c), pen));
-  }
-  if (c < n) {
-    const __mmask8 m = TailMask(n - c);
-    const __m256 pen = penalty != nullptr ? _mm256_maskz_loadu_ps(m, penalty + c) : zero;
-    _mm512_mask_storeu_pd(out + c, m, lanes(_mm256_maskz_loadu_ps(m, x + c), pen));
-  }
+  for (; c + 8 <= n; c += 8) _mm512_storeu_pd(out + c, terms.Lanes(c, 0xff));
+  if (c < n) _mm512_mask_storeu_pd(out + c, TailMask(n - c), terms.Lanes(c, TailMask(n - c)));
 }
 
 #else  // no AVX-512: the scalar Exp, which compilers vectorise with gathers

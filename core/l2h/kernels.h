@@ -44,6 +44,15 @@ inline constexpr double kExp2Sixteenths[16] = {
     0x1.ae89f995ad3adp+0, 0x1.c199bdd85529cp+0, 0x1.d5818dcfba487p+0, 0x1.ea4afa2a490dap+0,
 };
 
+// Exp's constants, shared with its vector version (kernels.cc).
+inline constexpr double kExpMin = -708.0;  // below: 0
+inline constexpr double kExpMax = 709.0;   // inputs are clamped to it
+inline constexpr double kExp16Log2e = 16.0 * 1.4426950408889634;
+// fdlibm's split of ln 2 (the high part has 21 trailing zero bits), / 16.
+inline constexpr double kExpLn2Hi16 = 6.93147180369123816490e-01 / 16.0;
+inline constexpr double kExpLn2Lo16 = 1.90821492927058770002e-10 / 16.0;
+inline constexpr double kExpShifter = 6755399441055744.0;  // 1.5 * 2^52
+
 // exp(x) for x <= 709; inputs below -708 (and -inf) give 0 (the true
 // values are < 3.3e-308, negligible next to the softmax maximum 1). Relative
 // error below 2.5e-16.
@@ -54,18 +63,11 @@ inline constexpr double kExp2Sixteenths[16] = {
 // (kernels.cc) performs the same operations in the same order, so a value
 // gets the same bits in a vector lane as here.
 inline double Exp(double x) {
-  constexpr double k16Log2e = 16.0 * 1.4426950408889634;
-  // fdlibm's split of ln 2 (the high part has 21 trailing zero bits), / 16.
-  constexpr double kLn2Hi16 = 6.93147180369123816490e-01 / 16.0;
-  constexpr double kLn2Lo16 = 1.90821492927058770002e-10 / 16.0;
-  constexpr double kShifter = 6755399441055744.0;  // 1.5 * 2^52
-  constexpr double kMin = -708.0;
-  constexpr double kMax = 709.0;
-  const double xc = std::min(std::max(x, kMin), kMax);
-  const double t = std::fma(xc, k16Log2e, kShifter);  // 16k + j in the low mantissa bits
-  const double n = t - kShifter;
-  double r = std::fma(-n, kLn2Hi16, xc);
-  r = std::fma(-n, kLn2Lo16, r);
+  const double xc = std::min(std::max(x, kExpMin), kExpMax);
+  const double t = std::fma(xc, kExp16Log2e, kExpShifter);  // 16k + j in the low mantissa bits
+  const double n = t - kExpShifter;
+  double r = std::fma(-n, kExpLn2Hi16, xc);
+  r = std::fma(-n, kExpLn2Lo16, r);
   double p = 1.0 / 5040.0;
   p = std::fma(p, r, 1.0 / 720.0);
   p = std::fma(p, r, 1.0 / 120.0);
@@ -77,7 +79,7 @@ inline double Exp(double x) {
   uint64_t tb;
   uint64_t sb;
   std::memcpy(&tb, &t, sizeof tb);
-  std::memcpy(&sb, &kShifter, sizeof sb);
+  std::memcpy(&sb, &kExpShifter, sizeof sb);
   const int64_t ni = static_cast<int64_t>(tb - sb);  // 16k + j
   const double table = kExp2Sixteenths[ni & 15];
   const double y0 = std::fma(table, q, table);
@@ -86,7 +88,7 @@ inline double Exp(double x) {
   double scale;
   std::memcpy(&scale, &scale_bits, sizeof scale);
   const double y = y0 * scale;
-  const uint64_t keep = 0 - static_cast<uint64_t>(x >= kMin);  // all ones or zero
+  const uint64_t keep = 0 - static_cast<uint64_t>(x >= kExpMin);  // all ones or zero
   uint64_t y_bits;
   std::memcpy(&y_bits, &y, sizeof y_bits);
   y_bits &= keep;

@@ -123,13 +123,14 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
   std::shared_ptr<const L2hFirstPass> first_pass;
   if (l2h_pass_ != nullptr) {
     // Optional: without it an L2H job computes the pass itself.
-    absl::StatusOr<std::shared_ptr<const L2hFirstPass>> done = l2h_pass_->Finish();
+    std::string behind;
+    absl::StatusOr<std::shared_ptr<const L2hFirstPass>> done = l2h_pass_->Finish(&behind);
     l2h_pass_.reset();
     if (done.ok()) {
       first_pass = *std::move(done);
-    } else if (absl::IsResourceExhausted(done.status())) {
       // Expected whenever the upload leaves no CPU over (L2hUploadPass).
-      spdlog::info("upload {}: {}", id_, std::string(done.status().message()));
+      if (!behind.empty()) spdlog::info("upload {}: {}", id_, behind);
+      if (first_pass->rows_added() == 0) first_pass.reset();
     } else {
       spdlog::warn("upload {}: no L2H first pass: {}", id_, done.status().ToString());
     }

@@ -32,12 +32,15 @@ void L2hUploadPass::Take(std::string* bytes) {
   const auto size = static_cast<int64_t>(chunk.size());
   if (size == 0) return;
   std::unique_lock<std::mutex> lock(mu_);
-  if (!status_.ok()) return;  // failed or abandoned: the rest is not needed
+  // Failed or stopped behind: the rest is not needed.
+  if (!status_.ok() || behind_bytes_ > 0) return;
   // A chunk larger than the bound is let in alone.
   if (queued_bytes_ > 0 && queued_bytes_ + size > kMaxQueuedBytes) {
-    FailLocked(absl::ResourceExhaustedError(absl::StrCat(
-        "L2H first pass: abandoned ", queued_bytes_ >> 20,
-        " MiB behind the upload (the server had no CPU to spare for it)")));
+    // Stop here: what is queued is dropped; a chunk being consumed is
+    // finished, so the rows done stay a prefix of the matrix.
+    behind_bytes_ = queued_bytes_;
+    queue_.clear();
+    queued_bytes_ = 0;
     lock.unlock();
     changed_.notify_all();
     return;
@@ -48,10 +51,19 @@ void L2hUploadPass::Take(std::string* bytes) {
   changed_.notify_all();
 }
 
-absl::StatusOr<std::shared_ptr<const L2hFirstPass>> L2hUploadPass::Finish() {
+absl::StatusOr<std::shared_ptr<const L2hFirstPass>> L2hUploadPass::Finish(std::string* behind) {
   std::unique_lock<std::mutex> lock(mu_);
   changed_.wait(lock, [&] { return (queue_.empty() && !busy_) || !status_.ok(); });
   if (!status_.ok()) return status_;
+  if (behind_bytes_ > 0) {
+    if (behind != nullptr) {
+      *behind = absl::StrCat("L2H first pass: stopped ", behind_bytes_ >> 20,
+                             " MiB behind the upload (the server had no CPU to spare for it) "
+                             "after ", pass_->rows_added(), " of ", pass_->rows(),
+                             " rows; an L2H job passes over the rest");
+    }
+    return std::shared_ptr<const L2hFirstPass>(pass_);
+  }
   if (!pass_->complete() || !carry_.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("L2H first pass: ", pass_->rows_added(),
                                                       " of ", pass_->rows(), " rows arrived"));
@@ -76,7 +88,8 @@ void L2hUploadPass::Work() {
     chunk = std::string();  // freed outside the lock
     lock.lock();
     busy_ = false;
-    if (status_.ok()) queued_bytes_ -= size;  // else the queue was emptied
+    // Else the queue was emptied.
+    if (status_.ok() && behind_bytes_ == 0) queued_bytes_ -= size;
     if (!s.ok()) FailLocked(std::move(s));
     changed_.notify_all();
   }

@@ -9,11 +9,12 @@
 //
 // The pass only takes CPU the upload leaves over: its thread runs at the
 // lowest scheduling priority (nice 19), and once more than kMaxQueuedBytes
-// wait for it, it is abandoned (Finish says so) rather than slowing the
-// upload; the job then computes the first pass itself. So the memory it
-// adds is bounded, and an upload never waits for it except for the chunks
-// still queued when the last one arrives. The chunks it is given must
-// already be validated: a non-finite value fails the pass, not the upload.
+// wait for it, it stops there rather than slowing the upload: the rows it
+// has done are kept, and the job passes over the rest itself (RunL2h takes
+// a first pass of the first rows). So the memory it adds is bounded, and an
+// upload never waits for it except for the chunks still queued when the
+// last one arrives. The chunks it is given must already be validated: a
+// non-finite value fails the pass, not the upload.
 #ifndef DENDRO_SERVER_L2H_UPLOAD_PASS_H_
 #define DENDRO_SERVER_L2H_UPLOAD_PASS_H_
 
@@ -42,11 +43,14 @@ class L2hUploadPass {
   L2hUploadPass& operator=(const L2hUploadPass&) = delete;
 
   // Takes the next data chunk's bytes, leaving *bytes empty. Never blocks
-  // for long: a pass that has fallen kMaxQueuedBytes behind is abandoned.
+  // for long: a pass that has fallen kMaxQueuedBytes behind stops taking
+  // chunks.
   void Take(std::string* bytes);
-  // Waits until every chunk taken is done; the pass if it is complete
-  // (every announced row arrived), otherwise the reason it is not.
-  absl::StatusOr<std::shared_ptr<const L2hFirstPass>> Finish();
+  // Waits until every chunk taken is done. The pass if it is complete
+  // (every announced row arrived), or if it stopped behind the upload the
+  // rows it did (with *behind, if given, saying how far it got); otherwise
+  // the reason there is none.
+  absl::StatusOr<std::shared_ptr<const L2hFirstPass>> Finish(std::string* behind = nullptr);
 
  private:
   void Work();
@@ -66,6 +70,7 @@ class L2hUploadPass {
   bool busy_ = false;              // guarded by mu_: a chunk is being consumed
   bool stop_ = false;              // guarded by mu_
   absl::Status status_;            // guarded by mu_: the first failure
+  int64_t behind_bytes_ = 0;       // guarded by mu_: > 0 once it stopped behind
   std::thread thread_;             // last: started once the rest exists
 };
 

@@ -150,7 +150,8 @@ class L2hRunner {
   const int32_t k_;
   const L2hAggregation aggregation_;
   const int num_threads_;
-  const L2hFirstPass* const first_pass_;  // null: computed by FirstPass()
+  // The rows it holds are not passed over again (null: none).
+  const L2hFirstPass* const first_pass_;
   RunContext& ctx_;
   l2h_internal::WorkerPool pool_;
 
@@ -194,16 +195,21 @@ class L2hRunner {
 
 absl::Status L2hRunner::FirstPass() {
   thread_buf_.assign(static_cast<size_t>(num_threads_) * k_, 0.0);
-  if (first_pass_ != nullptr) {
-    // Computed as the rows arrived, from the same rows (checked by RunL2h).
-    state_ = first_pass_->states();
+  // Rows [0, done) were passed over as they arrived, from the same rows
+  // (checked by RunL2h).
+  const int64_t done = first_pass_ != nullptr ? first_pass_->rows_added() : 0;
+  if (done > 0) state_ = first_pass_->states();
+  if (done == n_) {
     Progress(kFirstPassShare, "softmax (precomputed)");
     return absl::OkStatus();
   }
   state_.resize(n_);
+  const int64_t left = n_ - done;
   std::atomic<int64_t> bad_row{std::numeric_limits<int64_t>::max()};
   auto body = [&](int64_t begin, int64_t end, int thread) {
     double* buf = thread_buf_.data() + static_cast<size_t>(thread) * k_;
+    begin += done;
+    end += done;
     const int64_t bad =
         l2h_internal::FirstPassStates(Row(begin), end - begin, k_, buf, state_.data() + begin);
     if (bad >= 0) {
@@ -214,11 +220,12 @@ absl::Status L2hRunner::FirstPass() {
       }
     }
   };
-  auto progress = [&](int64_t done) {
-    Progress(kFirstPassShare * static_cast<double>(done) / static_cast<double>(n_), "softmax");
+  auto progress = [&](int64_t rows) {
+    Progress(kFirstPassShare * static_cast<double>(done + rows) / static_cast<double>(n_),
+             "softmax");
   };
   const int64_t rows_per_chunk = std::max<int64_t>(1, kWorkPerBlock / k_);
-  if (!ParallelChunks(pool_, n_ * k_ >= kMinParallelWork, n_, rows_per_chunk, ctx_, body,
+  if (!ParallelChunks(pool_, left * k_ >= kMinParallelWork, left, rows_per_chunk, ctx_, body,
                       progress)) {
     return absl::CancelledError("L2H cancelled");
   }
@@ -717,8 +724,7 @@ absl::StatusOr<L2hResult> RunL2h(const MatrixView& logits, const L2hOptions& opt
           "unknown L2H aggregation value ", static_cast<int>(options.aggregation)));
   }
   if (first_pass != nullptr &&
-      (!first_pass->complete() || first_pass->rows() != logits.rows() ||
-       first_pass->k() != logits.cols())) {
+      (first_pass->rows() != logits.rows() || first_pass->k() != logits.cols())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "L2H first pass: ", first_pass->rows_added(), " of ", first_pass->rows(), " rows x ",
         first_pass->k(), " columns, for logits of ", logits.rows(), " x ", logits.cols()));

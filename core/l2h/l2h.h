@@ -77,10 +77,11 @@ struct L2hResult {
   int32_t empty_clusters = 0;
 };
 
-// Validates (N >= 1, K >= 2, finite) and runs L2H. With `first_pass`, a
-// complete L2hFirstPass of these same logits (first_pass.h), the first pass
-// is not run again (nor the finiteness check, which AddRows made); the
-// result is the same. A first pass of another shape is InvalidArgument.
+// Validates (N >= 1, K >= 2, finite) and runs L2H. With `first_pass`, an
+// L2hFirstPass of these same logits (first_pass.h), complete or holding the
+// first rows only, the rows it holds are not passed over again (nor checked
+// for finiteness, which AddRows did); the rest are; the result is the same.
+// A first pass of another shape is InvalidArgument.
 absl::StatusOr<L2hResult> RunL2h(const MatrixView& logits,
                                  const L2hOptions& options, RunContext& ctx,
                                  const L2hFirstPass* first_pass = nullptr);

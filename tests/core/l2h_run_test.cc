@@ -544,6 +544,39 @@ TEST(L2hRun, FirstPassFedInPiecesGivesTheSameResultBitForBit) {
   }
 }
 
+TEST(L2hRun, AFirstPassOfTheFirstRowsIsFinishedByTheRun) {
+  // What an upload leaves when its pass fell behind: the first rows only.
+  // The run passes over the others itself (in parallel chunks here) and
+  // gives the same result bit for bit, and names a bad row after the prefix
+  // by its row in the whole matrix.
+  const Logits l = RandomLogits(31, 40000, 64, 1.5, 4.0);
+  auto own = RunOn(l, L2hAggregation::kSumOfMeans, 2);
+  ASSERT_TRUE(own.ok());
+  for (int64_t prefix : {int64_t{0}, int64_t{1}, int64_t{12345}, l.n - 1}) {
+    L2hFirstPass first(l.n, l.k);
+    ASSERT_TRUE(first.AddRows(l.x.data(), prefix).ok());
+    for (int threads : {1, 2}) {
+      L2hOptions o;
+      o.num_threads = threads;
+      ScriptedContext ctx(std::numeric_limits<int64_t>::max());
+      auto given = RunL2h(l.view(), o, ctx, &first);
+      ASSERT_TRUE(given.ok()) << given.status();
+      EXPECT_EQ(given->hierarchy.point_leaf(), own->hierarchy.point_leaf()) << prefix;
+      ExpectIdenticalSteps(given->steps, own->steps);
+      ASSERT_FALSE(ctx.reports().empty());
+      EXPECT_EQ(ctx.reports().front().second, "softmax") << prefix;
+    }
+  }
+  Logits bad = l;
+  bad.x[30000 * bad.k + 7] = std::numeric_limits<float>::quiet_NaN();
+  L2hFirstPass first(bad.n, bad.k);
+  ASSERT_TRUE(first.AddRows(bad.x.data(), 20000).ok());
+  NullRunContext ctx;
+  auto r = RunL2h(bad.view(), L2hOptions(), ctx, &first);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("row 30000, column 7 is NaN"));
+}
+
 TEST(L2hRun, FirstPassRefusesWhatDoesNotFit) {
   const float x[] = {0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f};
   L2hFirstPass first(2, 3);
@@ -558,13 +591,14 @@ TEST(L2hRun, FirstPassRefusesWhatDoesNotFit) {
 
   NullRunContext ctx;
   L2hOptions o;
-  // Incomplete, or of another shape: refused rather than trusted.
-  auto r = RunL2h(MatrixView(x, 2, 3), o, ctx, &first);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(r.status().message()), HasSubstr("1 of 2 rows x 3 columns"));
+  // Incomplete: the run passes over the rest. Of another shape: refused
+  // rather than trusted.
+  EXPECT_TRUE(RunL2h(MatrixView(x, 2, 3), o, ctx, &first).ok());
   ASSERT_TRUE(first.AddRows(x + 3, 1).ok());
   EXPECT_TRUE(RunL2h(MatrixView(x, 2, 3), o, ctx, &first).ok());
-  r = RunL2h(MatrixView(x, 3, 2), o, ctx, &first);
+  auto r = RunL2h(MatrixView(x, 3, 2), o, ctx, &first);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("2 of 2 rows x 3 columns"));
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("for logits of 3 x 2"));
 }
 

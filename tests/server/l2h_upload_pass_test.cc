@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/l2h/first_pass.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -100,6 +101,30 @@ TEST(L2hUploadPass, AnIncompleteOrBadStreamGivesNoPass) {
     L2hUploadPass pass(10, 4);
     for (std::string& piece : Cut(x, {7})) pass.Take(&piece);
   }
+}
+
+TEST(L2hUploadPass, APassThatFallsBehindKeepsTheRowsItDid) {
+  // Chunks of a quarter of the queue bound, handed over far faster than a
+  // pass can consume them (each is milliseconds of work): it falls behind
+  // and stops. What it keeps is the first rows, whole, with the states of a
+  // pass over them alone (how many depends on when its thread ran: none if
+  // it never started before the queue was full).
+  const int32_t cols = 64;
+  const int64_t chunk_bytes = L2hUploadPass::kMaxQueuedBytes / 4;
+  const int64_t rows = 12 * chunk_bytes / (4 * cols);
+  const std::vector<float> x = RandomLogits(rows, cols, 7);
+  L2hUploadPass pass(rows, cols);
+  for (std::string& piece : Cut(x, {static_cast<size_t>(chunk_bytes)})) pass.Take(&piece);
+  std::string behind;
+  auto got = pass.Finish(&behind);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const int64_t done = (*got)->rows_added();
+  EXPECT_LT(done, rows);
+  EXPECT_THAT(behind, HasSubstr("MiB behind the upload"));
+  EXPECT_THAT(behind, HasSubstr(absl::StrCat("after ", done, " of ", rows, " rows")));
+  L2hFirstPass want(rows, cols);
+  ASSERT_TRUE(want.AddRows(x.data(), done).ok());
+  ExpectSameStates(**got, want);
 }
 
 class DatasetStoreFirstPassTest : public ::testing::Test {

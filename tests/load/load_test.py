@@ -696,28 +696,24 @@ def summary(stats, elapsed, servers, samples, steady, fd_base, fd_end):
     return codes
 
 
-def list_model_versions(stubs):
-    names = set()
+def paged(call, request_type, field, page_size):
+    """Every item of a paginated List RPC, page after page."""
     token = ""
     while True:
-        page = stubs.models.ListModels(pb.ListModelsRequest(page_size=100, page_token=token),
-                                       timeout=UNARY_DEADLINE)
-        names |= {(m.name, m.version) for m in page.models}
+        page = call(request_type(page_size=page_size, page_token=token), timeout=UNARY_DEADLINE)
+        yield from getattr(page, field)
         token = page.next_page_token
         if not token:
-            return names
+            return
+
+
+def list_model_versions(stubs):
+    return {(m.name, m.version)
+            for m in paged(stubs.models.ListModels, pb.ListModelsRequest, "models", 100)}
 
 
 def list_jobs(stubs):
-    jobs = []
-    token = ""
-    while True:
-        page = stubs.jobs.ListJobs(pb.ListJobsRequest(page_size=1000, page_token=token),
-                                   timeout=UNARY_DEADLINE)
-        jobs.extend(page.jobs)
-        token = page.next_page_token
-        if not token:
-            return jobs
+    return list(paged(stubs.jobs.ListJobs, pb.ListJobsRequest, "jobs", 1000))
 
 
 def jobs_in_flight(stubs):

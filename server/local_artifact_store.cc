@@ -2,13 +2,24 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
 #include <filesystem>
+#include <mutex>
 #include <system_error>
+#include <thread>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
 #include "core/common/status_macros.h"
 #include "server/checksum.h"
+#include "server/dataset_store.h"
+#include "spdlog/spdlog.h"
 
 namespace dendro::server {
 namespace {
@@ -104,9 +115,90 @@ class LocalArtifactStore::Staged : public StagedDirectory {
   bool published_ = false;
 };
 
+// --- Purger ---------------------------------------------------------------------
+
+// Deletes trash entries, one at a time and in the order given, on a thread
+// of its own that starts with the first entry. Destroying it waits for the
+// entries given so far.
+class LocalArtifactStore::Purger {
+ public:
+  Purger() = default;
+  Purger(const Purger&) = delete;
+  Purger& operator=(const Purger&) = delete;
+  ~Purger() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void Add(std::string path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(path));
+    if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+    cv_.notify_all();
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left
+      const std::string path = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+      // What is left is emptied at the next start (Maintain).
+      if (ec) spdlog::warn("cannot delete removed artifact files: {}", ec.message());
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
 // --- LocalArtifactStore -----------------------------------------------------------
 
-LocalArtifactStore::LocalArtifactStore(std::string root) : root_(std::move(root)) {}
+LocalArtifactStore::LocalArtifactStore(std::string root)
+    : root_(std::move(root)), purger_(std::make_unique<Purger>()) {}
+
+LocalArtifactStore::~LocalArtifactStore() = default;
+
+bool LocalArtifactStore::IsTrashKey(const std::string& key) {
+  return key == kTrash || key.rfind(absl::StrCat(kTrash, "/"), 0) == 0;
+}
+
+bool LocalArtifactStore::RemovedAt(const std::string& name, absl::Time* when) {
+  const size_t dash = name.find('-');
+  int64_t seconds = 0;
+  if (dash == std::string::npos || !absl::SimpleAtoi(name.substr(0, dash), &seconds)) return false;
+  *when = absl::FromUnixSeconds(seconds);
+  return true;
+}
+
+absl::StatusOr<std::string> LocalArtifactStore::MoveToTrash(const std::string& key) {
+  const std::string trash = PathFor(kTrash);
+  DENDRO_RETURN_IF_ERROR(MakeDirs(trash));
+  const std::string from = PathFor(key);
+  std::string to = absl::StrCat(trash, "/", absl::ToUnixSeconds(absl::Now()), "-", NewId("t"),
+                                "-", absl::StrReplaceAll(key, {{"/", "+"}}));
+  if (std::rename(from.c_str(), to.c_str()) != 0) {
+    const int err = errno;
+    if (err == ENOENT) return std::string();
+    return absl::Status(absl::ErrnoToStatusCode(err),
+                        absl::StrCat("artifact '", key, "': move to trash: ",
+                                     std::generic_category().message(err)));
+  }
+  return to;
+}
 
 absl::Status LocalArtifactStore::SyncUpToRoot(const std::string& dir) const {
   std::string d = dir;
@@ -172,12 +264,26 @@ int64_t LocalArtifactStore::Bytes(const std::string& key) {
   return total;
 }
 
-absl::Status LocalArtifactStore::Remove(const std::string& key) {
+absl::Status LocalArtifactStore::RemoveNow(const std::string& key) {
   DENDRO_RETURN_IF_ERROR(ValidateArtifactKey(key));
   std::error_code ec;
   std::filesystem::remove_all(PathFor(key), ec);
   if (ec) return FromErrorCode(ec, key, "remove");
   return absl::OkStatus();
+}
+
+absl::Status LocalArtifactStore::Remove(const std::string& key) {
+  DENDRO_RETURN_IF_ERROR(ValidateArtifactKey(key));
+  if (IsTrashKey(key)) return RemoveNow(key);
+  DENDRO_ASSIGN_OR_RETURN(std::string moved, MoveToTrash(key));
+  if (!moved.empty()) purger_->Add(std::move(moved));
+  return absl::OkStatus();
+}
+
+absl::Status LocalArtifactStore::Maintain() {
+  // Run at start-up, before any removal: what is in the trash was left by a
+  // crash or a kill.
+  return RemoveNow(kTrash);
 }
 
 absl::StatusOr<std::vector<ArtifactEntry>> LocalArtifactStore::List(const std::string& prefix) {

@@ -1,39 +1,12 @@
 #include "server/shared_volume_store.h"
 
-#include <cerrno>
-#include <cstdio>
 #include <filesystem>
 #include <system_error>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "core/common/status_macros.h"
-#include "server/dataset_store.h"
 
 namespace dendro::server {
-namespace {
-
-constexpr char kTrash[] = "trash";
-
-// Trash entries are named "<unix seconds of the removal>-<random>-<key with
-// '/' as '+'>": the age comes from the name, not from file times, which a
-// rename does not change.
-std::string TrashName(const std::string& key) {
-  return absl::StrCat(absl::ToUnixSeconds(absl::Now()), "-", NewId("t"), "-",
-                      absl::StrReplaceAll(key, {{"/", "+"}}));
-}
-
-bool RemovedAt(const std::string& name, absl::Time* when) {
-  const size_t dash = name.find('-');
-  int64_t seconds = 0;
-  if (dash == std::string::npos || !absl::SimpleAtoi(name.substr(0, dash), &seconds)) return false;
-  *when = absl::FromUnixSeconds(seconds);
-  return true;
-}
-
-}  // namespace
 
 SharedVolumeStore::SharedVolumeStore(std::string root, absl::Duration orphan_grace,
                                      absl::Duration trash_grace)
@@ -41,21 +14,8 @@ SharedVolumeStore::SharedVolumeStore(std::string root, absl::Duration orphan_gra
 
 absl::Status SharedVolumeStore::Remove(const std::string& key) {
   DENDRO_RETURN_IF_ERROR(ValidateArtifactKey(key));
-  if (key == kTrash || key.rfind(absl::StrCat(kTrash, "/"), 0) == 0) {
-    return LocalArtifactStore::Remove(key);
-  }
-  const std::string trash = PathFor(kTrash);
-  DENDRO_RETURN_IF_ERROR(MakeDirs(trash));
-  const std::string from = PathFor(key);
-  const std::string to = absl::StrCat(trash, "/", TrashName(key));
-  if (std::rename(from.c_str(), to.c_str()) != 0) {
-    const int err = errno;
-    if (err != ENOENT) {
-      return absl::Status(absl::ErrnoToStatusCode(err),
-                          absl::StrCat("artifact '", key, "': move to trash: ",
-                                       std::generic_category().message(err)));
-    }
-  }
+  if (IsTrashKey(key)) return RemoveNow(key);
+  DENDRO_RETURN_IF_ERROR(MoveToTrash(key).status());
   return Maintain();
 }
 

@@ -209,15 +209,30 @@ INSTANTIATE_TEST_SUITE_P(
 
 // --- What differs ---------------------------------------------------------------
 
-TEST(LocalArtifactStore, OwnsItsDirectorySoOrphansNeedNoGraceAndRemovalIsImmediate) {
+TEST(LocalArtifactStore, OwnsItsDirectorySoOrphansNeedNoGraceAndRemovedFilesGoAtOnce) {
   const fs::path root = fs::temp_directory_path() / absl::StrCat("dendro_local_", ::getpid());
   fs::remove_all(root);
+  {
+    LocalArtifactStore store(root.string());
+    EXPECT_EQ(store.orphan_grace(), absl::ZeroDuration());
+    auto w = store.Create("datasets/ds-1/X.npy", Durability::kDurable);
+    ASSERT_TRUE(w.ok() && (*w)->Append("x").ok() && (*w)->Commit().ok());
+    // A reader that opened the file before the removal keeps reading it.
+    std::ifstream reader(root / "datasets" / "ds-1" / "X.npy");
+    ASSERT_TRUE(store.Remove("datasets/ds-1").ok());
+    EXPECT_FALSE(fs::exists(root / "datasets" / "ds-1"));
+    EXPECT_EQ(store.Bytes("datasets/ds-1"), 0);
+    char c = 0;
+    EXPECT_TRUE(reader.get(c) && c == 'x');
+    // Deleted in the background; the store's destruction waits for it.
+  }
+  EXPECT_TRUE(!fs::exists(root / "trash") || fs::is_empty(root / "trash"));
+
+  // Trash a crash left behind goes at the next start's housekeeping.
+  fs::create_directories(root / "trash" / "1700000000-t-0-datasets+ds-2");
+  std::ofstream(root / "trash" / "1700000000-t-0-datasets+ds-2" / "X.npy") << "y";
   LocalArtifactStore store(root.string());
-  EXPECT_EQ(store.orphan_grace(), absl::ZeroDuration());
-  auto w = store.Create("datasets/ds-1/X.npy", Durability::kDurable);
-  ASSERT_TRUE(w.ok() && (*w)->Append("x").ok() && (*w)->Commit().ok());
-  ASSERT_TRUE(store.Remove("datasets/ds-1").ok());
-  EXPECT_FALSE(fs::exists(root / "datasets" / "ds-1"));
+  ASSERT_TRUE(store.Maintain().ok());
   EXPECT_FALSE(fs::exists(root / "trash"));
   fs::remove_all(root);
 }

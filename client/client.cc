@@ -407,15 +407,22 @@ absl::StatusOr<v1::Dataset> Client::UploadNpy(const std::string& path,
   const int64_t cols = h.cols();
   RowSource source;
   std::vector<float> converted;  // one block of float64 input as float32
+  // Blocks are asked for once each, in order: the rows before a block have
+  // been sent, and their pages are dropped as the upload goes, so that
+  // unmapping a file of gigabytes does not hold up what comes after it (for
+  // `dendro l2h`, the job).
+  MappedNpy* file = npy.get();
   if (h.dtype == DType::kFloat32) {
     const float* base = static_cast<const float*>(npy->data());
-    source = [base, cols](int64_t begin, int64_t) -> absl::StatusOr<const float*> {
+    source = [file, base, cols](int64_t begin, int64_t) -> absl::StatusOr<const float*> {
+      file->DropPagesBefore(base + begin * cols);
       return base + begin * cols;
     };
   } else {
     const double* base = static_cast<const double*>(npy->data());
-    source = [&converted, base, cols, &path](int64_t begin,
-                                             int64_t end) -> absl::StatusOr<const float*> {
+    source = [&converted, file, base, cols, &path](
+                 int64_t begin, int64_t end) -> absl::StatusOr<const float*> {
+      file->DropPagesBefore(base + begin * cols);
       const int64_t n = (end - begin) * cols;
       converted.resize(n);
       const double* in = base + begin * cols;

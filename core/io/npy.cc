@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -615,6 +616,7 @@ absl::StatusOr<std::unique_ptr<MappedNpy>> MappedNpy::Open(const std::string& pa
     ::munmap(npy->map_, npy->map_size_);
     npy->map_ = copy;
     npy->map_size_ = expected;
+    npy->file_backed_ = false;  // dropping its pages would lose them
     data = static_cast<const char*>(copy);
   }
   npy->data_ = data;
@@ -623,6 +625,20 @@ absl::StatusOr<std::unique_ptr<MappedNpy>> MappedNpy::Open(const std::string& pa
 
 MappedNpy::~MappedNpy() {
   if (map_ != nullptr) ::munmap(map_, map_size_);
+}
+
+void MappedNpy::DropPagesBefore(const void* end) {
+  if (!file_backed_ || map_ == nullptr) return;
+  const char* base = static_cast<const char*>(map_);
+  const auto* stop = static_cast<const char*>(end);
+  if (stop <= base) return;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t limit = std::min(static_cast<size_t>(stop - base), map_size_) / page * page;
+  if (limit <= dropped_) return;
+  // The mapping is private and read-only, so no page holds a change: a
+  // dropped page is read again from the file if it is touched.
+  ::madvise(static_cast<char*>(map_) + dropped_, limit - dropped_, MADV_DONTNEED);
+  dropped_ = limit;
 }
 
 absl::StatusOr<absl::Span<const float>> MappedNpy::AsFloat32() const {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -471,6 +472,56 @@ TEST(NpyRoundTrip, MisalignedDataOffsetIsCopiedAligned) {
   auto a = ReadNpyFloat64(dir.Path("odd.npy"));
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_THAT(a->data, ElementsAre(1.5, -2.0, 1e-300));
+}
+
+// Resident bytes of this process's mapping that starts at `addr`, from
+// /proc/self/smaps; -1 if not found.
+int64_t MappingRssBytes(const void* addr) {
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t want = reinterpret_cast<uintptr_t>(addr);
+  std::string line;
+  bool in_mapping = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2) {
+      in_mapping = begin <= want && want < end;
+      continue;
+    }
+    int64_t kb = 0;
+    if (in_mapping && std::sscanf(line.c_str(), "Rss: %ld kB", &kb) == 1) return kb * 1024;
+  }
+  return -1;
+}
+
+TEST(NpyRoundTrip, DroppedPagesLeaveTheProcessAndReadBackTheSame) {
+  ScopedTempDir dir("dendro_npy_");
+  const int64_t rows = 4096, cols = 64;  // 1 MiB of data
+  const auto f32 = FloatData<float>(rows * cols);
+  ASSERT_TRUE(WriteNpy(dir.Path("a.npy"), absl::MakeConstSpan(f32), {rows, cols}).ok());
+  auto m = MappedNpy::Open(dir.Path("a.npy"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const float* data = static_cast<const float*>((*m)->data());
+  // The mapping starts a header before the data.
+  const void* mapping = reinterpret_cast<const char*>(data) - (*m)->header().data_offset;
+  volatile float sum = 0;
+  for (int64_t i = 0; i < rows * cols; i += 256) sum = sum + data[i];  // touch every page
+  const int64_t before = MappingRssBytes(mapping);
+  ASSERT_GE(before, rows * cols * 4) << "cannot read this mapping's Rss from /proc/self/smaps";
+
+  // Dropping up to a point inside the first page drops nothing; then half,
+  // then the rest (a second call for the same point does nothing).
+  (*m)->DropPagesBefore(data + 10);
+  EXPECT_EQ(MappingRssBytes(mapping), before);
+  (*m)->DropPagesBefore(data + rows * cols / 2);
+  const int64_t half = MappingRssBytes(mapping);
+  EXPECT_LE(half, before / 2 + 8192);
+  EXPECT_GE(half, before / 2 - 8192);
+  (*m)->DropPagesBefore(data + rows * cols / 4);
+  EXPECT_EQ(MappingRssBytes(mapping), half);
+  (*m)->DropPagesBefore(data + rows * cols);
+  EXPECT_LE(MappingRssBytes(mapping), 8192);
+  // Read again, every value is the file's.
+  EXPECT_EQ(std::vector<float>(data, data + rows * cols), f32);
 }
 
 TEST(NpyWrite, RejectsBadShapesAndWritesNothing) {

@@ -15,6 +15,12 @@
 #include "nlohmann/json.hpp"
 #include "tests/source_path.h"
 
+// tests/CMakeLists.txt builds this file a second and third time without
+// AVX-512, to test the kernels' portable path.
+#if defined(DENDRO_PORTABLE_KERNELS) && defined(__AVX512F__)
+#error "built to test the portable kernels, but the flags enable AVX-512"
+#endif
+
 namespace dendro {
 namespace l2h_internal {
 namespace {

@@ -37,8 +37,9 @@ void L2hUploadPass::Take(std::string* bytes) {
   // A chunk larger than the bound is let in alone.
   if (queued_bytes_ > 0 && queued_bytes_ + size > kMaxQueuedBytes) {
     // Stop here: what is queued is dropped; a chunk being consumed is
-    // finished, so the rows done stay a prefix of the matrix.
-    behind_bytes_ = queued_bytes_;
+    // finished, so the rows done stay a prefix of the matrix. Behind by
+    // what it would have had to hold, this chunk included.
+    behind_bytes_ = queued_bytes_ + size;
     queue_.clear();
     queued_bytes_ = 0;
     lock.unlock();

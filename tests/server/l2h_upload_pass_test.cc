@@ -122,6 +122,10 @@ TEST(L2hUploadPass, APassThatFallsBehindKeepsTheRowsItDid) {
   EXPECT_LT(done, rows);
   EXPECT_THAT(behind, HasSubstr("MiB behind the upload"));
   EXPECT_THAT(behind, HasSubstr(absl::StrCat("after ", done, " of ", rows, " rows")));
+  // Behind by at least the chunk it could not take.
+  const size_t stopped = behind.find("stopped ");
+  ASSERT_NE(stopped, std::string::npos) << behind;
+  EXPECT_GE(std::stoll(behind.substr(stopped + 8)), chunk_bytes >> 20) << behind;
   L2hFirstPass want(rows, cols);
   ASSERT_TRUE(want.AddRows(x.data(), done).ok());
   ExpectSameStates(**got, want);

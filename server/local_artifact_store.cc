@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "core/common/crash_point.h"
 #include "core/common/status_macros.h"
 #include "server/checksum.h"
 #include "server/dataset_store.h"
@@ -276,7 +277,9 @@ absl::Status LocalArtifactStore::Remove(const std::string& key) {
   DENDRO_RETURN_IF_ERROR(ValidateArtifactKey(key));
   if (IsTrashKey(key)) return RemoveNow(key);
   DENDRO_ASSIGN_OR_RETURN(std::string moved, MoveToTrash(key));
-  if (!moved.empty()) purger_->Add(std::move(moved));
+  if (moved.empty()) return absl::OkStatus();
+  CrashPoint("artifact_remove.in_trash");
+  purger_->Add(std::move(moved));
   return absl::OkStatus();
 }
 

@@ -226,6 +226,12 @@ absl::Status DendroServer::Start() {
                                                              : DefaultJobMemoryBytes() / 3;
   s.models = std::make_unique<ModelRegistry>(s.artifacts.get(), s.meta.get(), cache_bytes);
   spdlog::info("model cache holds up to {} MiB of loaded models", cache_bytes >> 20);
+  // First, so that it finds only what a crash or kill left in the trash: the
+  // sweeps below hand what they remove to the store's background deletion.
+  if (absl::Status kept = s.artifacts->Maintain(); !kept.ok()) {
+    spdlog::warn("artifact store housekeeping failed (retried at the next start): {}",
+                 std::string(kept.message()));
+  }
   // A catalogue that cannot be read stops the start: sweeping against it
   // would delete every dataset and model as an orphan.
   if (absl::Status swept = s.datasets->RemoveOrphans(); !swept.ok()) {
@@ -235,10 +241,6 @@ absl::Status DendroServer::Start() {
   if (absl::Status swept = s.models->RemoveOrphans(); !swept.ok()) {
     return absl::DataLossError(absl::StrCat("cannot read the model catalogue or files; refusing to start ",
                                             "(nothing was deleted): ", swept.message()));
-  }
-  if (absl::Status kept = s.artifacts->Maintain(); !kept.ok()) {
-    spdlog::warn("artifact store housekeeping failed (retried at the next start): {}",
-                 std::string(kept.message()));
   }
   JobManager::Options jopts;
   jopts.workers = options_.workers;

@@ -45,6 +45,7 @@ POINTS = {
     "model.files_written": ("fit", "one_new_version"),
     "model.committed": ("fit", "one_new_version"),
     "dataset_delete.row_removed": ("delete_dataset", "dataset_gone"),
+    "artifact_remove.in_trash": ("delete_dataset", "dataset_gone"),
     "model_delete.rows_removed": ("delete_model", "model_gone"),
 }
 
@@ -179,6 +180,14 @@ class CrashPointsTest(unittest.TestCase):
         leftovers = [os.path.join(root, f) for root, _, files in os.walk(self.data)
                      for f in files if ".tmp." in f]
         self.assertEqual(leftovers, [])
+        # Files moved into the trash (a delete, or the start's sweep) are
+        # deleted in the background; the start empties what a crash left.
+        trash = os.path.join(self.data, "trash")
+        deadline = time.time() + 30
+        while os.path.isdir(trash) and os.listdir(trash) and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertFalse(os.path.isdir(trash) and os.listdir(trash),
+                         f"left in the trash: {os.listdir(trash) if os.path.isdir(trash) else ''}")
         return ids, models
 
     def run_point(self, point):

@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "absl/time/time.h"
-
 #include "server/artifact_store.h"
 
 namespace dendro::server {

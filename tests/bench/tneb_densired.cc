@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
   // order behind `ari`.
   std::printf(
       "dataset\tseed\tari\tnmi\tleaves\tconverged\tem_its\tnu\tem_s\tpaths_s\ttotal_s\t"
-      "ari_other\tmerge\n");
+      "ari_other\tmerge\tloglik\n");
   for (size_t f = 0; f < files.size(); f += 2) {
     auto x = dendro::ReadNpyFloat32(files[f]);
     auto y = dendro::ReadNpyInt(files[f + 1]);
@@ -231,12 +231,13 @@ int main(int argc, char** argv) {
       const double other = OtherMergeAri(*r, unused, true_k, y->data);
       others.push_back(other);
       if (print_edges) PrintTreeEdges(name, s, *r, y->data);
-      std::printf("%s\t%d\t%.4f\t%.4f\t%d\t%d/%d\t%lld\t%s\t%.1f\t%.1f\t%.1f\t%.4f\t%s\n",
+      std::printf("%s\t%d\t%.4f\t%.4f\t%d\t%d/%d\t%lld\t%s\t%.1f\t%.1f\t%.1f\t%.4f\t%s\t%.6f\n",
                   name.c_str(), s,
                   ari, nmi, tree.num_leaves(), r->converged_restarts, r->restarts,
                   static_cast<long long>(r->em_iterations),
                   o.gaussian ? "inf" : (r->learned_dof ? "learned" : "fixed"), r->em_seconds,
-                  r->path_seconds, total, other, dendro::TnebMergeName(used));
+                  r->path_seconds, total, other, dendro::TnebMergeName(used),
+                  r->log_likelihood);
       std::fflush(stdout);
     }
     if (aris.empty()) continue;

@@ -1069,6 +1069,34 @@ absl::StatusOr<MixtureFit> FitStudentMixture(const MatrixView& x, const FeatureT
   }
   if (cancelled.load() || ctx.Cancelled()) return absl::CancelledError("job cancelled");
 
+  // The mixture of a restart that did not fail, weights normalised.
+  auto mixture_of = [](const RestartResult& rr) -> absl::StatusOr<StudentMixture> {
+    RowMatrixD means = rr.state.mu.transpose();
+    std::vector<double> w = rr.state.weight;
+    double wsum = 0.0;
+    for (double v : w) wsum += v;
+    for (double& v : w) v /= wsum;
+    absl::StatusOr<StudentMixture> mix =
+        StudentMixture::Create(std::move(w), std::move(means), rr.state.scale, rr.state.dof);
+    if (!mix.ok()) {
+      return absl::InternalError(
+          absl::StrCat("EM produced an invalid mixture: ", mix.status().message()));
+    }
+    return mix;
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> score(restarts, nan);
+  for (int r = 0; r < restarts; ++r) {
+    if (results[r].failed) continue;
+    if (!options.restart_score) {
+      score[r] = results[r].ll;
+      continue;
+    }
+    DENDRO_ASSIGN_OR_RETURN(const StudentMixture mix, mixture_of(results[r]));
+    DENDRO_ASSIGN_OR_RETURN(score[r], options.restart_score(mix));
+    if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+  }
+
   int best = -1;
   bool best_converged = false;
   int converged = 0, failed = 0;
@@ -1084,7 +1112,7 @@ absl::StatusOr<MixtureFit> FitStudentMixture(const MatrixView& x, const FeatureT
     }
     if (rr.converged) ++converged;
     const bool better = best < 0 || (rr.converged && !best_converged) ||
-                        (rr.converged == best_converged && rr.ll > results[best].ll);
+                        (rr.converged == best_converged && score[r] > score[best]);
     if (better) {
       best = r;
       best_converged = rr.converged;
@@ -1096,18 +1124,8 @@ absl::StatusOr<MixtureFit> FitStudentMixture(const MatrixView& x, const FeatureT
                      "); try a larger ridge or fewer components"));
   }
   const RestartResult& br = results[best];
-  RowMatrixD means = br.state.mu.transpose();
-  std::vector<double> w = br.state.weight;
-  double wsum = 0.0;
-  for (double v : w) wsum += v;
-  for (double& v : w) v /= wsum;
-  absl::StatusOr<StudentMixture> mix =
-      StudentMixture::Create(std::move(w), std::move(means), br.state.scale, br.state.dof);
-  if (!mix.ok()) {
-    return absl::InternalError(
-        absl::StrCat("EM produced an invalid mixture: ", mix.status().message()));
-  }
-  MixtureFit fit{std::move(*mix), 0.0, -1, 0, false, 0, 0, 0, {}, {}, {}, {}};
+  DENDRO_ASSIGN_OR_RETURN(StudentMixture mix, mixture_of(br));
+  MixtureFit fit{std::move(mix), 0.0, -1, 0, false, 0, 0, 0, {}, {}, {}, {}, {}};
   fit.log_likelihood = br.ll;
   fit.best_restart = best;
   fit.iterations = br.iterations;
@@ -1117,11 +1135,11 @@ absl::StatusOr<MixtureFit> FitStudentMixture(const MatrixView& x, const FeatureT
   fit.total_iterations = total_iter;
   fit.trace = br.trace;
   for (const RestartResult& rr : results) {
-    fit.restart_log_likelihood.push_back(rr.failed ? std::numeric_limits<double>::quiet_NaN()
-                                                   : rr.ll);
+    fit.restart_log_likelihood.push_back(rr.failed ? nan : rr.ll);
     fit.restart_iterations.push_back(rr.iterations);
     fit.restart_converged.push_back(rr.converged);
   }
+  if (options.restart_score) fit.restart_score = std::move(score);
   return fit;
 }
 

@@ -36,8 +36,9 @@
 //     max_iterations M-steps per restart;
 //   * restarts: each seeded deterministically from (seed, restart index),
 //     run in parallel; the kept model is the restart with the best mean
-//     log-likelihood among those that converged (among all restarts when
-//     none converged; MixtureFit::converged then says so);
+//     log-likelihood (or MixtureOptions::restart_score) among those that
+//     converged (among all restarts when none converged;
+//     MixtureFit::converged then says so);
 //   * a scale matrix that is not positive definite after the ridge (e.g. a
 //     component that collapsed onto one point when the ridge is 0) gets more
 //     ridge, x10 per step up to 1e8 x (starting from 1e-12 x the mean data
@@ -52,6 +53,7 @@
 #define DENDRO_CORE_TNEB_MIXTURE_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "Eigen/Core"
@@ -146,6 +148,12 @@ struct MixtureOptions {
   double tolerance = 0.01;       // on the change of the mean log-likelihood
   uint64_t seed = 0;
   int num_threads = 0;  // 0: all cores
+  // Ranks the restarts in place of their mean log-likelihood when set
+  // (higher is better). Called after all restarts ran, on the calling
+  // thread, once per restart that did not fail, with its mixture; a non-OK
+  // status ends the fit with that status. t-NEB ranks by the log-likelihood
+  // of the components its filter keeps.
+  std::function<absl::StatusOr<double>(const StudentMixture&)> restart_score;
 };
 
 struct MixtureFit {
@@ -163,6 +171,8 @@ struct MixtureFit {
   // Per restart: final mean log-likelihood (NaN when failed), iterations,
   // convergence.
   std::vector<double> restart_log_likelihood;
+  // Per restart: restart_score's value (NaN when failed); empty without it.
+  std::vector<double> restart_score;
   std::vector<int32_t> restart_iterations;
   std::vector<bool> restart_converged;
 };

@@ -356,6 +356,59 @@ TEST(TnebMixtureEm, KeepsBestConvergedRestart) {
   }
 }
 
+TEST(TnebMixtureEm, RestartScoreRanksTheRestarts) {
+  const TrueMixture t;
+  const int n = 2000;
+  const Sample s = SampleMixture(t.w, t.mu, t.scale, 2.0, n, 17);
+  MatrixView x(s.x.data(), n, 3);
+  MixtureOptions o;
+  o.components = 6;
+  o.restarts = 5;
+  o.seed = 3;
+  NullRunContext ctx;
+  auto by_ll = FitStudentMixture(x, FeatureTransform{}, o, ctx);
+  ASSERT_TRUE(by_ll.ok()) << by_ll.status();
+  EXPECT_TRUE(by_ll->restart_score.empty());
+  // Ranking by the lowest log-likelihood must keep another restart, with the
+  // same per-restart fits.
+  const Eigen::MatrixXd xd =
+      Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+          s.x.data(), n, 3)
+          .cast<double>();
+  int calls = 0;
+  o.restart_score = [&](const StudentMixture& m) -> absl::StatusOr<double> {
+    ++calls;
+    EXPECT_EQ(m.num_components(), 6);
+    double w = 0.0;
+    for (double v : m.weights()) w += v;
+    EXPECT_NEAR(w, 1.0, 1e-12);
+    return -m.LogDensity(xd).sum() / n;
+  };
+  auto by_score = FitStudentMixture(x, FeatureTransform{}, o, ctx);
+  ASSERT_TRUE(by_score.ok()) << by_score.status();
+  EXPECT_EQ(calls, o.restarts - by_score->failed_restarts);
+  EXPECT_EQ(by_score->restart_log_likelihood, by_ll->restart_log_likelihood);
+  ASSERT_EQ(by_score->restart_score.size(), static_cast<size_t>(o.restarts));
+  for (int r = 0; r < o.restarts; ++r) {
+    if (std::isnan(by_score->restart_log_likelihood[r])) continue;
+    EXPECT_NEAR(by_score->restart_score[r], -by_score->restart_log_likelihood[r], 1e-9);
+    if (by_score->restart_converged[r]) {
+      EXPECT_GE(by_score->restart_log_likelihood[r], by_score->log_likelihood);
+    }
+  }
+  ASSERT_NE(by_ll->log_likelihood, by_score->log_likelihood)
+      << "the draw needs restarts that end at different likelihoods";
+  EXPECT_NE(by_ll->best_restart, by_score->best_restart);
+
+  o.restart_score = [](const StudentMixture&) -> absl::StatusOr<double> {
+    return absl::FailedPreconditionError("no score");
+  };
+  auto failed = FitStudentMixture(x, FeatureTransform{}, o, ctx);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(failed.status().message(), "no score");
+}
+
 TEST(TnebMixtureEm, SingularDataAreHandledByTheRidge) {
   // All points on a line in 3-D: every scale matrix is singular without the
   // ridge. With the ridge EM must finish without failing.

@@ -299,6 +299,13 @@ absl::Status RunTneb(Context& ctx, const Args& args) {
     }
     p->set_merge(*merge);
   }
+  if (std::optional<std::string> rank = args.Get("rank-restarts-by")) {
+    if (*rank != "kept_log_likelihood" && *rank != "log_likelihood") {
+      return UsageError(absl::StrCat(
+          "--rank-restarts-by must be kept_log_likelihood or log_likelihood, got '", *rank, "'"));
+    }
+    p->set_rank_restarts_by(*rank);
+  }
   return FitAndReport(ctx, args, std::move(spec), 2, "t-NEB needs embeddings with",
                       "EMBEDDINGS.npy");
 }

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -55,6 +56,64 @@ absl::StatusOr<std::vector<int32_t>> AssignInChunks(const StudentMixture& mix,
   return out;
 }
 
+// Mean log p(x_i) over the rows of x (after t), in AssignInChunks' chunks.
+absl::StatusOr<double> MeanLogDensityInChunks(const StudentMixture& mix, const MatrixView& x,
+                                              const FeatureTransform& t, int threads,
+                                              RunContext& ctx) {
+  const int64_t n = x.rows();
+  const int64_t d = x.cols();
+  const double per_row = 2.0 * mix.num_components() * (d + 4.0) * d;
+  const int64_t chunk =
+      512 * static_cast<int64_t>(std::clamp(5e7 / per_row / 512, 1.0, 128.0));
+  Eigen::MatrixXd rows(std::min(chunk, n), d);
+  double sum = 0.0;
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+    const int64_t rn = std::min(chunk, n - r0);
+    if (rows.rows() != rn) rows.resize(rn, d);
+    LoadRows(x, t, r0, &rows);
+    const Eigen::VectorXd log_p = mix.LogDensity(rows, threads);
+    for (Eigen::Index i = 0; i < log_p.size(); ++i) sum += log_p[i];
+  }
+  return sum / static_cast<double>(n);
+}
+
+// Appendix D.2's filter over the components of a fitted mixture.
+struct ComponentFilter {
+  std::vector<ComponentInfo> info;  // per component; `kept` and `leaf` set
+  std::vector<int32_t> keep;        // surviving components, ascending
+  int too_small = 0;
+  int too_elongated = 0;  // and not too small
+};
+
+absl::StatusOr<ComponentFilter> FilterComponents(const StudentMixture& full, const MatrixView& x,
+                                                 const FeatureTransform& t, const TnebOptions& o,
+                                                 int threads, RunContext& ctx) {
+  const int m = full.num_components();
+  ComponentFilter f;
+  f.info.resize(m);
+  DENDRO_ASSIGN_OR_RETURN(const std::vector<int32_t> hard,
+                          AssignInChunks(full, x, t, threads, ctx));
+  for (int32_t c : hard) ++f.info[c].points;
+  const std::vector<double> elong = full.Elongations();
+  const double elong_limit = o.max_elongation * static_cast<double>(full.dim());
+  for (int k = 0; k < m; ++k) {
+    ComponentInfo& info = f.info[k];
+    info.weight = full.weights()[k];
+    info.elongation = elong[k];
+    const bool too_small = info.points <= o.min_component_points;
+    const bool too_long = !(info.elongation < elong_limit);
+    f.too_small += too_small;
+    f.too_elongated += (!too_small && too_long);
+    if (!too_small && !too_long) {
+      info.kept = true;
+      info.leaf = static_cast<int32_t>(f.keep.size());
+      f.keep.push_back(k);
+    }
+  }
+  return f;
+}
+
 }  // namespace
 
 absl::StatusOr<TnebMerge> ParseTnebMerge(const std::string& name) {
@@ -70,7 +129,7 @@ const char* TnebMergeName(TnebMerge merge) {
 
 int32_t TnebRestarts(const TnebOptions& options, int64_t d) {
   if (options.restarts > 0) return options.restarts;
-  return d > kTnebLowDimension ? 1 : 20;
+  return d > kTnebLowDimension ? kTnebHighDimensionRestarts : 20;
 }
 
 TnebMerge TnebMergeOrder(const TnebOptions& options, int64_t d) {
@@ -124,7 +183,7 @@ absl::Status ValidateTnebOptions(const TnebOptions& o) {
   }
   if (o.restarts < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "restarts must be >= 1 (or 0 for the authors' rule: 20 if d <= 10, else 1), got ",
+        "restarts must be >= 1 (or 0 for the default: 20 if d <= 10, else 4), got ",
         o.restarts));
   }
   if (o.max_iterations < 1) {
@@ -228,6 +287,18 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   mo.tolerance = o.tolerance;
   mo.seed = o.seed;
   mo.num_threads = threads;
+  if (o.rank_restarts_by_kept) {
+    // A component that collapsed onto a few rows raises the whole mixture's
+    // likelihood by far more than the fit of the rest differs between
+    // restarts, and the filter drops it: rank by what is left.
+    mo.restart_score = [&](const StudentMixture& full) -> absl::StatusOr<double> {
+      DENDRO_ASSIGN_OR_RETURN(const ComponentFilter f,
+                              FilterComponents(full, x, transform, o, threads, ctx));
+      if (f.keep.size() < 2) return -std::numeric_limits<double>::infinity();
+      DENDRO_ASSIGN_OR_RETURN(const StudentMixture kept, full.Subset(f.keep));
+      return MeanLogDensityInChunks(kept, x, transform, threads, ctx);
+    };
+  }
   const bool auto_dof = TnebAutoDof(o, d);
   // Free parameters: weights, means, symmetric scales (+ one nu each if learned).
   const double dd = static_cast<double>(d);
@@ -271,40 +342,27 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   ctx.Report(0.6, "filtering components");
   const StudentMixture& full = fit.mixture;
   const int m = full.num_components();
-  std::vector<ComponentInfo> info(m);
-  {
-    DENDRO_ASSIGN_OR_RETURN(const std::vector<int32_t> hard,
-                            AssignInChunks(full, x, transform, threads, ctx));
-    for (int32_t c : hard) ++info[c].points;
-    const std::vector<double> elong = full.Elongations();
-    for (int k = 0; k < m; ++k) {
-      info[k].weight = full.weights()[k];
-      info[k].elongation = elong[k];
-    }
-  }
-  const double elong_limit = o.max_elongation * static_cast<double>(d);
-  std::vector<int32_t> keep;
-  int small = 0, elongated = 0;
-  for (int k = 0; k < m; ++k) {
-    const bool too_small = info[k].points <= o.min_component_points;
-    const bool too_long = !(info[k].elongation < elong_limit);
-    small += too_small;
-    elongated += (!too_small && too_long);
-    if (!too_small && !too_long) {
-      info[k].kept = true;
-      info[k].leaf = static_cast<int32_t>(keep.size());
-      keep.push_back(k);
-    }
-  }
+  DENDRO_ASSIGN_OR_RETURN(ComponentFilter filter,
+                          FilterComponents(full, x, transform, o, threads, ctx));
+  std::vector<ComponentInfo>& info = filter.info;
+  const std::vector<int32_t>& keep = filter.keep;
   const int32_t l = static_cast<int32_t>(keep.size());
   if (l < 2) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "t-NEB: only %d of %d mixture components survived filtering (%d had <= %d points, %d "
         "more had elongation >= %g = %g x d); a hierarchy needs at least 2. Try fewer "
         "components, a larger ridge, or relax min_component_points / max_elongation",
-        l, m, small, o.min_component_points, elongated, elong_limit, o.max_elongation));
+        l, m, filter.too_small, o.min_component_points, filter.too_elongated,
+        o.max_elongation * static_cast<double>(d), o.max_elongation));
   }
   DENDRO_ASSIGN_OR_RETURN(StudentMixture mix, full.Subset(keep));
+  double kept_log_likelihood = 0.0;
+  if (o.rank_restarts_by_kept) {
+    kept_log_likelihood = fit.restart_score[fit.best_restart];
+  } else {
+    DENDRO_ASSIGN_OR_RETURN(kept_log_likelihood,
+                            MeanLogDensityInChunks(mix, x, transform, threads, ctx));
+  }
   DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> point_leaf,
                           AssignInChunks(mix, x, transform, threads, ctx));
   const double filter_seconds = Seconds(t0);
@@ -371,6 +429,8 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   md["merge"] = TnebMergeName(merge);
   md["converged_restarts"] = absl::StrCat(fit.converged_restarts);
   md["log_likelihood"] = absl::StrFormat("%.10g", fit.log_likelihood);
+  md["kept_log_likelihood"] = absl::StrFormat("%.10g", kept_log_likelihood);
+  md["rank_restarts_by"] = o.rank_restarts_by_kept ? "kept_log_likelihood" : "log_likelihood";
   md["seed"] = absl::StrCat(o.seed);
   md["standardize"] = o.standardize ? "true" : "false";
   md["height_offset"] = absl::StrFormat("%.17g", offset);
@@ -395,6 +455,7 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   res.bridging_pairs = static_cast<int32_t>(bridges.size());
   res.components = std::move(info);
   res.log_likelihood = fit.log_likelihood;
+  res.kept_log_likelihood = kept_log_likelihood;
   res.restarts = mo.restarts;
   res.converged_restarts = fit.converged_restarts;
   res.learned_dof = learned_dof;

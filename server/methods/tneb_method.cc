@@ -75,7 +75,16 @@ TnebOptions OptionsFrom(const v1::TnebParams& p) {
     o.merge = *m;
     o.merge_by_dimension = false;
   }
+  // An unknown name is rejected by Validate (CheckRestartRanking).
+  o.rank_restarts_by_kept = p.rank_restarts_by() != "log_likelihood";
   return o;
+}
+
+absl::Status CheckRestartRanking(const v1::TnebParams& p) {
+  const std::string& r = p.rank_restarts_by();
+  if (r.empty() || r == "kept_log_likelihood" || r == "log_likelihood") return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "tneb.rank_restarts_by must be 'kept_log_likelihood' or 'log_likelihood', got '", r, "'"));
 }
 
 absl::Status CheckMerge(const v1::TnebParams& p) {
@@ -125,6 +134,7 @@ class Tneb final : public Method {
   absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
                         const JobLimits& limits) const override {
     DENDRO_RETURN_IF_ERROR(CheckMerge(spec.tneb()));
+    DENDRO_RETURN_IF_ERROR(CheckRestartRanking(spec.tneb()));
     const TnebOptions o = OptionsFrom(spec.tneb());
     DENDRO_RETURN_IF_ERROR(ValidateTnebOptions(o));
     DENDRO_RETURN_IF_ERROR(CheckBounds(o, dataset, limits));

@@ -39,6 +39,7 @@ int Usage() {
                "usage: tneb_densired [--seeds S] [--gaussian] [--learn-dof | --auto-dof] [--dof NU] "
                "[--no-standardize] [--components M] [--restarts R] [--threads T] [--dump PREFIX] "
                "[--tolerance TOL] [--max-iterations N] [--merge density|persistence] [--edges] "
+               "[--rank-restarts-by-loglik] "
                "X.npy Y.npy [...]\n");
   return 2;
 }
@@ -67,9 +68,22 @@ double OtherMergeAri(const dendro::TnebResult& r, dendro::TnebMerge other, int k
   return *dendro::AdjustedRandIndex(y, pred);
 }
 
+// Mean log-density of the training rows under the surviving components
+// (the density the paths climb), as against r.log_likelihood, which is the
+// fitted mixture's before filtering.
+double KeptLogLikelihood(const dendro::TnebResult& r, const dendro::MatrixView& x) {
+  Eigen::MatrixXd z(x.rows(), x.cols());
+  dendro::LoadRows(x, r.model.transform, 0, &z);
+  const Eigen::VectorXd log_p = r.model.mixture.LogDensity(z, 1);
+  double sum = 0.0;
+  for (Eigen::Index i = 0; i < log_p.size(); ++i) sum += log_p[i];
+  return sum / static_cast<double>(log_p.size());
+}
+
 // The spanning tree's edges in decreasing similarity, with both end points'
 // peaks, the water-level persistence and the points / majority label of each
-// leaf, to stderr (--edges).
+// leaf, then every fitted component's size, elongation and fate, to stderr
+// (--edges).
 void PrintTreeEdges(const std::string& name, int seed, const dendro::TnebResult& r,
                     const std::vector<int64_t>& y) {
   const int32_t l = r.hierarchy.num_leaves();
@@ -97,6 +111,13 @@ void PrintTreeEdges(const std::string& name, int seed, const dendro::TnebResult&
     std::fprintf(stderr, "EDGE\t%s\t%d\t%d(%s)\t%d(%s)\tsim %.3f\tpeaks %.3f %.3f\tpers %.3f\n",
                  name.c_str(), seed, e.a, describe(e.a).c_str(), e.b, describe(e.b).c_str(),
                  e.similarity, peak[e.a], peak[e.b], pers[{e.a, e.b}]);
+  }
+  // Every fitted component, kept or filtered (appendix D.2's two reasons).
+  for (size_t c = 0; c < r.components.size(); ++c) {
+    const dendro::ComponentInfo& info = r.components[c];
+    std::fprintf(stderr, "COMPONENT\t%s\t%d\t%zu\tpoints %lld\tweight %.4f\telongation %.3g\t%s\n",
+                 name.c_str(), seed, c, static_cast<long long>(info.points), info.weight,
+                 info.elongation, info.kept ? "kept" : "dropped");
   }
 }
 
@@ -126,6 +147,8 @@ int main(int argc, char** argv) {
       base.learn_dof = true;
     } else if (a == "--edges") {
       print_edges = true;
+    } else if (a == "--rank-restarts-by-loglik") {
+      base.rank_restarts_by_kept = false;
     } else if (a == "--auto-dof") {
       base.auto_dof = true;
     } else if (a == "--merge") {
@@ -175,7 +198,7 @@ int main(int argc, char** argv) {
   // order behind `ari`.
   std::printf(
       "dataset\tseed\tari\tnmi\tleaves\tconverged\tem_its\tnu\tem_s\tpaths_s\ttotal_s\t"
-      "ari_other\tmerge\tloglik\n");
+      "ari_other\tmerge\tloglik\tkept_loglik\n");
   for (size_t f = 0; f < files.size(); f += 2) {
     auto x = dendro::ReadNpyFloat32(files[f]);
     auto y = dendro::ReadNpyInt(files[f + 1]);
@@ -231,13 +254,13 @@ int main(int argc, char** argv) {
       const double other = OtherMergeAri(*r, unused, true_k, y->data);
       others.push_back(other);
       if (print_edges) PrintTreeEdges(name, s, *r, y->data);
-      std::printf("%s\t%d\t%.4f\t%.4f\t%d\t%d/%d\t%lld\t%s\t%.1f\t%.1f\t%.1f\t%.4f\t%s\t%.6f\n",
+      std::printf("%s\t%d\t%.4f\t%.4f\t%d\t%d/%d\t%lld\t%s\t%.1f\t%.1f\t%.1f\t%.4f\t%s\t%.6f\t%.6f\n",
                   name.c_str(), s,
                   ari, nmi, tree.num_leaves(), r->converged_restarts, r->restarts,
                   static_cast<long long>(r->em_iterations),
                   o.gaussian ? "inf" : (r->learned_dof ? "learned" : "fixed"), r->em_seconds,
                   r->path_seconds, total, other, dendro::TnebMergeName(used),
-                  r->log_likelihood);
+                  r->log_likelihood, KeptLogLikelihood(*r, xv));
       std::fflush(stdout);
     }
     if (aris.empty()) continue;

@@ -154,8 +154,8 @@ TEST_F(TnebServerTest, FitAssignAndReload) {
   }
 }
 
-// merge and auto_dof reach the core: the served tree is the core's with the
-// same options.
+// merge, auto_dof and rank_restarts_by reach the core: the served tree is
+// the core's with the same options.
 TEST_F(TnebServerTest, MergeOrderAndAutoDofPassThrough) {
   const int n = 600;
   std::vector<float> x;
@@ -179,6 +179,18 @@ TEST_F(TnebServerTest, MergeOrderAndAutoDofPassThrough) {
   EXPECT_EQ(md.at("auto_dof"), "true");
   EXPECT_EQ(md.at("learn_dof"), expected->hierarchy.metadata().at("learn_dof"));
   EXPECT_EQ(md.at("bic_fixed_dof"), expected->hierarchy.metadata().at("bic_fixed_dof"));
+  EXPECT_EQ(md.at("rank_restarts_by"), "kept_log_likelihood");
+
+  // The authors' ranking of the restarts, by the whole mixture's likelihood.
+  p.set_rank_restarts_by("log_likelihood");
+  auto by_all = FitServed(ds.id(), "by-all", p);
+  ASSERT_TRUE(by_all.ok()) << by_all.status();
+  o.rank_restarts_by_kept = false;
+  auto expected_all = FitTneb(MatrixView(x.data(), n, 3), o, null_ctx);
+  ASSERT_TRUE(expected_all.ok()) << expected_all.status();
+  EXPECT_EQ(by_all->metadata().at("rank_restarts_by"), "log_likelihood");
+  EXPECT_EQ(by_all->metadata().at("log_likelihood"),
+            expected_all->hierarchy.metadata().at("log_likelihood"));
 }
 
 // Without a nu, a fit of 3-column data chooses it by BIC (the default for
@@ -257,6 +269,13 @@ TEST_F(TnebServerTest, BadParametersAreRejectedAtSubmit) {
   Submit(ds.id(), "bad", p, &st);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), HasSubstr("tneb.merge"));
+  p = SmallParams();
+  p.set_rank_restarts_by("bic");
+  Submit(ds.id(), "bad", p, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(),
+              HasSubstr("tneb.rank_restarts_by must be 'kept_log_likelihood' or "
+                        "'log_likelihood', got 'bic'"));
   v1::Dataset one_col;
   ASSERT_TRUE(Upload(std::vector<float>(30, 1.f), 30, 1, &one_col).ok());
   Submit(one_col.id(), "bad", SmallParams(), &st);

@@ -320,9 +320,10 @@ class Client:
         ``params`` are TnebParams fields (components, dof, learn_dof,
         gaussian, ridge, restarts, max_iterations, tolerance, neighbors,
         path_points, path_steps, learning_rate, eval_points, standardize,
-        seed, min_component_points, max_elongation, auto_dof, merge); unset
-        ones take the defaults (docs/methods.md). An unknown name raises TypeError. ``data`` and
-        ``name`` as in :meth:`fit_l2h`.
+        seed, min_component_points, max_elongation, auto_dof, merge,
+        rank_restarts_by); unset ones take the defaults (docs/methods.md). An
+        unknown name raises TypeError. ``data`` and ``name`` as in
+        :meth:`fit_l2h`.
         """
         def fill(spec: Any) -> None:
             spec.tneb.SetInParent()

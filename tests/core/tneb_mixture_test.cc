@@ -302,15 +302,25 @@ TEST(TnebMixtureEm, LogLikelihoodNeverDecreases) {
   }
 }
 
-TEST(TnebMixtureEm, ReproducibleWithSeedAndIndependentOfThreads) {
+// n rows of TrueMixture with nu = 2.
+Sample TrueSample(int n, uint64_t seed) {
   const TrueMixture t;
-  const int n = 3000;
-  const Sample s = SampleMixture(t.w, t.mu, t.scale, 2.0, n, 15);
-  MatrixView x(s.x.data(), n, 3);
+  return SampleMixture(t.w, t.mu, t.scale, 2.0, n, seed);
+}
+
+MixtureOptions EmOptions(int components, int restarts, uint64_t seed) {
   MixtureOptions o;
-  o.components = 5;
-  o.restarts = 3;
-  o.seed = 99;
+  o.components = components;
+  o.restarts = restarts;
+  o.seed = seed;
+  return o;
+}
+
+TEST(TnebMixtureEm, ReproducibleWithSeedAndIndependentOfThreads) {
+  const int n = 3000;
+  const Sample s = TrueSample(n, 15);
+  MatrixView x(s.x.data(), n, 3);
+  MixtureOptions o = EmOptions(5, 3, 99);
   NullRunContext ctx;
   o.num_threads = 2;
   auto a = FitStudentMixture(x, FeatureTransform{}, o, ctx);
@@ -357,14 +367,10 @@ TEST(TnebMixtureEm, KeepsBestConvergedRestart) {
 }
 
 TEST(TnebMixtureEm, RestartScoreRanksTheRestarts) {
-  const TrueMixture t;
   const int n = 2000;
-  const Sample s = SampleMixture(t.w, t.mu, t.scale, 2.0, n, 17);
+  const Sample s = TrueSample(n, 17);
   MatrixView x(s.x.data(), n, 3);
-  MixtureOptions o;
-  o.components = 6;
-  o.restarts = 5;
-  o.seed = 3;
+  MixtureOptions o = EmOptions(6, 5, 3);
   NullRunContext ctx;
   auto by_ll = FitStudentMixture(x, FeatureTransform{}, o, ctx);
   ASSERT_TRUE(by_ll.ok()) << by_ll.status();

@@ -30,21 +30,25 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-// StudentMixture::Assign over row chunks with a cancellation poll between
-// them: one pass costs O(n m d^2), as much as an EM iteration. A chunk holds
-// about 5e7 flops and is a whole multiple of Assign's 512-row blocks, so
-// every block sees the same rows as in a single call and the labels are the
-// same.
+// Rows per chunk of a pass of `mix` over d-column rows, with a cancellation
+// poll between chunks: one pass costs O(n m d^2), as much as an EM
+// iteration. A chunk holds about 5e7 flops and is a whole multiple of
+// Assign's 512-row blocks, so every block sees the same rows as in a single
+// call and the labels are the same.
+int64_t ChunkRows(const StudentMixture& mix, int64_t d) {
+  constexpr int64_t kBlock = 512;
+  const double per_row = 2.0 * mix.num_components() * (d + 4.0) * d;
+  return kBlock * static_cast<int64_t>(std::clamp(5e7 / per_row / kBlock, 1.0, 128.0));
+}
+
+// StudentMixture::Assign over row chunks.
 absl::StatusOr<std::vector<int32_t>> AssignInChunks(const StudentMixture& mix,
                                                     const MatrixView& x,
                                                     const FeatureTransform& t, int threads,
                                                     RunContext& ctx) {
-  constexpr int64_t kBlock = 512;
   const int64_t n = x.rows();
   const int64_t d = x.cols();
-  const double per_row = 2.0 * mix.num_components() * (d + 4.0) * d;
-  const int64_t chunk =
-      kBlock * static_cast<int64_t>(std::clamp(5e7 / per_row / kBlock, 1.0, 128.0));
+  const int64_t chunk = ChunkRows(mix, d);
   std::vector<int32_t> out;
   out.reserve(n);
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
@@ -56,15 +60,13 @@ absl::StatusOr<std::vector<int32_t>> AssignInChunks(const StudentMixture& mix,
   return out;
 }
 
-// Mean log p(x_i) over the rows of x (after t), in AssignInChunks' chunks.
+// Mean log p(x_i) over the rows of x (after t), over row chunks.
 absl::StatusOr<double> MeanLogDensityInChunks(const StudentMixture& mix, const MatrixView& x,
                                               const FeatureTransform& t, int threads,
                                               RunContext& ctx) {
   const int64_t n = x.rows();
   const int64_t d = x.cols();
-  const double per_row = 2.0 * mix.num_components() * (d + 4.0) * d;
-  const int64_t chunk =
-      512 * static_cast<int64_t>(std::clamp(5e7 / per_row / 512, 1.0, 128.0));
+  const int64_t chunk = ChunkRows(mix, d);
   Eigen::MatrixXd rows(std::min(chunk, n), d);
   double sum = 0.0;
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {

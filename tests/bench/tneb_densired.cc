@@ -68,18 +68,6 @@ double OtherMergeAri(const dendro::TnebResult& r, dendro::TnebMerge other, int k
   return *dendro::AdjustedRandIndex(y, pred);
 }
 
-// Mean log-density of the training rows under the surviving components
-// (the density the paths climb), as against r.log_likelihood, which is the
-// fitted mixture's before filtering.
-double KeptLogLikelihood(const dendro::TnebResult& r, const dendro::MatrixView& x) {
-  Eigen::MatrixXd z(x.rows(), x.cols());
-  dendro::LoadRows(x, r.model.transform, 0, &z);
-  const Eigen::VectorXd log_p = r.model.mixture.LogDensity(z, 1);
-  double sum = 0.0;
-  for (Eigen::Index i = 0; i < log_p.size(); ++i) sum += log_p[i];
-  return sum / static_cast<double>(log_p.size());
-}
-
 // The spanning tree's edges in decreasing similarity, with both end points'
 // peaks, the water-level persistence and the points / majority label of each
 // leaf, then every fitted component's size, elongation and fate, to stderr
@@ -260,7 +248,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(r->em_iterations),
                   o.gaussian ? "inf" : (r->learned_dof ? "learned" : "fixed"), r->em_seconds,
                   r->path_seconds, total, other, dendro::TnebMergeName(used),
-                  r->log_likelihood, KeptLogLikelihood(*r, xv));
+                  r->log_likelihood, r->kept_log_likelihood);
       std::fflush(stdout);
     }
     if (aris.empty()) continue;

@@ -185,8 +185,8 @@ absl::Status ValidateTnebOptions(const TnebOptions& o) {
   }
   if (o.restarts < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "restarts must be >= 1 (or 0 for the default: 20 if d <= 10, else 4), got ",
-        o.restarts));
+        "restarts must be >= 1 (or 0 for the default: 20 if d <= ", kTnebLowDimension, ", else ",
+        kTnebHighDimensionRestarts, "), got ", o.restarts));
   }
   if (o.max_iterations < 1) {
     return absl::InvalidArgumentError(

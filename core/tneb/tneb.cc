@@ -129,6 +129,18 @@ const char* TnebMergeName(TnebMerge merge) {
   return merge == TnebMerge::kDensity ? "density" : "persistence";
 }
 
+absl::StatusOr<TnebRestartRanking> ParseTnebRestartRanking(const std::string& name) {
+  if (name == "kept_log_likelihood") return TnebRestartRanking::kKeptLogLikelihood;
+  if (name == "log_likelihood") return TnebRestartRanking::kLogLikelihood;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "rank_restarts_by must be 'kept_log_likelihood' or 'log_likelihood', got '", name, "'"));
+}
+
+const char* TnebRestartRankingName(TnebRestartRanking ranking) {
+  return ranking == TnebRestartRanking::kKeptLogLikelihood ? "kept_log_likelihood"
+                                                           : "log_likelihood";
+}
+
 int32_t TnebRestarts(const TnebOptions& options, int64_t d) {
   if (options.restarts > 0) return options.restarts;
   return d > kTnebLowDimension ? kTnebHighDimensionRestarts : 20;
@@ -289,7 +301,8 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   mo.tolerance = o.tolerance;
   mo.seed = o.seed;
   mo.num_threads = threads;
-  if (o.rank_restarts_by_kept) {
+  const bool by_kept = o.rank_restarts_by == TnebRestartRanking::kKeptLogLikelihood;
+  if (by_kept) {
     // A component that collapsed onto a few rows raises the whole mixture's
     // likelihood by far more than the fit of the rest differs between
     // restarts, and the filter drops it: rank by what is left.
@@ -359,7 +372,7 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   }
   DENDRO_ASSIGN_OR_RETURN(StudentMixture mix, full.Subset(keep));
   double kept_log_likelihood = 0.0;
-  if (o.rank_restarts_by_kept) {
+  if (by_kept) {
     kept_log_likelihood = fit.restart_score[fit.best_restart];
   } else {
     DENDRO_ASSIGN_OR_RETURN(kept_log_likelihood,
@@ -432,7 +445,7 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   md["converged_restarts"] = absl::StrCat(fit.converged_restarts);
   md["log_likelihood"] = absl::StrFormat("%.10g", fit.log_likelihood);
   md["kept_log_likelihood"] = absl::StrFormat("%.10g", kept_log_likelihood);
-  md["rank_restarts_by"] = o.rank_restarts_by_kept ? "kept_log_likelihood" : "log_likelihood";
+  md["rank_restarts_by"] = TnebRestartRankingName(o.rank_restarts_by);
   md["seed"] = absl::StrCat(o.seed);
   md["standardize"] = o.standardize ? "true" : "false";
   md["height_offset"] = absl::StrFormat("%.17g", offset);

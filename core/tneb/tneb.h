@@ -71,6 +71,21 @@ enum class TnebMerge {
 absl::StatusOr<TnebMerge> ParseTnebMerge(const std::string& name);
 const char* TnebMergeName(TnebMerge merge);
 
+// Which EM restart a fit keeps.
+enum class TnebRestartRanking {
+  // Beyond the paper: the one whose surviving components (after the filter
+  // below) give the training rows the highest mean log-likelihood
+  // (docs/methods.md).
+  kKeptLogLikelihood,
+  // The whole fitted mixture's log-likelihood, as the authors' package ranks
+  // its initialisations.
+  kLogLikelihood,
+};
+
+// "kept_log_likelihood" / "log_likelihood"; InvalidArgument otherwise.
+absl::StatusOr<TnebRestartRanking> ParseTnebRestartRanking(const std::string& name);
+const char* TnebRestartRankingName(TnebRestartRanking ranking);
+
 // Defaults are the paper's (Table 4) and the authors' code unless noted
 // (docs/methods.md lists every difference, with numbers).
 struct TnebOptions {
@@ -91,11 +106,7 @@ struct TnebOptions {
   // EM restarts, best converged kept. 0: 20 when d <= 10 (the authors'
   // rule) and kTnebHighDimensionRestarts above (the authors run 1).
   int32_t restarts = 0;
-  // true: the kept restart is the one whose surviving components (after the
-  // filter below) give the training rows the highest mean log-likelihood
-  // (beyond the paper; docs/methods.md). false: the whole fitted mixture's
-  // log-likelihood, as the authors' package ranks its initialisations.
-  bool rank_restarts_by_kept = true;
+  TnebRestartRanking rank_restarts_by = TnebRestartRanking::kKeptLogLikelihood;
   int32_t max_iterations = 1000;  // EM iteration cap per restart (authors: 1000)
   double tolerance = 1e-4;        // on the mean log-likelihood change (authors: 1e-5)
   int32_t neighbors = 10;        // nearest components per component

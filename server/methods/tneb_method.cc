@@ -76,15 +76,18 @@ TnebOptions OptionsFrom(const v1::TnebParams& p) {
     o.merge_by_dimension = false;
   }
   // An unknown name is rejected by Validate (CheckRestartRanking).
-  o.rank_restarts_by_kept = p.rank_restarts_by() != "log_likelihood";
+  if (absl::StatusOr<TnebRestartRanking> r = ParseTnebRestartRanking(p.rank_restarts_by());
+      !p.rank_restarts_by().empty() && r.ok()) {
+    o.rank_restarts_by = *r;
+  }
   return o;
 }
 
 absl::Status CheckRestartRanking(const v1::TnebParams& p) {
-  const std::string& r = p.rank_restarts_by();
-  if (r.empty() || r == "kept_log_likelihood" || r == "log_likelihood") return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "tneb.rank_restarts_by must be 'kept_log_likelihood' or 'log_likelihood', got '", r, "'"));
+  if (p.rank_restarts_by().empty()) return absl::OkStatus();
+  absl::StatusOr<TnebRestartRanking> r = ParseTnebRestartRanking(p.rank_restarts_by());
+  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("tneb.", r.status().message()));
+  return absl::OkStatus();
 }
 
 absl::Status CheckMerge(const v1::TnebParams& p) {

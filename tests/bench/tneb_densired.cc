@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
     } else if (a == "--edges") {
       print_edges = true;
     } else if (a == "--rank-restarts-by-loglik") {
-      base.rank_restarts_by_kept = false;
+      base.rank_restarts_by = dendro::TnebRestartRanking::kLogLikelihood;
     } else if (a == "--auto-dof") {
       base.auto_dof = true;
     } else if (a == "--merge") {

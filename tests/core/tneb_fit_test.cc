@@ -185,6 +185,11 @@ TEST(TnebFit, DensityMergeIsThePapers) {
   EXPECT_EQ(ParseTnebMerge("density").value(), TnebMerge::kDensity);
   EXPECT_EQ(ParseTnebMerge("persistence").value(), TnebMerge::kPersistence);
   EXPECT_FALSE(ParseTnebMerge("single").ok());
+  for (TnebRestartRanking r :
+       {TnebRestartRanking::kKeptLogLikelihood, TnebRestartRanking::kLogLikelihood}) {
+    EXPECT_EQ(ParseTnebRestartRanking(TnebRestartRankingName(r)).value(), r);
+  }
+  EXPECT_FALSE(ParseTnebRestartRanking("bic").ok());
 }
 
 // By default the merge order is persistence up to kTnebLowDimension columns
@@ -285,7 +290,7 @@ TEST(TnebFit, RanksRestartsByTheSurvivingComponents) {
   o.seed = 2;
   auto by_kept = FitTneb(view, o, ctx);
   ASSERT_TRUE(by_kept.ok()) << by_kept.status();
-  o.rank_restarts_by_kept = false;
+  o.rank_restarts_by = TnebRestartRanking::kLogLikelihood;
   auto by_all = FitTneb(view, o, ctx);
   ASSERT_TRUE(by_all.ok()) << by_all.status();
   EXPECT_EQ(by_kept->hierarchy.metadata().at("rank_restarts_by"), "kept_log_likelihood");

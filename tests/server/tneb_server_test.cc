@@ -185,7 +185,7 @@ TEST_F(TnebServerTest, MergeOrderAndAutoDofPassThrough) {
   p.set_rank_restarts_by("log_likelihood");
   auto by_all = FitServed(ds.id(), "by-all", p);
   ASSERT_TRUE(by_all.ok()) << by_all.status();
-  o.rank_restarts_by_kept = false;
+  o.rank_restarts_by = TnebRestartRanking::kLogLikelihood;
   auto expected_all = FitTneb(MatrixView(x.data(), n, 3), o, null_ctx);
   ASSERT_TRUE(expected_all.ok()) << expected_all.status();
   EXPECT_EQ(by_all->metadata().at("rank_restarts_by"), "log_likelihood");

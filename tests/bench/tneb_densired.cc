@@ -1,11 +1,11 @@
 // t-NEB quality run (paper Table 1 protocol): for each dataset, fit t-NEB
-// with seeds F..F+S-1 (F = 0 by default), cut the hierarchy at the true number of classes and
-// report the ARI of every seed, the best (what the paper reports) and the
-// median. Not a ctest: it takes minutes.
+// with seeds F..F+S-1 (F = 0 by default), cut the hierarchy at the true
+// number of classes and report the ARI of every seed, the best (what the
+// paper reports) and the median. Not a ctest: it takes minutes.
 //
 // Usage:
-//   tneb_densired [--seeds S] [--first-seed F] [--gaussian] [--learn-dof | --auto-dof] [--dof NU]
-//                 [--no-standardize] [--components M] [--restarts R] [--threads T]
+//   tneb_densired [--seeds S] [--first-seed F] [--gaussian] [--learn-dof | --auto-dof]
+//                 [--dof NU] [--no-standardize] [--components M] [--restarts R] [--threads T]
 //                 [--tolerance TOL] [--max-iterations N] [--merge density|persistence]
 //                 [--dump PREFIX] X.npy Y.npy [X.npy Y.npy ...]
 // Without --dof, --learn-dof or --auto-dof, nu follows the default (chosen by
@@ -36,7 +36,8 @@ namespace {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: tneb_densired [--seeds S] [--first-seed F] [--gaussian] [--learn-dof | --auto-dof] [--dof NU] "
+               "usage: tneb_densired [--seeds S] [--first-seed F] [--gaussian] "
+               "[--learn-dof | --auto-dof] [--dof NU] "
                "[--no-standardize] [--components M] [--restarts R] [--threads T] [--dump PREFIX] "
                "[--tolerance TOL] [--max-iterations N] [--merge density|persistence] [--edges] "
                "[--rank-restarts-by-loglik] "

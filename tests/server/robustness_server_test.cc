@@ -18,9 +18,11 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <new>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dendro/v1/dendro.grpc.pb.h"
@@ -152,12 +154,24 @@ class RobustnessTest : public ServerTest {
     return WaitUntilState(job.id(), v1::JOB_STATE_RUNNING);
   }
 
+  // A method owned by the fixture, so that it outlives the server: TearDown
+  // stops the server after the test body has returned, and a job the body
+  // cancelled may still be starting then and call the method's Fit.
+  template <typename M, typename... Args>
+  M& OwnedMethod(Args&&... args) {
+    methods_.push_back(std::make_unique<M>(std::forward<Args>(args)...));
+    return static_cast<M&>(*methods_.back());
+  }
+
   static ServerOptions WithMethod(const Method* method, ServerOptions opts = {}) {
     opts.resolve_method = [method](const v1::JobSpec&) -> absl::StatusOr<const Method*> {
       return method;
     };
     return opts;
   }
+
+ private:
+  std::vector<std::unique_ptr<Method>> methods_;
 };
 
 // --- 1. Poison parameters --------------------------------------------------
@@ -221,7 +235,7 @@ TEST_F(RobustnessTest, MemoryEstimateOverTheJobLimitIsRefused) {
 }
 
 TEST_F(RobustnessTest, AllocationFailureFailsTheJobNotTheServer) {
-  ThrowingMethod method;
+  ThrowingMethod& method = OwnedMethod<ThrowingMethod>();
   StartServer(WithMethod(&method));
   const std::string ds = SmallDataset();
   grpc::Status st;
@@ -238,7 +252,7 @@ TEST_F(RobustnessTest, AllocationFailureFailsTheJobNotTheServer) {
 }
 
 TEST_F(RobustnessTest, JobStartedMaxAttemptsTimesIsFailedNotRerun) {
-  BlockingMethod method;
+  BlockingMethod& method = OwnedMethod<BlockingMethod>();
   StartServer(WithMethod(&method));
   const std::string ds = SmallDataset();
   grpc::Status st;
@@ -265,7 +279,7 @@ TEST_F(RobustnessTest, JobStartedMaxAttemptsTimesIsFailedNotRerun) {
 }
 
 TEST_F(RobustnessTest, AttemptsCountEachStart) {
-  BlockingMethod method;
+  BlockingMethod& method = OwnedMethod<BlockingMethod>();
   StartServer(WithMethod(&method));
   const std::string ds = SmallDataset();
   grpc::Status st;
@@ -282,7 +296,7 @@ TEST_F(RobustnessTest, AttemptsCountEachStart) {
 // --- 2 and 3. Cancel and drain ----------------------------------------------
 
 TEST_F(RobustnessTest, CancelledJobSlowToStopStaysCancelledOverARestart) {
-  SlowStopMethod method(std::chrono::milliseconds(300));
+  SlowStopMethod& method = OwnedMethod<SlowStopMethod>(std::chrono::milliseconds(300));
   ServerOptions opts = WithMethod(&method);
   opts.job_stop_timeout = absl::Seconds(20);
   StartServer(opts);
@@ -300,7 +314,7 @@ TEST_F(RobustnessTest, CancelledJobSlowToStopStaysCancelledOverARestart) {
 }
 
 TEST_F(RobustnessTest, CancelRecordedBeforeACrashIsHonouredAtStart) {
-  BlockingMethod method;
+  BlockingMethod& method = OwnedMethod<BlockingMethod>();
   StartServer(WithMethod(&method));
   const std::string ds = SmallDataset();
   grpc::Status st;
@@ -415,7 +429,7 @@ TEST_F(RobustnessTest, UnreadableSqliteCatalogueStopsTheStartAndDeletesNothing) 
 // --- 6. Streams, sizes, statuses --------------------------------------------
 
 TEST_F(RobustnessTest, ConcurrentStreamsAreCapped) {
-  BlockingMethod method;
+  BlockingMethod& method = OwnedMethod<BlockingMethod>();
   ServerOptions opts = WithMethod(&method);
   opts.max_streams = 2;
   StartServer(opts);
@@ -1032,7 +1046,7 @@ class FullDiskTest : public RobustnessTest {
 
 TEST_F(FullDiskTest, FullDiskGivesResourceExhaustedAndDeletesStillWork) {
   if (!mounted_) GTEST_SKIP() << skip_reason_;
-  BlockingMethod method;
+  BlockingMethod& method = OwnedMethod<BlockingMethod>();
   ServerOptions opts = WithMethod(&method);
   opts.queue_capacity = 10000;
   StartServer(opts);
@@ -1085,7 +1099,7 @@ TEST_F(FullDiskTest, FullDiskGivesResourceExhaustedAndDeletesStillWork) {
 
 TEST_F(FullDiskTest, MinFreeDiskRefusesUploadsAndJobsBeforeTheDiskFills) {
   if (!mounted_) GTEST_SKIP() << skip_reason_;
-  BlockingMethod method;
+  BlockingMethod& method = OwnedMethod<BlockingMethod>();
   ServerOptions opts = WithMethod(&method);
   opts.min_free_disk = "50%";  // of 96 MiB
   StartServer(opts);

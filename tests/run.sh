@@ -4,7 +4,8 @@
 #   2. builds every target with AddressSanitizer and UndefinedBehaviorSanitizer
 #      (build-asan/) and runs every ctest entry there: unit, server on both
 #      catalogues, black-box with the real binaries, quality, load; then
-#      builds the server tests with ThreadSanitizer (build-tsan/) and runs
+#      builds the server tests and L2H's threaded core tests with
+#      ThreadSanitizer (build-tsan/) and runs
 #      them (tests/sanitize.sh); any sanitizer report fails the run;
 #   3. runs every libFuzzer target (clang, ASan + UBSan) for FUZZ_SECONDS
 #      (default 30) from its seed corpus (build-fuzz/).

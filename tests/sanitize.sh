@@ -2,7 +2,8 @@
 # The test suite under sanitizers, each build in a directory of its own:
 #
 #   tests/sanitize.sh address   every ctest entry, ASan + UBSan   (build-asan/)
-#   tests/sanitize.sh thread    the server and job-manager tests, TSan (build-tsan/)
+#   tests/sanitize.sh thread    the server and job-manager tests and L2H's threaded core
+#                               tests, TSan (build-tsan/)
 #   tests/sanitize.sh           both, one after the other
 #
 # Every report is fatal (-fno-sanitize-recover=all, halt_on_error) and is
@@ -72,10 +73,11 @@ run_address() {
 run_thread() {
   local build="${TSAN_BUILD_DIR:-$root/build-tsan}"
   # The binaries behind ctest's "server" label and dendrod, which some of
-  # them start.
+  # them start; and L2H's tests of its own worker threads.
   configure_and_build "$build" thread dendrod server_test tneb_server_test hppca_server_test \
     ghhc_server_test robustness_server_test auth_test model_cache_test registry_labels_test \
-    catalogue_test sweep_test artifact_store_test upload_validator_test stream_limiter_test
+    catalogue_test sweep_test artifact_store_test upload_validator_test stream_limiter_test \
+    l2h_worker_pool_test l2h_run_test
   local logs="$build/sanitizer-reports"
   rm -rf "$logs" && mkdir -p "$logs"
   # Debian's Abseil, gRPC and libgomp are not built with TSan, so the
@@ -91,6 +93,8 @@ run_thread() {
   local status=0
   ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 900 -L '^server$' \
     "$@" || status=1
+  ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 900 \
+    -R '^(L2hWorkerPool|L2hRun)\.' "$@" || status=1
   check_reports "$logs" thread || status=1
   unset TSAN_OPTIONS OMP_THREAD_LIMIT
   return $status

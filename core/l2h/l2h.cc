@@ -54,7 +54,8 @@ constexpr int64_t kWorkPerBlock = int64_t{1} << 18;  // logit values per chunk
 // Below these a loop runs on the calling thread: on a busy machine every
 // fork/join of a parallel region can cost a scheduler time slice.
 constexpr int64_t kMinParallelWork = int64_t{1} << 21;  // logit values
-constexpr int64_t kMinParallelPoints = 2048;  // points of a lowest group
+constexpr int64_t kMinParallelPoints = 256;  // points of a lowest group
+constexpr int64_t kMinChunkPoints = 32;
 constexpr int64_t kPrefetchDistance = 6;       // points ahead
 constexpr int32_t kMaxPrefetchColumns = 64;
 constexpr double kFirstPassShare = 0.5;  // progress fraction of the first pass
@@ -467,7 +468,11 @@ absl::Status L2hRunner::Reassign(const Group& lowest) {
       step_value_[j] = e / (e + rest);
     }
   };
-  const int64_t points_per_chunk = std::max<int64_t>(64, kWorkPerBlock / k_);
+  // Chunks of at most a quarter of each thread's share, so that a step of a
+  // few hundred points still spreads over the threads.
+  const int64_t points_per_chunk = std::max<int64_t>(
+      kMinChunkPoints,
+      std::min<int64_t>(kWorkPerBlock / k_, (m + 4 * num_threads_ - 1) / (4 * num_threads_)));
   if (!ParallelChunks(pool_, m >= kMinParallelPoints, m, points_per_chunk, ctx_, body,
                       [](int64_t) {})) {
     for (int32_t c : t) penalty_[c] = 0.0f;

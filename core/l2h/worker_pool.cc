@@ -1,12 +1,29 @@
 #include "core/l2h/worker_pool.h"
 
-#include <atomic>
 #include <utility>
 
 namespace dendro {
 namespace l2h_internal {
+namespace {
 
-// One Run() call. Workers that wake up late may still hold it after Run()
+// Polls done() until it is true or kSpin has passed; true if it became true.
+// Between polls the thread yields, so a spinning thread gives its core to
+// any other runnable thread.
+template <typename Done>
+bool SpinUntil(Done&& done) {
+  const auto deadline = std::chrono::steady_clock::now() + WorkerPool::kSpin;
+  for (int i = 1;; ++i) {
+    if (done()) return true;
+    if ((i & 15) == 0) {
+      if (std::chrono::steady_clock::now() >= deadline) return done();
+      std::this_thread::yield();
+    }
+  }
+}
+
+}  // namespace
+
+// One Run() call. Workers that start late may still hold it after Run()
 // returned; they then find no chunk left and never touch `fn`.
 struct WorkerPool::Job {
   const std::function<void(int64_t, int)>* fn = nullptr;
@@ -24,7 +41,7 @@ WorkerPool::WorkerPool(int num_threads) {
 WorkerPool::~WorkerPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    shutdown_ = true;
+    shutdown_.store(true, std::memory_order_release);
   }
   work_cv_.notify_all();
   for (std::thread& w : workers_) w.join();
@@ -45,12 +62,19 @@ void WorkerPool::Drain(Job& job, int thread) {
 void WorkerPool::WorkerLoop(int thread) {
   uint64_t seen = 0;
   for (;;) {
+    SpinUntil([&] {
+      return generation_.load(std::memory_order_acquire) != seen ||
+             shutdown_.load(std::memory_order_acquire);
+    });
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return shutdown_ || generation_ != seen; });
-      if (shutdown_) return;
-      seen = generation_;
+      work_cv_.wait(lock, [&] {
+        return shutdown_.load(std::memory_order_relaxed) ||
+               generation_.load(std::memory_order_relaxed) != seen;
+      });
+      if (shutdown_.load(std::memory_order_relaxed)) return;
+      seen = generation_.load(std::memory_order_relaxed);
       job = job_;
     }
     Drain(*job, thread);
@@ -69,14 +93,18 @@ void WorkerPool::Run(int64_t num_chunks, const std::function<void(int64_t, int)>
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = job;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
+  // Cheap when every worker is spinning: glibc's notify makes no system
+  // call without waiters.
   work_cv_.notify_all();
   Drain(*job, 0);
-  std::unique_lock<std::mutex> lock(job->mu);
-  job->done_cv.wait(lock, [&] {
+  auto all_done = [&] {
     return job->done.load(std::memory_order_acquire) == job->num_chunks;
-  });
+  };
+  if (SpinUntil(all_done)) return;
+  std::unique_lock<std::mutex> lock(job->mu);
+  job->done_cv.wait(lock, all_done);
 }
 
 }  // namespace l2h_internal

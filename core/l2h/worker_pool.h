@@ -1,14 +1,19 @@
 // A small fork/join pool for RunL2h (internal to core/l2h).
 //
-// Why not OpenMP: libgomp's idle threads spin-wait for a while after every
-// parallel region. On a host shared with other work that spinning takes a
-// core away from the sequential parts between regions (L2H runs hundreds of
-// short regions, one per merge step), which made two threads several times
-// slower than one on a loaded machine. These workers block on a condition
-// variable instead.
+// Why not OpenMP: libgomp's idle threads spin-wait for a long while after
+// every parallel region. On a host shared with other work that spinning takes
+// a core away from the sequential parts between regions, which made two
+// threads several times slower than one on a loaded machine. Blocking alone is
+// no better the other way round: L2H runs about K short regions back to back
+// (one per merge step, many of them tens of microseconds long), and waking a
+// blocked thread costs about as much as such a region. So both sides wait in
+// two phases: a short bounded spin (kSpin below, yielding the core while it
+// spins), then a condition variable.
 #ifndef DENDRO_CORE_L2H_WORKER_POOL_H_
 #define DENDRO_CORE_L2H_WORKER_POOL_H_
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -22,6 +27,10 @@ namespace l2h_internal {
 
 class WorkerPool {
  public:
+  // How long an idle worker keeps polling for the next Run() before it
+  // blocks, and how long Run() polls for the workers' last chunks.
+  static constexpr std::chrono::microseconds kSpin{100};
+
   // `num_threads` >= 1 threads in all: the calling thread plus
   // num_threads - 1 workers.
   explicit WorkerPool(int num_threads);
@@ -46,8 +55,9 @@ class WorkerPool {
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::shared_ptr<Job> job_;  // guarded by mu_
-  uint64_t generation_ = 0;   // guarded by mu_
-  bool shutdown_ = false;     // guarded by mu_
+  // Written under mu_; read without it by spinning workers.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> shutdown_{false};
   std::vector<std::thread> workers_;
 };
 

@@ -58,6 +58,8 @@ constexpr int64_t kMinParallelPoints = 256;  // points of a lowest group
 constexpr int64_t kMinChunkPoints = 32;
 constexpr int64_t kPrefetchDistance = 6;       // points ahead
 constexpr int32_t kMaxPrefetchColumns = 64;
+constexpr int kBatch = 16;                     // points per batch of updates
+constexpr int64_t kMinBatchCapacity = 1024;    // doubles
 constexpr double kFirstPassShare = 0.5;  // progress fraction of the first pass
 constexpr float kMasked = -std::numeric_limits<float>::infinity();
 constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
@@ -110,6 +112,18 @@ double SumExpOverColumns(const float* x, const std::vector<int32_t>& columns, do
   l2h_internal::ExpInPlace(buf, n);
   return NumpySum(buf, n);
 }
+
+// A point whose update in Reassign waits for its batch's exponentials:
+// terms [offset, offset + num_terms) of the batch are the newly masked
+// columns' x_c - shift, and term offset + num_terms is x_best - shift.
+struct PendingUpdate {
+  int32_t point;
+  int32_t best;  // the best after this step
+  int64_t step_index;
+  int64_t offset;
+  int32_t num_terms;
+  bool best_moved;
+};
 
 struct Group {
   std::vector<int32_t> clusters;  // ordered as the reference's tuple
@@ -190,12 +204,18 @@ class L2hRunner {
   std::vector<double> rp_;
   std::vector<int32_t> rp_targets_;     // clusters with rp_ possibly non-zero
   std::vector<double> thread_buf_;      // num_threads_ * K doubles
+  // Per thread: the arguments of a batch of subtracting updates (Reassign).
+  int64_t batch_capacity_ = 0;
+  std::vector<double> batch_buf_;       // num_threads_ * batch_capacity_
   bool any_point_touched_ = false;
   double last_fraction_ = 0.0;
 };
 
 absl::Status L2hRunner::FirstPass() {
   thread_buf_.assign(static_cast<size_t>(num_threads_) * k_, 0.0);
+  // A subtracting update has at most K / 2 + 1 terms (Reassign).
+  batch_capacity_ = std::max<int64_t>(kMinBatchCapacity, k_ / 2 + 1);
+  batch_buf_.assign(static_cast<size_t>(num_threads_) * batch_capacity_, 0.0);
   // Rows [0, done) were passed over as they arrived, from the same rows
   // (checked by RunL2h).
   const int64_t done = first_pass_ != nullptr ? first_pass_->rows_added() : 0;
@@ -386,6 +406,46 @@ absl::Status L2hRunner::Reassign(const Group& lowest) {
   };
   auto body = [&](int64_t begin, int64_t end, int thread) {
     double* buf = thread_buf_.data() + static_cast<size_t>(thread) * k_;
+    double* batch = batch_buf_.data() + static_cast<size_t>(thread) * batch_capacity_;
+    // The subtracting updates of up to kBatch points are done in three
+    // phases: gather the arguments of their exponentials into `batch`, take
+    // them all in one ExpInPlace, then finish each point. One point's
+    // handful of exponentials is a chain of dependent operations; many
+    // points' are independent, so the vector unit overlaps them. Exp gives
+    // the same bits wherever a value sits in the batch, so every result
+    // equals that of updating the points one at a time.
+    PendingUpdate pending[kBatch];
+    int num_pending = 0;
+    int64_t batch_used = 0;
+    auto finish_batch = [&] {
+      l2h_internal::ExpInPlace(batch, batch_used);
+      for (int p = 0; p < num_pending; ++p) {
+        const PendingUpdate& u = pending[p];
+        PointState& st = state_[u.point];
+        const float* x = Row(u.point);
+        double rest = st.rest;
+        if (u.num_terms > 0) rest -= l2h_internal::PairwiseSum(batch + u.offset, u.num_terms);
+        // exp(x_best - shift) for the (possibly new) best: subtracted from
+        // `rest` if the best moved, and the numerator of g^m.
+        double e = batch[u.offset + u.num_terms];
+        const int32_t b = u.best;
+        if (u.best_moved) rest -= e;
+        if (rest < kCancelRatio * static_cast<double>(st.ref) ||
+            static_cast<double>(st.shift) - static_cast<double>(x[b]) > kMaxShiftDrift) {
+          const double new_shift = x[b];
+          rest = MaskedExpSum(x, k_, new_shift, penalty, b, buf);
+          st.ref = static_cast<float>(rest);
+          st.shift = x[b];
+          e = Exp(static_cast<double>(x[b]) - new_shift);
+        }
+        st.best = b;
+        st.rest = rest;
+        step_target_[u.step_index] = b;
+        step_value_[u.step_index] = e / (e + rest);
+      }
+      num_pending = 0;
+      batch_used = 0;
+    };
     // Two stages: a point's state well ahead, its row's columns (which
     // depend on the state) nearer.
     for (int64_t j = begin; j < std::min(end, begin + 2 * kPrefetchDistance); ++j) {
@@ -405,9 +465,8 @@ absl::Status L2hRunner::Reassign(const Group& lowest) {
       // state: the list outside the covered run.
       const int32_t run_begin = pos_[c] - cov_before_[c];
       const int32_t run_end = run_begin + cov_len_[c];
-      int32_t b = st.best;
+      const int32_t b = st.best;
       const double shift = st.shift;
-      double rest = st.rest;
       // A masked best moves to the runner-up of the last scan if that is
       // still outside the group, otherwise to a fresh scan (which also
       // brings the row into cache for the gathers below).
@@ -426,47 +485,43 @@ absl::Status L2hRunner::Reassign(const Group& lowest) {
       // (a contiguous row pass costs about half a gather per value).
       const int32_t num_new = run_begin + (t_size - run_end);
       const int64_t direct_cost = std::min<int64_t>(num_unmasked, k_ / 2);
-      double new_shift = shift;
       if (direct_cost < num_new) {
-        b = new_best;
-        new_shift = x[b];
-        rest = num_unmasked < k_ / 2 ? SumExpOverColumns(x, unmasked_, new_shift, b, buf)
-                                     : MaskedExpSum(x, k_, new_shift, penalty, b, buf);
+        const double new_shift = x[new_best];
+        const double rest =
+            num_unmasked < k_ / 2 ? SumExpOverColumns(x, unmasked_, new_shift, new_best, buf)
+                                  : MaskedExpSum(x, k_, new_shift, penalty, new_best, buf);
         st.ref = static_cast<float>(rest);
-        st.shift = x[b];
-      } else {
-        // The old best is not part of `rest`.
-        int32_t n = 0;
-        for (int32_t q = 0; q < run_begin; ++q) {
-          const int32_t a = t[q];
-          buf[n++] = a == b ? kMinusInf : static_cast<double>(x[a]) - shift;
-        }
-        for (int32_t q = run_end; q < t_size; ++q) {
-          const int32_t a = t[q];
-          buf[n++] = a == b ? kMinusInf : static_cast<double>(x[a]) - shift;
-        }
-        if (n > 0) {
-          l2h_internal::ExpInPlace(buf, n);
-          rest -= l2h_internal::PairwiseSum(buf, n);
-        }
-        if (new_best != b) {
-          b = new_best;
-          rest -= Exp(static_cast<double>(x[b]) - shift);
-        }
-        if (rest < kCancelRatio * static_cast<double>(st.ref) ||
-            shift - static_cast<double>(x[b]) > kMaxShiftDrift) {
-          new_shift = x[b];
-          rest = MaskedExpSum(x, k_, new_shift, penalty, b, buf);
-          st.ref = static_cast<float>(rest);
-          st.shift = x[b];
-        }
+        st.shift = x[new_best];
+        st.best = new_best;
+        st.rest = rest;
+        const double e = Exp(static_cast<double>(x[new_best]) - new_shift);
+        step_target_[j] = new_best;
+        step_value_[j] = e / (e + rest);
+        continue;
       }
-      st.best = b;
-      st.rest = rest;
-      const double e = Exp(static_cast<double>(x[b]) - new_shift);
-      step_target_[j] = b;
-      step_value_[j] = e / (e + rest);
+      // The subtracting update: num_new <= K / 2 terms and the best's.
+      if (num_pending == kBatch || batch_used + num_new + 1 > batch_capacity_) finish_batch();
+      PendingUpdate& u = pending[num_pending++];
+      u.point = i;
+      u.step_index = j;
+      u.best = new_best;
+      u.best_moved = new_best != b;
+      u.offset = batch_used;
+      // The old best is not part of `rest`.
+      double* out = batch + batch_used;
+      for (int32_t q = 0; q < run_begin; ++q) {
+        const int32_t a = t[q];
+        *out++ = a == b ? kMinusInf : static_cast<double>(x[a]) - shift;
+      }
+      for (int32_t q = run_end; q < t_size; ++q) {
+        const int32_t a = t[q];
+        *out++ = a == b ? kMinusInf : static_cast<double>(x[a]) - shift;
+      }
+      *out++ = static_cast<double>(x[new_best]) - shift;
+      u.num_terms = num_new;
+      batch_used += num_new + 1;
     }
+    finish_batch();
   };
   // Chunks of at most a quarter of each thread's share, so that a step of a
   // few hundred points still spreads over the threads.

@@ -27,12 +27,7 @@ constexpr int64_t kReduceBuffer = 8192;        // numpy's default ufunc buffer s
 
 }  // namespace
 
-double PairwiseSum(const double* a, int64_t n) {
-  if (n < 8) {
-    double res = 0.0;
-    for (int64_t i = 0; i < n; ++i) res += a[i];
-    return res;
-  }
+double PairwiseSumOf8OrMore(const double* a, int64_t n) {
   if (n <= kPairwiseBlock) {
     double r[8];
     for (int j = 0; j < 8; ++j) r[j] = a[j];

@@ -24,7 +24,14 @@ namespace l2h_internal {
 // eight interleaved accumulators combined as
 // ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)) plus a sequential remainder;
 // larger n split at n/2 rounded down to a multiple of 8.
-double PairwiseSum(const double* a, int64_t n);
+double PairwiseSumOf8OrMore(const double* a, int64_t n);  // n >= 8
+inline double PairwiseSum(const double* a, int64_t n) {
+  if (n >= 8) return PairwiseSumOf8OrMore(a, n);
+  // Inline: L2H's merges sum a few terms per point.
+  double res = 0.0;
+  for (int64_t i = 0; i < n; ++i) res += a[i];
+  return res;
+}
 
 // np.sum / np.add.reduce of a contiguous 1-D float64 array (numpy 1.2x):
 // the reduction runs in buffer-sized blocks of 8192 elements, pairwise

@@ -243,6 +243,25 @@ TEST(L2hRun, AgreesWithDirectTranscriptionOnRandomInputs) {
   EXPECT_GT(compared, total * 95 / 100);
 }
 
+TEST(L2hRun, AgreesWithDirectTranscriptionWithManyClusters) {
+  // Hundreds of clusters: a point's update then subtracts up to K / 2 newly
+  // masked columns, so a batch of updates fills its buffer before it has 16
+  // points (Reassign flushes it early), and steps of more than 256 points
+  // run on several threads.
+  size_t total = 0;
+  size_t compared = 0;
+  for (uint64_t seed = 0; seed < 3; ++seed) {
+    const int32_t k = 300 + 100 * static_cast<int32_t>(seed);
+    const Logits l = RandomLogits(1000 + seed, 4 * k, k, 1.0 + seed, 3.0);
+    const L2hAggregation agg = seed == 1 ? L2hAggregation::kSumOfSums
+                                         : L2hAggregation::kSumOfMeans;
+    total += k - 1;
+    compared += CompareWithBrute(l, agg, "seed " + std::to_string(seed));
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(compared, total * 95 / 100);
+}
+
 TEST(L2hRun, EmptyClustersFollowTheDocumentedRule) {
   // K = 6; nobody's argmax is 1 or 4. Column 1 is the runner-up of cluster
   // 3's points, column 4 the runner-up of cluster 5's points.

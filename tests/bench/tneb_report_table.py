@@ -37,7 +37,7 @@ def main():
                                                       int(m.group(5)))
                     continue
                 p = line.rstrip("\n").split("\t")
-                if len(p) in (12, 13, 14, 15) and p[0] != "dataset":
+                if 12 <= len(p) <= 17 and p[0] != "dataset":
                     ari, other = float(p[2]), float(p[11])
                     if len(p) >= 13 and p[12] == "density":
                         ari, other = other, ari

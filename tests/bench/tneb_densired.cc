@@ -49,14 +49,26 @@ int Usage() {
   return 2;
 }
 
-// ARI at k of the other merge order, rebuilt from the fit's path edges and
-// the mixture's log-density at its means (the same tree FitTneb builds).
+// Each point's cluster when `tree` is cut to k clusters (numbered as
+// CutToK numbers them); `point_leaf` gives each point's leaf. Empty if the
+// tree has no such cut.
+std::vector<int64_t> PointClusters(const dendro::Hierarchy& tree,
+                                   const std::vector<int32_t>& point_leaf, int k) {
+  auto cut = tree.CutToK(k);
+  if (!cut.ok()) return {};
+  std::vector<int64_t> pred(point_leaf.size());
+  for (size_t i = 0; i < point_leaf.size(); ++i) pred[i] = (*cut)[point_leaf[i]];
+  return pred;
+}
+
 // Each leaf component's log-density at its mean.
 std::vector<double> Peaks(const dendro::TnebResult& r) {
   const Eigen::VectorXd peak = r.model.mixture.LogDensity(r.model.mixture.means(), 1);
   return std::vector<double>(peak.data(), peak.data() + peak.size());
 }
 
+// ARI at k of the other merge order, rebuilt from the fit's path edges and
+// the mixture's log-density at its means (the same tree FitTneb builds).
 double OtherMergeAri(const dendro::TnebResult& r, dendro::TnebMerge other, int k,
                      const std::vector<int64_t>& y) {
   const int32_t l = r.hierarchy.num_leaves();
@@ -66,10 +78,8 @@ double OtherMergeAri(const dendro::TnebResult& r, dendro::TnebMerge other, int k
   if (!mt.ok()) return -1.0;
   auto tree = dendro::Hierarchy::FromMerges(l, mt->merges);
   if (!tree.ok()) return -1.0;
-  auto cut = tree->CutToK(std::min(k, l));
-  if (!cut.ok()) return -1.0;
-  std::vector<int64_t> pred(y.size());
-  for (size_t i = 0; i < y.size(); ++i) pred[i] = (*cut)[r.hierarchy.point_leaf()[i]];
+  const std::vector<int64_t> pred = PointClusters(*tree, r.hierarchy.point_leaf(), std::min(k, l));
+  if (pred.empty()) return -1.0;
   return *dendro::AdjustedRandIndex(y, pred);
 }
 
@@ -235,23 +245,18 @@ int main(int argc, char** argv) {
       }
       const auto& tree = r->hierarchy;
       const int k = std::min<int>(true_k, tree.num_leaves());
-      auto cut = tree.CutToK(k);
-      std::vector<int64_t> pred(n);
-      for (int64_t i = 0; i < n; ++i) pred[i] = (*cut)[tree.point_leaf()[i]];
+      const std::vector<int64_t> pred = PointClusters(tree, tree.point_leaf(), k);
       const double ari = *dendro::AdjustedRandIndex(y->data, pred);
       // The smallest cluster at k, and the ARI one cut higher: on a draw
       // with a class too small for a component of its own, the cut at k
       // must split a real class, and these show it.
-      std::map<int64_t, int64_t> cluster_size;
+      std::vector<int64_t> cluster_size(k, 0);
       for (int64_t p : pred) ++cluster_size[p];
-      int64_t smallest = n;
-      for (const auto& [cluster, size] : cluster_size) smallest = std::min(smallest, size);
+      const int64_t smallest = *std::min_element(cluster_size.begin(), cluster_size.end());
       double ari_fewer = std::nan("");
       if (k >= 2) {
-        auto fewer = tree.CutToK(k - 1);
-        std::vector<int64_t> pred_fewer(n);
-        for (int64_t i = 0; i < n; ++i) pred_fewer[i] = (*fewer)[tree.point_leaf()[i]];
-        ari_fewer = *dendro::AdjustedRandIndex(y->data, pred_fewer);
+        ari_fewer = *dendro::AdjustedRandIndex(
+            y->data, PointClusters(tree, tree.point_leaf(), k - 1));
       }
       if (!dump.empty()) {
         std::vector<int64_t> leaves(tree.point_leaf().begin(), tree.point_leaf().end());

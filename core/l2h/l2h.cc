@@ -213,9 +213,6 @@ class L2hRunner {
 
 absl::Status L2hRunner::FirstPass() {
   thread_buf_.assign(static_cast<size_t>(num_threads_) * k_, 0.0);
-  // A subtracting update has at most K / 2 + 1 terms (Reassign).
-  batch_capacity_ = std::max<int64_t>(kMinBatchCapacity, k_ / 2 + 1);
-  batch_buf_.assign(static_cast<size_t>(num_threads_) * batch_capacity_, 0.0);
   // Rows [0, done) were passed over as they arrived, from the same rows
   // (checked by RunL2h).
   const int64_t done = first_pass_ != nullptr ? first_pass_->rows_added() : 0;
@@ -615,6 +612,9 @@ void L2hRunner::ReportMerging(int32_t step) {
 absl::StatusOr<L2hResult> L2hRunner::Run() {
   DENDRO_RETURN_IF_ERROR(FirstPass());
   BuildClusters();
+  // Reassign's batches: a subtracting update has at most K / 2 + 1 terms.
+  batch_capacity_ = std::max<int64_t>(kMinBatchCapacity, k_ / 2 + 1);
+  batch_buf_.assign(static_cast<size_t>(num_threads_) * batch_capacity_, 0.0);
 
   groups_.reserve(2 * static_cast<size_t>(k_) - 1);
   group_of_.resize(k_);

@@ -194,7 +194,8 @@ absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransf
   const int64_t n = x.rows();
   const int d = static_cast<int>(x.cols());
   MatrixXd centers(m, d);
-  std::vector<double> closest(n);
+  // Per row: the squared distance to the nearest center chosen so far.
+  std::vector<double> closest(n, std::numeric_limits<double>::infinity());
   std::uniform_real_distribution<double> unif(0.0, 1.0);
 
   // Every pass over the data below polls once per block of rows (each
@@ -202,23 +203,27 @@ absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransf
   // within one block per thread rather than after the whole pass.
   PassCancel cancel(ctx);
   const absl::Status cancelled = absl::CancelledError("job cancelled");
-  std::uniform_int_distribution<int64_t> pick(0, n - 1);
-  centers.row(0) = RowOf(x, t, pick(*rng));
-  {
-    MatrixXd c = centers.topRows(1);
-    VectorXd cn = c.rowwise().squaredNorm();
+  // Lowers `closest` to the distances to a new center (one row); false if
+  // cancelled.
+  auto add_center = [&](const MatrixXd& center) {
+    const VectorXd norm = center.rowwise().squaredNorm();
     ForChunks(n, threads, 4.0 * d, [&](int64_t begin, int64_t end, int) {
       MatrixXd xb, dist;
       for (int64_t b = begin; b < end; b += kBlockRows) {
         if (cancel.Poll()) return;
         xb.resize(std::min(kBlockRows, end - b), d);
         LoadRows(x, t, b, &xb);
-        SquaredDistances(xb, c, cn, &dist);
-        for (int64_t i = 0; i < xb.rows(); ++i) closest[b + i] = dist(i, 0);
+        SquaredDistances(xb, center, norm, &dist);
+        for (int64_t i = 0; i < xb.rows(); ++i) {
+          closest[b + i] = std::min(closest[b + i], dist(i, 0));
+        }
       }
     });
-    if (cancel.seen()) return cancelled;
-  }
+    return !cancel.seen();
+  };
+  std::uniform_int_distribution<int64_t> pick(0, n - 1);
+  centers.row(0) = RowOf(x, t, pick(*rng));
+  if (!add_center(centers.topRows(1))) return cancelled;
   const int trials = 2 + static_cast<int>(std::log(static_cast<double>(m)));
   std::vector<double> cumulative(n);
   for (int c = 1; c < m; ++c) {
@@ -263,20 +268,7 @@ absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransf
       if (pot(j) < pot(best)) best = j;
     }
     centers.row(c) = cand.row(best);
-    MatrixXd cb = cand.row(best);
-    VectorXd cbn = cb.rowwise().squaredNorm();
-    ForChunks(n, threads, 4.0 * d, [&](int64_t begin, int64_t end, int) {
-      MatrixXd xb, dist;
-      for (int64_t b = begin; b < end; b += kBlockRows) {
-        if (cancel.Poll()) return;
-        xb.resize(std::min(kBlockRows, end - b), d);
-        LoadRows(x, t, b, &xb);
-        SquaredDistances(xb, cb, cbn, &dist);
-        for (int64_t i = 0; i < xb.rows(); ++i)
-          closest[b + i] = std::min(closest[b + i], dist(i, 0));
-      }
-    });
-    if (cancel.seen()) return cancelled;
+    if (!add_center(cand.row(best))) return cancelled;
   }
 
   // Lloyd iterations.

@@ -18,6 +18,7 @@
 namespace dendro {
 namespace {
 
+using io_internal::OpenForReading;
 using io_internal::PosixError;
 
 constexpr size_t kBufferSize = size_t{1} << 20;
@@ -90,17 +91,10 @@ absl::Status WriteFileAtomic(const std::string& path, std::string_view contents)
 
 absl::Status ReadFileToString(const std::string& path, std::string* out) {
   out->clear();
-  int fd;
-  do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return PosixError(path, "open", errno);
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return PosixError(path, "stat", err);
-  }
+  absl::StatusOr<int> opened = OpenForReading(path, &st);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   if (S_ISDIR(st.st_mode)) {
     ::close(fd);
     return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a file"));

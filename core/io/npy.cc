@@ -28,6 +28,7 @@
 namespace dendro {
 namespace {
 
+using io_internal::OpenForReading;
 using io_internal::PosixError;
 using io_internal::ToAbsl;
 
@@ -558,17 +559,8 @@ std::string MakeNpyHeader(DType dtype, absl::Span<const int64_t> shape) {
 // ---------------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<MappedNpy>> MappedNpy::Open(const std::string& path) {
-  int fd;
-  do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return PosixError(path, "open", errno);
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return PosixError(path, "stat", err);
-  }
+  DENDRO_ASSIGN_OR_RETURN(const int fd, OpenForReading(path, &st));
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
     return absl::InvalidArgumentError(absl::StrCat(

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/common/crash_point.h"
+#include "core/common/status_macros.h"
 #include "core/io/posix_error.h"
 
 namespace dendro {
@@ -92,9 +93,7 @@ absl::Status WriteFileAtomic(const std::string& path, std::string_view contents)
 absl::Status ReadFileToString(const std::string& path, std::string* out) {
   out->clear();
   struct stat st;
-  absl::StatusOr<int> opened = OpenForReading(path, &st);
-  if (!opened.ok()) return opened.status();
-  const int fd = *opened;
+  DENDRO_ASSIGN_OR_RETURN(const int fd, OpenForReading(path, &st));
   if (S_ISDIR(st.st_mode)) {
     ::close(fd);
     return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a file"));

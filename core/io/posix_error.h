@@ -1,4 +1,5 @@
-// Internal to core/io: turns a failed POSIX call into an absl::Status.
+// Internal to core/io: failed POSIX calls as absl::Status, and the open-and-stat
+// that the readers share.
 #ifndef DENDRO_CORE_IO_POSIX_ERROR_H_
 #define DENDRO_CORE_IO_POSIX_ERROR_H_
 

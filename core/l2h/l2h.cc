@@ -116,13 +116,13 @@ double SumExpOverColumns(const float* x, const std::vector<int32_t>& columns, do
 // A point whose update in Reassign waits for its batch's exponentials:
 // terms [offset, offset + num_terms) of the batch are the newly masked
 // columns' x_c - shift, and term offset + num_terms is x_best - shift.
+// Until the batch is finished the point's state still holds the old best.
 struct PendingUpdate {
   int32_t point;
   int32_t best;  // the best after this step
   int64_t step_index;
   int64_t offset;
   int32_t num_terms;
-  bool best_moved;
 };
 
 struct Group {
@@ -411,6 +411,16 @@ absl::Status L2hRunner::Reassign(const Group& lowest) {
     // points' are independent, so the vector unit overlaps them. Exp gives
     // the same bits wherever a value sits in the batch, so every result
     // equals that of updating the points one at a time.
+    // A point whose `rest` was computed directly, with shift = x_b, starts
+    // its state afresh from it; its g^m is e / (e + rest) with
+    // e = exp(x_b - x_b) = 1.
+    auto restart = [&](PointState& st, const float* x, int32_t b, double rest) {
+      st.ref = static_cast<float>(rest);
+      st.shift = x[b];
+      st.best = b;
+      st.rest = rest;
+      return 1.0 / (1.0 + rest);
+    };
     PendingUpdate pending[kBatch];
     int num_pending = 0;
     int64_t batch_used = 0;
@@ -420,25 +430,24 @@ absl::Status L2hRunner::Reassign(const Group& lowest) {
         const PendingUpdate& u = pending[p];
         PointState& st = state_[u.point];
         const float* x = Row(u.point);
+        const int32_t b = u.best;
         double rest = st.rest;
         if (u.num_terms > 0) rest -= l2h_internal::PairwiseSum(batch + u.offset, u.num_terms);
         // exp(x_best - shift) for the (possibly new) best: subtracted from
         // `rest` if the best moved, and the numerator of g^m.
-        double e = batch[u.offset + u.num_terms];
-        const int32_t b = u.best;
-        if (u.best_moved) rest -= e;
+        const double e = batch[u.offset + u.num_terms];
+        if (b != st.best) rest -= e;
+        double value;
         if (rest < kCancelRatio * static_cast<double>(st.ref) ||
             static_cast<double>(st.shift) - static_cast<double>(x[b]) > kMaxShiftDrift) {
-          const double new_shift = x[b];
-          rest = MaskedExpSum(x, k_, new_shift, penalty, b, buf);
-          st.ref = static_cast<float>(rest);
-          st.shift = x[b];
-          e = Exp(static_cast<double>(x[b]) - new_shift);
+          value = restart(st, x, b, MaskedExpSum(x, k_, x[b], penalty, b, buf));
+        } else {
+          st.best = b;
+          st.rest = rest;
+          value = e / (e + rest);
         }
-        st.best = b;
-        st.rest = rest;
         step_target_[u.step_index] = b;
-        step_value_[u.step_index] = e / (e + rest);
+        step_value_[u.step_index] = value;
       }
       num_pending = 0;
       batch_used = 0;
@@ -487,13 +496,8 @@ absl::Status L2hRunner::Reassign(const Group& lowest) {
         const double rest =
             num_unmasked < k_ / 2 ? SumExpOverColumns(x, unmasked_, new_shift, new_best, buf)
                                   : MaskedExpSum(x, k_, new_shift, penalty, new_best, buf);
-        st.ref = static_cast<float>(rest);
-        st.shift = x[new_best];
-        st.best = new_best;
-        st.rest = rest;
-        const double e = Exp(static_cast<double>(x[new_best]) - new_shift);
         step_target_[j] = new_best;
-        step_value_[j] = e / (e + rest);
+        step_value_[j] = restart(st, x, new_best, rest);
         continue;
       }
       // The subtracting update: num_new <= K / 2 terms and the best's.
@@ -502,7 +506,6 @@ absl::Status L2hRunner::Reassign(const Group& lowest) {
       u.point = i;
       u.step_index = j;
       u.best = new_best;
-      u.best_moved = new_best != b;
       u.offset = batch_used;
       // The old best is not part of `rest`.
       double* out = batch + batch_used;

@@ -247,9 +247,7 @@ int main(int argc, char** argv) {
       const int k = std::min<int>(true_k, tree.num_leaves());
       const std::vector<int64_t> pred = PointClusters(tree, tree.point_leaf(), k);
       const double ari = *dendro::AdjustedRandIndex(y->data, pred);
-      // The smallest cluster at k, and the ARI one cut higher: on a draw
-      // with a class too small for a component of its own, the cut at k
-      // must split a real class, and these show it.
+      // The smallest cluster at k, and the ARI one cut higher (see the top).
       std::vector<int64_t> cluster_size(k, 0);
       for (int64_t p : pred) ++cluster_size[p];
       const int64_t smallest = *std::min_element(cluster_size.begin(), cluster_size.end());

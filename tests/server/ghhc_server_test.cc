@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -294,68 +295,44 @@ TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {
   const std::vector<float> x = Blobs(30, &labels);
   v1::Dataset ds;
   ASSERT_TRUE(Upload(x, 30, 8, &ds).ok());
+  // Each case: one change to the small parameters, and what the message says.
+  struct BadCase {
+    std::function<void(v1::GhhcParams&)> change;
+    const char* message;
+  };
+  const std::vector<BadCase> cases = {
+      {[](v1::GhhcParams& p) { p.set_internal_nodes(-2); }, "ghhc.internal_nodes must be >= 0"},
+      {[](v1::GhhcParams& p) { p.set_internal_nodes(1); }, "internal_nodes (M) must be >= 2"},
+      {[](v1::GhhcParams& p) { p.set_max_node_norm(0.95); }, "max_node_norm"},
+      {[](v1::GhhcParams& p) { p.set_projection_dim(8); },
+       "projection_dim must be below the dataset's 8"},
+      {[](v1::GhhcParams& p) { p.set_projection("svd"); }, "ghhc.projection must be pca or random"},
+      {[](v1::GhhcParams& p) { p.set_link("relu"); }, "ghhc.link must be"},
+      {[](v1::GhhcParams& p) { p.set_points("both"); }, "ghhc.points must be fixed, learned or auto"},
+      {[](v1::GhhcParams& p) {
+         p.set_points("auto");
+         p.set_validation_triples(-1);
+       },
+       "validation_triples must not be -1"},
+      {[](v1::GhhcParams& p) {
+         p.set_points("fixed");
+         p.set_learn_points(true);
+       },
+       "contradicts learn_points"},
+      {[](v1::GhhcParams& p) { p.set_margin_every(-3); }, "margin_every must be >= -1"},
+      {[](v1::GhhcParams& p) { p.set_gumbel_temperature(-0.5); }, "gumbel_temperature must be >= 0"},
+      {[](v1::GhhcParams& p) { p.set_validation_triples(-2); }, "validation_triples must be >= -1"},
+      {[](v1::GhhcParams& p) { p.set_point_learning_rate(-1); }, "point_learning_rate must be >= 0"},
+  };
   grpc::Status st;
-  v1::GhhcParams p = SmallParams();
-  p.set_internal_nodes(-2);
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("ghhc.internal_nodes must be >= 0"));
-  p = SmallParams();
-  p.set_internal_nodes(1);
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("internal_nodes (M) must be >= 2"));
-  p = SmallParams();
-  p.set_max_node_norm(0.95);
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("max_node_norm"));
-  p = SmallParams();
-  p.set_projection_dim(8);
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("projection_dim must be below the dataset's 8"));
-  p = SmallParams();
-  p.set_projection("svd");
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_THAT(st.error_message(), HasSubstr("ghhc.projection must be pca or random"));
-  p = SmallParams();
-  p.set_link("relu");
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_THAT(st.error_message(), HasSubstr("ghhc.link must be"));
-  p = SmallParams();
-  p.set_points("both");
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("ghhc.points must be fixed, learned or auto"));
-  p = SmallParams();
-  p.set_points("auto");
-  p.set_validation_triples(-1);
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("validation_triples must not be -1"));
-  p = SmallParams();
-  p.set_points("fixed");
-  p.set_learn_points(true);
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("contradicts learn_points"));
-  p = SmallParams();
-  p.set_margin_every(-3);
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_THAT(st.error_message(), HasSubstr("margin_every must be >= -1"));
-  p = SmallParams();
-  p.set_gumbel_temperature(-0.5);
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_THAT(st.error_message(), HasSubstr("gumbel_temperature must be >= 0"));
-  p = SmallParams();
-  p.set_validation_triples(-2);
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_THAT(st.error_message(), HasSubstr("validation_triples must be >= -1"));
-  p = SmallParams();
-  p.set_point_learning_rate(-1);
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_THAT(st.error_message(), HasSubstr("point_learning_rate must be >= 0"));
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.message);
+    v1::GhhcParams p = SmallParams();
+    c.change(p);
+    Submit(ds.id(), "bad", p, &st);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr(c.message));
+  }
   v1::Dataset two_rows;
   ASSERT_TRUE(Upload(std::vector<float>(16, 1.f), 2, 8, &two_rows).ok());
   Submit(two_rows.id(), "bad", SmallParams(), &st);

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <set>
 #include <string>
@@ -248,34 +249,28 @@ TEST_F(TnebServerTest, BadParametersAreRejectedAtSubmit) {
   std::vector<float> x;
   v1::Dataset ds;
   ASSERT_NO_FATAL_FAILURE(StartWithBlobs(30, &x, &ds));
+  // Each case: one change to the small parameters, and what the message says.
+  struct BadCase {
+    std::function<void(v1::TnebParams&)> change;
+    const char* message;
+  };
+  const std::vector<BadCase> cases = {
+      {[](v1::TnebParams& p) { p.set_components(-2); }, "mixture components"},
+      {[](v1::TnebParams& p) { p.set_components(40); }, "30 rows but 40 mixture components"},
+      {[](v1::TnebParams& p) { p.set_learning_rate(-1); }, "learning_rate"},
+      {[](v1::TnebParams& p) { p.set_merge("single"); }, "tneb.merge"},
+      {[](v1::TnebParams& p) { p.set_rank_restarts_by("bic"); },
+       "tneb.rank_restarts_by must be 'kept_log_likelihood' or 'log_likelihood', got 'bic'"},
+  };
   grpc::Status st;
-  v1::TnebParams p = SmallParams();
-  p.set_components(-2);
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("mixture components"));
-  p = SmallParams();
-  p.set_components(40);
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("30 rows but 40 mixture components"));
-  p = SmallParams();
-  p.set_learning_rate(-1);
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("learning_rate"));
-  p = SmallParams();
-  p.set_merge("single");
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("tneb.merge"));
-  p = SmallParams();
-  p.set_rank_restarts_by("bic");
-  Submit(ds.id(), "bad", p, &st);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(),
-              HasSubstr("tneb.rank_restarts_by must be 'kept_log_likelihood' or "
-                        "'log_likelihood', got 'bic'"));
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.message);
+    v1::TnebParams p = SmallParams();
+    c.change(p);
+    Submit(ds.id(), "bad", p, &st);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr(c.message));
+  }
   v1::Dataset one_col;
   ASSERT_TRUE(Upload(std::vector<float>(30, 1.f), 30, 1, &one_col).ok());
   Submit(one_col.id(), "bad", SmallParams(), &st);

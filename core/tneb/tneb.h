@@ -35,7 +35,9 @@
 //
 // Metadata written to the hierarchy: method, components, surviving,
 // leaf_components (original component index of each leaf), dof / gaussian /
-// learn_dof (and auto_dof, bic_fixed_dof, bic_learned_dof with auto_dof),
+// learn_dof (and auto_dof, bic_fixed_dof, bic_learned_dof, bic_gaussian with
+// auto_dof; gaussian is "true" when the kept fit has Gaussian components,
+// method is "gneb" only when they were asked for),
 // ridge, restarts, rank_restarts_by, converged_restarts, em_tolerance,
 // em_max_iterations, log_likelihood, kept_log_likelihood, seed, standardize,
 // merge, height_offset, auto_k and auto_k_jump (when L >= 3).
@@ -92,9 +94,10 @@ struct TnebOptions {
   int32_t components = 25;       // m
   double dof = 1.0;              // fixed nu (start value when learned)
   bool learn_dof = false;        // learn nu per component (ECM)
-  // Beyond the paper: fit nu fixed at `dof` and nu learned, keep the fit
-  // with the lower BIC (the learned fit pays for its m extra parameters).
-  // Overrides learn_dof; ignored for Gaussian components.
+  // Beyond the paper: fit three mixtures, nu fixed at `dof`, nu learned and
+  // Gaussian components (nu -> infinity), and keep the one with the lowest
+  // BIC (the learned fit pays for its m extra parameters; the first on a
+  // tie). Overrides learn_dof; ignored when `gaussian` is set.
   bool auto_dof = false;
   // Beyond the paper, the default: with neither learn_dof nor auto_dof set,
   // nu is chosen as auto_dof chooses it when d <= kTnebLowDimension and
@@ -146,7 +149,7 @@ inline constexpr int32_t kTnebHighDimensionRestarts = 4;
 int32_t TnebRestarts(const TnebOptions& options, int64_t d);
 
 // Whether a fit of d-dimensional data chooses nu by BIC (auto_dof, or the
-// low-dimension default); never with Gaussian components.
+// low-dimension default); never when Gaussian components are asked for.
 bool TnebAutoDof(const TnebOptions& options, int64_t d);
 
 // The merge order a fit of d-dimensional data uses: options.merge, or with
@@ -195,10 +198,14 @@ struct TnebResult {
   int32_t restarts = 0;  // EM restarts run (after the restarts == 0 rule)
   int32_t converged_restarts = 0;
   int32_t failed_restarts = 0;
-  bool learned_dof = false;  // whether the kept fit learned nu (auto_dof's choice)
-  // auto_dof: BIC (-2 n loglik + parameters * log n) of both fits.
+  // The kept fit: nu learned, or Gaussian components (options.gaussian, or
+  // auto_dof's choice); neither means nu fixed at options.dof.
+  bool learned_dof = false;
+  bool gaussian = false;
+  // auto_dof: BIC (-2 n loglik + parameters * log n) of the three fits.
   double bic_fixed_dof = 0.0;
   double bic_learned_dof = 0.0;
+  double bic_gaussian = 0.0;
   bool em_converged = false;  // whether the kept restart converged
   int64_t em_iterations = 0;  // M-steps over all restarts
   // Wall-clock seconds per phase.

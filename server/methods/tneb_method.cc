@@ -99,8 +99,8 @@ absl::Status CheckMerge(const v1::TnebParams& p) {
 
 // Upper bounds on the parameters whose size drives time or memory. Each is
 // far above any useful value (the paper uses m = 25, 20 restarts, 100 path
-// points, 200 steps, 1,024 evaluation points). auto_dof runs EM twice, which
-// doubles time but not memory.
+// points, 200 steps, 1,024 evaluation points). auto_dof runs EM three times
+// (nu fixed, nu learned, Gaussian), which triples time but not memory.
 absl::Status CheckBounds(const TnebOptions& o, const v1::Dataset& dataset,
                          const JobLimits& limits) {
   DENDRO_RETURN_IF_ERROR(CheckAtMost("tneb.components", o.components, 10000,

@@ -275,7 +275,7 @@ int main(int argc, char** argv) {
                   name.c_str(), s,
                   ari, nmi, tree.num_leaves(), r->converged_restarts, r->restarts,
                   static_cast<long long>(r->em_iterations),
-                  o.gaussian ? "inf" : (r->learned_dof ? "learned" : "fixed"), r->em_seconds,
+                  r->gaussian ? "inf" : (r->learned_dof ? "learned" : "fixed"), r->em_seconds,
                   r->path_seconds, total, other, dendro::TnebMergeName(used),
                   r->log_likelihood, r->kept_log_likelihood, ari_fewer,
                   static_cast<long long>(smallest));

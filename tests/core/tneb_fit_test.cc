@@ -9,6 +9,7 @@
 #endif
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -235,8 +236,8 @@ TEST(TnebFit, MergeOrderFollowsTheDimensionByDefault) {
   EXPECT_EQ(low->hierarchy.metadata().at("merge"), "persistence");
 }
 
-// auto_dof fits nu fixed and nu learned and keeps the lower BIC; restarts
-// = 0 runs 20 when d <= 10 (the authors' rule), else 4.
+// auto_dof fits nu fixed, nu learned and Gaussian components and keeps the
+// lowest BIC; restarts = 0 runs 20 when d <= 10 (the authors' rule), else 4.
 TEST(TnebFit, AutoDofKeepsTheLowerBic) {
   const Data s = Blobs({{0, 0}, {12, 0}, {6, 11}}, 200, 1);
   NullRunContext ctx;
@@ -249,10 +250,22 @@ TEST(TnebFit, AutoDofKeepsTheLowerBic) {
   EXPECT_EQ(md.at("auto_dof"), "true");
   EXPECT_TRUE(std::isfinite(r->bic_fixed_dof));
   EXPECT_TRUE(std::isfinite(r->bic_learned_dof));
-  EXPECT_EQ(r->learned_dof, r->bic_learned_dof < r->bic_fixed_dof);
+  EXPECT_TRUE(std::isfinite(r->bic_gaussian));
+  const double lowest = std::min({r->bic_fixed_dof, r->bic_learned_dof, r->bic_gaussian});
+  EXPECT_EQ(r->learned_dof, r->bic_learned_dof == lowest && r->bic_fixed_dof > lowest);
+  EXPECT_EQ(r->gaussian, r->bic_gaussian == lowest && !r->learned_dof && r->bic_fixed_dof > lowest);
   EXPECT_EQ(md.at("learn_dof"), r->learned_dof ? "true" : "false");
-  // Gaussian blobs: learning nu (towards large values) fits far better than nu = 1.
-  EXPECT_TRUE(r->learned_dof);
+  EXPECT_EQ(md.at("gaussian"), r->gaussian ? "true" : "false");
+  EXPECT_EQ(md.at("method"), "tneb");  // as asked
+  EXPECT_EQ(md.at("bic_gaussian"), absl::StrFormat("%.10g", r->bic_gaussian));
+  // Gaussian blobs: Gaussian components fit as well as learned nu (which
+  // grows large) for m fewer parameters, and far better than nu = 1.
+  EXPECT_TRUE(r->gaussian);
+  EXPECT_GT(r->bic_fixed_dof, r->bic_learned_dof);
+  // The kept mixture is the Gaussian one: every component's nu is infinite.
+  for (int k = 0; k < r->model.mixture.num_components(); ++k) {
+    EXPECT_TRUE(std::isinf(r->model.mixture.dof()[k])) << k;
+  }
 
   TnebOptions a;
   EXPECT_EQ(a.restarts, 0);

@@ -180,6 +180,8 @@ TEST_F(TnebServerTest, MergeOrderAndAutoDofPassThrough) {
   EXPECT_EQ(md.at("auto_dof"), "true");
   EXPECT_EQ(md.at("learn_dof"), expected->hierarchy.metadata().at("learn_dof"));
   EXPECT_EQ(md.at("bic_fixed_dof"), expected->hierarchy.metadata().at("bic_fixed_dof"));
+  EXPECT_EQ(md.at("bic_gaussian"), expected->hierarchy.metadata().at("bic_gaussian"));
+  EXPECT_EQ(md.at("gaussian"), expected->hierarchy.metadata().at("gaussian"));
   EXPECT_EQ(md.at("rank_restarts_by"), "kept_log_likelihood");
 
   // The authors' ranking of the restarts, by the whole mixture's likelihood.
@@ -207,6 +209,7 @@ TEST_F(TnebServerTest, AGivenDofIsFixedAndNoneIsChosenByBic) {
   ASSERT_TRUE(chosen.ok()) << chosen.status();
   EXPECT_EQ(chosen->metadata().at("auto_dof"), "true");
   EXPECT_EQ(chosen->metadata().count("bic_learned_dof"), 1u);
+  EXPECT_EQ(chosen->metadata().count("bic_gaussian"), 1u);
 
   p.set_dof(1.0);
   auto fixed = FitServed(ds.id(), "fixed-dof", p);

@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
 
 namespace dendro {
 namespace {
@@ -107,15 +108,13 @@ RowMatrixD ResampleEquidistant(const RowMatrixD& path, int32_t count) {
   return out;
 }
 
-absl::StatusOr<NebPaths> OptimizePaths(const StudentMixture& mixture,
-                                       absl::Span<const std::pair<int32_t, int32_t>> pairs,
-                                       const NebOptions& o, RunContext& ctx) {
+absl::Status ValidateNebOptions(const NebOptions& o) {
   if (o.path_points < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("path_points must be >= 2 (the two end points), got ", o.path_points));
   }
-  if (o.steps < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("path steps must be >= 0, got ", o.steps));
+  if (o.path_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("path_steps must be >= 0, got ", o.path_steps));
   }
   if (!(o.learning_rate > 0.0) || !std::isfinite(o.learning_rate)) {
     return absl::InvalidArgumentError(
@@ -125,6 +124,13 @@ absl::StatusOr<NebPaths> OptimizePaths(const StudentMixture& mixture,
     return absl::InvalidArgumentError(
         absl::StrCat("eval_points must be >= 2, got ", o.eval_points));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<NebPaths> OptimizePaths(const StudentMixture& mixture,
+                                       absl::Span<const std::pair<int32_t, int32_t>> pairs,
+                                       const NebOptions& o, RunContext& ctx) {
+  DENDRO_RETURN_IF_ERROR(ValidateNebOptions(o));
   const int m = mixture.num_components();
   const int d = mixture.dim();
   for (const auto& [a, b] : pairs) {
@@ -156,7 +162,7 @@ absl::StatusOr<NebPaths> OptimizePaths(const StudentMixture& mixture,
   // group of pairs for all steps (its points still go through the density
   // in dense blocks). No synchronisation per step: idle OpenMP threads
   // spin-wait at barriers, which costs more than the work on a busy host.
-  const double flops = 2.0 * np * l * m * (d + 4.0) * d * std::max(1, o.steps);
+  const double flops = 2.0 * np * l * m * (d + 4.0) * d * std::max(1, o.path_steps);
   const int groups = static_cast<int>(
       std::min<int64_t>(np, std::clamp(flops / kMinFlopsPerThread, 1.0, 1.0 * threads)));
   std::atomic<bool> cancelled{false};
@@ -173,15 +179,15 @@ absl::StatusOr<NebPaths> OptimizePaths(const StudentMixture& mixture,
     Eigen::MatrixXd grad(pts_g.rows(), d), grad_chunk;
     RowMatrixD path;
     double b1t = 1.0, b2t = 1.0;
-    for (int32_t step = 0; step < o.steps; ++step) {
+    for (int32_t step = 0; step < o.path_steps; ++step) {
       if (cancelled.load(std::memory_order_relaxed)) break;
       if (ctx.Cancelled()) {
         cancelled.store(true);
         break;
       }
       if (g == 0) {
-        ctx.Report(static_cast<double>(step) / (o.steps + 1.0),
-                   absl::StrCat(stage_prefix, step, "/", o.steps));
+        ctx.Report(static_cast<double>(step) / (o.path_steps + 1.0),
+                   absl::StrCat(stage_prefix, step, "/", o.path_steps));
       }
       // The density pass in row chunks, polling for a cancel between them:
       // one step over long paths can take seconds (see PollRows).
@@ -230,7 +236,7 @@ absl::StatusOr<NebPaths> OptimizePaths(const StudentMixture& mixture,
     }
   }
   if (cancelled.load() || ctx.Cancelled()) return absl::CancelledError("job cancelled");
-  ctx.Report(static_cast<double>(o.steps) / (o.steps + 1.0),
+  ctx.Report(static_cast<double>(o.path_steps) / (o.path_steps + 1.0),
              absl::StrCat("NEB paths (", np, " pairs): evaluating"));
 
   // Final evaluation at eval_points equidistant points per path, for

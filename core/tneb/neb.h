@@ -2,7 +2,7 @@
 //
 // For a pair (i, j) of components the path starts as `path_points` equally
 // spaced points on the segment mu_i -> mu_j (both ends included). The
-// interior points then take `steps` Adam steps (beta1 0.9, beta2 0.999,
+// interior points then take `path_steps` Adam steps (beta1 0.9, beta2 0.999,
 // eps 1e-8, the given learning rate) on the loss -sum_p log p_mix(p); the
 // end points stay at the means. After every step the path, read as a
 // polyline, is resampled to `path_points` points at equal arc-length
@@ -29,7 +29,7 @@ namespace dendro {
 
 struct NebOptions {
   int32_t path_points = 100;  // l, end points included (>= 2)
-  int32_t steps = 200;        // s (>= 0)
+  int32_t path_steps = 200;   // s (>= 0)
   double learning_rate = 0.01;
   int32_t eval_points = 1024;  // final evaluation points (>= 2)
   int num_threads = 0;         // 0: all cores
@@ -46,7 +46,13 @@ struct NebPaths {
   std::vector<RowMatrixD> paths;
 };
 
-// Pairs are component indices of `mixture` (a != b). Reports progress per
+// InvalidArgument naming the first bad field (path_points < 2, path_steps <
+// 0, learning_rate not finite and > 0, eval_points < 2); the messages use
+// the field names t-NEB's options share.
+absl::Status ValidateNebOptions(const NebOptions& options);
+
+// Pairs are component indices of `mixture` (a != b); options as
+// ValidateNebOptions requires (checked). Reports progress per
 // optimisation step; CancelledError if ctx is cancelled (checked every step,
 // and within a step and the final evaluation between row chunks of about
 // 5e7 flops of density work each).

@@ -81,6 +81,16 @@ absl::StatusOr<double> MeanLogDensityInChunks(const StudentMixture& mix, const M
   return sum / static_cast<double>(n);
 }
 
+// The path options t-NEB passes on (num_threads is the caller's).
+NebOptions NebOptionsOf(const TnebOptions& o) {
+  NebOptions no;
+  no.path_points = o.path_points;
+  no.path_steps = o.path_steps;
+  no.learning_rate = o.learning_rate;
+  no.eval_points = o.eval_points;
+  return no;
+}
+
 // Appendix D.2's filter over the components of a fitted mixture.
 struct ComponentFilter {
   std::vector<ComponentInfo> info;  // per component; `kept` and `leaf` set
@@ -174,21 +184,7 @@ absl::Status ValidateTnebOptions(const TnebOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_elongation must be > 0, got ", o.max_elongation));
   }
-  if (o.path_points < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("path_points must be >= 2 (the two end points), got ", o.path_points));
-  }
-  if (o.path_steps < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("path_steps must be >= 0, got ", o.path_steps));
-  }
-  if (!(o.learning_rate > 0.0) || !std::isfinite(o.learning_rate)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("learning_rate must be a finite number > 0, got ", o.learning_rate));
-  }
-  if (o.eval_points < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("eval_points must be >= 2, got ", o.eval_points));
-  }
+  DENDRO_RETURN_IF_ERROR(ValidateNebOptions(NebOptionsOf(o)));
   if (!o.gaussian && !(o.dof > 0.0 && std::isfinite(o.dof))) {
     return absl::InvalidArgumentError(
         absl::StrCat("degrees of freedom must be a finite number > 0, got ", o.dof));
@@ -400,11 +396,7 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   const std::vector<ComponentPair> bridges = BridgingPairs(mix.means(), pairs, cancelled);
   if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
   pairs.insert(pairs.end(), bridges.begin(), bridges.end());
-  NebOptions no;
-  no.path_points = o.path_points;
-  no.steps = o.path_steps;
-  no.learning_rate = o.learning_rate;
-  no.eval_points = o.eval_points;
+  NebOptions no = NebOptionsOf(o);
   no.num_threads = threads;
   NebPaths paths;
   {

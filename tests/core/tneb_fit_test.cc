@@ -441,6 +441,9 @@ TEST(TnebFit, RejectsBadInput) {
   p.eval_points = 0;
   EXPECT_THAT(msg(s.view(), p), HasSubstr("eval_points"));
   p = o;
+  p.path_steps = -3;
+  EXPECT_THAT(msg(s.view(), p), HasSubstr("path_steps must be >= 0, got -3"));
+  p = o;
   p.max_elongation = 0;
   EXPECT_THAT(msg(s.view(), p), HasSubstr("max_elongation"));
   p = o;

@@ -106,7 +106,7 @@ void CheckSaddle(const SaddleCase& c) {
 
   NullRunContext ctx;
   NebOptions o;  // 100 points, lr 0.01, 1024 evaluation points
-  o.steps = c.steps;
+  o.path_steps = c.steps;
   o.keep_paths = true;
   auto paths = OptimizePaths(*mix, {{0, 1}}, o, ctx);
   ASSERT_TRUE(paths.ok()) << paths.status();
@@ -116,7 +116,7 @@ void CheckSaddle(const SaddleCase& c) {
   EXPECT_GT(neb, saddle - c.tolerance);
 
   // The straight segment (0 steps) crosses much lower ground.
-  o.steps = 0;
+  o.path_steps = 0;
   auto straight = OptimizePaths(*mix, {{0, 1}}, o, ctx);
   ASSERT_TRUE(straight.ok());
   EXPECT_LT(straight->similarity[0], saddle - 1.0);
@@ -154,7 +154,7 @@ TEST(TnebNeb, SeparatedComponentsAreLessSimilarThanTouchingOnes) {
   NullRunContext ctx;
   NebOptions o;
   o.path_points = 40;
-  o.steps = 50;
+  o.path_steps = 50;
   auto p = OptimizePaths(*mix, {{0, 1}, {1, 2}, {0, 2}}, o, ctx);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_GT(p->similarity[0], p->similarity[1] + 1.0);
@@ -205,7 +205,7 @@ TEST(TnebNeb, ReportsProgressAndCancels) {
   auto mix = StudentMixture::Create({0.5, 0.5}, means, sc, {1, 1});
   ASSERT_TRUE(mix.ok());
   NebOptions o;
-  o.steps = 30;
+  o.path_steps = 30;
   CountingContext all(1 << 30);
   ASSERT_TRUE(OptimizePaths(*mix, {{0, 1}}, o, all).ok());
   EXPECT_EQ(all.last_, 1.0);
@@ -233,6 +233,17 @@ TEST(TnebNeb, RejectsBadArguments) {
   o.learning_rate = 0;
   EXPECT_THAT(std::string(OptimizePaths(*mix, {{0, 1}}, o, ctx).status().message()),
               HasSubstr("learning_rate"));
+  o.learning_rate = 0.01;
+  o.path_steps = -1;
+  EXPECT_THAT(std::string(OptimizePaths(*mix, {{0, 1}}, o, ctx).status().message()),
+              HasSubstr("path_steps must be >= 0, got -1"));
+  o.path_steps = 5;
+  o.eval_points = 1;
+  EXPECT_THAT(std::string(OptimizePaths(*mix, {{0, 1}}, o, ctx).status().message()),
+              HasSubstr("eval_points must be >= 2"));
+  o.eval_points = 2;
+  EXPECT_TRUE(ValidateNebOptions(o).ok());
+  EXPECT_TRUE(OptimizePaths(*mix, {{0, 1}}, o, ctx).ok());
 }
 
 }  // namespace

@@ -47,8 +47,8 @@ struct NebPaths {
 };
 
 // InvalidArgument naming the first bad field (path_points < 2, path_steps <
-// 0, learning_rate not finite and > 0, eval_points < 2); the messages use
-// the field names t-NEB's options share.
+// 0, learning_rate not a finite number > 0, eval_points < 2); the messages
+// use the field names t-NEB's options share.
 absl::Status ValidateNebOptions(const NebOptions& options);
 
 // Pairs are component indices of `mixture` (a != b); options as

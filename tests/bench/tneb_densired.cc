@@ -12,7 +12,9 @@
 //                 [--tolerance TOL] [--max-iterations N] [--merge density|persistence]
 //                 [--dump PREFIX] X.npy Y.npy [X.npy Y.npy ...]
 // Without --dof, --learn-dof or --auto-dof, nu follows the default (chosen by
-// BIC when d <= 10, fixed at 1 above); --dof 1 is the paper's fixed nu.
+// BIC among 1, learned and Gaussian when d <= 10, fixed at 1 above); --dof 1
+// is the paper's fixed nu. The nu column says what the kept fit has: fixed,
+// learned or inf (Gaussian components).
 // --edges prints the spanning tree (similarity, peaks, persistence, leaf
 // sizes and labels) to stderr.
 // --dump writes PREFIX<dataset>_s<seed>_pred.npy (cluster at the true k) and

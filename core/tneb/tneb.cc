@@ -320,37 +320,32 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
     return -2.0 * static_cast<double>(n) * f.log_likelihood +
            (base_params + (learned ? mm : 0.0)) * std::log(static_cast<double>(n));
   };
-  double bic_fixed = 0.0, bic_learned = 0.0, bic_gaussian = 0.0;
-  bool learned_dof = o.learn_dof && !o.gaussian;
-  bool gaussian = o.gaussian;
+  // The kept fit's tails: as asked, or auto_dof's choice. Candidates run in
+  // this order, each on a fifth of the progress range; the lowest BIC is
+  // kept, the earlier candidate on a tie.
+  enum Tails { kFixedDof = 0, kLearnedDof = 1, kGaussian = 2, kNumTails = 3 };
+  Tails tails = o.gaussian ? kGaussian : (o.learn_dof ? kLearnedDof : kFixedDof);
+  double bic_of[kNumTails] = {0.0, 0.0, 0.0};  // auto_dof only
   absl::StatusOr<MixtureFit> fit_or = [&]() -> absl::StatusOr<MixtureFit> {
     if (!auto_dof) {
       SubRangeContext sub(ctx, 0.0, 0.6);
       return FitStudentMixture(x, transform, mo, sub);
     }
-    // Three candidates, each on a fifth of the progress range; the lowest
-    // BIC is kept, the earlier candidate on a tie.
-    constexpr double kBounds[4] = {0.0, 0.2, 0.4, 0.6};
-    MixtureOptions candidate[3] = {mo, mo, mo};
-    candidate[0].learn_dof = false;
-    candidate[1].learn_dof = true;
-    candidate[2].learn_dof = false;
-    candidate[2].gaussian = true;
-    double* bics[3] = {&bic_fixed, &bic_learned, &bic_gaussian};
+    constexpr double kProgress[kNumTails + 1] = {0.0, 0.2, 0.4, 0.6};
     std::optional<MixtureFit> kept;
-    int kept_index = -1;
-    for (int i = 0; i < 3; ++i) {
-      SubRangeContext sub(ctx, kBounds[i], kBounds[i + 1]);
-      absl::StatusOr<MixtureFit> f = FitStudentMixture(x, transform, candidate[i], sub);
+    for (int i = 0; i < kNumTails; ++i) {
+      MixtureOptions candidate = mo;
+      candidate.learn_dof = i == kLearnedDof;
+      candidate.gaussian = i == kGaussian;
+      SubRangeContext sub(ctx, kProgress[i], kProgress[i + 1]);
+      absl::StatusOr<MixtureFit> f = FitStudentMixture(x, transform, candidate, sub);
       if (!f.ok()) return f.status();
-      *bics[i] = bic(*f, /*learned=*/i == 1);
-      if (kept_index < 0 || *bics[i] < *bics[kept_index]) {
+      bic_of[i] = bic(*f, /*learned=*/i == kLearnedDof);
+      if (!kept.has_value() || bic_of[i] < bic_of[tails]) {
         kept = std::move(*f);
-        kept_index = i;
+        tails = static_cast<Tails>(i);
       }
     }
-    learned_dof = kept_index == 1;
-    gaussian = kept_index == 2;
     return std::move(*kept);
   }();
   if (!fit_or.ok()) return fit_or.status();
@@ -429,15 +424,15 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   md["components"] = absl::StrCat(m);
   md["surviving"] = absl::StrCat(l);
   md["leaf_components"] = absl::StrJoin(keep, ",");
-  md["gaussian"] = gaussian ? "true" : "false";
+  md["gaussian"] = tails == kGaussian ? "true" : "false";
   if (!o.gaussian) {
     md["dof"] = absl::StrCat(o.dof);
-    md["learn_dof"] = learned_dof ? "true" : "false";
+    md["learn_dof"] = tails == kLearnedDof ? "true" : "false";
     if (auto_dof) {
       md["auto_dof"] = "true";
-      md["bic_fixed_dof"] = absl::StrFormat("%.10g", bic_fixed);
-      md["bic_learned_dof"] = absl::StrFormat("%.10g", bic_learned);
-      md["bic_gaussian"] = absl::StrFormat("%.10g", bic_gaussian);
+      md["bic_fixed_dof"] = absl::StrFormat("%.10g", bic_of[kFixedDof]);
+      md["bic_learned_dof"] = absl::StrFormat("%.10g", bic_of[kLearnedDof]);
+      md["bic_gaussian"] = absl::StrFormat("%.10g", bic_of[kGaussian]);
     }
   }
   md["ridge"] = absl::StrCat(o.ridge);
@@ -476,11 +471,11 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   res.kept_log_likelihood = kept_log_likelihood;
   res.restarts = mo.restarts;
   res.converged_restarts = fit.converged_restarts;
-  res.learned_dof = learned_dof;
-  res.gaussian = gaussian;
-  res.bic_fixed_dof = bic_fixed;
-  res.bic_learned_dof = bic_learned;
-  res.bic_gaussian = bic_gaussian;
+  res.learned_dof = tails == kLearnedDof;
+  res.gaussian = tails == kGaussian;
+  res.bic_fixed_dof = bic_of[kFixedDof];
+  res.bic_learned_dof = bic_of[kLearnedDof];
+  res.bic_gaussian = bic_of[kGaussian];
   res.failed_restarts = fit.failed_restarts;
   res.em_converged = fit.converged;
   res.em_iterations = fit.total_iterations;

@@ -72,8 +72,7 @@ Dataset Load(const std::string& name) {
   return d;
 }
 
-// ARI at the true k for seeds 0..seeds-1.
-// ARI at the true k of each seed's fit; `gaussian_fits`, if given, counts
+// ARI at the true k of each seed's fit (seeds 0..seeds-1); `gaussian_fits`, if given, counts
 // the fits that kept Gaussian components.
 std::vector<double> Aris(const Dataset& d, TnebOptions o, const std::string& label,
                          int seeds = 10, int* gaussian_fits = nullptr) {

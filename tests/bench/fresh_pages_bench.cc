@@ -16,13 +16,18 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+
+ABSL_FLAG(int64_t, mib, 1024, "MiB mapped and written per round");
+ABSL_FLAG(int, rounds, 3, "rounds");
+ABSL_FLAG(int, pause_s, 0, "seconds to sleep between rounds");
+ABSL_FLAG(bool, huge, false, "ask for transparent huge pages (madvise)");
 
 namespace {
 
@@ -30,35 +35,21 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-// Copies `block` over [p, p + bytes) in block-sized pieces.
+// Copies `block` over [p, p + bytes); bytes is a multiple of its size.
 void Fill(char* p, size_t bytes, const std::vector<char>& block) {
   for (size_t at = 0; at < bytes; at += block.size()) {
-    std::memcpy(p + at, block.data(), std::min(block.size(), bytes - at));
+    std::memcpy(p + at, block.data(), block.size());
   }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  long mib = 1024;
-  int rounds = 3;
-  int pause_s = 0;
-  bool huge = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind("--mib=", 0) == 0) {
-      mib = std::atol(a.c_str() + 6);
-    } else if (a.rfind("--rounds=", 0) == 0) {
-      rounds = std::atoi(a.c_str() + 9);
-    } else if (a.rfind("--pause_s=", 0) == 0) {
-      pause_s = std::atoi(a.c_str() + 10);
-    } else if (a == "--huge") {
-      huge = true;
-    } else {
-      std::fprintf(stderr, "fresh_pages_bench: unknown argument %s\n", a.c_str());
-      return 2;
-    }
-  }
+  absl::ParseCommandLine(argc, argv);
+  const int64_t mib = absl::GetFlag(FLAGS_mib);
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  const int pause_s = absl::GetFlag(FLAGS_pause_s);
+  const bool huge = absl::GetFlag(FLAGS_huge);
   if (mib < 1 || rounds < 1 || pause_s < 0) {
     std::fprintf(stderr, "fresh_pages_bench: need --mib >= 1, --rounds >= 1, --pause_s >= 0\n");
     return 2;
@@ -82,8 +73,9 @@ int main(int argc, char** argv) {
     t0 = std::chrono::steady_clock::now();
     Fill(p, bytes, block);
     const double second = Seconds(t0);
-    std::printf("round %d: %ld MiB%s, first write %.2f GB/s, second write %.2f GB/s\n", r + 1,
-                mib, huge ? " (huge pages)" : "", static_cast<double>(bytes) / first / 1e9,
+    std::printf("round %d: %lld MiB%s, first write %.2f GB/s, second write %.2f GB/s\n", r + 1,
+                static_cast<long long>(mib), huge ? " (huge pages)" : "",
+                static_cast<double>(bytes) / first / 1e9,
                 static_cast<double>(bytes) / second / 1e9);
     std::fflush(stdout);
     munmap(p, bytes);

@@ -150,41 +150,239 @@ absl::StatusOr<int64_t> JsonInt(const json& parent, const char* key, const std::
   return it->get<int64_t>();
 }
 
-// Appends the float32 value of `value`, a JSON number, to `out`.
-absl::Status AppendNumber(const json& value, const std::string& where, std::vector<float>* out) {
-  if (!value.is_number()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, " is not a number"));
-  }
-  const float f = static_cast<float>(value.get<double>());
-  if (!std::isfinite(f)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, " = ", value.dump(), " is not a finite float32"));
-  }
-  out->push_back(f);
-  return absl::OkStatus();
-}
+// Values outside inputs[0].data that one request may hold ("id",
+// "parameters", the tensor's name, shape and datatype): a few dozen in
+// practice. Their tree is built; the data array's numbers are not.
+constexpr int64_t kMaxOtherValues = 4096;
 
-// Appends `data`: numbers (row-major), or rows of numbers.
-absl::Status AppendData(const json& data, std::vector<float>* out) {
-  for (size_t i = 0; i < data.size(); ++i) {
-    const json& item = data[i];
-    const std::string where = absl::StrCat("inputs[0].data[", i, "]");
-    if (!item.is_array()) {
-      DENDRO_RETURN_IF_ERROR(AppendNumber(item, where, out));
-      continue;
-    }
-    for (size_t j = 0; j < item.size(); ++j) {
-      DENDRO_RETURN_IF_ERROR(AppendNumber(item[j], absl::StrCat(where, "[", j, "]"), out));
-    }
-  }
-  return absl::OkStatus();
-}
+// Reads an inference request in one pass, without a JSON tree of the data:
+// the numbers of inputs[0].data go straight into a float vector, and
+// everything else (a handful of values) into a small tree. The declared
+// shape is checked against the request limit as soon as it is read, so a
+// request whose shape comes before its data (the usual order) is refused
+// before any of its numbers are kept; data arriving before its shape is
+// bounded by the same limit as it is read.
+class InferSax : public json::json_sax_t {
+ public:
+  InferSax(int64_t max_message_bytes, size_t body_bytes)
+      : max_floats_(std::max<int64_t>(1, max_message_bytes / 4)),
+        max_message_bytes_(max_message_bytes),
+        body_bytes_(body_bytes) {}
 
-absl::StatusOr<InferRequest> ParseInfer(std::string_view body) {
-  json doc = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    return absl::InvalidArgumentError("the request body is not valid JSON");
+  const absl::Status& status() const { return status_; }
+  json& root() { return root_; }
+  std::vector<float>& data() { return data_; }
+  bool saw_data() const { return saw_data_; }
+  int64_t data_entries() const { return data_entries_; }
+
+  // Checks inputs[0].shape, [rows, cols], against the limits.
+  absl::Status CheckShape(const json& shape) {
+    if (!shape.is_array() || shape.size() != 2 || !shape[0].is_number_integer() ||
+        !shape[1].is_number_integer()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "inputs[0].shape must be [rows, cols], got ", shape.dump().substr(0, 80)));
+    }
+    const int64_t rows = shape[0].get<int64_t>();
+    const int64_t cols = shape[1].get<int64_t>();
+    if (rows < 1 || cols < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("inputs[0].shape must be positive, got [", rows, ", ", cols, "]"));
+    }
+    if (rows > max_floats_ / cols) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "inputs[0].shape [", rows, ", ", cols, "] is ", rows, " x ", cols,
+          " float32 values, over the ", max_message_bytes_ >> 20,
+          " MiB request limit (--max_message_mb); send at most ",
+          std::max<int64_t>(1, max_floats_ / cols), " rows of ", cols, " columns at a time"));
+    }
+    // Each number takes at least two bytes ("0,"): the body cannot hold more.
+    if (rows * cols > static_cast<int64_t>(body_bytes_ / 2) + 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "inputs[0].shape [", rows, ", ", cols, "] needs ", rows * cols, " numbers; a body of ",
+          body_bytes_, " bytes cannot hold them"));
+    }
+    if (!saw_data_) data_.reserve(static_cast<size_t>(rows * cols));
+    return absl::OkStatus();
   }
+
+  bool null() override { return Value(json(nullptr)); }
+  bool boolean(bool v) override { return Value(json(v)); }
+  bool number_integer(number_integer_t v) override {
+    if (data_depth_ > 0) return Number(static_cast<double>(v), nullptr);
+    return Value(json(v));
+  }
+  bool number_unsigned(number_unsigned_t v) override {
+    if (data_depth_ > 0) return Number(static_cast<double>(v), nullptr);
+    return Value(json(v));
+  }
+  bool number_float(number_float_t v, const string_t& text) override {
+    if (data_depth_ > 0) return Number(v, &text);
+    return Value(json(v));
+  }
+  bool string(string_t& v) override { return Value(json(std::move(v))); }
+  bool binary(binary_t& /*v*/) override { return Value(json(nullptr)); }
+  bool start_object(std::size_t /*elements*/) override {
+    if (data_depth_ > 0) return NotANumber();
+    bool first_input = false;
+    if (InInputs()) {
+      if (!stack_.back()->empty()) return TooManyInputs();
+      first_input = true;
+    }
+    if (!Add(json::object())) return false;
+    stack_.push_back(last_);
+    if (first_input) input0_ = last_;
+    return true;
+  }
+  bool key(string_t& k) override {
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() override {
+    stack_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t /*elements*/) override {
+    if (data_depth_ == 1) {  // a row of the data
+      data_depth_ = 2;
+      ++data_entries_;
+      col_ = 0;
+      return true;
+    }
+    if (data_depth_ == 2) return NotANumber();
+    const bool at_input0 = input0_ != nullptr && !stack_.empty() && stack_.back() == input0_;
+    if (at_input0 && key_ == "data") {
+      if (saw_data_) {
+        status_ = absl::InvalidArgumentError("inputs[0].data is given twice");
+        return false;
+      }
+      saw_data_ = true;
+      data_depth_ = 1;
+      return true;
+    }
+    if (InInputs()) return TooManyInputs();
+    const bool is_inputs = stack_.size() == 1 && key_ == "inputs";
+    const bool is_shape = at_input0 && key_ == "shape";
+    if (!Add(json::array())) return false;
+    stack_.push_back(last_);
+    if (is_inputs) inputs_ = last_;
+    if (is_shape) shape_ = last_;
+    return true;
+  }
+  bool end_array() override {
+    if (data_depth_ > 0) {
+      --data_depth_;
+      return true;
+    }
+    json* done = stack_.back();
+    stack_.pop_back();
+    if (done == shape_) {
+      status_ = CheckShape(*done);
+      return status_.ok();
+    }
+    return true;
+  }
+  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/,
+                   const nlohmann::detail::exception& /*ex*/) override {
+    if (status_.ok()) status_ = absl::InvalidArgumentError("the request body is not valid JSON");
+    return false;
+  }
+
+ private:
+  // The top-level "inputs" array is the innermost open container.
+  bool InInputs() const { return inputs_ != nullptr && !stack_.empty() && stack_.back() == inputs_; }
+  bool TooManyInputs() {
+    status_ = absl::InvalidArgumentError(
+        "\"inputs\" must be an array of exactly one tensor {name, shape, datatype, data}");
+    return false;
+  }
+  std::string Where() const {
+    return data_depth_ == 2
+               ? absl::StrCat("inputs[0].data[", data_entries_ - 1, "][", col_, "]")
+               : absl::StrCat("inputs[0].data[", data_entries_, "]");
+  }
+  bool NotANumber() {
+    status_ = absl::InvalidArgumentError(absl::StrCat(Where(), " is not a number"));
+    return false;
+  }
+  bool Number(double v, const string_t* text) {
+    const float f = static_cast<float>(v);
+    if (!std::isfinite(f)) {
+      status_ = absl::InvalidArgumentError(absl::StrCat(
+          Where(), " = ", text != nullptr ? *text : json(v).dump(), " is not a finite float32"));
+      return false;
+    }
+    if (static_cast<int64_t>(data_.size()) >= max_floats_) {
+      status_ = absl::ResourceExhaustedError(absl::StrCat(
+          "inputs[0].data holds more than ", max_floats_, " numbers, over the ",
+          max_message_bytes_ >> 20, " MiB request limit (--max_message_mb)"));
+      return false;
+    }
+    data_.push_back(f);
+    if (data_depth_ == 1) {
+      ++data_entries_;
+    } else {
+      ++col_;
+    }
+    return true;
+  }
+  // A scalar outside the data.
+  bool Value(json v) {
+    if (data_depth_ > 0) return NotANumber();
+    if (InInputs()) return TooManyInputs();
+    return Add(std::move(v));
+  }
+  // Adds `v` to the innermost open container (or makes it the root).
+  bool Add(json v) {
+    if (++other_values_ > kMaxOtherValues) {
+      status_ = absl::InvalidArgumentError(absl::StrCat(
+          "the request holds more than ", kMaxOtherValues, " JSON values outside inputs[0].data"));
+      return false;
+    }
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      last_ = &root_;
+      return true;
+    }
+    json& parent = *stack_.back();
+    if (parent.is_array()) {
+      // Only the innermost container grows, so the pointers to its open
+      // ancestors stay valid.
+      parent.push_back(std::move(v));
+      last_ = &parent.back();
+    } else {
+      json& slot = parent[key_];
+      slot = std::move(v);
+      last_ = &slot;
+    }
+    return true;
+  }
+
+  const int64_t max_floats_;
+  const int64_t max_message_bytes_;
+  const size_t body_bytes_;
+  absl::Status status_;
+  json root_;
+  json* last_ = nullptr;
+  std::vector<json*> stack_;  // the open containers, outermost first
+  json* inputs_ = nullptr;    // the top-level "inputs" array
+  json* input0_ = nullptr;    // inputs[0]
+  json* shape_ = nullptr;     // inputs[0].shape
+  std::string key_;
+  int64_t other_values_ = 0;
+  // 0 outside inputs[0].data, 1 in it, 2 in one of its rows.
+  int data_depth_ = 0;
+  int64_t data_entries_ = 0;  // entries of the data array so far
+  int64_t col_ = 0;           // numbers in the current row so far
+  bool saw_data_ = false;
+  std::vector<float> data_;
+};
+
+absl::StatusOr<InferRequest> ParseInfer(std::string_view body, int64_t max_message_bytes) {
+  InferSax sax(max_message_bytes, body.size());
+  const bool parsed = json::sax_parse(body.begin(), body.end(), &sax);
+  if (!sax.status().ok()) return sax.status();
+  if (!parsed) return absl::InvalidArgumentError("the request body is not valid JSON");
+  json& doc = sax.root();
   if (!doc.is_object()) {
     return absl::InvalidArgumentError("the request body must be a JSON object with \"inputs\"");
   }
@@ -205,34 +403,23 @@ absl::StatusOr<InferRequest> ParseInfer(std::string_view body) {
     }
   }
   auto shape = in.find("shape");
-  if (shape == in.end() || !shape->is_array() || shape->size() != 2 ||
-      !(*shape)[0].is_number_integer() || !(*shape)[1].is_number_integer()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "inputs[0].shape must be [rows, cols], got ",
-        shape == in.end() ? std::string("nothing") : shape->dump().substr(0, 80)));
+  if (shape == in.end()) {
+    return absl::InvalidArgumentError("inputs[0].shape must be [rows, cols], got nothing");
   }
+  DENDRO_RETURN_IF_ERROR(sax.CheckShape(*shape));
   req.rows = (*shape)[0].get<int64_t>();
   req.cols = (*shape)[1].get<int64_t>();
-  if (req.rows < 1 || req.cols < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("inputs[0].shape must be positive, got [",
-                                                   req.rows, ", ", req.cols, "]"));
-  }
-  auto data = in.find("data");
-  if (data == in.end() || !data->is_array()) {
+  if (!sax.saw_data()) {
     return absl::InvalidArgumentError(
         "inputs[0].data must be an array of numbers (flat, row-major, or one array per row)");
   }
-  // The payload cap of the listener bounds rows x cols; refuse an
-  // inconsistent shape before allocating for it.
-  if (req.rows > std::numeric_limits<int64_t>::max() / req.cols ||
-      (static_cast<int64_t>(data->size()) != req.rows &&
-       static_cast<int64_t>(data->size()) != req.rows * req.cols)) {
+  // CheckShape bounds rows x cols.
+  if (sax.data_entries() != req.rows && sax.data_entries() != req.rows * req.cols) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "inputs[0].data has ", data->size(), " entries; shape [", req.rows, ", ", req.cols,
+        "inputs[0].data has ", sax.data_entries(), " entries; shape [", req.rows, ", ", req.cols,
         "] needs ", req.rows, " rows or ", req.rows, " x ", req.cols, " numbers"));
   }
-  req.data.reserve(req.rows * req.cols);
-  DENDRO_RETURN_IF_ERROR(AppendData(*data, &req.data));
+  req.data = std::move(sax.data());
   if (static_cast<int64_t>(req.data.size()) != req.rows * req.cols) {
     return absl::InvalidArgumentError(absl::StrCat("inputs[0].data holds ", req.data.size(),
                                                    " numbers; shape [", req.rows, ", ",
@@ -458,7 +645,7 @@ absl::StatusOr<HttpBody> JsonApi::ModelReady(const v1::ModelRef& ref) const {
 absl::StatusOr<HttpBody> JsonApi::Infer(
     const v1::ModelRef& ref, std::string_view body,
     const std::function<absl::Status(Rpc)>& authorize) const {
-  DENDRO_ASSIGN_OR_RETURN(InferRequest req, ParseInfer(body));
+  DENDRO_ASSIGN_OR_RETURN(InferRequest req, ParseInfer(body, deps_.max_message_bytes));
   if (req.op != Op::kPredict) DENDRO_RETURN_IF_ERROR(authorize(Rpc::kAssign));
   if (req.op != Op::kAssign) DENDRO_RETURN_IF_ERROR(authorize(Rpc::kPredict));
   DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));

@@ -51,7 +51,7 @@ class HttpServer(Server):
         self.base = f"http://127.0.0.1:{self.http_port}"
 
 
-def request(url, role=None, method="GET", body=None, headers=None, context=None):
+def request(url, role=None, method="GET", body=None, headers=None, context=None, timeout=None):
     """(status, headers, body bytes) of one request; never raises on 4xx/5xx."""
     h = dict(headers or {})
     if role is not None:
@@ -59,7 +59,8 @@ def request(url, role=None, method="GET", body=None, headers=None, context=None)
     data = body.encode() if isinstance(body, str) else body
     req = urllib.request.Request(url, data=data, method=method, headers=h)
     try:
-        with urllib.request.urlopen(req, context=context) as r:
+        with urllib.request.urlopen(req, context=context,
+                                    **({} if timeout is None else {"timeout": timeout})) as r:
             return r.status, r.headers, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.headers, e.read()

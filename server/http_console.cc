@@ -1,19 +1,33 @@
 #include "server/http_console.h"
 
 #include <httplib.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -126,6 +140,559 @@ absl::Status SplitListen(const std::string& listen, std::string* host, int* port
   return absl::OkStatus();
 }
 
+bool IsHealthPath(absl::string_view path) { return absl::StartsWith(path, "/v2/health/"); }
+
+// ---------------------------------------------------------------------------
+// Connections. cpp-httplib reads a request's headers on one of its workers,
+// for as long as the client takes to send them, so a few clients sending a
+// header line a second hold every worker and nobody else is answered, not
+// even health probes. Here the listener's accept thread hands each
+// connection to a Gate instead: one thread that waits (poll) for the whole
+// request head of every connection, TLS handshake included, within
+// --http_header_timeout_seconds and --http_max_header_kb, and checks the
+// declared body size, before a worker is involved. A complete head goes to
+// a worker (health probes to workers of their own), which runs
+// cpp-httplib's request processing over the buffered bytes; a kept-alive
+// connection comes back to the Gate between requests.
+
+using Clock = std::chrono::steady_clock;
+
+struct Conn {
+  int fd = -1;
+  SSL* ssl = nullptr;  // with TLS
+  bool handshaken = false;
+  enum class Phase { kHead, kIdle, kDrain } phase = Phase::kHead;
+  bool want_write = false;  // TLS may need to write before it can read
+  bool check_now = false;   // buffered bytes may already hold a head
+  std::string buf;          // read and not yet consumed
+  Clock::time_point deadline;
+  Clock::time_point entered;  // when it (last) came to the Gate
+  int served = 0;
+  std::string remote_ip, local_ip;
+  int remote_port = 0, local_port = 0;
+};
+
+void CloseConn(Conn* c) {
+  if (c->ssl != nullptr) {
+    SSL_shutdown(c->ssl);  // best effort: the socket does not block
+    SSL_free(c->ssl);
+  }
+  if (c->fd >= 0) close(c->fd);
+  delete c;
+}
+
+void AddressOf(const sockaddr_storage& a, std::string* ip, int* port) {
+  char text[INET6_ADDRSTRLEN] = {0};
+  if (a.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+    inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text));
+    *port = ntohs(v4->sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+    inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text));
+    *port = ntohs(v6->sin6_port);
+  }
+  *ip = text;
+}
+
+// > 0: bytes; 0: the peer closed; -1: would block (want_write says for
+// what); -2: failed.
+ssize_t RawRead(Conn& c, char* p, size_t n) {
+  if (c.ssl != nullptr) {
+    ERR_clear_error();
+    const int r = SSL_read(c.ssl, p, static_cast<int>(std::min<size_t>(n, INT_MAX)));
+    if (r > 0) return r;
+    const int e = SSL_get_error(c.ssl, r);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+      c.want_write = e == SSL_ERROR_WANT_WRITE;
+      return -1;
+    }
+    return e == SSL_ERROR_ZERO_RETURN ? 0 : -2;
+  }
+  for (;;) {
+    const ssize_t r = recv(c.fd, p, n, 0);
+    if (r >= 0) return r;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      c.want_write = false;
+      return -1;
+    }
+    return -2;
+  }
+}
+
+ssize_t RawWrite(Conn& c, const char* p, size_t n) {
+  if (c.ssl != nullptr) {
+    ERR_clear_error();
+    const int r = SSL_write(c.ssl, p, static_cast<int>(std::min<size_t>(n, INT_MAX)));
+    if (r > 0) return r;
+    const int e = SSL_get_error(c.ssl, r);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+      c.want_write = e == SSL_ERROR_WANT_WRITE;
+      return -1;
+    }
+    return -2;
+  }
+  for (;;) {
+    const ssize_t r = send(c.fd, p, n, MSG_NOSIGNAL);
+    if (r >= 0) return r;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      c.want_write = true;
+      return -1;
+    }
+    return -2;
+  }
+}
+
+// Waits until `c` can read (or write); false on timeout or error.
+bool WaitFor(const Conn& c, bool write, int timeout_ms) {
+  pollfd p{c.fd, static_cast<short>(write ? POLLOUT : POLLIN), 0};
+  for (;;) {
+    const int r = poll(&p, 1, timeout_ms);
+    if (r < 0 && errno == EINTR) continue;
+    return r > 0;
+  }
+}
+
+// cpp-httplib's view of a connection on a worker: first the bytes the Gate
+// read, then the socket, each read or write waiting at most its timeout.
+class ConnStream final : public httplib::Stream {
+ public:
+  ConnStream(Conn& c, int read_timeout_ms, int write_timeout_ms)
+      : c_(c), read_ms_(read_timeout_ms), write_ms_(write_timeout_ms) {}
+
+  bool is_readable() const override {
+    return !c_.buf.empty() || (c_.ssl != nullptr && SSL_pending(c_.ssl) > 0) ||
+           WaitFor(c_, false, read_ms_);
+  }
+  bool is_writable() const override { return WaitFor(c_, true, write_ms_); }
+  ssize_t read(char* p, size_t n) override {
+    if (!c_.buf.empty()) {
+      const size_t k = std::min(n, c_.buf.size());
+      std::memcpy(p, c_.buf.data(), k);
+      c_.buf.erase(0, k);
+      return static_cast<ssize_t>(k);
+    }
+    for (;;) {
+      const ssize_t r = RawRead(c_, p, n);
+      if (r >= 0) return r;
+      if (r == -2 || !WaitFor(c_, c_.want_write, read_ms_)) return -1;
+    }
+  }
+  ssize_t write(const char* p, size_t n) override {
+    for (;;) {
+      const ssize_t r = RawWrite(c_, p, n);
+      if (r >= 0) return r;
+      if (r == -2 || !WaitFor(c_, c_.want_write, write_ms_)) return -1;
+    }
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = c_.remote_ip;
+    port = c_.remote_port;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip = c_.local_ip;
+    port = c_.local_port;
+  }
+  socket_t socket() const override { return c_.fd; }
+
+ private:
+  Conn& c_;
+  const int read_ms_;
+  const int write_ms_;
+};
+
+// The end of the request head in `buf` (just past the empty line), or npos.
+size_t HeadEnd(const std::string& buf) {
+  const size_t crlf = buf.find("\r\n\r\n");
+  const size_t lf = buf.find("\n\n");
+  const size_t a = crlf == std::string::npos ? std::string::npos : crlf + 4;
+  const size_t b = lf == std::string::npos ? std::string::npos : lf + 2;
+  return std::min(a, b);
+}
+
+struct Refusal {
+  int status;
+  const char* reason;
+  const char* code;
+  std::string message;
+};
+
+// Checks a complete request head before any worker or body byte is spent
+// on it: the declared body size, and that a body has a length at all
+// (cpp-httplib would read a chunked or unsized body without a bound).
+std::optional<Refusal> CheckHead(absl::string_view head, const HttpLimits& limits,
+                                 bool* health) {
+  const size_t line_end = head.find('\n');
+  const absl::string_view line = head.substr(0, line_end);
+  const absl::string_view method = line.substr(0, line.find(' '));
+  absl::string_view target = line.substr(std::min(line.size(), method.size() + 1));
+  target = target.substr(0, target.find(' '));
+  *health = method == "GET" && IsHealthPath(target);
+  std::optional<int64_t> length;
+  bool chunked = false;
+  for (absl::string_view rest = head.substr(line_end + 1); !rest.empty();) {
+    const size_t eol = rest.find('\n');
+    absl::string_view h = rest.substr(0, eol);
+    rest = eol == absl::string_view::npos ? absl::string_view() : rest.substr(eol + 1);
+    const size_t colon = h.find(':');
+    if (colon == absl::string_view::npos) continue;
+    const absl::string_view name = absl::StripAsciiWhitespace(h.substr(0, colon));
+    const absl::string_view value = absl::StripAsciiWhitespace(h.substr(colon + 1));
+    if (absl::EqualsIgnoreCase(name, "Transfer-Encoding")) chunked = true;
+    if (absl::EqualsIgnoreCase(name, "Content-Length")) {
+      int64_t n = 0;
+      if (length.has_value() || value.empty() ||
+          !std::all_of(value.begin(), value.end(), [](char ch) { return absl::ascii_isdigit(ch); }) ||
+          !absl::SimpleAtoi(value, &n)) {
+        return Refusal{400, "Bad Request", "INVALID_ARGUMENT",
+                       "the request's Content-Length is not one number"};
+      }
+      length = n;
+    }
+  }
+  if (length.has_value() && *length > limits.max_body_bytes) {
+    return Refusal{413, "Payload Too Large", "RESOURCE_EXHAUSTED",
+                   absl::StrCat("the request body is ", *length, " bytes, over the ",
+                                limits.max_body_bytes >> 20,
+                                " MiB limit (--http_max_body_mb); send fewer rows at a time")};
+  }
+  const bool has_body_method =
+      method == "POST" || method == "PUT" || method == "PATCH" || method == "PRI";
+  if (chunked || (has_body_method && !length.has_value())) {
+    return Refusal{411, "Length Required", "INVALID_ARGUMENT",
+                   "a request body needs a Content-Length header (chunked bodies are not "
+                   "accepted)"};
+  }
+  return std::nullopt;
+}
+
+std::string RawJsonAnswer(const Refusal& r) {
+  const std::string body = json{{"error", r.message}, {"code", r.code}}.dump();
+  return absl::StrCat("HTTP/1.1 ", r.status, " ", r.reason,
+                      "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
+                      "\r\nConnection: close\r\nCache-Control: no-store\r\n"
+                      "X-Content-Type-Options: nosniff\r\n\r\n",
+                      body);
+}
+
+class Gate {
+ public:
+  // `dispatch` takes a connection whose head is complete (health: a GET of
+  // /v2/health/...), and owns it from then on.
+  using Dispatch = std::function<void(Conn*, bool health)>;
+
+  Gate(const HttpLimits& limits, SSL_CTX* tls, Dispatch dispatch)
+      : limits_(limits), tls_(tls), dispatch_(std::move(dispatch)) {}
+  ~Gate() { Stop(); }
+
+  absl::Status Start() {
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) return absl::InternalError("--http_listen: eventfd failed");
+    thread_ = std::thread([this] { Loop(); });
+    return absl::OkStatus();
+  }
+
+  // A newly accepted socket.
+  void Admit(int fd) {
+    const int flags = fcntl(fd, F_GETFL, 0);
+    fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    auto* c = new Conn;
+    c->fd = fd;
+    sockaddr_storage a{};
+    socklen_t len = sizeof(a);
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      AddressOf(a, &c->remote_ip, &c->remote_port);
+    }
+    len = sizeof(a);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      AddressOf(a, &c->local_ip, &c->local_port);
+    }
+    if (tls_ != nullptr) {
+      c->ssl = SSL_new(tls_);
+      if (c->ssl == nullptr || SSL_set_fd(c->ssl, fd) != 1) {
+        CloseConn(c);
+        return;
+      }
+      SSL_set_accept_state(c->ssl);
+    }
+    c->phase = Conn::Phase::kHead;
+    c->entered = Clock::now();
+    c->deadline = c->entered + std::chrono::seconds(limits_.header_timeout_seconds);
+    Push(c);
+  }
+
+  // A kept-alive connection after its answer: waits for the next request.
+  void Return(Conn* c) {
+    c->entered = Clock::now();
+    if (c->buf.empty()) {
+      c->phase = Conn::Phase::kIdle;
+      c->deadline = c->entered + std::chrono::seconds(limits_.keep_alive_seconds);
+    } else {  // the next request has begun (pipelined)
+      c->phase = Conn::Phase::kHead;
+      c->deadline = c->entered + std::chrono::seconds(limits_.header_timeout_seconds);
+    }
+    c->check_now = true;
+    Push(c);
+  }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    Wake();
+    if (thread_.joinable()) thread_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Conn* c : incoming_) CloseConn(c);
+    incoming_.clear();
+    if (wake_fd_ >= 0) close(wake_fd_);
+    wake_fd_ = -1;
+  }
+
+ private:
+  void Push(Conn* c) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!stopping_) {
+        incoming_.push_back(c);
+        c = nullptr;
+      }
+    }
+    if (c != nullptr) {
+      CloseConn(c);
+      return;
+    }
+    Wake();
+  }
+  void Wake() {
+    const uint64_t one = 1;
+    if (wake_fd_ >= 0 && ::write(wake_fd_, &one, sizeof(one)) < 0) {
+      // The counter is already non-zero: the loop wakes anyway.
+    }
+  }
+
+  void Loop() {
+    std::vector<Conn*> conns;
+    std::vector<pollfd> fds;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        conns.insert(conns.end(), incoming_.begin(), incoming_.end());
+        incoming_.clear();
+        if (stopping_) break;
+      }
+      // Over the cap: close the connections that have waited longest.
+      const size_t cap = static_cast<size_t>(std::max(1, limits_.max_pending_connections));
+      if (conns.size() > cap) {
+        std::sort(conns.begin(), conns.end(),
+                  [](const Conn* a, const Conn* b) { return a->entered < b->entered; });
+        const size_t drop = conns.size() - cap;
+        spdlog::warn("HTTP: {} connections waiting for their request headers; closing the {} "
+                     "waiting longest (--http_max_connections)", conns.size(), drop);
+        for (size_t i = 0; i < drop; ++i) CloseConn(conns[i]);
+        conns.erase(conns.begin(), conns.begin() + static_cast<ptrdiff_t>(drop));
+      }
+      Clock::time_point now = Clock::now();
+      Clock::time_point next = now + std::chrono::seconds(1);
+      bool immediate = false;
+      fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
+      for (Conn* c : conns) {
+        fds.push_back(pollfd{c->fd, static_cast<short>(c->want_write ? POLLOUT : POLLIN), 0});
+        next = std::min(next, c->deadline);
+        immediate = immediate || c->check_now;
+      }
+      const int64_t wait_ms =
+          immediate ? 0
+                    : std::clamp<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              next - now).count() + 1,
+                                          0, 1000);
+      if (poll(fds.data(), fds.size(), static_cast<int>(wait_ms)) < 0 && errno != EINTR) {
+        spdlog::error("HTTP: poll failed: {}", std::strerror(errno));
+      }
+      if (fds[0].revents != 0) {
+        uint64_t n = 0;
+        if (::read(wake_fd_, &n, sizeof(n)) < 0) {
+          // Nothing to read: woken by another event.
+        }
+      }
+      now = Clock::now();
+      size_t kept = 0;
+      for (size_t i = 0; i < conns.size(); ++i) {
+        Conn* c = conns[i];
+        bool stays = true;
+        if (now >= c->deadline) {
+          if (c->phase == Conn::Phase::kHead) {
+            spdlog::info("HTTP: closed the connection from {}:{}: its request headers did not "
+                         "arrive within {} s (--http_header_timeout_seconds)",
+                         c->remote_ip, c->remote_port, limits_.header_timeout_seconds);
+          }
+          CloseConn(c);
+          stays = false;
+        } else if (fds[i + 1].revents != 0 || c->check_now) {
+          c->check_now = false;
+          stays = Step(c, now);
+        }
+        if (stays) conns[kept++] = c;
+      }
+      conns.resize(kept);
+    }
+    for (Conn* c : conns) CloseConn(c);
+  }
+
+  // Advances `c`; false when it has left the Gate (dispatched or closed).
+  bool Step(Conn* c, Clock::time_point now) {
+    char tmp[16384];
+    if (c->phase == Conn::Phase::kDrain) {
+      // Reads what the client still sends after a refusal, so that closing
+      // does not reset the connection before the client reads the answer.
+      for (int i = 0; i < 64; ++i) {
+        const ssize_t r = RawRead(*c, tmp, sizeof(tmp));
+        if (r == -1) return true;
+        if (r <= 0) break;
+      }
+      CloseConn(c);
+      return false;
+    }
+    if (c->ssl != nullptr && !c->handshaken) {
+      ERR_clear_error();
+      const int r = SSL_do_handshake(c->ssl);
+      if (r != 1) {
+        const int e = SSL_get_error(c->ssl, r);
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+          c->want_write = e == SSL_ERROR_WANT_WRITE;
+          return true;
+        }
+        spdlog::debug("HTTP: TLS handshake with {}:{} failed", c->remote_ip, c->remote_port);
+        CloseConn(c);
+        return false;
+      }
+      c->handshaken = true;
+    }
+    const size_t max_head = static_cast<size_t>(limits_.max_header_bytes);
+    size_t end = HeadEnd(c->buf);
+    while (end == std::string::npos && c->buf.size() <= max_head) {
+      const ssize_t r = RawRead(*c, tmp, sizeof(tmp));
+      if (r == -1) return true;  // wait for more
+      if (r <= 0) {              // closed, or failed
+        CloseConn(c);
+        return false;
+      }
+      if (c->phase == Conn::Phase::kIdle) {
+        c->phase = Conn::Phase::kHead;
+        c->deadline = now + std::chrono::seconds(limits_.header_timeout_seconds);
+      }
+      c->buf.append(tmp, static_cast<size_t>(r));
+      end = HeadEnd(c->buf);
+    }
+    if (end == std::string::npos || end > max_head) {
+      return Refuse(c, now, Refusal{431, "Request Header Fields Too Large", "INVALID_ARGUMENT",
+                                    absl::StrCat("the request line and headers are over the ",
+                                                 limits_.max_header_bytes >> 10,
+                                                 " KiB limit (--http_max_header_kb)")});
+    }
+    bool health = false;
+    if (std::optional<Refusal> refused =
+            CheckHead(absl::string_view(c->buf).substr(0, end), limits_, &health)) {
+      return Refuse(c, now, *refused);
+    }
+    c->want_write = false;
+    dispatch_(c, health);
+    return false;
+  }
+
+  // Answers `r` and closes the connection (after draining what the client
+  // still sends, for at most 2 seconds).
+  bool Refuse(Conn* c, Clock::time_point now, const Refusal& r) {
+    spdlog::info("HTTP: refused a request from {}:{}: {} {}", c->remote_ip, c->remote_port,
+                 r.status, r.message);
+    const std::string answer = RawJsonAnswer(r);
+    size_t sent = 0;
+    while (sent < answer.size()) {  // best effort: the socket does not block
+      const ssize_t n = RawWrite(*c, answer.data() + sent, answer.size() - sent);
+      if (n <= 0) break;
+      sent += static_cast<size_t>(n);
+    }
+    if (c->ssl != nullptr) {
+      SSL_shutdown(c->ssl);
+    } else {
+      shutdown(c->fd, SHUT_WR);
+    }
+    c->buf.clear();
+    c->phase = Conn::Phase::kDrain;
+    c->want_write = false;
+    c->deadline = std::min(c->deadline, now + std::chrono::seconds(2));
+    c->deadline = std::max(c->deadline, now + std::chrono::milliseconds(200));
+    return true;
+  }
+
+  const HttpLimits limits_;
+  SSL_CTX* const tls_;
+  const Dispatch dispatch_;
+  int wake_fd_ = -1;
+  std::thread thread_;
+  std::mutex mu_;
+  bool stopping_ = false;
+  std::vector<Conn*> incoming_;
+};
+
+// Runs every accepted socket's task at once, on the accept thread: the task
+// only hands the socket to the Gate.
+class InlineQueue final : public httplib::TaskQueue {
+ public:
+  void enqueue(std::function<void()> fn) override { fn(); }
+  void shutdown() override {}
+};
+
+// cpp-httplib's server with its connection handling replaced by the Gate's
+// (process_request, the parsing and routing, is cpp-httplib's own).
+class GatedServer final : public httplib::Server {
+ public:
+  explicit GatedServer(std::function<void(int)> admit) : admit_(std::move(admit)) {
+    new_task_queue = [] { return new InlineQueue; };
+  }
+  bool Process(httplib::Stream& strm, bool close_connection, bool& connection_closed,
+               const std::function<void(httplib::Request&)>& setup) {
+    return process_request(strm, close_connection, connection_closed, setup);
+  }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    admit_(sock);
+    return true;
+  }
+  std::function<void(int)> admit_;
+};
+
+// The server's TLS context (as cpp-httplib's SSLServer makes it, with
+// TLS 1.2 at least); null with the error on failure.
+SSL_CTX* MakeTlsContext(const HttpConsoleOptions& o) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  if (ctx == nullptr) return nullptr;
+  SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_SESSION_RESUMPTION_ON_RENEGOTIATION);
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  bool ok = SSL_CTX_use_certificate_chain_file(ctx, o.tls_cert_file.c_str()) == 1 &&
+            SSL_CTX_use_PrivateKey_file(ctx, o.tls_key_file.c_str(), SSL_FILETYPE_PEM) == 1 &&
+            SSL_CTX_check_private_key(ctx) == 1;
+  if (ok && !o.tls_client_ca_file.empty()) {
+    ok = SSL_CTX_load_verify_locations(ctx, o.tls_client_ca_file.c_str(), nullptr) == 1;
+    if (ok) {
+      SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+      if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(o.tls_client_ca_file.c_str())) {
+        SSL_CTX_set_client_CA_list(ctx, names);
+      }
+    }
+  }
+  if (!ok) {
+    SSL_CTX_free(ctx);
+    return nullptr;
+  }
+  return ctx;
+}
+
 }  // namespace
 
 struct HttpConsole::Impl {
@@ -141,16 +708,49 @@ struct HttpConsole::Impl {
              const std::function<absl::StatusOr<HttpBody>(const Principal&)>& fn);
   absl::Status Authorize(const httplib::Request& req, const Principal& who, Rpc rpc) const;
   void Route(httplib::Server& server);
+  // Runs one request of `c` on a worker, then returns the connection to the
+  // Gate (kept alive) or closes it.
+  void ServeConn(Conn* c);
+
+  ~Impl() {
+    if (tls_ctx != nullptr) SSL_CTX_free(tls_ctx);
+  }
 
   const HttpConsoleOptions options;
   const HttpConsoleDeps deps;
   const JsonApi api;
   std::atomic<bool> ready{false};
-  std::unique_ptr<httplib::Server> server;
+  std::atomic<bool> stopping{false};
+  std::unique_ptr<GatedServer> server;
+  SSL_CTX* tls_ctx = nullptr;
+  std::unique_ptr<Gate> gate;
+  std::unique_ptr<httplib::ThreadPool> data_pool;    // --http_threads
+  std::unique_ptr<httplib::ThreadPool> health_pool;  // /v2/health/* only
   std::thread thread;
   int port = 0;
   std::mutex stop_mu;
 };
+
+// Requests one connection may carry before it is closed.
+constexpr int kKeepAliveMaxRequests = 100;
+// Workers that serve only /v2/health/*.
+constexpr int kHealthThreads = 2;
+
+void HttpConsole::Impl::ServeConn(Conn* c) {
+  ConnStream strm(*c, options.limits.read_timeout_seconds * 1000,
+                  options.limits.write_timeout_seconds * 1000);
+  const bool close_after = stopping.load() || c->served + 1 >= kKeepAliveMaxRequests;
+  bool connection_closed = false;
+  std::function<void(httplib::Request&)> setup;
+  if (c->ssl != nullptr) setup = [ssl = c->ssl](httplib::Request& req) { req.ssl = ssl; };
+  const bool ok = server->Process(strm, close_after, connection_closed, setup);
+  ++c->served;
+  if (!ok || close_after || connection_closed || stopping.load()) {
+    CloseConn(c);
+    return;
+  }
+  gate->Return(c);
+}
 
 void HttpConsole::Impl::Serve(
     const httplib::Request& req, httplib::Response& res, bool open, std::optional<Rpc> rpc,
@@ -353,8 +953,9 @@ void HttpConsole::Impl::Route(httplib::Server& srv) {
                                 " (see docs/http.md; everything but /v2/models/.../infer is GET)"));
     } else if (res.status == 413) {
       SetJsonError(res, 413, "RESOURCE_EXHAUSTED",
-                   absl::StrCat("the request body is over the ", options.max_message_bytes >> 20,
-                                " MiB limit (--max_message_mb)"));
+                   absl::StrCat("the request body is over the ",
+                                options.limits.max_body_bytes >> 20,
+                                " MiB limit (--http_max_body_mb)"));
     } else {
       SetJsonError(res, res.status, "INVALID_ARGUMENT",
                    absl::StrCat("the request could not be read (HTTP ", res.status, ")"));
@@ -391,26 +992,37 @@ absl::Status HttpConsole::Start() {
         "refusing to serve the console on ", s.options.listen, " without authentication: give ",
         "--auth_keys (or --tls_client_ca), or --allow_insecure to accept any client"));
   }
+  const HttpLimits& limits = s.options.limits;
+  if (limits.max_body_bytes < 1 || limits.max_header_bytes < 1024 || limits.threads < 1 ||
+      limits.header_timeout_seconds < 1 || limits.read_timeout_seconds < 1 ||
+      limits.write_timeout_seconds < 1 || limits.keep_alive_seconds < 1 ||
+      limits.max_pending_connections < 1) {
+    return absl::InvalidArgumentError(
+        "--http_max_body_mb, --http_max_header_kb, --http_threads, --http_*_seconds and "
+        "--http_max_connections must be >= 1");
+  }
   const bool tls = !s.options.tls_cert_file.empty();
   if (tls) {
-    const char* ca =
-        s.options.tls_client_ca_file.empty() ? nullptr : s.options.tls_client_ca_file.c_str();
-    s.server = std::make_unique<httplib::SSLServer>(s.options.tls_cert_file.c_str(),
-                                                    s.options.tls_key_file.c_str(), ca);
-  } else {
-    s.server = std::make_unique<httplib::Server>();
+    s.tls_ctx = MakeTlsContext(s.options);
+    if (s.tls_ctx == nullptr) {
+      return absl::InvalidArgumentError(
+          "--http_listen: cannot load --tls_cert, --tls_key or --tls_client_ca for HTTPS");
+    }
   }
-  if (!s.server->is_valid()) {
-    return absl::InvalidArgumentError(
-        "--http_listen: cannot load --tls_cert, --tls_key or --tls_client_ca for HTTPS");
-  }
+  s.server = std::make_unique<GatedServer>([&s](int sock) { s.gate->Admit(sock); });
   // One server per address: no SO_REUSEPORT (cpp-httplib's default), so a
   // second dendrod cannot bind the same port and take half the requests.
   s.server->set_socket_options([](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  s.server->set_payload_max_length(static_cast<size_t>(s.options.max_message_bytes));
+  // The Gate refuses larger bodies from their Content-Length; this only
+  // backs it up.
+  s.server->set_payload_max_length(static_cast<size_t>(limits.max_body_bytes));
+  s.server->set_keep_alive_timeout(limits.keep_alive_seconds);
+  s.server->set_keep_alive_max_count(kKeepAliveMaxRequests);
+  s.server->set_read_timeout(limits.read_timeout_seconds);
+  s.server->set_write_timeout(limits.write_timeout_seconds);
   s.Route(*s.server);
   if (port == 0) {
     s.port = s.server->bind_to_any_port(host);
@@ -422,6 +1034,12 @@ absl::Status HttpConsole::Start() {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", s.options.listen, " (--http_listen; is the port in use?)"));
   }
+  s.data_pool = std::make_unique<httplib::ThreadPool>(static_cast<size_t>(limits.threads));
+  s.health_pool = std::make_unique<httplib::ThreadPool>(kHealthThreads);
+  s.gate = std::make_unique<Gate>(limits, s.tls_ctx, [&s](Conn* c, bool health) {
+    (health ? s.health_pool : s.data_pool)->enqueue([&s, c] { s.ServeConn(c); });
+  });
+  if (absl::Status started = s.gate->Start(); !started.ok()) return started;
   s.thread = std::thread([server = s.server.get()] { server->listen_after_bind(); });
   spdlog::info("web console and JSON endpoints ({}) on port {}", tls ? "HTTPS" : "HTTP", s.port);
   return absl::OkStatus();
@@ -435,8 +1053,16 @@ void HttpConsole::Stop() {
   Impl& s = *impl_;
   std::lock_guard<std::mutex> lock(s.stop_mu);
   s.ready.store(false);
+  s.stopping.store(true);
   if (s.server) s.server->stop();
   if (s.thread.joinable()) s.thread.join();
+  // Waiting connections are closed; requests in progress finish, and their
+  // connections are closed after them.
+  if (s.gate) s.gate->Stop();
+  if (s.data_pool) s.data_pool->shutdown();
+  if (s.health_pool) s.health_pool->shutdown();
+  s.data_pool.reset();
+  s.health_pool.reset();
 }
 
 }  // namespace dendro::server

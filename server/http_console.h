@@ -34,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "server/auth.h"
+#include "server/http_limits.h"
 #include "server/dataset_store.h"
 #include "server/job_manager.h"
 #include "server/model_registry.h"
@@ -44,8 +45,10 @@ struct HttpConsoleOptions {
   std::string listen;  // HOST:PORT; port 0 picks a free one
   // Paths under it are cut from every message (see ForClient).
   std::string data_dir;
-  // Requests and answers are bounded like gRPC messages.
+  // Answers (and the float32 data of an inference) are bounded like gRPC
+  // messages.
   int64_t max_message_bytes = 64 << 20;
+  HttpLimits limits;
   // PEM paths as for the gRPC port; all empty for plain HTTP.
   std::string tls_cert_file;
   std::string tls_key_file;

@@ -82,6 +82,27 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(std::string, http_listen, "",
           "HOST:PORT to serve the read-only web console and JSON endpoints on (off when "
           "empty; same keys as gRPC; HTTPS with --tls_cert; see docs/http.md)");
+ABSL_FLAG(int64_t, http_max_body_mb, 64,
+          "--http_listen: largest request body, in MiB; a larger Content-Length is refused "
+          "(413) before the body is read, and a body must declare its length (411)");
+ABSL_FLAG(int, http_max_header_kb, 16,
+          "--http_listen: largest request line and headers together, in KiB (431 above it)");
+ABSL_FLAG(int, http_threads, 8,
+          "--http_listen: requests served at once (health checks have two workers of "
+          "their own)");
+ABSL_FLAG(int, http_header_timeout_seconds, 10,
+          "--http_listen: a request's line and headers (and the TLS handshake) must arrive "
+          "within this time of its first byte, or the connection is closed; no worker waits "
+          "for them");
+ABSL_FLAG(int, http_read_timeout_seconds, 10,
+          "--http_listen: a request whose body sends nothing for this long is dropped");
+ABSL_FLAG(int, http_write_timeout_seconds, 10,
+          "--http_listen: an answer the client takes nothing of for this long is dropped");
+ABSL_FLAG(int, http_keepalive_seconds, 5,
+          "--http_listen: an idle kept-alive connection is closed after this long");
+ABSL_FLAG(int, http_max_connections, 512,
+          "--http_listen: connections that may wait for their request headers at once; "
+          "past it the one waiting longest is closed");
 ABSL_FLAG(std::string, auth_keys, "",
           "keys file: lines '<sha256-hex of key>|cn:<client cert CN>  <name>  <role>'; "
           "reloaded on SIGHUP (see 'dendro keys hash')");
@@ -243,6 +264,14 @@ int main(int argc, char** argv) {
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.health_listen = absl::GetFlag(FLAGS_health_listen);
   options.http_listen = absl::GetFlag(FLAGS_http_listen);
+  options.http_limits.max_body_bytes = absl::GetFlag(FLAGS_http_max_body_mb) << 20;
+  options.http_limits.max_header_bytes = int64_t{absl::GetFlag(FLAGS_http_max_header_kb)} << 10;
+  options.http_limits.threads = absl::GetFlag(FLAGS_http_threads);
+  options.http_limits.header_timeout_seconds = absl::GetFlag(FLAGS_http_header_timeout_seconds);
+  options.http_limits.read_timeout_seconds = absl::GetFlag(FLAGS_http_read_timeout_seconds);
+  options.http_limits.write_timeout_seconds = absl::GetFlag(FLAGS_http_write_timeout_seconds);
+  options.http_limits.keep_alive_seconds = absl::GetFlag(FLAGS_http_keepalive_seconds);
+  options.http_limits.max_pending_connections = absl::GetFlag(FLAGS_http_max_connections);
   options.auth_keys_file = absl::GetFlag(FLAGS_auth_keys);
   options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   options.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);

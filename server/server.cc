@@ -375,6 +375,7 @@ absl::Status DendroServer::Start() {
     hopts.listen = options_.http_listen;
     hopts.data_dir = options_.data_dir;
     hopts.max_message_bytes = options_.max_message_bytes;
+    hopts.limits = options_.http_limits;
     hopts.tls_cert_file = options_.tls_cert_file;
     hopts.tls_key_file = options_.tls_key_file;
     hopts.tls_client_ca_file = options_.tls_client_ca_file;

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "server/http_limits.h"
 #include "server/methods/method.h"
 
 namespace dendro::server {
@@ -49,6 +50,7 @@ struct ServerOptions {
   // HOST:PORT of the web console and JSON endpoints (server/http_console.h;
   // port 0 picks one); empty: off.
   std::string http_listen;
+  HttpLimits http_limits;  // the --http_* flags
   // TLS: both set to PEM file paths to serve TLS; both empty for plaintext.
   std::string tls_cert_file;
   std::string tls_key_file;

@@ -39,7 +39,7 @@ class JsonEndpointsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="dendro_http_")
-        cls.server = hl.HttpServer(cls.dir, ("--max_message_mb", "2"))
+        cls.server = hl.HttpServer(cls.dir, ("--max_message_mb", "2", "--http_max_body_mb", "2"))
         cls.base = cls.server.base
         s = cls.server
         cls.x, _ = hierarchical_logits(600, 3, 4, seed=4)
@@ -270,7 +270,7 @@ class JsonEndpointsTest(unittest.TestCase):
                 self.assert_error(status, body, expected, fragment)
         status, _, body = request(self.url("/v2/models/tree/infer"), "reader", "POST", "{nope")
         self.assert_error(status, body, 400, "not valid JSON")
-        # An oversized body (over --max_message_mb 2).
+        # An oversized body (over --http_max_body_mb 2), refused before it is read.
         status, _, body = request(self.url("/v2/models/tree/infer"), "reader", "POST",
                                   "[" + "0," * (1 << 20) + "0]")
         self.assert_error(status, body, 413, "MiB")

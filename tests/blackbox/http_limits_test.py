@@ -2,10 +2,17 @@
 """What one HTTP client may hold of dendrod's listener (--http_listen).
 
 Against a real dendrod with authentication off (loopback), checks that
-  * an inference whose declared shape is over --max_message_mb gets 429
-    before its data is parsed, and three such requests of 57 MiB at once
-    leave the server's peak memory far below what parsing them took
-    (3.4 GiB).
+  * a body is bounded before it is read: a Content-Length over
+    --http_max_body_mb gets 413 at once, with no body sent; a chunked body
+    gets 411; an inference whose declared shape is over --max_message_mb
+    gets 429 before its data is parsed, and three such requests of 57 MiB
+    at once leave the server's peak memory far below what parsing them
+    took (3.4 GiB);
+  * slow clients cannot starve the listener: with more sockets than
+    workers trickling a header line every half second, health and a data
+    endpoint still answer, and the server closes the slow sockets once
+    --http_header_timeout_seconds has passed; headers over
+    --http_max_header_kb get 431.
 
 Usage: http_limits_test.py DENDROD_BINARY
 """
@@ -24,6 +31,8 @@ import http_lib as hl  # noqa: E402
 from grpc_blackbox_test import Server  # noqa: E402
 from http_lib import request  # noqa: E402
 
+THREADS = 2          # --http_threads
+HEADER_TIMEOUT = 3   # --http_header_timeout_seconds
 
 
 def raw_exchange(port, data, timeout=20):
@@ -78,7 +87,8 @@ class LimitsTest(unittest.TestCase):
         cls.port = hl.free_port()
         cls.server = Server(cls.dir, (
             "--http_listen", f"127.0.0.1:{cls.port}", "--threads", "1",
-            "--drain_seconds", "5"))
+            "--drain_seconds", "5", "--http_threads", str(THREADS),
+            "--http_header_timeout_seconds", str(HEADER_TIMEOUT)))
         cls.base = f"http://127.0.0.1:{cls.port}"
 
     @classmethod
@@ -99,6 +109,25 @@ class LimitsTest(unittest.TestCase):
         return doc
 
     # -- (2) bodies and shapes ------------------------------------------
+
+    def test_body_over_the_limit_is_refused_before_it_is_read(self):
+        # 100 MiB declared, none sent: the answer comes without the body.
+        raw = raw_exchange(self.port, (
+            b"POST /v2/models/m/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 104857600\r\n\r\n"))
+        status, doc = status_and_json(raw)
+        self.assertEqual(status, 413, raw)
+        self.assertIn("104857600 bytes", doc["error"])
+        self.assertIn("64 MiB limit (--http_max_body_mb)", doc["error"])
+
+    def test_chunked_body_is_refused(self):
+        raw = raw_exchange(self.port, (
+            b"POST /v2/models/m/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"2\r\n{}\r\n"))
+        status, doc = status_and_json(raw)
+        self.assertEqual(status, 411, raw)
+        self.assertIn("Content-Length", doc["error"])
 
     def infer_body(self, rows, cols, numbers):
         return ('{"inputs":[{"name":"input","shape":[%d,%d],"datatype":"FP32","data":['
@@ -145,6 +174,71 @@ class LimitsTest(unittest.TestCase):
         # Three bodies held at once are about 180 MB (more under the
         # sanitizers); the tree of their numbers took 3.4 GiB.
         self.assertLess(grown, 1 << 30, f"peak RSS grew by {grown >> 20} MiB")
+
+    # -- (3) slow clients ----------------------------------------------
+
+    def test_slow_headers_do_not_block_health(self):
+        socks = []
+        closed = {}
+        stop = threading.Event()
+
+        def trickle(i, s):
+            try:
+                s.sendall(b"GET /api/v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                n = 0
+                while not stop.is_set():
+                    s.sendall(b"X-Slow-%d: %d\r\n" % (n, n))
+                    n += 1
+                    time.sleep(0.5)
+            except OSError:
+                pass
+            closed[i] = time.time()
+
+        # Far more slow sockets than workers (and than cpp-httplib's own
+        # pool of 8).
+        start = time.time()
+        threads = []
+        for i in range(4 * THREADS + 12):
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+            socks.append(s)
+            t = threading.Thread(target=trickle, args=(i, s), daemon=True)
+            t.start()
+            threads.append(t)
+        try:
+            time.sleep(1.0)
+            for path in ("/v2/health/ready", "/v2/health/live", "/api/v1/models"):
+                t0 = time.time()
+                status, _, body = request(self.base + path, timeout=5)
+                self.assertEqual(status, 200, (path, body))
+                self.assertLess(time.time() - t0, 5, path)
+            # The server closes every slow socket once its headers are
+            # late; a send then fails.
+            for t in threads:
+                t.join(timeout=HEADER_TIMEOUT + 20)
+            self.assertEqual(len(closed), len(socks), "slow sockets left open")
+            self.assertTrue(all(c - start < HEADER_TIMEOUT + 15 for c in closed.values()))
+        finally:
+            stop.set()
+            for s in socks:
+                s.close()
+
+    def test_headers_over_the_limit(self):
+        raw = raw_exchange(self.port, b"GET /v2/health/ready HTTP/1.1\r\nHost: 127.0.0.1\r\n" +
+                           b"X-Big: " + b"a" * (20 << 10) + b"\r\n\r\n")
+        status, doc = status_and_json(raw)
+        self.assertEqual(status, 431, raw[:200])
+        self.assertIn("16 KiB limit (--http_max_header_kb)", doc["error"])
+
+    def test_keep_alive_still_works(self):
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as s:
+            for _ in range(3):
+                s.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                data = b""
+                while not data.endswith(b'{"live":true}'):
+                    chunk = s.recv(4096)
+                    self.assertTrue(chunk, "closed between requests")
+                    data += chunk
+                self.assertTrue(data.startswith(b"HTTP/1.1 200"), data)
 
 
 

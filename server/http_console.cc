@@ -28,6 +28,8 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -138,6 +140,21 @@ absl::Status SplitListen(const std::string& listen, std::string* host, int* port
     *host = host->substr(1, host->size() - 2);
   }
   return absl::OkStatus();
+}
+
+// An absl::Status payload naming the HTTP status to answer instead of the
+// code's usual one (415 for a body that is not JSON).
+constexpr char kHttpStatusPayload[] = "dendro.dev/http-status";
+
+absl::Status WithHttpStatus(absl::Status s, int http_status) {
+  s.SetPayload(kHttpStatusPayload, absl::Cord(std::to_string(http_status)));
+  return s;
+}
+
+// "application/json", with or without parameters ("; charset=utf-8").
+bool IsJsonMediaType(absl::string_view v) {
+  v = v.substr(0, v.find(';'));
+  return absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(v), "application/json");
 }
 
 bool IsHealthPath(absl::string_view path) { return absl::StartsWith(path, "/v2/health/"); }
@@ -707,6 +724,10 @@ struct HttpConsole::Impl {
              std::optional<Rpc> rpc,
              const std::function<absl::StatusOr<HttpBody>(const Principal&)>& fn);
   absl::Status Authorize(const httplib::Request& req, const Principal& who, Rpc rpc) const;
+  // Whether the Host header names this server (DNS rebinding: a page of
+  // another site whose name resolves to this address sends its own name).
+  // Checked when authentication is off, or when --http_allowed_hosts is set.
+  absl::Status CheckHost(const httplib::Request& req) const;
   void Route(httplib::Server& server);
   // Runs one request of `c` on a worker, then returns the connection to the
   // Gate (kept alive) or closes it.
@@ -727,6 +748,7 @@ struct HttpConsole::Impl {
   std::unique_ptr<httplib::ThreadPool> data_pool;    // --http_threads
   std::unique_ptr<httplib::ThreadPool> health_pool;  // /v2/health/* only
   std::thread thread;
+  std::string listen_host;
   int port = 0;
   std::mutex stop_mu;
 };
@@ -752,6 +774,45 @@ void HttpConsole::Impl::ServeConn(Conn* c) {
   gate->Return(c);
 }
 
+absl::Status HttpConsole::Impl::CheckHost(const httplib::Request& req) const {
+  if (deps.auth->enabled() && options.limits.allowed_hosts.empty()) return absl::OkStatus();
+  const std::string host = absl::AsciiStrToLower(req.get_header_value("Host"));
+  // "name", "name:port", "[v6]" or "[v6]:port".
+  std::string name = host;
+  std::string host_port;
+  if (!host.empty() && host.front() == '[') {
+    const size_t close = host.find(']');
+    if (close != std::string::npos) {
+      name = host.substr(0, close + 1);
+      if (close + 1 < host.size() && host[close + 1] == ':') host_port = host.substr(close + 2);
+    }
+  } else if (const size_t colon = host.find(':');
+             colon != std::string::npos && host.find(':', colon + 1) == std::string::npos) {
+    name = host.substr(0, colon);
+    host_port = host.substr(colon + 1);
+  }
+  const bool our_port = host_port.empty() || host_port == std::to_string(port);
+  std::string listen_name = absl::AsciiStrToLower(listen_host);
+  if (listen_name.find(':') != std::string::npos) listen_name = absl::StrCat("[", listen_name, "]");
+  if (our_port && (name == "localhost" || name == "127.0.0.1" || name == "[::1]" ||
+                   name == listen_name)) {
+    return absl::OkStatus();
+  }
+  for (const std::string& allowed : options.limits.allowed_hosts) {
+    const std::string a = absl::AsciiStrToLower(allowed);
+    if (a == name || a == host) return absl::OkStatus();
+  }
+  const std::string shown =
+      host.empty() ? std::string("no Host header")
+                   : absl::StrCat("Host '", absl::CHexEscape(host.substr(0, 100)), "'");
+  spdlog::warn("audit: HTTP {} {} refused: {} is not an address of this server (peer {}:{})",
+               req.method, req.path, shown, req.remote_addr, req.remote_port);
+  return absl::PermissionDeniedError(absl::StrCat(
+      shown, " is not an address of this server (", options.listen,
+      "; loopback names are accepted); add the name the server is reached by to "
+      "--http_allowed_hosts"));
+}
+
 void HttpConsole::Impl::Serve(
     const httplib::Request& req, httplib::Response& res, bool open, std::optional<Rpc> rpc,
     const std::function<absl::StatusOr<HttpBody>(const Principal&)>& fn) {
@@ -766,7 +827,8 @@ void HttpConsole::Impl::Serve(
 
   Principal who;
   absl::Status refused;
-  if (!open) {
+  if (!IsHealthPath(req.path)) refused = CheckHost(req);
+  if (!open && refused.ok()) {
     std::optional<std::string> bearer;
     if (req.has_header("Authorization")) bearer = req.get_header_value("Authorization");
     const std::optional<std::string> cn = PeerCommonName(req);
@@ -814,7 +876,12 @@ void HttpConsole::Impl::Serve(
   if (out.code() == absl::StatusCode::kUnauthenticated) {
     res.set_header("WWW-Authenticate", "Bearer realm=\"dendro\"");
   }
-  SetJsonError(res, HttpStatusFor(out.code()), absl::StatusCodeToString(out.code()),
+  int http_status = HttpStatusFor(out.code());
+  if (absl::optional<absl::Cord> p = s.GetPayload(kHttpStatusPayload); p.has_value()) {
+    int n = 0;
+    if (absl::SimpleAtoi(std::string(*p), &n) && n >= 400 && n <= 599) http_status = n;
+  }
+  SetJsonError(res, http_status, absl::StatusCodeToString(out.code()),
                std::string(out.message()));
 }
 
@@ -936,6 +1003,18 @@ void HttpConsole::Impl::Route(httplib::Server& srv) {
                      absl::StatusOr<v1::ModelRef> ref = ParseModelRef(req.matches[1].str(),
                                                                       req.matches[2].str());
                      if (!ref.ok()) return ref.status();
+                     // A page of another site can POST a form or text
+                     // without asking first, but not JSON.
+                     if (!IsJsonMediaType(req.get_header_value("Content-Type"))) {
+                       return WithHttpStatus(
+                           absl::InvalidArgumentError(absl::StrCat(
+                               "the request body must be sent with Content-Type: "
+                               "application/json, got '",
+                               absl::CHexEscape(
+                                   req.get_header_value("Content-Type").substr(0, 100)),
+                               "'")),
+                           415);
+                     }
                      return api.Infer(*ref, req.body,
                                       [&](Rpc rpc) { return Authorize(req, who, rpc); });
                    });
@@ -1009,6 +1088,7 @@ absl::Status HttpConsole::Start() {
           "--http_listen: cannot load --tls_cert, --tls_key or --tls_client_ca for HTTPS");
     }
   }
+  s.listen_host = host;
   s.server = std::make_unique<GatedServer>([&s](int sock) { s.gate->Admit(sock); });
   // One server per address: no SO_REUSEPORT (cpp-httplib's default), so a
   // second dendrod cannot bind the same port and take half the requests.

@@ -32,6 +32,10 @@ struct HttpLimits {
   // Connections waiting for their headers at once; past it the one
   // waiting longest is closed.
   int max_pending_connections = 512;
+  // Host header values accepted besides the listen address and loopback
+  // names ("name" matches any port, "name:port" that port). Checked when
+  // authentication is off, or always when not empty.
+  std::vector<std::string> allowed_hosts;
 };
 
 }  // namespace dendro::server

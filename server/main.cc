@@ -14,7 +14,9 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "dendro/version.h"
 #include "core/io/atomic_file.h"
 #include "core/common/cpus.h"
@@ -103,6 +105,10 @@ ABSL_FLAG(int, http_keepalive_seconds, 5,
 ABSL_FLAG(int, http_max_connections, 512,
           "--http_listen: connections that may wait for their request headers at once; "
           "past it the one waiting longest is closed");
+ABSL_FLAG(std::string, http_allowed_hosts, "",
+          "--http_listen: comma-separated Host names (name, or name:port) accepted besides "
+          "loopback names and the listen address; the Host check is on when authentication "
+          "is off, or whenever this is set (health checks are exempt)");
 ABSL_FLAG(std::string, auth_keys, "",
           "keys file: lines '<sha256-hex of key>|cn:<client cert CN>  <name>  <role>'; "
           "reloaded on SIGHUP (see 'dendro keys hash')");
@@ -272,6 +278,10 @@ int main(int argc, char** argv) {
   options.http_limits.write_timeout_seconds = absl::GetFlag(FLAGS_http_write_timeout_seconds);
   options.http_limits.keep_alive_seconds = absl::GetFlag(FLAGS_http_keepalive_seconds);
   options.http_limits.max_pending_connections = absl::GetFlag(FLAGS_http_max_connections);
+  for (absl::string_view host : absl::StrSplit(absl::GetFlag(FLAGS_http_allowed_hosts), ',',
+                                               absl::SkipWhitespace())) {
+    options.http_limits.allowed_hosts.emplace_back(absl::StripAsciiWhitespace(host));
+  }
   options.auth_keys_file = absl::GetFlag(FLAGS_auth_keys);
   options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   options.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);

@@ -268,7 +268,8 @@ class JsonEndpointsTest(unittest.TestCase):
             with self.subTest(model=model, fragment=fragment):
                 status, body = self.infer(model, payload)
                 self.assert_error(status, body, expected, fragment)
-        status, _, body = request(self.url("/v2/models/tree/infer"), "reader", "POST", "{nope")
+        status, _, body = request(self.url("/v2/models/tree/infer"), "reader", "POST", "{nope",
+                                  headers={"Content-Type": "application/json"})
         self.assert_error(status, body, 400, "not valid JSON")
         # An oversized body (over --http_max_body_mb 2), refused before it is read.
         status, _, body = request(self.url("/v2/models/tree/infer"), "reader", "POST",

@@ -12,7 +12,11 @@ Against a real dendrod with authentication off (loopback), checks that
     workers trickling a header line every half second, health and a data
     endpoint still answer, and the server closes the slow sockets once
     --http_header_timeout_seconds has passed; headers over
-    --http_max_header_kb get 431.
+    --http_max_header_kb get 431;
+  * DNS rebinding: with authentication off a Host header that is not this
+    server's gets 403 naming it (health stays open to any Host, as probes
+    send the pod's address), --http_allowed_hosts adds names, and a POST
+    without Content-Type: application/json gets 415.
 
 Usage: http_limits_test.py DENDROD_BINARY
 """
@@ -88,7 +92,8 @@ class LimitsTest(unittest.TestCase):
         cls.server = Server(cls.dir, (
             "--http_listen", f"127.0.0.1:{cls.port}", "--threads", "1",
             "--drain_seconds", "5", "--http_threads", str(THREADS),
-            "--http_header_timeout_seconds", str(HEADER_TIMEOUT)))
+            "--http_header_timeout_seconds", str(HEADER_TIMEOUT),
+            "--http_allowed_hosts", "dendro.internal, other.internal:81"))
         cls.base = f"http://127.0.0.1:{cls.port}"
 
     @classmethod
@@ -240,6 +245,37 @@ class LimitsTest(unittest.TestCase):
                     data += chunk
                 self.assertTrue(data.startswith(b"HTTP/1.1 200"), data)
 
+    # -- (10) Host and Content-Type --------------------------------------
+
+    def test_foreign_host_is_refused_with_auth_off(self):
+        url = self.base + "/api/v1/models"
+        status, _, body = request(url, headers={"Host": "attacker.example"})
+        self.assert_error(status, body, 403, "Host 'attacker.example'", "--http_allowed_hosts")
+        status, _, body = request(url, headers={"Host": f"localhost:{self.port + 1}"})
+        self.assertEqual(status, 403, body)
+        status, _, body = request(url, headers={"Host": "other.internal:82"})
+        self.assertEqual(status, 403, body)
+        for host in (f"127.0.0.1:{self.port}", f"localhost:{self.port}", f"[::1]:{self.port}",
+                     "localhost", f"dendro.internal:{self.port}", "other.internal:81"):
+            with self.subTest(host=host):
+                status, _, body = request(url, headers={"Host": host})
+                self.assertEqual(status, 200, body)
+        # Probes send the pod's address: health answers any Host.
+        for path in ("/v2/health/ready", "/v2/health/live"):
+            status, _, body = request(self.base + path, headers={"Host": "10.1.2.3:8080"})
+            self.assertEqual(status, 200, body)
+
+    def test_post_needs_json(self):
+        url = self.base + "/v2/models/m/infer"
+        body = '{"inputs":[{"name":"input","shape":[1,2],"datatype":"FP32","data":[1,2]}]}'
+        for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
+            with self.subTest(ctype=ctype):
+                headers = {"Content-Type": ctype} if ctype else {}
+                status, _, out = request(url, method="POST", body=body, headers=headers)
+                self.assert_error(status, out, 415, "Content-Type: application/json")
+        status, _, out = request(url, method="POST", body=body,
+                                 headers={"Content-Type": "application/json; charset=utf-8"})
+        self.assert_error(status, out, 404, "'m'")  # past the check: no such model
 
 
 if __name__ == "__main__":

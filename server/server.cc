@@ -295,7 +295,14 @@ absl::Status DendroServer::Start() {
   builder.AddListeningPort(options_.listen, creds, &s.port);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
-  s.streams = std::make_unique<StreamLimiter>(options_.max_streams, options_.upload_idle_timeout);
+  StreamLimiter::Options stream_caps;
+  stream_caps.max_streams = options_.max_streams;
+  stream_caps.max_per_caller = options_.max_streams_per_caller;
+  stream_caps.admin_reserved = options_.admin_reserved_streams;
+  s.streams = std::make_unique<StreamLimiter>(stream_caps, options_.upload_idle_timeout);
+  spdlog::info("streams: at most {}, {} per caller, the last {} kept for admins",
+               s.streams->max_streams(), s.streams->max_per_caller(),
+               s.streams->admin_reserved());
   ServiceDeps deps;
   deps.datasets = s.datasets.get();
   deps.jobs = s.jobs.get();
@@ -303,6 +310,7 @@ absl::Status DendroServer::Start() {
   deps.streams = s.streams.get();
   deps.data_dir = options_.data_dir;
   deps.max_message_bytes = options_.max_message_bytes;
+  deps.stream_idle_timeout = options_.stream_idle_timeout;
   deps.metrics = s.metrics.get();
   deps.auth = s.auth.get();
   s.services = MakeServices(std::move(deps));

@@ -38,7 +38,11 @@ struct ServerOptions {
   int64_t max_dataset_bytes = int64_t{64} << 30;  // one upload's data + labels
   std::string min_free_disk;                    // "5%" or MiB; see DiskGuard
   int max_streams = 64;                         // concurrent streaming RPCs
+  int max_streams_per_caller = 0;               // 0: max_streams / 2 (see StreamLimiter)
+  int admin_reserved_streams = 4;               // of max_streams, at most a quarter
   absl::Duration upload_idle_timeout = absl::Seconds(60);
+  // A prediction stream's or job watch's idle limit, and WaitJob's longest wait.
+  absl::Duration stream_idle_timeout = absl::Minutes(5);
   int max_message_bytes = 64 << 20;
   absl::Duration drain_grace = absl::Seconds(30);
   // HOST:PORT for Prometheus /metrics (port 0 picks one); empty: off.

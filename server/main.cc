@@ -45,7 +45,9 @@ ABSL_FLAG(int, threads, 0,
 ABSL_FLAG(int, workers, 1, "jobs run at the same time (each uses all cores)");
 ABSL_FLAG(int, queue_size, 64, "jobs that may wait; more are refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_message_mb, 64, "largest gRPC message accepted or sent, in MiB");
-ABSL_FLAG(int, drain_seconds, 30, "on SIGTERM, how long running jobs may finish");
+ABSL_FLAG(int, drain_seconds, 30,
+          "on SIGTERM, how long running jobs may finish (the process exits within "
+          "--drain_seconds + --job_stop_seconds + 2 s)");
 ABSL_FLAG(int, job_stop_seconds, 10,
           "after the drain, how long an interrupted job may take to stop before the process "
           "exits without it (it is re-queued)");

@@ -439,12 +439,21 @@ bool DendroServer::Shutdown() {
     s.shut_down = true;
   }
   spdlog::info("shutting down: draining RPCs and jobs");
+  const absl::Time started = absl::Now();
   SetServing(false);
   // Stop accepting jobs and let running ones finish (or be interrupted and
-  // left queued), then close the RPC server with a short deadline for
-  // in-flight calls (watchers end when their job does).
+  // left queued): at most drain_grace + job_stop_timeout.
   const bool stopped = s.jobs->Shutdown(options_.drain_grace);
-  s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // Watches and waits would follow jobs no one here will run: they end
+  // (UNAVAILABLE) within a second. The other in-flight calls get at most
+  // kShutdownMargin, less whatever the jobs took beyond their bound, and are
+  // cancelled then; so the whole takes drain + job stop + the margin.
+  s.streams->Close();
+  const absl::Time bound = started + options_.drain_grace + options_.job_stop_timeout;
+  const absl::Time rpc_deadline =
+      std::min(absl::Now() + kShutdownMargin, bound + kShutdownMargin / 2);
+  s.grpc_server->Shutdown(absl::ToChronoTime(rpc_deadline));
+  spdlog::info("RPCs drained {} after the shutdown began", absl::FormatDuration(absl::Now() - started));
   if (s.health_server) s.health_server->Shutdown(std::chrono::system_clock::now());
   if (s.http) s.http->Stop();
   if (!stopped) {

@@ -1,8 +1,10 @@
 // DendroServer: owns the stores, the job manager and the gRPC server.
 //
 // Start() opens (or creates) the data directory, recovers state, and begins
-// serving; Shutdown() drains: health turns NOT_SERVING, in-flight RPCs get
-// a deadline, running jobs a grace period (see JobManager::Shutdown).
+// serving; Shutdown() drains: health turns NOT_SERVING, running jobs get a
+// grace period (see JobManager::Shutdown), then job watches and waits end and
+// the other in-flight RPCs get what is left of the bound: Shutdown returns
+// within drain_grace + job_stop_timeout + kShutdownMargin.
 // Used by dendrod's main() and, in-process, by the server tests.
 #ifndef DENDRO_SERVER_SERVER_H_
 #define DENDRO_SERVER_SERVER_H_
@@ -68,6 +70,11 @@ struct ServerOptions {
   // Test hook, see JobManager::Options::resolve_method.
   std::function<absl::StatusOr<const Method*>(const v1::JobSpec&)> resolve_method;
 };
+
+// What a shutdown may take beyond drain_grace + job_stop_timeout: in-flight
+// calls get at most this long once the jobs are done with (and the time
+// their handlers take to notice a cancel).
+inline constexpr absl::Duration kShutdownMargin = absl::Seconds(2);
 
 class DendroServer {
  public:

@@ -381,7 +381,8 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kWatchJob);
     if (!who.ok()) return ToGrpc(who.status());
     // Counted, and ended by the server when the job has not changed for the
-    // stream idle limit (a client that still cares watches again).
+    // stream idle limit (a client that still cares watches again) or when
+    // the server shuts down.
     // (The handler checks the limit itself, for a clear message; the
     // limiter's timer also ends a watch whose client takes nothing.)
     auto slot = AcquireStream("watch", ctx, *who, Idle::kStream,
@@ -407,6 +408,7 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
         last_sent = absl::Now();
         continue;
       }
+      if (deps_.streams->closing()) return ShuttingDown("watch", req->id());
       if (absl::Now() >= idle_at) {
         return ToGrpc(absl::DeadlineExceededError(absl::StrCat(
             "watch: job '", req->id(), "' did not change for ", absl::FormatDuration(idle),
@@ -452,10 +454,18 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
         *resp = *std::move(job);
         return grpc::Status::OK;
       }
+      if (deps_.streams->closing()) return ShuttingDown("wait job", req->id());
     }
   }
 
  private:
+  // A watch or wait ended by the shutdown: the job lives on (interrupted
+  // jobs are queued again), so the client may ask again, here or elsewhere.
+  grpc::Status ShuttingDown(const char* rpc, const std::string& id) const {
+    return ToGrpc(absl::UnavailableError(absl::StrCat(
+        rpc, ": the server is shutting down; job '", id,
+        "' is kept (an interrupted job is queued again), ask again")));
+  }
   static bool IsTerminal(v1::JobState s) {
     return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
            s == v1::JOB_STATE_CANCELLED;

@@ -121,6 +121,11 @@ class StreamLimiter {
   int max_per_caller() const { return max_per_caller_; }
   int admin_reserved() const { return admin_reserved_; }
 
+  // The server is shutting down: streams that wait on the server (job
+  // watches, WaitJob) should end. Never undone.
+  void Close() { closing_.store(true); }
+  bool closing() const { return closing_.load(); }
+
  private:
   void Release(Slot* slot);
   void ReapLoop();
@@ -129,6 +134,7 @@ class StreamLimiter {
   const int max_per_caller_;
   const int admin_reserved_;
   const absl::Duration idle_timeout_;
+  std::atomic<bool> closing_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   std::set<Slot*> slots_;               // guarded by mu_

@@ -587,8 +587,10 @@ absl::StatusOr<v1::Job> Client::WatchJob(const std::string& id,
     std::unique_ptr<grpc::ClientReader<v1::Job>> reader = impl_->jobs->WatchJob(&ctx, req);
     v1::Job job;
     std::optional<v1::Job> last;
+    bool heard_this_time = false;
     while (reader->Read(&job)) {
       heard_from_server = true;
+      heard_this_time = true;
       if (on_update) on_update(job);
       last = job;
       if (IsTerminal(job.state())) break;
@@ -599,6 +601,13 @@ absl::StatusOr<v1::Job> Client::WatchJob(const std::string& id,
       return *std::move(last);
     }
     const grpc::Status status = reader->Finish();
+    // The server ends a watch whose job has not changed for its idle limit
+    // (--stream_idle_seconds; this context has no deadline of its own):
+    // watch again at once, as often as that happens.
+    if (heard_this_time && status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      --attempt;
+      continue;
+    }
     // A stream that broke after it worked (server restart, proxy timeout) is
     // re-opened; a server that never answered is reported at once.
     const bool retryable =

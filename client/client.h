@@ -154,7 +154,9 @@ class Client {
   // Follows the job until it reaches a terminal state, calling `on_update`
   // (if set) for every update the server streams, and returns the final job.
   // A FAILED or CANCELLED job is still an OK result: inspect its state. If
-  // the stream breaks before the end it is re-opened (a few times).
+  // the stream breaks before the end it is re-opened (a few times), and
+  // whenever the server ends it because the job has not changed for the
+  // server's idle limit.
   absl::StatusOr<v1::Job> WatchJob(const std::string& id,
                                    const std::function<void(const v1::Job&)>& on_update);
   // Returns when the job is terminal or `timeout` has passed (the job may

@@ -47,7 +47,9 @@ ABSL_FLAG(int, threads, 0,
 ABSL_FLAG(int, workers, 1, "jobs run at the same time (each uses all cores)");
 ABSL_FLAG(int, queue_size, 64, "jobs that may wait; more are refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_message_mb, 64, "largest gRPC message accepted or sent, in MiB");
-ABSL_FLAG(int, drain_seconds, 30, "on SIGTERM, how long running jobs may finish");
+ABSL_FLAG(int, drain_seconds, 30,
+          "on SIGTERM, how long running jobs may finish (the process exits within "
+          "--drain_seconds + --job_stop_seconds + 2 s)");
 ABSL_FLAG(int, job_stop_seconds, 10,
           "after the drain, how long an interrupted job may take to stop before the process "
           "exits without it (it is re-queued)");
@@ -74,11 +76,21 @@ ABSL_FLAG(std::string, min_free_disk, "",
           "free space the data volume keeps: uploads and jobs are refused below it "
           "(a percentage like 5%, or MiB; at least 64 MiB in any case)");
 ABSL_FLAG(int, max_streams, 64,
-          "concurrent streaming calls (uploads, job watches, prediction streams); more are "
-          "refused with RESOURCE_EXHAUSTED");
+          "concurrent streaming calls (uploads, job watches, prediction and tree streams) and "
+          "WaitJob calls; more are refused with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_streams_per_caller, 0,
+          "of --max_streams, how many one caller (a key's principal; with authentication off, "
+          "one connection) may hold (0: half of --max_streams)");
+ABSL_FLAG(int, admin_reserved_streams, 4,
+          "of --max_streams, how many only admin callers may take, so that an admin still gets "
+          "a stream when the others hold the rest (at most a quarter of --max_streams)");
 ABSL_FLAG(int, upload_idle_seconds, 60,
           "an upload that sends nothing, or a tree download that takes nothing, for this long "
-          "is cancelled");
+          "is cancelled (CANCELLED)");
+ABSL_FLAG(int, stream_idle_seconds, 300,
+          "a prediction stream that sends no request (or takes no answer), or a job watch whose "
+          "job has not changed, for this long is ended (DEADLINE_EXCEEDED); also the longest a "
+          "WaitJob call waits");
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus metrics on at /metrics (off when empty)");
 ABSL_FLAG(std::string, http_listen, "",
@@ -266,6 +278,9 @@ int main(int argc, char** argv) {
   options.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_mb) << 20;
   options.model_cache_bytes = absl::GetFlag(FLAGS_model_cache_mb) << 20;
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
+  options.max_streams_per_caller = absl::GetFlag(FLAGS_max_streams_per_caller);
+  options.admin_reserved_streams = absl::GetFlag(FLAGS_admin_reserved_streams);
+  options.stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_seconds));
   options.min_free_disk = absl::GetFlag(FLAGS_min_free_disk);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.health_listen = absl::GetFlag(FLAGS_health_listen);
@@ -292,15 +307,17 @@ int main(int argc, char** argv) {
   if (options.workers < 1 || options.queue_capacity < 1 || options.max_message_bytes <= 0 ||
       options.max_job_attempts < 1 || options.max_dataset_bytes <= 0 || options.max_streams < 1 ||
       options.upload_idle_timeout <= absl::ZeroDuration() ||
+      options.stream_idle_timeout <= absl::ZeroDuration() ||
+      options.max_streams_per_caller < 0 || options.admin_reserved_streams < 0 ||
       options.job_stop_timeout < absl::ZeroDuration() || options.max_job_memory_bytes < 0 ||
       options.model_cache_bytes < 0 || options.catalog_connections < 1 ||
       !(absl::GetFlag(FLAGS_job_retention_days) >= 0)) {
     fprintf(stderr,
             "dendrod: --workers, --queue_size, --max_message_mb, --max_job_attempts, "
-            "--max_dataset_mb, --max_streams, --upload_idle_seconds and --catalog_connections "
-            "must be >= 1; "
-            "--job_stop_seconds, --max_job_memory_mb, --model_cache_mb and "
-            "--job_retention_days >= 0\n");
+            "--max_dataset_mb, --max_streams, --upload_idle_seconds, --stream_idle_seconds and "
+            "--catalog_connections must be >= 1; "
+            "--job_stop_seconds, --max_job_memory_mb, --model_cache_mb, "
+            "--max_streams_per_caller, --admin_reserved_streams and --job_retention_days >= 0\n");
     return 2;
   }
 

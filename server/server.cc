@@ -295,7 +295,14 @@ absl::Status DendroServer::Start() {
   builder.AddListeningPort(options_.listen, creds, &s.port);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
-  s.streams = std::make_unique<StreamLimiter>(options_.max_streams, options_.upload_idle_timeout);
+  StreamLimiter::Options stream_caps;
+  stream_caps.max_streams = options_.max_streams;
+  stream_caps.max_per_caller = options_.max_streams_per_caller;
+  stream_caps.admin_reserved = options_.admin_reserved_streams;
+  s.streams = std::make_unique<StreamLimiter>(stream_caps, options_.upload_idle_timeout);
+  spdlog::info("streams: at most {}, {} per caller, the last {} kept for admins",
+               s.streams->max_streams(), s.streams->max_per_caller(),
+               s.streams->admin_reserved());
   ServiceDeps deps;
   deps.datasets = s.datasets.get();
   deps.jobs = s.jobs.get();
@@ -303,6 +310,7 @@ absl::Status DendroServer::Start() {
   deps.streams = s.streams.get();
   deps.data_dir = options_.data_dir;
   deps.max_message_bytes = options_.max_message_bytes;
+  deps.stream_idle_timeout = options_.stream_idle_timeout;
   deps.metrics = s.metrics.get();
   deps.auth = s.auth.get();
   s.services = MakeServices(std::move(deps));
@@ -432,12 +440,21 @@ bool DendroServer::Shutdown() {
     s.shut_down = true;
   }
   spdlog::info("shutting down: draining RPCs and jobs");
+  const absl::Time started = absl::Now();
   SetServing(false);
   // Stop accepting jobs and let running ones finish (or be interrupted and
-  // left queued), then close the RPC server with a short deadline for
-  // in-flight calls (watchers end when their job does).
+  // left queued): at most drain_grace + job_stop_timeout.
   const bool stopped = s.jobs->Shutdown(options_.drain_grace);
-  s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // Watches and waits would follow jobs no one here will run: they end
+  // (UNAVAILABLE) within a second. The other in-flight calls get at most
+  // kShutdownMargin, less whatever the jobs took beyond their bound, and are
+  // cancelled then; so the whole takes drain + job stop + the margin.
+  s.streams->Close();
+  const absl::Time bound = started + options_.drain_grace + options_.job_stop_timeout;
+  const absl::Time rpc_deadline =
+      std::min(absl::Now() + kShutdownMargin, bound + kShutdownMargin / 2);
+  s.grpc_server->Shutdown(absl::ToChronoTime(rpc_deadline));
+  spdlog::info("RPCs drained {} after the shutdown began", absl::FormatDuration(absl::Now() - started));
   if (s.health_server) s.health_server->Shutdown(std::chrono::system_clock::now());
   if (s.http) s.http->Stop();
   if (!stopped) {

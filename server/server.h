@@ -1,8 +1,10 @@
 // DendroServer: owns the stores, the job manager and the gRPC server.
 //
 // Start() opens (or creates) the data directory, recovers state, and begins
-// serving; Shutdown() drains: health turns NOT_SERVING, in-flight RPCs get
-// a deadline, running jobs a grace period (see JobManager::Shutdown).
+// serving; Shutdown() drains: health turns NOT_SERVING, running jobs get a
+// grace period (see JobManager::Shutdown), then job watches and waits end and
+// the other in-flight RPCs get what is left of the bound: Shutdown returns
+// within drain_grace + job_stop_timeout + kShutdownMargin.
 // Used by dendrod's main() and, in-process, by the server tests.
 #ifndef DENDRO_SERVER_SERVER_H_
 #define DENDRO_SERVER_SERVER_H_
@@ -39,7 +41,11 @@ struct ServerOptions {
   int64_t max_dataset_bytes = int64_t{64} << 30;  // one upload's data + labels
   std::string min_free_disk;                    // "5%" or MiB; see DiskGuard
   int max_streams = 64;                         // concurrent streaming RPCs
+  int max_streams_per_caller = 0;               // 0: max_streams / 2 (see StreamLimiter)
+  int admin_reserved_streams = 4;               // of max_streams, at most a quarter
   absl::Duration upload_idle_timeout = absl::Seconds(60);
+  // A prediction stream's or job watch's idle limit, and WaitJob's longest wait.
+  absl::Duration stream_idle_timeout = absl::Minutes(5);
   int max_message_bytes = 64 << 20;
   absl::Duration drain_grace = absl::Seconds(30);
   // HOST:PORT for Prometheus /metrics (port 0 picks one); empty: off.
@@ -66,6 +72,11 @@ struct ServerOptions {
   // Test hook, see JobManager::Options::resolve_method.
   std::function<absl::StatusOr<const Method*>(const v1::JobSpec&)> resolve_method;
 };
+
+// What a shutdown may take beyond drain_grace + job_stop_timeout: in-flight
+// calls get at most this long once the jobs are done with (and the time
+// their handlers take to notice a cancel).
+inline constexpr absl::Duration kShutdownMargin = absl::Seconds(2);
 
 class DendroServer {
  public:

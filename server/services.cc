@@ -1,5 +1,6 @@
 #include "server/services.h"
 
+#include <grpc/grpc.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -99,13 +100,41 @@ class ServiceBase {
                  outcome.ok() ? std::string("OK") : outcome.error_message());
   }
 
-  // A slot for a stream. With `idle` the stream is cancelled once its client
-  // has sent nothing for the idle timeout (the slot must be Touch()ed).
+  // What ends a stream whose client has gone quiet.
+  enum class Idle {
+    kNone,    // never timed out here (the handler ends it by itself)
+    kUpload,  // CANCELLED after --upload_idle_seconds (uploads, tree downloads)
+    kStream,  // DEADLINE_EXCEEDED after --stream_idle_seconds (predictions, watches)
+  };
+
+  // A slot for a stream (or a WaitJob call), counted against the caps of
+  // server/stream_limiter.h for `who`. With an idle kind the call is ended,
+  // with a status saying `idle_what` and naming the limit, once its client
+  // has sent nothing for the timeout (the slot must be Touch()ed).
   absl::StatusOr<std::unique_ptr<StreamLimiter::Slot>> AcquireStream(
-      const std::string& rpc, grpc::ServerContext* ctx, bool idle) const {
+      const std::string& rpc, grpc::ServerContext* ctx, const Principal& who, Idle idle,
+      const std::string& idle_what = std::string()) const {
+    // With authentication off every caller is an anonymous admin: each
+    // connection (gRPC's peer) counts as one caller.
+    const std::string caller = deps_.auth->enabled() ? who.name : ctx->peer();
+    const bool admin = who.role >= Role::kAdmin;
     std::function<void()> on_idle;
-    if (idle) on_idle = [ctx] { ctx->TryCancel(); };
-    return deps_.streams->Acquire(rpc, std::move(on_idle));
+    absl::Duration timeout = absl::ZeroDuration();
+    if (idle != Idle::kNone) {
+      const bool upload = idle == Idle::kUpload;
+      timeout = upload ? deps_.streams->idle_timeout() : deps_.stream_idle_timeout;
+      const grpc_status_code code = upload ? GRPC_STATUS_CANCELLED : GRPC_STATUS_DEADLINE_EXCEEDED;
+      std::string message = absl::StrCat(rpc, ": ", idle_what, " for ",
+                                         absl::FormatDuration(timeout), ", the idle limit (",
+                                         upload ? "--upload_idle_seconds" : "--stream_idle_seconds",
+                                         "); the server ended the call");
+      // ServerContext::TryCancel, with a status that says why: the handler
+      // is blocked in Read or Write, so it cannot return one itself.
+      on_idle = [ctx, code, message = std::move(message)] {
+        grpc_call_cancel_with_status(ctx->c_call(), code, message.c_str(), nullptr);
+      };
+    }
+    return deps_.streams->Acquire(rpc, caller, admin, std::move(on_idle), timeout);
   }
 
   ServiceDeps deps_;
@@ -193,7 +222,7 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
                              v1::Dataset* response) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kUploadDataset);
     if (!who.ok()) return ToGrpc(who.status());
-    auto slot = AcquireStream("upload", ctx, /*idle=*/true);
+    auto slot = AcquireStream("upload", ctx, *who, Idle::kUpload, "nothing received");
     if (!slot.ok()) return ToGrpc(slot.status());
     // The stream's message buffers were freed as it went, into the heaps'
     // reserve (server/memory.h); a large upload's go back to the kernel.
@@ -351,20 +380,41 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
                         grpc::ServerWriter<v1::Job>* writer) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kWatchJob);
     if (!who.ok()) return ToGrpc(who.status());
-    auto slot = AcquireStream("watch", ctx, /*idle=*/false);
+    // Counted, and ended by the server when the job has not changed for the
+    // stream idle limit (a client that still cares watches again) or when
+    // the server shuts down.
+    // (The handler checks the limit itself, for a clear message; the
+    // limiter's timer also ends a watch whose client takes nothing.)
+    auto slot = AcquireStream("watch", ctx, *who, Idle::kStream,
+                              "nothing sent (the job did not change) or taken");
     if (!slot.ok()) return ToGrpc(slot.status());
+    const absl::Duration idle = deps_.stream_idle_timeout;
+    absl::Time last_sent = absl::Now();
     uint64_t seen = 0;
     uint64_t sent = 0;
     for (;;) {
       // Returns on a change or after a second, so a client that went away is
       // noticed promptly.
-      auto job = deps_.jobs->WaitForChange(req->id(), &seen, absl::Now() + absl::Seconds(1));
+      const absl::Time idle_at = last_sent + idle;
+      auto job = deps_.jobs->WaitForChange(req->id(), &seen,
+                                           std::min(idle_at, absl::Now() + absl::Seconds(1)));
       if (!job.ok()) return ToGrpc(job.status());
       if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled");
-      if (seen == sent) continue;
-      sent = seen;
-      if (!writer->Write(*job)) return grpc::Status::OK;  // client went away
-      if (IsTerminal(job->state())) return grpc::Status::OK;
+      if (seen != sent) {
+        sent = seen;
+        if (!writer->Write(*job)) return grpc::Status::OK;  // client went away
+        if (IsTerminal(job->state())) return grpc::Status::OK;
+        (*slot)->Touch();
+        last_sent = absl::Now();
+        continue;
+      }
+      if (deps_.streams->closing()) return ShuttingDown("watch", req->id());
+      if (absl::Now() >= idle_at) {
+        return ToGrpc(absl::DeadlineExceededError(absl::StrCat(
+            "watch: job '", req->id(), "' did not change for ", absl::FormatDuration(idle),
+            ", the idle limit (--stream_idle_seconds); the server ended the watch, watch it "
+            "again to keep following it")));
+      }
     }
   }
 
@@ -390,6 +440,11 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
       }
       deadline = std::min(deadline, absl::Now() + t);
     }
+    // A waiting call holds a thread as a stream does: counted like one, and
+    // answered (with the job as it is) after the stream idle limit at most.
+    auto slot = AcquireStream("wait job", ctx, *who, Idle::kNone);
+    if (!slot.ok()) return ToGrpc(slot.status());
+    deadline = std::min(deadline, absl::Now() + deps_.stream_idle_timeout);
     uint64_t seen = 0;
     for (;;) {
       auto job = deps_.jobs->WaitForChange(req->id(), &seen,
@@ -399,10 +454,18 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
         *resp = *std::move(job);
         return grpc::Status::OK;
       }
+      if (deps_.streams->closing()) return ShuttingDown("wait job", req->id());
     }
   }
 
  private:
+  // A watch or wait ended by the shutdown: the job lives on (interrupted
+  // jobs are queued again), so the client may ask again, here or elsewhere.
+  grpc::Status ShuttingDown(const char* rpc, const std::string& id) const {
+    return ToGrpc(absl::UnavailableError(absl::StrCat(
+        rpc, ": the server is shutting down; job '", id,
+        "' is kept (an interrupted job is queued again), ask again")));
+  }
   static bool IsTerminal(v1::JobState s) {
     return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
            s == v1::JOB_STATE_CANCELLED;
@@ -570,7 +633,8 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     // A stream slot, like every stream: a reader that stops reading blocks
     // Write below, and is cancelled once the idle timeout passes with no
     // piece taken. (Taken after the load, which is not the reader's doing.)
-    auto slot = AcquireStream("get tree stream", ctx, /*idle=*/true);
+    auto slot =
+        AcquireStream("get tree stream", ctx, *who, Idle::kUpload, "the reader took nothing");
     if (!slot.ok()) return ToGrpc(slot.status());
     // Pieces well under the limit; the first also carries the model.
     const size_t piece_bytes = static_cast<size_t>(
@@ -654,17 +718,28 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
       grpc::ServerReaderWriter<v1::PredictResponse, v1::PredictRequest>* stream) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kPredictStream);
     if (!who.ok()) return ToGrpc(who.status());
-    // Capped, but never timed out: a client may keep a prediction stream
-    // open between sporadic batches.
-    auto slot = AcquireStream("predict stream", ctx, /*idle=*/false);
+    // Counted, and ended by the server (DEADLINE_EXCEEDED) once the client
+    // has sent no request, or taken no answer, for the stream idle limit.
+    auto slot = AcquireStream("predict stream", ctx, *who, Idle::kStream,
+                              "no request sent or answer taken");
     if (!slot.ok()) return ToGrpc(slot.status());
     v1::PredictRequest req;
     while (stream->Read(&req)) {
       if (ctx->IsCancelled()) break;
       v1::PredictResponse resp;
-      absl::Status s = PredictOne(req, &resp);
+      absl::Status s;
+      {
+        // Computing the answer is the server's time, not the client's.
+        const StreamLimiter::Slot::Working working(slot->get());
+        s = PredictOne(req, &resp);
+      }
       if (!s.ok()) return ToGrpc(s);
-      if (!stream->Write(resp)) return grpc::Status::OK;
+      if (!stream->Write(resp)) break;
+      (*slot)->Touch();
+    }
+    // (What the client sees was set by the cancel; this is for the metrics.)
+    if ((*slot)->timed_out()) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "predict stream: idle limit");
     }
     if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
     return grpc::Status::OK;

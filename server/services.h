@@ -26,8 +26,12 @@ struct ServiceDeps {
   DatasetStore* datasets;
   JobManager* jobs;
   ModelRegistry* models;
-  // Caps concurrent streams; times out idle uploads and prediction streams.
+  // Caps concurrent streams (and WaitJob calls), per caller too; times out
+  // idle uploads and tree downloads (its own idle timeout).
   StreamLimiter* streams;
+  // How long a prediction stream may send no request, or a job watch be sent
+  // nothing, before the server ends it; also the longest a WaitJob waits.
+  absl::Duration stream_idle_timeout = absl::Minutes(5);
   // Paths under it are cut from every message sent to a client.
   std::string data_dir;
   // The largest response a unary call may return (the server's send limit).

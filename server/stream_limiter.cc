@@ -19,7 +19,15 @@ StreamLimiter::Slot::~Slot() {
 }
 
 StreamLimiter::StreamLimiter(int max_streams, absl::Duration idle_timeout)
-    : max_streams_(max_streams), idle_timeout_(idle_timeout) {
+    : StreamLimiter(Options{max_streams, max_streams, 0}, idle_timeout) {}
+
+StreamLimiter::StreamLimiter(Options options, absl::Duration idle_timeout)
+    : max_streams_(std::max(1, options.max_streams)),
+      max_per_caller_(options.max_per_caller > 0 ? std::min(options.max_per_caller, max_streams_)
+                                                 : std::max(1, max_streams_ / 2)),
+      admin_reserved_(std::clamp(options.admin_reserved, 0, max_streams_ / 4)),
+      idle_timeout_(idle_timeout),
+      min_idle_ns_(absl::ToInt64Nanoseconds(idle_timeout)) {
   reaper_ = std::thread([this] { ReapLoop(); });
 }
 
@@ -33,22 +41,48 @@ StreamLimiter::~StreamLimiter() {
 }
 
 absl::StatusOr<std::unique_ptr<StreamLimiter::Slot>> StreamLimiter::Acquire(
-    const std::string& rpc, std::function<void()> on_idle) {
-  std::unique_ptr<Slot> slot(new Slot(this, std::move(on_idle)));
+    const std::string& rpc, const std::string& caller, bool admin,
+    std::function<void()> on_idle, absl::Duration idle_timeout) {
+  const int64_t idle_ns = absl::ToInt64Nanoseconds(
+      idle_timeout > absl::ZeroDuration() ? idle_timeout : idle_timeout_);
+  std::unique_ptr<Slot> slot(new Slot(this, caller, admin, idle_ns, std::move(on_idle)));
   std::lock_guard<std::mutex> lock(mu_);
-  if (static_cast<int>(slots_.size()) >= max_streams_) {
+  const int open = static_cast<int>(slots_.size());
+  const int mine = per_caller_.count(caller) != 0 ? per_caller_[caller] : 0;
+  std::string refused;
+  if (open >= max_streams_) {
+    refused = absl::StrCat("the server already has ", open,
+                           " open streams (uploads, job watches and waits, prediction and tree "
+                           "streams), its limit (--max_streams ", max_streams_, ")");
+  } else if (!admin && open >= max_streams_ - admin_reserved_) {
+    refused = absl::StrCat("the server already has ", open, " open streams; the last ",
+                           admin_reserved_, " of its ", max_streams_,
+                           " are kept for admins (--admin_reserved_streams)");
+  } else if (mine >= max_per_caller_) {
+    refused = absl::StrCat(caller.empty() ? std::string("this caller")
+                                          : absl::StrCat("caller '", caller, "'"),
+                           " already has ", mine, " open streams, the limit per caller "
+                           "(--max_streams_per_caller ", max_per_caller_, ")");
+  }
+  if (!refused.empty()) {
     slot->owner_ = nullptr;  // never registered: nothing to release
-    return absl::ResourceExhaustedError(absl::StrCat(
-        rpc, ": the server already has ", max_streams_,
-        " open streams (uploads, job watches, prediction streams); retry later"));
+    return absl::ResourceExhaustedError(absl::StrCat(rpc, ": ", refused, "; retry later"));
   }
   slots_.insert(slot.get());
+  ++per_caller_[caller];
+  if (slot->on_idle_ && idle_ns < min_idle_ns_) {
+    min_idle_ns_ = idle_ns;
+    cv_.notify_all();  // the reaper looks more often
+  }
   return slot;
 }
 
 void StreamLimiter::Release(Slot* slot) {
   std::lock_guard<std::mutex> lock(mu_);
   slots_.erase(slot);
+  if (auto it = per_caller_.find(slot->caller_); it != per_caller_.end() && --it->second <= 0) {
+    per_caller_.erase(it);
+  }
 }
 
 int StreamLimiter::open_streams() {
@@ -57,18 +91,17 @@ int StreamLimiter::open_streams() {
 }
 
 void StreamLimiter::ReapLoop() {
-  const int64_t timeout_ns = absl::ToInt64Nanoseconds(idle_timeout_);
-  const auto period = std::chrono::nanoseconds(
-      std::clamp<int64_t>(timeout_ns / 4, 10'000'000, 1'000'000'000));
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
+    const auto period = std::chrono::nanoseconds(
+        std::clamp<int64_t>(min_idle_ns_ / 4, 10'000'000, 1'000'000'000));
     cv_.wait_for(lock, period);
     const int64_t now = Slot::NowNs();
     for (Slot* slot : slots_) {
       if (!slot->on_idle_ || slot->timed_out_.load() || slot->working_.load() > 0) continue;
-      if (now - slot->last_ns_.load(std::memory_order_relaxed) > timeout_ns) {
+      if (now - slot->last_ns_.load(std::memory_order_relaxed) > slot->idle_ns_) {
         slot->timed_out_ = true;
-        slot->on_idle_();  // cheap and non-blocking (TryCancel)
+        slot->on_idle_();  // cheap and non-blocking (a cancel)
       }
     }
   }

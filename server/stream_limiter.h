@@ -1,19 +1,26 @@
-// StreamLimiter: a cap on concurrent streaming RPCs and an idle timeout for
+// StreamLimiter: caps on concurrent streaming RPCs and an idle timeout for
 // the ones that wait on their client.
 //
-// Each open stream holds one server thread (and, for an upload, an open
-// file) for as long as the client keeps it open. Acquire() hands out at most
-// `max_streams` slots at a time; more are refused with RESOURCE_EXHAUSTED.
+// Each open stream (and each WaitJob call) holds one server thread (and, for
+// an upload, an open file) for as long as the client keeps it open.
+// Acquire() hands out slots under three caps, each refused with
+// RESOURCE_EXHAUSTED naming the flag that sets it:
+//   - at most `max_streams` slots in all (--max_streams);
+//   - at most `max_streams - admin_reserved` to callers that are not admins,
+//     so an admin can always get one of the last few (--admin_reserved_streams);
+//   - at most `max_per_caller` to any one caller (a key's principal, or with
+//     authentication off a connection's peer; --max_streams_per_caller), so
+//     one caller cannot take the whole pool.
 // A slot acquired with an idle callback must be Touch()ed whenever its
-// client sends something; a reaper thread calls the callback once (for a
-// gRPC stream: ServerContext::TryCancel) when it has been idle longer than
-// `idle_timeout`. Thread-safe.
+// client sends (or takes) something; a reaper thread calls the callback once
+// when it has been idle longer than the slot's idle timeout. Thread-safe.
 #ifndef DENDRO_SERVER_STREAM_LIMITER_H_
 #define DENDRO_SERVER_STREAM_LIMITER_H_
 
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -27,6 +34,14 @@ namespace dendro::server {
 
 class StreamLimiter {
  public:
+  struct Options {
+    int max_streams = 64;
+    // 0: half of max_streams (at least 1).
+    int max_per_caller = 0;
+    // Slots only admins may take; at most a quarter of max_streams is kept.
+    int admin_reserved = 0;
+  };
+
   class Slot {
    public:
     ~Slot();
@@ -34,6 +49,8 @@ class StreamLimiter {
     void Touch() { last_ns_.store(NowNs(), std::memory_order_relaxed); }
     // True once the idle callback has run.
     bool timed_out() const { return timed_out_.load(); }
+    // How long the slot may stay idle before its callback runs.
+    absl::Duration idle_timeout() const { return absl::Nanoseconds(idle_ns_); }
 
     // While a Working object lives, the server is the one busy (writing what
     // it received, committing it), not the client: the slot never times out,
@@ -54,42 +71,76 @@ class StreamLimiter {
 
    private:
     friend class StreamLimiter;
-    Slot(StreamLimiter* owner, std::function<void()> on_idle)
-        : owner_(owner), on_idle_(std::move(on_idle)) {
+    Slot(StreamLimiter* owner, std::string caller, bool admin, int64_t idle_ns,
+         std::function<void()> on_idle)
+        : owner_(owner),
+          caller_(std::move(caller)),
+          admin_(admin),
+          idle_ns_(idle_ns),
+          on_idle_(std::move(on_idle)) {
       Touch();
     }
     static int64_t NowNs();
 
     StreamLimiter* owner_;
+    const std::string caller_;
+    const bool admin_;
+    const int64_t idle_ns_;
     std::function<void()> on_idle_;  // empty: never times out
     std::atomic<int64_t> last_ns_{0};
     std::atomic<int> working_{0};  // live Working objects
     std::atomic<bool> timed_out_{false};
   };
 
+  // One pool of `max_streams`, no per-caller cap nor reserve; `idle_timeout`
+  // is the default idle timeout of a slot.
   StreamLimiter(int max_streams, absl::Duration idle_timeout);
+  StreamLimiter(Options options, absl::Duration idle_timeout);
   ~StreamLimiter();
   StreamLimiter(const StreamLimiter&) = delete;
   StreamLimiter& operator=(const StreamLimiter&) = delete;
 
-  // A slot for one stream of `rpc` (named in the refusal), or
-  // RESOURCE_EXHAUSTED when every slot is taken. `on_idle` may be empty for
-  // streams that never wait on their client (e.g. a job watch).
+  // A slot for one stream of `rpc` (named in the refusal) opened by `caller`
+  // (an admin when `admin`), or RESOURCE_EXHAUSTED naming the cap that is
+  // reached. `on_idle` may be empty for streams the server ends by itself;
+  // otherwise it runs once (cheap and non-blocking, e.g. a cancel) after
+  // `idle_timeout` (the limiter's default when zero) with no Touch().
   absl::StatusOr<std::unique_ptr<Slot>> Acquire(const std::string& rpc,
-                                                std::function<void()> on_idle);
+                                                const std::string& caller, bool admin,
+                                                std::function<void()> on_idle,
+                                                absl::Duration idle_timeout = absl::ZeroDuration());
+  // An anonymous caller's slot with the default idle timeout.
+  absl::StatusOr<std::unique_ptr<Slot>> Acquire(const std::string& rpc,
+                                                std::function<void()> on_idle) {
+    return Acquire(rpc, std::string(), false, std::move(on_idle));
+  }
   int open_streams();
   absl::Duration idle_timeout() const { return idle_timeout_; }
+  // The caps in force (defaults resolved).
+  int max_streams() const { return max_streams_; }
+  int max_per_caller() const { return max_per_caller_; }
+  int admin_reserved() const { return admin_reserved_; }
+
+  // The server is shutting down: streams that wait on the server (job
+  // watches, WaitJob) should end. Never undone.
+  void Close() { closing_.store(true); }
+  bool closing() const { return closing_.load(); }
 
  private:
   void Release(Slot* slot);
   void ReapLoop();
 
   const int max_streams_;
+  const int max_per_caller_;
+  const int admin_reserved_;
   const absl::Duration idle_timeout_;
+  std::atomic<bool> closing_{false};
   std::mutex mu_;
   std::condition_variable cv_;
-  std::set<Slot*> slots_;  // guarded by mu_
-  bool stop_ = false;      // guarded by mu_
+  std::set<Slot*> slots_;               // guarded by mu_
+  std::map<std::string, int> per_caller_;  // guarded by mu_
+  int64_t min_idle_ns_;                 // guarded by mu_: sets the reaper's period
+  bool stop_ = false;                   // guarded by mu_
   std::thread reaper_;
 };
 

@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -24,6 +25,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc_blackbox_test as bb  # noqa: E402  (generates the stubs)
 from grpc_blackbox_test import pb, Server, upload  # noqa: E402
+import grpc  # noqa: E402
 
 RUNNING = pb.JOB_STATE_RUNNING
 CANCELLED = pb.JOB_STATE_CANCELLED
@@ -133,6 +135,64 @@ class CancelDrainTest(unittest.TestCase):
         job = get(self.server, job.id)
         self.assertEqual(job.state, CANCELLED, job)
         self.assertEqual(job.attempts, 1)
+
+
+# What dendrod documents for SIGTERM: it exits within --drain_seconds +
+# --job_stop_seconds + this margin (kShutdownMargin in server/server.h).
+SHUTDOWN_MARGIN = 2.0
+
+
+class ShutdownBoundTest(unittest.TestCase):
+    """SIGTERM with a running job and a watch that would never end.
+
+    Before the fix, `--drain_seconds 3 --job_stop_seconds 2` exited after
+    8.0 s: after the jobs, gRPC's Shutdown gave in-flight calls 5 s more,
+    and the watch of the interrupted (re-queued) job used all of it.
+    """
+    DRAIN, STOP = 3, 2
+
+    def test_sigterm_exits_within_the_documented_bound(self):
+        data = tempfile.mkdtemp(prefix="dendro_bound_")
+        server = Server(data, ("--drain_seconds", str(self.DRAIN),
+                               "--job_stop_seconds", str(self.STOP)))
+        x, y = blobs(600, 8, 1)
+        ds = upload(server, x, y).id
+        spec = pb.JobSpec(dataset_id=ds, model_name="long", ghhc=pb.GhhcParams(
+            internal_nodes=50, margin_every=1, margin_steps=1000000, seed=1))
+        job = server.jobs.SubmitJob(pb.SubmitJobRequest(spec=spec), timeout=10)
+        wait_running(server, job.id)
+        # The watch on its own connection, which the test never closes.
+        channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+        watch = bb.rpc.JobServiceStub(channel).WatchJob(pb.WatchJobRequest(id=job.id),
+                                                        timeout=GUARD_SECONDS)
+        first = next(watch)
+        self.assertEqual(first.state, RUNNING)
+        ended = {}
+
+        def follow():
+            try:
+                for update in watch:
+                    ended["last"] = update.state
+                ended["status"] = "OK"
+            except grpc.RpcError as e:
+                ended["status"] = e.code().name
+        follower = threading.Thread(target=follow, daemon=True)
+        follower.start()
+        t0 = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        code = server.proc.wait(timeout=GUARD_SECONDS)
+        elapsed = time.monotonic() - t0
+        server.log.close()
+        follower.join(timeout=10)
+        channel.close()
+        bound = self.DRAIN + self.STOP + SHUTDOWN_MARGIN
+        print(f"SIGTERM with a running job and an open watch: exited {code} after "
+              f"{elapsed:.3f} s (bound {bound:.1f} s); the watch ended "
+              f"{ended.get('status')}", flush=True)
+        self.assertEqual(code, 0)
+        self.assertLessEqual(elapsed, bound)
+        # The watch was ended by the server (shutting down), not left hanging.
+        self.assertIn(ended.get("status"), ("UNAVAILABLE", "CANCELLED", "OK"))
 
 
 if __name__ == "__main__":

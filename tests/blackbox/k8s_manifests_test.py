@@ -78,6 +78,19 @@ class ManifestsTest(unittest.TestCase):
         self.assertEqual(pdb[0]["spec"]["selector"]["matchLabels"],
                          workload["spec"]["selector"]["matchLabels"])
 
+    def test_the_grace_period_covers_the_shutdown_bound(self):
+        # dendrod exits within --drain_seconds + --job_stop_seconds + 2 s
+        # (kShutdownMargin); Kubernetes kills it at terminationGracePeriodSeconds.
+        for variant in ("single", "cluster"):
+            with self.subTest(variant):
+                workload, container = dendrod_args(documents(variant))
+                flags = dict(a[2:].split("=", 1) for a in container["args"]
+                             if a.startswith("--") and "=" in a)
+                bound = int(flags.get("drain_seconds", 30)) + \
+                    int(flags.get("job_stop_seconds", 10)) + 2
+                grace = workload["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+                self.assertGreaterEqual(grace, bound + 5, f"{variant}: bound {bound} s")
+
     def test_the_example_database_matches_the_catalogue_uri(self):
         docs = documents("cluster-with-postgres")
         _, container = dendrod_args(docs)

@@ -432,6 +432,7 @@ TEST_F(RobustnessTest, ConcurrentStreamsAreCapped) {
   BlockingMethod& method = OwnedMethod<BlockingMethod>();
   ServerOptions opts = WithMethod(&method);
   opts.max_streams = 2;
+  opts.max_streams_per_caller = 2;  // one client here (stream_caps_test covers the rest)
   StartServer(opts);
   const std::string ds = SmallDataset();
   grpc::Status st;

@@ -9,6 +9,7 @@
 #include <grpcpp/support/server_interceptor.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace dendro::server {
@@ -90,7 +91,48 @@ class ReflectionGuardFactory final
   const Authenticator* const auth_;
 };
 
+// gRPC answers a request it cannot parse as its method's message with
+// INTERNAL and no message, before any handler runs. The client sent the
+// bad bytes, and every handler's own status carries a message, so that
+// pair is rewritten to INVALID_ARGUMENT saying what was wrong.
+class ParseFailureStatus final : public grpc::experimental::Interceptor {
+ public:
+  explicit ParseFailureStatus(const char* method) : method_(method != nullptr ? method : "") {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status sent = methods->GetSendStatus();
+      if (sent.error_code() == grpc::StatusCode::INTERNAL && sent.error_message().empty()) {
+        const std::string name = method_.substr(method_.rfind('/') + 1);
+        methods->ModifySendStatus(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("the request is not a valid ", name,
+                         " request: its bytes do not parse as the protobuf message the method "
+                         "takes (dendro.v1 in proto/dendro/v1/dendro.proto)")));
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string method_;
+};
+
+class ParseFailureStatusFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new ParseFailureStatus(info->method());
+  }
+};
+
 }  // namespace
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+MakeParseFailureStatusFactory() {
+  return std::make_unique<ParseFailureStatusFactory>();
+}
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
 MakeReflectionGuardFactory(const Authenticator* auth) {

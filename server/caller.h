@@ -30,6 +30,12 @@ absl::StatusOr<Principal> IdentifyCaller(
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
 MakeReflectionGuardFactory(const Authenticator* auth);
 
+// A server interceptor factory that turns gRPC's answer to a request that
+// does not parse (INTERNAL with an empty message, sent before any handler
+// runs) into INVALID_ARGUMENT naming the method. Every other status passes.
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+MakeParseFailureStatusFactory();
+
 }  // namespace dendro::server
 
 #endif  // DENDRO_SERVER_CALLER_H_

@@ -14,6 +14,15 @@ bool PathStart(std::string_view s, size_t i) {
   return i == 0 || std::strchr(" '\"(=[", s[i - 1]) != nullptr;
 }
 
+// An absolute path the server could have written: a directory and a name
+// below it ("/var/lib/dendro/x.npy"). A lone "/" or a single component
+// ("/abs") is text a caller sent (a name it chose), and is kept as written.
+bool LooksLikeServerPath(std::string_view token) {
+  while (!token.empty() && (token.back() == ':' || token.back() == '/')) token.remove_suffix(1);
+  const size_t last = token.rfind('/');
+  return last != std::string_view::npos && last > 0 && last + 1 < token.size();
+}
+
 }  // namespace
 
 std::string ScrubPaths(std::string_view message, std::string_view data_dir) {
@@ -23,9 +32,11 @@ std::string ScrubPaths(std::string_view message, std::string_view data_dir) {
   while (i < message.size()) {
     const bool absolute = message[i] == '/';
     const bool under_data = !data_dir.empty() && message.substr(i, data_dir.size()) == data_dir;
+    size_t end = i;
     if ((absolute || under_data) && PathStart(message, i)) {
-      size_t end = i;
       while (end < message.size() && !EndsPath(message[end])) ++end;
+    }
+    if (end > i && (under_data || LooksLikeServerPath(message.substr(i, end - i)))) {
       std::string_view path = message.substr(i, end - i);
       // A trailing ':' belongs to the message ("<path>: what"), not the path.
       const bool colon = !path.empty() && path.back() == ':';

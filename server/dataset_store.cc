@@ -10,6 +10,7 @@
 #include "core/common/crash_point.h"
 #include "core/common/status_macros.h"
 #include "server/checksum.h"
+#include "server/names.h"
 
 namespace dendro::server {
 std::string NewId(std::string_view prefix) {
@@ -54,6 +55,7 @@ DatasetUpload::~DatasetUpload() {
 }
 
 absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
+  DENDRO_RETURN_IF_ERROR(ValidateDisplayName("upload: display_name", header.display_name()));
   DENDRO_RETURN_IF_ERROR(validator_.Begin(header.rows(), header.cols(), header.has_labels(),
                                           store_->max_dataset_bytes_));
   DENDRO_RETURN_IF_ERROR(store_->disk_.Check(validator_.total_bytes(), "upload"));

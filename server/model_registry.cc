@@ -9,9 +9,24 @@
 #include "core/common/status_macros.h"
 #include "server/checksum.h"
 #include "server/dataset_store.h"
+#include "server/names.h"
 #include "spdlog/spdlog.h"
 
 namespace dendro::server {
+namespace {
+
+// Index of the first byte outside [A-Za-z0-9._-], or npos.
+size_t FirstOutsideNameAlphabet(const std::string& s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return i;
+  }
+  return std::string::npos;
+}
+
+}  // namespace
 
 absl::Status ValidateModelName(const std::string& name) {
   if (name.empty() || name.size() > 128) {
@@ -19,14 +34,10 @@ absl::Status ValidateModelName(const std::string& name) {
         absl::StrCat("model name must be 1-128 characters, got ", name.size()));
   }
   if (name[0] == '.') return absl::InvalidArgumentError("model name must not start with '.'");
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model name '", name, "' has character '", std::string(1, c),
-          "'; allowed are letters, digits, '.', '_' and '-'"));
-    }
+  if (const size_t bad = FirstOutsideNameAlphabet(name); bad != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model name '", name, "' has character ", DescribeCharacter(name, bad),
+        "; allowed are letters, digits, '.', '_' and '-'"));
   }
   return absl::OkStatus();
 }
@@ -43,14 +54,10 @@ absl::Status ValidateLabel(const std::string& label) {
   if (label == "latest") {
     return absl::InvalidArgumentError("'latest' is not a label: it means the newest version");
   }
-  for (char c : label) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "label '", label, "' has character '", std::string(1, c),
-          "'; allowed are letters, digits, '.', '_' and '-'"));
-    }
+  if (const size_t bad = FirstOutsideNameAlphabet(label); bad != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "label '", label, "' has character ", DescribeCharacter(label, bad),
+        "; allowed are letters, digits, '.', '_' and '-'"));
   }
   return absl::OkStatus();
 }

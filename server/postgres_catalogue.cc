@@ -121,6 +121,13 @@ class Borrowed {
   PostgresCatalogue::Conn& pool_;
 };
 
+// `status` for the caller, with the driver's text (host, port, SQL) in the
+// server log only: a client learns what failed, never where the database is.
+absl::Status Logged(absl::Status status, const std::exception& e) {
+  spdlog::warn("{}: {}", std::string(status.message()), e.what());
+  return status;
+}
+
 // Runs fn(txn) in one transaction on a borrowed connection, committed if fn
 // returns OK. A broken connection is re-opened and the operation retried
 // once, unless the COMMIT itself was in flight. Exceptions become statuses.
@@ -142,26 +149,30 @@ auto InTxn(PostgresCatalogue::Conn& pool, Fn&& fn)
       return result;
     } catch (const pqxx::in_doubt_error& e) {
       conn.c.reset();
-      return absl::UnavailableError(
-          absl::StrCat("catalogue: the connection broke during a commit; its outcome is unknown: ",
-                       e.what()));
+      return Logged(absl::UnavailableError(
+                        "catalogue: the connection to PostgreSQL broke during a commit; its "
+                        "outcome is unknown"),
+                    e);
     } catch (const pqxx::broken_connection& e) {
       conn.c.reset();
       if (!committing && attempt == 0) continue;
-      return absl::UnavailableError(absl::StrCat(
-          "catalogue database unreachable", committing ? " during a commit (outcome unknown)" : "",
-          ": ", e.what()));
+      return Logged(absl::UnavailableError(absl::StrCat(
+                        "catalogue database unreachable",
+                        committing ? " during a commit (outcome unknown)" : "",
+                        "; retry later (the server log has the connection error)")),
+                    e);
     } catch (const pqxx::unique_violation& e) {
-      return absl::AlreadyExistsError(absl::StrCat("catalogue: ", e.what()));
+      return Logged(absl::AlreadyExistsError("catalogue: the record exists already"), e);
     } catch (const pqxx::insufficient_resources& e) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the catalogue database is out of resources (", e.what(),
-          "); delete datasets or models, or grow the database"));
+      return Logged(absl::ResourceExhaustedError(
+                        "the catalogue database is out of resources; delete datasets or models, "
+                        "or grow the database"),
+                    e);
     } catch (const pqxx::transaction_rollback& e) {
-      return absl::UnavailableError(absl::StrCat("catalogue: transaction conflict, retry: ",
-                                                 e.what()));
+      return Logged(absl::UnavailableError("catalogue: transaction conflict, retry"), e);
     } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat("catalogue: ", e.what()));
+      return Logged(absl::InternalError("catalogue: unexpected database error (see the server log)"),
+                    e);
     }
   }
 }

@@ -317,6 +317,7 @@ absl::Status DendroServer::Start() {
   for (auto& svc : s.services) builder.RegisterService(svc.get());
   {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(MakeParseFailureStatusFactory());
     if (s.metrics) creators.push_back(s.metrics->MakeInterceptorFactory());
     if (options_.auth_reflection) creators.push_back(MakeReflectionGuardFactory(s.auth.get()));
     if (!creators.empty()) builder.experimental().SetInterceptorCreators(std::move(creators));

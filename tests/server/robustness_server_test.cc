@@ -3,6 +3,7 @@
 // the server at every start, cancels lost over a shutdown, jobs that ignore
 // an interrupt, an unreadable catalogue at start-up, stream exhaustion, a
 // full disk, and statuses that named the wrong problem.
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <sqlite3.h>
 #include <sys/mount.h>
@@ -29,6 +30,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/client_status.h"
+#include "server/names.h"
 #include "server/sqlite_catalogue.h"
 #include "server/server.h"
 #include "tests/server/server_fixture.h"
@@ -755,6 +757,114 @@ TEST_F(RobustnessTest, MessagesNeverNameServerPaths) {
             "cannot open 'X.npy'");
   EXPECT_EQ(ScrubPaths("rows x cols = 3/4", "/srv"), "rows x cols = 3/4");
   EXPECT_EQ(ScrubPaths("dataset 'ds-1' not found", "/srv"), "dataset 'ds-1' not found");
+  // Text a caller sent is not a server path: a lone '/' or one component.
+  EXPECT_EQ(ScrubPaths("model name '/abs' has character '/'; allowed are", "/srv"),
+            "model name '/abs' has character '/'; allowed are");
+  EXPECT_EQ(ScrubPaths("cannot write /srv/models/m/v1/tree.json:", "/srv"),
+            "cannot write tree.json:");
+}
+
+// Names are checked character by character and the message quotes the
+// character whole (a UTF-8 sequence, not its first byte), through the real
+// server and its path scrubbing.
+TEST_F(RobustnessTest, BadNameCharactersAreQuotedWhole) {
+  StartServer();
+  const std::string ds = SmallDataset();
+  auto submit_named = [&](const std::string& name) {
+    v1::JobSpec spec;
+    spec.set_dataset_id(ds);
+    spec.set_model_name(name);
+    spec.mutable_l2h();
+    v1::Job job;
+    return SubmitSpec(spec, &job);
+  };
+  grpc::Status st = submit_named("/abs");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("model name '/abs' has character '/'"));
+  st = submit_named("caf\xc3\xa9");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("has character '\xc3\xa9' (U+00E9)"));
+  st = submit_named(std::string("a\0b", 3));
+  EXPECT_THAT(st.error_message(), HasSubstr("has character U+0000"));
+  // Broken UTF-8 never reaches the check: a proto3 string must be UTF-8, so
+  // the request itself does not parse.
+  st = submit_named("bad\xff");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(DescribeCharacter("bad\xff", 3), "byte 0xFF (not UTF-8)");
+  EXPECT_EQ(DescribeCharacter("\xe2\x82", 0), "byte 0xE2 (not UTF-8)");       // cut short
+  EXPECT_EQ(DescribeCharacter("\xc0\xaf", 0), "byte 0xC0 (not UTF-8)");       // overlong '/'
+  EXPECT_EQ(DescribeCharacter("\xed\xa0\x80", 0), "byte 0xED (not UTF-8)");  // a surrogate
+  EXPECT_EQ(DescribeCharacter("\xf0\x9f\x8c\xb3", 0), "'\xf0\x9f\x8c\xb3' (U+1F333)");
+}
+
+// Display names are bounded printable UTF-8: a long or binary one would
+// otherwise ride along in every ListDatasets answer.
+TEST_F(RobustnessTest, DisplayNamesAreBoundedPrintableUtf8) {
+  StartServer();
+  const std::vector<float> x(60 * 4, 1.0f);
+  auto upload_named = [&](const std::string& name) {
+    grpc::ClientContext ctx;
+    v1::Dataset out;
+    auto writer = datasets_->UploadDataset(&ctx, &out);
+    v1::UploadDatasetRequest req;
+    req.mutable_header()->set_rows(60);
+    req.mutable_header()->set_cols(4);
+    req.mutable_header()->set_display_name(name);
+    writer->Write(req);
+    req.Clear();
+    req.set_data(std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float)));
+    writer->Write(req);
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  EXPECT_TRUE(upload_named("logits \xc3\xa9t\xc3\xa9 2026.npy").ok());
+  EXPECT_TRUE(upload_named(std::string(256, 'n')).ok());
+  grpc::Status st = upload_named(std::string(257, 'n'));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("display_name must be at most 256 bytes, got 257"));
+  st = upload_named(std::string("nul\0inside", 10));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("byte 3 is U+0000"));
+  st = upload_named("tab\there");
+  EXPECT_THAT(st.error_message(), HasSubstr("U+0009"));
+  st = upload_named("\xc3");  // not UTF-8: the header does not parse
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  grpc::ClientContext ctx;
+  v1::ListDatasetsResponse list;
+  ASSERT_TRUE(datasets_->ListDatasets(&ctx, v1::ListDatasetsRequest(), &list).ok());
+  EXPECT_EQ(list.datasets_size(), 2);
+}
+
+// A request whose bytes do not parse as the method's message is the
+// caller's error: INVALID_ARGUMENT with a message, not gRPC's bare INTERNAL.
+TEST_F(RobustnessTest, UnparseableRequestsAreInvalidArguments) {
+  StartServer();
+  auto channel = grpc::CreateChannel(absl_target(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  // Field 1 (a ModelRef) as a length-delimited value that runs past the end.
+  const std::string bad("\x0a\x7f\x01", 3);
+  grpc::Slice slice(bad.data(), bad.size());
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::CompletionQueue cq;
+  auto call = generic.PrepareUnaryCall(&ctx, "/dendro.v1.ModelService/GetModel", request, &cq);
+  call->StartCall();
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("not a valid GetModel request"));
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  // The server is still up and answers well-formed calls.
+  grpc::ClientContext list_ctx;
+  v1::ListModelsResponse models;
+  EXPECT_TRUE(models_->ListModels(&list_ctx, v1::ListModelsRequest(), &models).ok());
 }
 
 // --- 7. One name, one method --------------------------------------------------

@@ -192,6 +192,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
   job.set_id(NewId("job"));
   job.set_owner(owner);
   job.set_request_id(request_id);
+  job.set_memory_estimate_bytes(static_cast<int64_t>(method->PeakMemoryBytes(spec, dataset)));
   *job.mutable_spec() = spec;
   job.set_state(v1::JOB_STATE_QUEUED);
   job.set_stage("queued");

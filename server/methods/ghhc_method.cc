@@ -147,6 +147,21 @@ absl::StatusOr<GhhcOptions> OptionsFromSpec(const v1::JobSpec& spec) {
   return o;
 }
 
+// The bound of Method::PeakMemoryBytes: the mapped rows, their centred
+// (and projected) copy, the kNN lists, the nodes with their gradients, and
+// a batch's triples; with learned points (or the points chosen by
+// validation, whose second fit learns them) also the embeddings, their Adam
+// moments, gradients and the kept copy (5 float32 N x p arrays).
+double PeakBytes(const GhhcOptions& o, const v1::Dataset& dataset) {
+  const double n = static_cast<double>(dataset.rows());
+  const double d = static_cast<double>(dataset.cols());
+  const double p = o.projection_dim > 0 ? o.projection_dim : d;
+  const double k = std::min<double>(o.neighbors, n - 1);  // the core's clamp
+  return 4 * n * d + 8 * n * p + 12.0 * n * k + 8.0 * 4 * o.internal_nodes * p +
+         8.0 * 3 * o.batch_size * p * 2 +
+         (o.learn_points || GhhcChoosesPoints(o, dataset.rows()) ? 20.0 * n * p : 0.0);
+}
+
 // Upper bounds on the parameters whose size drives time or memory. A tree
 // needs no more internal nodes than points (beyond the default's 100), and
 // each bound is far above the paper's settings (M <= 2,000, batches of 100).
@@ -157,27 +172,30 @@ absl::Status CheckBounds(const GhhcOptions& o, const v1::Dataset& dataset,
                                      "no more internal nodes than the dataset's rows"));
   DENDRO_RETURN_IF_ERROR(CheckAtMost("ghhc.batch_size", o.batch_size, 1000000,
                                      "triples per mini-batch"));
-  // (The triple count drives time only; a long job is stopped by a cancel.)
+  // The triple count drives time (and the anchors are drawn for all of them
+  // before training starts): 5,000 times the default is far beyond any
+  // useful run, and a shorter one is still stopped by a cancel.
+  DENDRO_RETURN_IF_ERROR(CheckAtMost("ghhc.triples", o.triples, int64_t{1000000000},
+                                     "triples seen in total"));
+  // Step sizes and scales: far above useful values (the paper's steps are
+  // 0.01 and below; Poincare distances between nodes inside radius 0.9 stay
+  // below 6), and finite.
+  DENDRO_RETURN_IF_ERROR(
+      CheckRealAtMost("ghhc.learning_rate", o.learning_rate, 100.0, "RSGD step size"));
+  DENDRO_RETURN_IF_ERROR(CheckRealAtMost("ghhc.margin", o.margin, 100.0, "margin gamma"));
+  DENDRO_RETURN_IF_ERROR(CheckRealAtMost("ghhc.margin_learning_rate", o.margin_learning_rate,
+                                         100.0, "margin-phase step size"));
+  DENDRO_RETURN_IF_ERROR(CheckRealAtMost("ghhc.point_learning_rate", o.point_learning_rate,
+                                         100.0, "learned points' Adam step size"));
+  DENDRO_RETURN_IF_ERROR(CheckRealAtMost("ghhc.gumbel_temperature", o.gumbel_temperature,
+                                         1000.0, "Gumbel noise scale"));
   DENDRO_RETURN_IF_ERROR(CheckAtMost("ghhc.neighbors", o.neighbors, 1000,
                                      "nearest neighbours per point"));
   DENDRO_RETURN_IF_ERROR(CheckAtMost("ghhc.validation_triples", o.validation_triples, 1000000,
                                      "held-out triples scored per check"));
   DENDRO_RETURN_IF_ERROR(CheckAtMost("ghhc.margin_steps", o.margin_steps, 1000000,
                                      "RSGD steps per margin phase"));
-  // Peak memory: the centred (and projected) copy of the data, the kNN
-  // lists, the nodes with their gradients, and a batch's triples; with
-  // learned points (or the points chosen by validation, whose second fit
-  // learns them) also the embeddings, their Adam moments, gradients and the
-  // kept copy (5 float32 N x p arrays).
-  const double n = static_cast<double>(dataset.rows());
-  const double d = static_cast<double>(dataset.cols());
-  const double p = o.projection_dim > 0 ? o.projection_dim : d;
-  const double k = std::min<double>(o.neighbors, n - 1);  // the core's clamp
-  const double bytes = 4 * n * d + 8 * n * p + 12.0 * n * k +
-                       8.0 * 4 * o.internal_nodes * p + 8.0 * 3 * o.batch_size * p * 2 +
-                       (o.learn_points || GhhcChoosesPoints(o, dataset.rows()) ? 20.0 * n * p
-                                                                                : 0.0);
-  return CheckMemory("ghhc", bytes, limits,
+  return CheckMemory("ghhc", PeakBytes(o, dataset), limits,
                      "the data copy, kNN lists, internal nodes and a batch of triples");
 }
 
@@ -203,6 +221,11 @@ class Ghhc final : public Method {
           " columns (0: no projection), got ", options.projection_dim));
     }
     return CheckBounds(options, dataset, limits);
+  }
+
+  double PeakMemoryBytes(const v1::JobSpec& spec, const v1::Dataset& dataset) const override {
+    absl::StatusOr<GhhcOptions> options = OptionsFromSpec(spec);
+    return options.ok() ? PeakBytes(*options, dataset) : 0.0;
   }
 
   absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset& dataset,

@@ -16,6 +16,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <algorithm>
+#include <cmath>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -148,13 +149,39 @@ class Hppca final : public Method {
                                        "at most one super-class per two training rows"));
     DENDRO_RETURN_IF_ERROR(CheckAtMost("hppca.kmeans_iterations", o.kmeans_iterations, 10000,
                                        "super-class k-means rounds"));
-    // (The class count, which sets the model's size, is known only once the
-    // labels are read; q and r are already capped at d.)
-    const double d = static_cast<double>(dataset.cols());
-    DENDRO_RETURN_IF_ERROR(CheckMemory("hppca", 8.0 * 8 * d * d, limits,
-                                       "per-thread d x d covariance buffers"));
+    DENDRO_RETURN_IF_ERROR(CheckAtMost("hppca.seeding_rank", spec.hppca().seeding_rank(),
+                                       dataset.cols(),
+                                       "directions per class in the seeding, at most d"));
+    DENDRO_RETURN_IF_ERROR(CheckRealAtMost("hppca.lambda", o.lambda, 1e12,
+                                           "noise variance added to every class"));
+    DENDRO_RETURN_IF_ERROR(CheckMemory("hppca", PeakMemoryBytes(spec, dataset), limits,
+                                       "the rows grouped by class, per-thread d x d "
+                                       "covariances and up to rows / 2 class models"));
     return CheckAtMost("hppca.default_top_t", o.default_top_t, 100000,
                        "super-classes opened per prediction");
+  }
+
+  // The class count is known only once the labels are read, so the bound
+  // takes the most a dataset allows, rows / 2 (a class needs two rows):
+  // the mapped rows and labels and their copy grouped by class; per thread
+  // the d x d scatter (or Gram) matrix with its eigenvectors; per class its
+  // model (q + 2 vectors of d, float and double while fitting); the KL
+  // divergences of k-means (classes x super-classes) and the super-class
+  // models. A job that grows a model adds the base model's classes, which
+  // the same bound covers for bases of up to rows / 2 classes.
+  double PeakMemoryBytes(const v1::JobSpec& spec, const v1::Dataset& dataset) const override {
+    const double n = static_cast<double>(dataset.rows());
+    const double d = static_cast<double>(dataset.cols());
+    const HppcaOptions o = OptionsFrom(spec.hppca(), dataset.cols());
+    const double q = std::max(o.q, 1), r = std::max(o.r, 1);
+    const double k = std::floor(n / 2);
+    const double s = o.superclasses != 0 ? std::max(o.superclasses, 0)
+                                         : std::ceil(std::sqrt(k * o.default_top_t));
+    const double data = 2 * (4 * n * d + 8 * n);
+    const double per_thread = 8 * (3 * d * d + 2 * d * q);
+    const double models = k * (q + 2) * d * 12;
+    const double clustering = 16 * k * std::min(s, k) + std::min(s, k) * (r + 2) * d * 12;
+    return data + FitThreads() * per_thread + models + clustering;
   }
 
   absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset& dataset,

@@ -41,15 +41,21 @@ class L2h final : public Method {
           "l2h needs logits with at least 2 columns (clusters); dataset ", dataset.id(),
           " has ", dataset.cols()));
     }
-    // The K x K statistics and merge tables dominate; the logits are mapped.
-    const double k = static_cast<double>(dataset.cols());
-    DENDRO_RETURN_IF_ERROR(CheckMemory("l2h", 4 * 8 * k * k, limits,
+    DENDRO_RETURN_IF_ERROR(CheckMemory("l2h", PeakMemoryBytes(spec, dataset), limits,
                                        "K x K pairwise statistics for K = the dataset's columns"));
     if (absl::Status s = CheckLeafNames(LeafNames(spec), dataset.cols()); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "leaf_names: ", s.message(), " (one name per column of dataset ", dataset.id(), ")"));
     }
     return ParseAggregation(spec).status();
+  }
+
+  // The K x K statistics and merge tables, the mapped logits (read once per
+  // pass), and each row's state (its best clusters and scores).
+  double PeakMemoryBytes(const v1::JobSpec&, const v1::Dataset& dataset) const override {
+    const double n = static_cast<double>(dataset.rows());
+    const double k = static_cast<double>(dataset.cols());
+    return 4 * 8 * k * k + 4 * n * k + 64 * n;
   }
 
   absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset& dataset,

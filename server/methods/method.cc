@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -64,11 +65,21 @@ int64_t DefaultJobMemoryBytes() {
   return total / 4 * 3;
 }
 
+int FitThreads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
 absl::Status CheckAtMost(std::string_view field, int64_t value, int64_t limit,
                          std::string_view why) {
   if (value <= limit) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(std::string(field), " must be <= ", limit,
                                                  " (", std::string(why), "), got ", value));
+}
+
+absl::Status CheckRealAtMost(std::string_view field, double value, double limit,
+                         std::string_view why) {
+  if (value <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(std::string(field), " must be a number <= ",
+                                                 limit, " (", std::string(why), "), got ",
+                                                 value));
 }
 
 absl::Status CheckMemory(std::string_view method, double estimate_bytes,

@@ -86,6 +86,10 @@ struct JobLimits {
   int64_t memory_bytes = int64_t{16} << 30;
 };
 
+// Threads a fit may run on this machine (the hardware's, which bounds
+// OpenMP's), for the per-thread buffers of the memory bounds.
+int FitThreads();
+
 // Three quarters of the memory this process may use: the smaller of the
 // machine's physical memory and its cgroup's memory.max.
 int64_t DefaultJobMemoryBytes();
@@ -93,6 +97,10 @@ int64_t DefaultJobMemoryBytes();
 // InvalidArgument "<field> must be <= <limit> (<why>), got <value>" when
 // value > limit.
 absl::Status CheckAtMost(std::string_view field, int64_t value, int64_t limit,
+                         std::string_view why);
+// The same for a floating-point parameter: InvalidArgument unless value <=
+// limit (so NaN and infinities are refused too).
+absl::Status CheckRealAtMost(std::string_view field, double value, double limit,
                          std::string_view why);
 // InvalidArgument naming the method, the estimate and the limit when
 // `estimate_bytes` exceeds limits.memory_bytes; `what` says what dominates
@@ -109,6 +117,12 @@ class Method {
   // memory or time beyond `limits` (the message names the field and limit).
   virtual absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
                                 const JobLimits& limits) const = 0;
+  // An upper bound, in bytes, on the memory a fit of `spec` on `dataset`
+  // adds to the process at its peak: every buffer it allocates and the
+  // dataset's pages it maps and reads. Meaningful for a spec whose other
+  // checks Validate passes; Validate refuses a spec whose bound exceeds
+  // JobLimits, and the job records it (Job.memory_estimate_bytes).
+  virtual double PeakMemoryBytes(const v1::JobSpec& spec, const v1::Dataset& dataset) const = 0;
   // Why JobSpec.leaf_names cannot apply, or "" when the method names its
   // leaves from them (then Validate checks their count).
   virtual std::string_view leaf_names_refusal() const {

@@ -8,6 +8,7 @@
 // through the service. Artifacts: tree.json + point_leaf.npy (SaveTree) and
 // the model files of core/tneb (SaveTnebModel). With a labelled dataset the
 // model metadata also gets true_k and the ARI / NMI of the cut at true_k.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <set>
@@ -97,6 +98,31 @@ absl::Status CheckMerge(const v1::TnebParams& p) {
   return absl::OkStatus();
 }
 
+// The bound of Method::PeakMemoryBytes. The fit's phases run one after the
+// other, but their buffers are added up (a bound, not a forecast):
+//   * the mapped rows (float32) and their standardised copy (double);
+//   * EM: responsibilities and log-densities (rows x m, a few copies) and m
+//     scale matrices with their factors and inverses;
+//   * paths: every pair's path_points x d points, Adam moments and gradient
+//     (four doubles each), held for the whole optimisation. Pairs are each
+//     component's `neighbors` nearest (deduplicated, so at most m (m - 1) /
+//     2) and at most m - 1 bridges;
+//   * per thread: the gradient's m blocks of 256 x d, and one evaluation
+//     chunk of kMaxPollRows rows.
+double PeakBytes(const TnebOptions& o, const v1::Dataset& dataset) {
+  const double n = static_cast<double>(dataset.rows());
+  const double d = static_cast<double>(dataset.cols());
+  const double m = o.components;
+  const double threads = FitThreads();
+  const double nearest = std::min(m * (m - 1.0) / 2.0, m * std::min<double>(o.neighbors, m - 1));
+  const double pairs = nearest + (m - 1.0);
+  const double data = 4 * n * d + 8 * n * d;
+  const double em = 8 * (4 * n * m + 4 * m * d * d);
+  const double paths = 4 * 8 * pairs * o.path_points * d;
+  const double per_thread = 8 * (m * 256 * d + 2 * 256 * m) + 8 * 16384 * (d + m);
+  return data + em + paths + threads * per_thread;
+}
+
 // Upper bounds on the parameters whose size drives time or memory. Each is
 // far above any useful value (the paper uses m = 25, 20 restarts, 100 path
 // points, 200 steps, 1,024 evaluation points). auto_dof runs EM three times
@@ -116,18 +142,24 @@ absl::Status CheckBounds(const TnebOptions& o, const v1::Dataset& dataset,
                                      "optimisation steps per path"));
   DENDRO_RETURN_IF_ERROR(CheckAtMost("tneb.eval_points", o.eval_points, 10000000,
                                      "evaluation points per path"));
-  // Peak memory: the responsibilities and log-densities (rows x m, a few
-  // copies), m scale matrices with their factors and inverses, the
-  // standardised copy of the data, and per-thread path buffers.
-  const double n = static_cast<double>(dataset.rows());
-  const double d = static_cast<double>(dataset.cols());
-  const double m = o.components;
-  const double threads = 64;
-  const double bytes = 8 * (4 * n * m + 4 * m * d * d + n * d) +
-                       threads * 8 * d * 4 * (o.path_points + o.eval_points);
-  return CheckMemory("tneb", bytes, limits,
+  DENDRO_RETURN_IF_ERROR(CheckAtMost("tneb.min_component_points", o.min_component_points,
+                                     dataset.rows(), "a component needs more points than this"));
+  // Scales and steps: finite, and far above useful values (nu = 1e6 is a
+  // Gaussian to every digit the densities carry; the data are compared
+  // after standardisation, where a ridge of 1e6 erases every shape).
+  if (!o.gaussian) {
+    DENDRO_RETURN_IF_ERROR(CheckRealAtMost("tneb.dof", o.dof, 1e6, "Student-t degrees of freedom"));
+  }
+  DENDRO_RETURN_IF_ERROR(CheckRealAtMost("tneb.ridge", o.ridge, 1e6, "added to each scale matrix"));
+  DENDRO_RETURN_IF_ERROR(CheckRealAtMost("tneb.tolerance", o.tolerance, 1.0,
+                                         "change of the mean log-likelihood per EM step"));
+  DENDRO_RETURN_IF_ERROR(CheckRealAtMost("tneb.learning_rate", o.learning_rate, 100.0,
+                                         "Adam step size of the paths"));
+  DENDRO_RETURN_IF_ERROR(CheckRealAtMost("tneb.max_elongation", o.max_elongation, 1e12,
+                                         "eigenvalue ratio / d that drops a component"));
+  return CheckMemory("tneb", PeakBytes(o, dataset), limits,
                      "rows x components responsibilities, components x d x d scale matrices "
-                     "and the path buffers");
+                     "and every path's points with their Adam moments and gradients");
 }
 
 class Tneb final : public Method {
@@ -139,8 +171,9 @@ class Tneb final : public Method {
     DENDRO_RETURN_IF_ERROR(CheckMerge(spec.tneb()));
     DENDRO_RETURN_IF_ERROR(CheckRestartRanking(spec.tneb()));
     const TnebOptions o = OptionsFrom(spec.tneb());
-    DENDRO_RETURN_IF_ERROR(ValidateTnebOptions(o));
+    // The bounds first: their messages name the service's fields.
     DENDRO_RETURN_IF_ERROR(CheckBounds(o, dataset, limits));
+    DENDRO_RETURN_IF_ERROR(ValidateTnebOptions(o));
     if (dataset.cols() < 2) {
       return absl::InvalidArgumentError(
           absl::StrCat("tneb needs embeddings with at least 2 columns; dataset ", dataset.id(),
@@ -152,6 +185,10 @@ class Tneb final : public Method {
           " mixture components were requested (need at least one row per component)"));
     }
     return absl::OkStatus();
+  }
+
+  double PeakMemoryBytes(const v1::JobSpec& spec, const v1::Dataset& dataset) const override {
+    return PeakBytes(OptionsFrom(spec.tneb()), dataset);
   }
 
   absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset& dataset,

@@ -137,7 +137,7 @@ class AuthTest(unittest.TestCase):
         ds = s.datasets.UploadDataset(requests(), metadata=md("writer"), timeout=30)
         self.assertEqual(ds.owner, "writer")
         long = pb.JobSpec(dataset_id=ds.id, model_name="long",
-                          ghhc=pb.GhhcParams(internal_nodes=20, triples=1 << 40, seed=1))
+                          ghhc=pb.GhhcParams(internal_nodes=20, triples=10**9, seed=1))
         job = s.jobs.SubmitJob(pb.SubmitJobRequest(spec=long), metadata=md("writer"), timeout=10)
         self.assertEqual(job.owner, "writer")
         with self.assertRaises(grpc.RpcError) as err:

@@ -98,7 +98,7 @@ def fit(server, spec, wait=True):
 def long_job_spec(dataset_id, name="long"):
     """A gHHC fit that runs until it is cancelled (as in auth_test.py)."""
     return pb.JobSpec(dataset_id=dataset_id, model_name=name,
-                      ghhc=pb.GhhcParams(internal_nodes=20, triples=1 << 40, seed=1))
+                      ghhc=pb.GhhcParams(internal_nodes=20, triples=10**9, seed=1))
 
 
 def classifier_data(seed):

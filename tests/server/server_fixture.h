@@ -69,6 +69,7 @@ class TestMethod : public Method {
                         const JobLimits&) const override {
     return absl::OkStatus();
   }
+  double PeakMemoryBytes(const v1::JobSpec&, const v1::Dataset&) const override { return 0; }
   absl::StatusOr<std::unique_ptr<FittedModel>> Load(const std::string&) const override {
     return absl::UnimplementedError("a test method has no models");
   }

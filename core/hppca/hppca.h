@@ -15,7 +15,8 @@
 //   * A class needs >= 2 points (a single point is InvalidArgument naming the
 //     label). A class with n_c <= q points keeps q_c = n_c - 1 components
 //     (the rank of its sample covariance); the padded components have D = 0
-//     and contribute nothing. No input yields NaN scores.
+//     and contribute nothing. No input yields NaN scores (values are
+//     bounded by kHppcaMaxAbsValue; scores saturate at the float32 range).
 //   * Super-classes (section 4.4, Algorithms 2-3): k-means over the class
 //     Gaussians, seeded by k-means++ with the Bhattacharyya distance (eq. 14),
 //     assigning by KL divergence (eq. 15), centroids by Theorem 2 (eqs. 17,
@@ -107,6 +108,13 @@ absl::StatusOr<PpcaScore> ParsePpcaScore(std::string_view name);
 
 inline constexpr int32_t kAutoSuperclasses = 0;
 inline constexpr int32_t kFlatClassifier = -1;
+
+// Largest magnitude of a feature value, in training and prediction rows
+// alike. The scores are computed with float32 products (x B^T, x mu^T) and
+// returned as float32; inside this range every intermediate and every score
+// is finite for any d <= 10^5, so no input yields a NaN or infinite score.
+// Rows outside it are InvalidArgument naming the row, column and range.
+inline constexpr float kHppcaMaxAbsValue = 1e9f;
 
 struct HppcaOptions {
   int32_t q = 50;          // class PPCA components, 0 <= q <= d

@@ -134,12 +134,39 @@ void CenterRows(const MatrixView& rows, int64_t r0, int64_t n, const Eigen::Vect
   }
 }
 
+// A score as float32, saturated at the largest finite float (scores are
+// finite doubles for rows within kHppcaMaxAbsValue, but may exceed the float
+// range for extreme models).
+float SaturateToFloat(double score) {
+  constexpr double kMax = std::numeric_limits<float>::max();
+  return static_cast<float>(std::clamp(score, -kMax, kMax));
+}
+
+// Super-classes each row opens: `asked` (clamped to S), raised where needed
+// until any T super-classes hold at least `top_k` classes, so every row has
+// top_k classes scored and no answer slot is ever empty.
+int32_t OpenedSuperclasses(const std::vector<std::vector<int32_t>>& members, int32_t asked,
+                           int32_t top_k) {
+  const int32_t s = static_cast<int32_t>(members.size());
+  int32_t t = std::min(asked, s);
+  size_t smallest = std::numeric_limits<size_t>::max();
+  for (const auto& m : members) smallest = std::min(smallest, m.size());
+  if (s == 0 || static_cast<int64_t>(smallest) * t >= top_k) return t;
+  std::vector<size_t> sizes(s);
+  for (int32_t j = 0; j < s; ++j) sizes[j] = members[j].size();
+  std::sort(sizes.begin(), sizes.end());
+  int64_t covered = 0;
+  for (int32_t j = 0; j < t; ++j) covered += static_cast<int64_t>(sizes[j]);
+  while (t < s && covered < top_k) covered += static_cast<int64_t>(sizes[t++]);
+  return t;
+}
+
 absl::Status CheckRows(const MatrixView& rows, int64_t d) {
   if (rows.cols() != d) {
     return absl::InvalidArgumentError(
         absl::StrCat("rows have ", rows.cols(), " columns; the model expects ", d));
   }
-  return ValidateFinite(rows);
+  return ValidateMagnitude(rows, kHppcaMaxAbsValue);
 }
 
 }  // namespace
@@ -161,8 +188,10 @@ absl::StatusOr<HppcaPrediction> HppcaModel::Predict(const MatrixView& rows,
   }
   const int32_t k_all = num_classes(), s_all = num_superclasses();
   const bool flat = opt.flat || s_all == 0;
-  const int32_t t = flat ? 0 : std::min(opt.top_t > 0 ? opt.top_t : m.options.default_top_t, s_all);
   const int32_t kk = std::min(opt.top_k, k_all);
+  const int32_t t = flat ? 0 : OpenedSuperclasses(m.members,
+                                                  opt.top_t > 0 ? opt.top_t : m.options.default_top_t,
+                                                  kk);
   const int threads = hppca_internal::ResolveThreads(opt.num_threads);
   const int64_t n = rows.rows();
   int64_t block = opt.block_rows;
@@ -287,7 +316,7 @@ absl::StatusOr<HppcaPrediction> HppcaModel::Predict(const MatrixView& rows,
         const int32_t c = a < have ? best[a].id : -1;
         out.classes[o] = c;
         out.labels[o] = c >= 0 ? m.classes.labels[c] : 0;
-        out.scores[o] = c >= 0 ? static_cast<float>(best[a].score)
+        out.scores[o] = c >= 0 ? SaturateToFloat(best[a].score)
                                : std::numeric_limits<float>::quiet_NaN();
       }
     }

@@ -29,6 +29,12 @@ absl::Status ValidateFinite(const MatrixView& m, int64_t row_offset = 0);
 absl::Status ValidateFinite(const float* data, int64_t rows, int64_t cols,
                             int64_t row_offset = 0);
 
+// Checks that every entry of `m` lies in [-limit, limit] (so is finite),
+// for algorithms whose float32 arithmetic stays finite only on bounded
+// inputs. InvalidArgument naming the first offending row and column and the
+// range, e.g. "row 0, column 2 is 3.4e+38; values must lie in [-1e+09, 1e+09]".
+absl::Status ValidateMagnitude(const MatrixView& m, float limit, int64_t row_offset = 0);
+
 }  // namespace dendro
 
 #endif  // DENDRO_CORE_MATRIX_MATRIX_H_

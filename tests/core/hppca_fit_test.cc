@@ -769,6 +769,90 @@ TEST(HppcaFitTest, BadInputIsRejectedWithClearErrors) {
   }
 }
 
+// Asked for more classes than the T best super-classes hold, a row opens
+// more super-classes: every answer slot is a real class with a finite
+// score, best first, and never a padding label.
+TEST(HppcaFitTest, TopKBeyondTheOpenedClassesOpensMoreSuperclasses) {
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData train = gen.Sample(40, 21), test = gen.Sample(3, 22);
+  NullRunContext ctx;
+  auto model = FitHppca(View(train.x), train.labels, SmallOptions(), ctx);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<size_t> sizes;
+  for (int32_t j = 0; j < model->num_superclasses(); ++j) {
+    sizes.push_back(model->superclass_members(j).size());
+  }
+  std::sort(sizes.begin(), sizes.end());
+  const std::set<int64_t> real(train.labels.begin(), train.labels.end());
+  auto cls = model->ScoreClasses(View(test.x));
+  ASSERT_TRUE(cls.ok());
+  for (int32_t top_k : {1, static_cast<int32_t>(sizes[0]) + 1, 20, 42}) {
+    HppcaPredictOptions po;
+    po.top_t = 1;
+    po.top_k = top_k;
+    auto p = model->Predict(View(test.x), po);
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_EQ(p->top_k, top_k);
+    // The fewest super-classes whose smallest members cover top_k.
+    int32_t need = 0;
+    size_t covered = 0;
+    while (covered < static_cast<size_t>(top_k)) covered += sizes[need++];
+    EXPECT_EQ(p->top_t, std::max(1, need)) << "top_k " << top_k;
+    for (int64_t i = 0; i < test.x.rows(); ++i) {
+      EXPECT_GE(p->classes_evaluated[i], top_k);
+      for (int32_t a = 0; a < top_k; ++a) {
+        const int64_t o = i * top_k + a;
+        ASSERT_GE(p->classes[o], 0) << "row " << i << " slot " << a;
+        EXPECT_EQ(p->labels[o], model->labels()[p->classes[o]]);
+        EXPECT_TRUE(real.count(p->labels[o]));
+        EXPECT_TRUE(std::isfinite(p->scores[o]));
+        if (a > 0) {
+          EXPECT_LE(p->scores[o - 1], p->scores[o]);
+        }
+      }
+    }
+  }
+}
+
+// Rows are checked against the documented range before any arithmetic, so
+// no input yields a NaN or infinite score; at the range's edge every
+// score is finite.
+TEST(HppcaFitTest, ScoresAreFiniteForEveryAcceptedRow) {
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData train = gen.Sample(40, 23);
+  NullRunContext ctx;
+  auto model = FitHppca(View(train.x), train.labels, SmallOptions(), ctx);
+  ASSERT_TRUE(model.ok()) << model.status();
+  RowMatrixF huge = RowMatrixF::Constant(2, 24, std::numeric_limits<float>::max());
+  huge.row(1) *= -1.0f;
+  auto refused = model->Predict(View(huge), {});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("row 0, column 0 is 3.40282e+38; values must lie in [-1e+09, 1e+09]"));
+  RowMatrixF edge(4, 24);
+  edge.row(0).setConstant(kHppcaMaxAbsValue);
+  edge.row(1).setConstant(-kHppcaMaxAbsValue);
+  for (int j = 0; j < 24; ++j) {
+    edge(2, j) = j % 2 ? kHppcaMaxAbsValue : -kHppcaMaxAbsValue;
+    edge(3, j) = j % 3 ? 0.0f : kHppcaMaxAbsValue;
+  }
+  for (bool flat : {false, true}) {
+    HppcaPredictOptions po;
+    po.flat = flat;
+    po.top_k = 5;
+    auto p = model->Predict(View(edge), po);
+    ASSERT_TRUE(p.ok()) << p.status();
+    for (float score : p->scores) EXPECT_TRUE(std::isfinite(score)) << score;
+  }
+  // Training rows obey the same range.
+  RowMatrixF x = train.x;
+  x(3, 2) = -2e9f;
+  auto bad = FitHppca(View(x), train.labels, SmallOptions(), ctx);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("training data: row 3, column 2 is -2e+09"));
+}
+
 TEST(HppcaFitTest, TinyClassesFallBackToFewerComponentsWithoutNaN) {
   std::mt19937_64 rng(13);
   LabelledData data = RandomClasses({2, 3, 50, 50}, {10, 20, 30, 40}, 8, rng);

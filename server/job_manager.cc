@@ -11,6 +11,7 @@
 #include "core/common/crash_point.h"
 #include "core/common/run_context.h"
 #include "core/common/status_macros.h"
+#include "server/client_status.h"
 #include "server/logging.h"
 #include "server/methods/method.h"
 #include "spdlog/spdlog.h"
@@ -131,10 +132,11 @@ bool JobManager::Shutdown(absl::Duration grace) {
     abandoned_ = true;
     clean = false;
     for (auto& [id, entry] : active_) {
+      if (entry->unrecorded) continue;  // ended already; its record is retried below
       spdlog::error("job {}: did not stop within {} of the shutdown interrupt; abandoned", id,
                     absl::FormatDuration(options_.stop_timeout));
       RecordStopLocked(*entry, absl::CancelledError("interrupted"));
-      ReleaseLocked(*entry);
+      ReleaseLocked(*entry).IgnoreError();  // logged; the lease expires and re-queues it
     }
   }
   maintenance_stop_ = true;
@@ -436,7 +438,9 @@ bool JobManager::Admit(Entry& entry) {
   } else {
     return true;
   }
-  ReleaseLocked(entry);
+  // (A record refused here is logged; the job's lease then expires and it
+  // is claimed again, which decides it the same way.)
+  ReleaseLocked(entry).IgnoreError();
   if (options_.on_finished) options_.on_finished(job);
   return false;
 }
@@ -498,6 +502,7 @@ void JobManager::RenewLeases() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (abandoned_) return;
+    RetryUnrecordedLocked();
     for (const auto& [id, entry] : active_) {
       if (entry->lost) continue;
       leases.push_back({entry, id, entry->token, entry->job.progress(), entry->job.stage()});
@@ -610,18 +615,58 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
     return;
   }
   RecordStopLocked(*entry, outcome);
-  ReleaseLocked(*entry);
+  if (absl::Status recorded = ReleaseLocked(*entry); !recorded.ok()) {
+    KeepUnrecordedLocked(entry, recorded);
+    return;
+  }
   ForgetLocked(entry);
 }
 
-void JobManager::ReleaseLocked(Entry& entry) {
+absl::Status JobManager::ReleaseLocked(Entry& entry) {
   absl::Status s = meta_->ReleaseJob(entry.job, entry.token);
   if (absl::IsAborted(s)) {
     spdlog::warn("job {}: not recorded as {}: {}", entry.job.id(),
                  v1::JobState_Name(entry.job.state()), std::string(s.message()));
-  } else if (!s.ok()) {
-    spdlog::error("job {}: cannot record its state: {}", entry.job.id(), s.ToString());
+    return absl::OkStatus();
   }
+  if (!s.ok()) {
+    spdlog::error("job {}: cannot record its state (retrying): {}", entry.job.id(), s.ToString());
+  }
+  return s;
+}
+
+void JobManager::RetryUnrecordedLocked() {
+  std::vector<std::shared_ptr<Entry>> pending;
+  for (const auto& [id, entry] : active_) {
+    if (entry->unrecorded) pending.push_back(entry);
+  }
+  for (const std::shared_ptr<Entry>& entry : pending) {
+    // The stage said what was pending; the record carries the outcome alone.
+    v1::Job shown = entry->job;
+    entry->job.set_stage(entry->final_stage);
+    if (absl::Status recorded = ReleaseLocked(*entry); !recorded.ok()) {
+      entry->job = std::move(shown);
+      KeepUnrecordedLocked(entry, recorded);
+      continue;
+    }
+    spdlog::info("job {}: outcome recorded", entry->job.id());
+    active_.erase(entry->job.id());
+    changed_cv_.notify_all();
+    if (options_.on_finished) options_.on_finished(entry->job);
+  }
+}
+
+void JobManager::KeepUnrecordedLocked(const std::shared_ptr<Entry>& entry,
+                                      const absl::Status& why) {
+  if (!entry->unrecorded) {
+    entry->unrecorded = true;
+    entry->final_stage = entry->job.stage();
+    --running_;  // the run is over; only its record is pending
+  }
+  entry->job.set_stage(absl::StrCat(entry->final_stage,
+                                    " (recording the outcome: retrying after: ",
+                                    ScrubPaths(std::string(why.message()), ""), ")"));
+  changed_cv_.notify_all();
 }
 
 void JobManager::ForgetLocked(const std::shared_ptr<Entry>& entry) {

@@ -150,6 +150,12 @@ class JobManager {
     // Guarded by mu_: the run is writing its outcome, which ends the lease;
     // a renewal refused from then on says nothing about a lost lease.
     bool finishing = false;
+    // Guarded by mu_: ended (entry.job holds its final state) but the
+    // catalogue refused the record (a full disk, a database outage). The
+    // entry stays, so this replica answers with the outcome at once, keeps
+    // the lease and retries the record at every renewal until it lands.
+    bool unrecorded = false;
+    std::string final_stage;  // guarded by mu_: the stage to record then
   };
   class Context;
 
@@ -177,8 +183,16 @@ class JobManager {
   // Sets the terminal (or re-queued) state of an interrupted or failed job.
   // Requires mu_ held.
   void RecordStopLocked(Entry& entry, const absl::Status& outcome);
-  // Writes entry.job under its lease (ending it). Requires mu_ held.
-  void ReleaseLocked(Entry& entry);
+  // Writes entry.job under its lease (ending it). The catalogue's error when
+  // it could not take the record; OK when recorded, or when the lease passed
+  // on (then nothing is left to record). Requires mu_ held.
+  absl::Status ReleaseLocked(Entry& entry);
+  // Ends a run whose record ReleaseLocked could not write: frees its worker
+  // slot and leaves the entry for RenewLeases to record. Requires mu_ held.
+  void KeepUnrecordedLocked(const std::shared_ptr<Entry>& entry, const absl::Status& why);
+  // Records every such entry the catalogue now takes, and drops it.
+  // Requires mu_ held.
+  void RetryUnrecordedLocked();
   // Drops a finished entry and reports it. Requires mu_ held.
   void ForgetLocked(const std::shared_ptr<Entry>& entry);
 

@@ -1208,6 +1208,89 @@ TEST_F(FullDiskTest, FullDiskGivesResourceExhaustedAndDeletesStillWork) {
   EXPECT_FALSE(std::filesystem::exists(dir_ / "datasets" / spare));
 }
 
+// L2H, except that the fit fills the disk before it returns: the model's
+// files then find no space, and neither does the job's record.
+class DiskFillingL2h final : public Method {
+ public:
+  explicit DiskFillingL2h(std::function<void()> fill) : fill_(std::move(fill)) {}
+  std::string_view name() const override { return "l2h"; }
+  absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
+                        const JobLimits& limits) const override {
+    return l2h().Validate(spec, dataset, limits);
+  }
+  double PeakMemoryBytes(const v1::JobSpec& spec, const v1::Dataset& dataset) const override {
+    return l2h().PeakMemoryBytes(spec, dataset);
+  }
+  absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset& dataset,
+                                                   const v1::JobSpec& spec,
+                                                   RunContext& ctx) const override {
+    auto fitted = l2h().Fit(dataset, spec, ctx);
+    fill_();
+    return fitted;
+  }
+  absl::StatusOr<std::unique_ptr<FittedModel>> Load(const std::string& dir) const override {
+    return l2h().Load(dir);
+  }
+
+ private:
+  static const Method& l2h() { return **MethodByName("l2h"); }
+  std::function<void()> fill_;
+};
+
+// A job whose model write hits a full disk is FAILED at once, saying what
+// it waits for, even while the catalogue cannot take the record either; the
+// record lands once there is space again.
+TEST_F(FullDiskTest, AJobWhoseModelFindsTheDiskFullFailsAtOnceAndIsRecordedLater) {
+  if (!mounted_) GTEST_SKIP() << skip_reason_;
+  DiskFillingL2h& method = OwnedMethod<DiskFillingL2h>([this] {
+    FillDisk();
+    // And the catalogue's own free pages, through a second connection.
+    auto meta = SqliteCatalogue::Open((dir_ / "metadata.db").string());
+    ASSERT_TRUE(meta.ok()) << meta.status();
+    absl::Status put;
+    for (int i = 0; i < 4000 && put.ok(); ++i) {
+      v1::Job filler;
+      filler.set_id("job-fill-" + std::to_string(i));
+      filler.set_state(v1::JOB_STATE_FAILED);  // never claimed
+      filler.mutable_spec()->set_dataset_id(std::string(4000, 'd'));
+      put = (*meta)->PutJob(filler);
+    }
+    ASSERT_EQ(put.code(), absl::StatusCode::kResourceExhausted) << put;
+  });
+  StartServer(WithMethod(&method));
+  const std::string ds = SmallDataset();
+  grpc::Status st;
+  v1::Job job = Submit(ds, "full", &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  job = Wait(job.id(), 20);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED) << job.ShortDebugString();
+  EXPECT_EQ(job.error().code(), static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED))
+      << job.error().message();
+  EXPECT_THAT(job.stage(), HasSubstr("recording the outcome: retrying after:"));
+  EXPECT_THAT(job.stage(), Not(HasSubstr(dir_.string())));
+  // Space again: the record lands (its stage plain again) and stays.
+  std::filesystem::remove(dir_ / "filler");
+  std::filesystem::remove(dir_ / "filler2");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  v1::Job now;
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_id(job.id());
+    ASSERT_TRUE(jobs_->GetJob(&ctx, req, &now).ok());
+  } while (now.stage() != "failed" && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(now.stage(), "failed");
+  EXPECT_EQ(now.state(), v1::JOB_STATE_FAILED);
+  StopServer();
+  auto meta = SqliteCatalogue::Open((dir_ / "metadata.db").string());
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  auto stored = (*meta)->GetJob(job.id());
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(stored->stage(), "failed");
+}
+
 TEST_F(FullDiskTest, MinFreeDiskRefusesUploadsAndJobsBeforeTheDiskFills) {
   if (!mounted_) GTEST_SKIP() << skip_reason_;
   BlockingMethod& method = OwnedMethod<BlockingMethod>();

@@ -191,6 +191,21 @@ void ModelRegistry::RemoveFiles(const std::string& name, const std::vector<Store
   }
 }
 
+absl::StatusOr<std::optional<int64_t>> ModelRegistry::RetentionExemptionLost(
+    const std::string& name, const std::string& label, int64_t new_version) {
+  absl::StatusOr<StoredModel> now = meta_->GetModel(name, 0, label);
+  if (absl::IsNotFound(now.status())) return std::nullopt;  // a new label protects more
+  if (!now.ok()) return now.status();
+  if (now->model.keep_versions() <= 0) return std::nullopt;
+  const int64_t from = now->model.version();
+  if (new_version == 0) {
+    DENDRO_ASSIGN_OR_RETURN(StoredModel latest, meta_->GetModel(name, 0));
+    new_version = latest.model.version();
+  }
+  if (new_version == from) return std::nullopt;
+  return from;
+}
+
 absl::StatusOr<v1::Model> ModelRegistry::SetLabel(const std::string& name,
                                                   const std::string& label, int64_t version) {
   DENDRO_RETURN_IF_ERROR(ValidateVersion(version));

@@ -10,6 +10,7 @@
 #define DENDRO_SERVER_MODEL_REGISTRY_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -48,6 +49,15 @@ class ModelRegistry {
   absl::StatusOr<v1::Model> SetLabel(const std::string& name, const std::string& label,
                                      int64_t version);
   absl::StatusOr<int64_t> DeleteLabel(const std::string& name, const std::string& label);
+  // Labels exempt their versions from the name's retention policy. The
+  // version `label` of `name` points at now, if moving the label to
+  // `new_version` (0: the latest; kRemoveLabel: removing it) would take that
+  // exemption away while the name has a policy; nullopt when it would not
+  // (no such label yet, no policy, or the label stays where it is).
+  static constexpr int64_t kRemoveLabel = -1;
+  absl::StatusOr<std::optional<int64_t>> RetentionExemptionLost(const std::string& name,
+                                                                const std::string& label,
+                                                                int64_t new_version);
   // Returns how many versions the new policy removed.
   absl::StatusOr<int> SetRetention(const std::string& name, int64_t keep_versions);
   absl::StatusOr<Page<v1::Model>> List(const std::string& name, int64_t after_seq, int limit) {

@@ -93,6 +93,29 @@ class ServiceBase {
     }
     return true;
   }
+  // A label exempts its version from the name's retention policy, which
+  // only an admin sets, and deleting a version is an admin's call too. So
+  // while a name has a policy, moving or removing a label (which leaves its
+  // version to retention) needs the admin role; adding a label, or any label
+  // change on a name without a policy, stays a writer's.
+  grpc::Status CheckRetentionExemption(const Principal& who, const std::string& name,
+                                       const std::string& label, int64_t new_version,
+                                       grpc::ServerContext* ctx) const {
+    if (who.role >= Role::kAdmin) return grpc::Status::OK;
+    absl::StatusOr<std::optional<int64_t>> lost =
+        deps_.models->RetentionExemptionLost(name, label, new_version);
+    if (!lost.ok()) return ToGrpc(lost.status());
+    if (!lost->has_value()) return grpc::Status::OK;
+    const std::string why = absl::StrCat(
+        new_version == ModelRegistry::kRemoveLabel ? "removing" : "moving", " label '", label,
+        "' of model '", name, "' would leave v", **lost,
+        " to the name's retention policy, which may delete it; while a retention policy is "
+        "set, moving or removing a label needs the admin role (as deleting a version does)");
+    Audit(who, "was refused moving label", absl::StrCat(name, "@", label), ctx,
+          grpc::Status(grpc::StatusCode::PERMISSION_DENIED, why));
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, why);
+  }
+
   // Records a destructive call for the audit trail.
   static void Audit(const Principal& who, const char* what, const std::string& target,
                     grpc::ServerContext* ctx, const grpc::Status& outcome) {
@@ -555,6 +578,11 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
                              v1::Model* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kSetModelLabel);
     if (!who.ok()) return ToGrpc(who.status());
+    if (grpc::Status held = CheckRetentionExemption(*who, req->name(), req->label(),
+                                                    req->version(), ctx);
+        !held.ok()) {
+      return held;
+    }
     auto m = deps_.models->SetLabel(req->name(), req->label(), req->version());
     const grpc::Status out = ToGrpc(m.status());
     Audit(*who, "labelled model",
@@ -570,6 +598,12 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
                                 v1::DeleteModelLabelResponse* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kDeleteModelLabel);
     if (!who.ok()) return ToGrpc(who.status());
+    if (grpc::Status held =
+            CheckRetentionExemption(*who, req->name(), req->label(), ModelRegistry::kRemoveLabel,
+                                    ctx);
+        !held.ok()) {
+      return held;
+    }
     auto version = deps_.models->DeleteLabel(req->name(), req->label());
     const grpc::Status out = ToGrpc(version.status());
     Audit(*who, "removed label", absl::StrCat(req->name(), "@", req->label()), ctx, out);

@@ -170,6 +170,69 @@ class AuthTest(unittest.TestCase):
         self.assertIn("audit: 'writer2' was refused cancelling job", log)
         self.assertNotIn(KEYS["writer"], log)
 
+    def test_3b_labels_under_retention_need_the_deleting_role(self):
+        """A writer cannot undo the protection an admin's retention leaves to labels."""
+        s = self.server
+        x, _ = hierarchical_logits(600, 2, 3, seed=5)
+
+        def requests():
+            yield pb.UploadDatasetRequest(header=pb.DatasetHeader(rows=600, cols=6))
+            yield pb.UploadDatasetRequest(data=x.astype("<f4").tobytes())
+        ds = s.datasets.UploadDataset(requests(), metadata=md("writer"), timeout=30)
+
+        def fit(name):
+            spec = pb.JobSpec(dataset_id=ds.id, model_name=name, l2h=pb.L2hParams())
+            job = s.jobs.SubmitJob(pb.SubmitJobRequest(spec=spec), metadata=md("writer"),
+                                   timeout=10)
+            job = s.jobs.WaitJob(pb.WaitJobRequest(id=job.id, timeout={"seconds": GUARD_SECONDS}),
+                                 metadata=md("writer"), timeout=GUARD_SECONDS + 5)
+            self.assertEqual(job.state, pb.JOB_STATE_SUCCEEDED, job)
+            return job.model_version
+
+        def versions(name):
+            listed = s.models.ListModels(pb.ListModelsRequest(name=name), metadata=md("reader"),
+                                         timeout=5)
+            return sorted(m.version for m in listed.models)
+
+        v1 = fit("kept")
+        s.models.SetModelLabel(pb.SetModelLabelRequest(name="kept", label="stable", version=v1),
+                               metadata=md("admin"), timeout=5)
+        s.models.SetModelRetention(pb.SetModelRetentionRequest(name="kept", keep_versions=1),
+                                   metadata=md("admin"), timeout=5)
+        # The writer may neither remove nor move the label that keeps v1.
+        for call, request in (
+                (s.models.DeleteModelLabel, pb.DeleteModelLabelRequest(name="kept", label="stable")),
+                (s.models.SetModelLabel, pb.SetModelLabelRequest(name="kept", label="stable"))):
+            with self.assertRaises(grpc.RpcError) as err:
+                call(request, metadata=md("writer"), timeout=5)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.PERMISSION_DENIED)
+            self.assertIn("admin", err.exception.details())
+            self.assertIn("retention", err.exception.details())
+        # So fitting on does not delete v1; the unlabelled versions obey the policy.
+        fit("kept")
+        v3 = fit("kept")
+        self.assertEqual(versions("kept"), [v1, v3])
+        # Adding a label, or relabelling the version a label already names,
+        # protects at least as much: a writer's call.
+        s.models.SetModelLabel(pb.SetModelLabelRequest(name="kept", label="canary", version=v3),
+                               metadata=md("writer"), timeout=5)
+        s.models.SetModelLabel(pb.SetModelLabelRequest(name="kept", label="stable", version=v1),
+                               metadata=md("writer"), timeout=5)
+        # Without a policy, labels are the writers' own again.
+        s.models.SetModelRetention(pb.SetModelRetentionRequest(name="kept", keep_versions=0),
+                                   metadata=md("admin"), timeout=5)
+        s.models.DeleteModelLabel(pb.DeleteModelLabelRequest(name="kept", label="canary"),
+                                  metadata=md("writer"), timeout=5)
+        # The admin may move it under a policy.
+        s.models.SetModelRetention(pb.SetModelRetentionRequest(name="kept", keep_versions=1),
+                                   metadata=md("admin"), timeout=5)
+        s.models.SetModelLabel(pb.SetModelLabelRequest(name="kept", label="stable", version=v3),
+                               metadata=md("admin"), timeout=5)
+        fit("kept")
+        self.assertNotIn(v1, versions("kept"))
+        with open(os.path.join(self.dir, "dendrod.log"), errors="replace") as f:
+            self.assertIn("audit: 'writer' was refused moving label kept@stable", f.read())
+
     def test_4_sighup_reloads_keys(self):
         s = self.server
         s.models.ListModels(pb.ListModelsRequest(), metadata=md("reader"), timeout=5)

@@ -242,7 +242,10 @@ void ExpectValidFit(const GhhcResult& r, const MatrixView& x) {
     norm[q] = Eigen::Map<const Eigen::RowVectorXd>(&m.nodes[q * d], d).norm();
     EXPECT_LE(norm[q], 0.8 + 1e-12);
   }
-  // Eq. 4 among the nodes: one root; every parent has a smaller norm.
+  // Eq. 4 among the nodes: one root; every parent has a smaller norm. The
+  // fit orders nodes by norms it computes itself; recomputed here they may
+  // differ in the last bits (another summation order, another vector unit),
+  // so near-ties are compared with a relative tolerance of 1e-12.
   int roots = 0;
   for (int32_t q = 0; q < num; ++q) {
     const int32_t p = m.node_parent[q];
@@ -250,7 +253,7 @@ void ExpectValidFit(const GhhcResult& r, const MatrixView& x) {
       ++roots;
       continue;
     }
-    EXPECT_TRUE(norm[p] < norm[q] || (norm[p] == norm[q] && p < q)) << "node " << q;
+    EXPECT_LE(norm[p], norm[q] * (1 + 1e-12)) << "node " << q << " parent " << p;
   }
   EXPECT_EQ(roots, 1);
   // The extracted (coarse) tree; the refined one is checked in
@@ -272,11 +275,15 @@ void ExpectValidFit(const GhhcResult& r, const MatrixView& x) {
   // Internal nodes: >= 2 children, heights = gap of Poincaré norms, never
   // decreasing upwards (parents have smaller norms).
   const double pn = ghhc::PoincareNorm(0.9);
-  std::set<double> node_heights;
-  for (double v : norm) node_heights.insert(pn - ghhc::PoincareNorm(v));
+  std::vector<double> node_heights;
+  for (double v : norm) node_heights.push_back(pn - ghhc::PoincareNorm(v));
   for (int32_t v = h.num_leaves(); v < h.num_nodes(); ++v) {
     EXPECT_GE(h.children(v).size(), 2u);
-    EXPECT_EQ(node_heights.count(h.height(v)), 1u) << "height " << h.height(v);
+    // A node's height, as recomputed here (to the last bits, as above).
+    const bool found = std::any_of(node_heights.begin(), node_heights.end(), [&](double nh) {
+      return std::abs(nh - h.height(v)) <= 1e-12 * std::max(1.0, std::abs(nh));
+    });
+    EXPECT_TRUE(found) << "height " << h.height(v);
     if (h.parent(v) >= 0) {
       EXPECT_GE(h.height(h.parent(v)), h.height(v));
     }
@@ -423,7 +430,12 @@ TEST(GhhcFitTest, KeepTheBestReturnsAnEarlierStateWhenTrainingDegrades) {
   GhhcOptions o;
   o.internal_nodes = 48;
   o.triples = 40000;
-  o.learning_rate = 2.0;  // far too large: the nodes scatter to the clip radius
+  // Far too large: the nodes scatter to the clip radius within the first
+  // batches. (At 2.0 the damage came late and depended on the processor's
+  // floating-point path: on some machines the last state was as good as any
+  // kept one. At 10 the held-out accuracy falls by about a tenth and the leaf
+  // purity by more than 0.3 on every data and fit seed tried.)
+  o.learning_rate = 10.0;
   o.validation_triples = 1000;
   o.choose_points_max_rows = 0;  // one fit with and one without validation
   o.validate_every = 20;

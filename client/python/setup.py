@@ -5,9 +5,13 @@ that runs protoc (with /usr/bin/grpc_python_plugin, or grpcio-tools) on
 ../../proto/dendro/v1/dendro.proto (or $DENDRO_PROTO_DIR) and writes
 dendro_pb2.py and dendro_pb2_grpc.py into dendro_client/_pb of the build
 directory, with the import path fixed for that package. Nothing generated is
-written into the source tree.
+written into the source tree: the build directory and the egg-info live in
+the system's temporary directory (pip builds in the source tree otherwise,
+leaving build/ and *.egg-info/ in a checkout).
 """
 import importlib.util
+import os
+import tempfile
 from pathlib import Path
 
 from setuptools import setup
@@ -43,4 +47,9 @@ class BuildPyWithStubs(build_py):
             str(out / "dendro_pb2.py"), str(out / "dendro_pb2_grpc.py")]
 
 
-setup(cmdclass={"build_py": BuildPyWithStubs})
+_SCRATCH = Path(tempfile.gettempdir()) / f"dendro-client-build-{os.getuid()}"
+(_SCRATCH / "egg-info").mkdir(parents=True, exist_ok=True)
+
+setup(cmdclass={"build_py": BuildPyWithStubs},
+      options={"build": {"build_base": str(_SCRATCH / "build")},
+               "egg_info": {"egg_base": str(_SCRATCH / "egg-info")}})

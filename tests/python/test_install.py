@@ -43,6 +43,11 @@ def test_pip_install_into_a_target_and_import(tmp_path, server):
          "--disable-pip-version-check", "--target", str(target), "./client/python"],
         cwd=src, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+    # The install leaves the source tree as it was (no build/, no egg-info),
+    # so running the README's command in a checkout changes nothing there.
+    leftovers = sorted(p.name for p in (src / "client" / "python").iterdir()
+                       if p.name == "build" or p.name.endswith(".egg-info"))
+    assert not leftovers, leftovers
     generated = target / "dendro_client" / "_pb"
     assert (generated / "dendro_pb2.py").is_file() and (generated / "dendro_pb2_grpc.py").is_file()
     # Generated at build time, never shipped in the source tree.

@@ -148,16 +148,20 @@ absl::StatusOr<GhhcOptions> OptionsFromSpec(const v1::JobSpec& spec) {
 }
 
 // The bound of Method::PeakMemoryBytes: the mapped rows, their centred
-// (and projected) copy, the kNN lists, the nodes with their gradients, and
-// a batch's triples; with learned points (or the points chosen by
-// validation, whose second fit learns them) also the embeddings, their Adam
-// moments, gradients and the kept copy (5 float32 N x p arrays).
+// (and projected) copy, the kNN table (k int32 per row) and, while it is
+// searched, each thread's candidate lists (a distance and an id per
+// neighbour of every query in the cell it works on: at most every row, when
+// one cell holds them all), the nodes with their gradients, and a batch's
+// triples; with learned points (or the points chosen by validation, whose
+// second fit learns them) also the embeddings, their Adam moments,
+// gradients and the kept copy (5 float32 N x p arrays).
 double PeakBytes(const GhhcOptions& o, const v1::Dataset& dataset) {
   const double n = static_cast<double>(dataset.rows());
   const double d = static_cast<double>(dataset.cols());
   const double p = o.projection_dim > 0 ? o.projection_dim : d;
   const double k = std::min<double>(o.neighbors, n - 1);  // the core's clamp
-  return 4 * n * d + 8 * n * p + 12.0 * n * k + 8.0 * 4 * o.internal_nodes * p +
+  const double knn = 4 * n * k + FitThreads() * 8.0 * n * k;
+  return 4 * n * d + 8 * n * p + knn + 8.0 * 4 * o.internal_nodes * p +
          8.0 * 3 * o.batch_size * p * 2 +
          (o.learn_points || GhhcChoosesPoints(o, dataset.rows()) ? 20.0 * n * p : 0.0);
 }

@@ -8,8 +8,12 @@ memory the job adds to the server (VmHWM after resetting it through
 the job records (Job.memory_estimate_bytes).
 
 Under AddressSanitizer every allocation also costs shadow memory (an eighth),
-red zones and a quarantine of freed blocks, so there the bound is scaled by
-1.25 and given 96 MiB; the release build is held to the bound itself.
+red zones and a quarantine of freed blocks. The dendrod this test starts runs
+with no quarantine and the smallest red zones (ASAN_OPTIONS appended), and
+its peak may exceed the bound by the shadow's eighth and 16 MiB of the
+sanitizer's allocator; the release build is held to the bound itself
+(measured on 2026-12-04: gHHC 352 of 403 MiB, hPPCA 16.7 of 33.8, L2H 99.7
+of 105.8, t-NEB 215 of 244).
 
 Usage: memory_bound_test.py DENDROD_BINARY
 """
@@ -45,19 +49,25 @@ def sanitized(pid):
 
 
 class MemoryBoundTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="dendro_memory_")
-        cls.server = Server(cls.dir, ("--drain_seconds", "0", "--max_job_memory_mb",
-                                      str(LIMIT_MB)))
-        cls.pid = cls.server.proc.pid
-        cls.asan = sanitized(cls.pid)
+    # A dendrod of its own for each method: memory an earlier job freed would
+    # otherwise be reused without showing in VmHWM.
+    def setUp(self):
+        # (Later ASan flags override earlier ones; the log_path of the
+        # sanitizer run, if any, is kept.)
+        asan = os.environ.get("ASAN_OPTIONS", "")
+        os.environ["ASAN_OPTIONS"] = (asan + ":" if asan else "") + (
+            "quarantine_size_mb=0:thread_local_quarantine_size_kb=0:redzone=16:max_redzone=16")
+        self.addCleanup(os.environ.__setitem__, "ASAN_OPTIONS", asan)
+        self.dir = tempfile.mkdtemp(prefix="dendro_memory_")
+        self.server = Server(self.dir, ("--drain_seconds", "0", "--max_job_memory_mb",
+                                        str(LIMIT_MB)))
+        self.pid = self.server.proc.pid
+        self.asan = sanitized(self.pid)
 
-    @classmethod
-    def tearDownClass(cls):
-        if cls.server.proc.poll() is None:
-            cls.server.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
+    def tearDown(self):
+        if self.server.proc.poll() is None:
+            self.server.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def run_job(self, name, dataset, **method):
         s = self.server
@@ -74,7 +84,7 @@ class MemoryBoundTest(unittest.TestCase):
                               timeout=510)
         self.assertEqual(done.state, pb.JOB_STATE_SUCCEEDED, done)
         peak = status_kib(self.pid, "VmHWM") * 1024 - before
-        allowed = bound * 1.25 + 96 * MIB if self.asan else bound
+        allowed = bound * 1.125 + 16 * MIB if self.asan else bound
         print(f"{name}: peak added {peak / MIB:.1f} MiB, bound {bound / MIB:.1f} MiB, "
               f"allowed {allowed / MIB:.1f} MiB{' (ASan)' if self.asan else ''}", flush=True)
         self.assertLessEqual(peak, allowed, f"{name}: peak {peak} > allowed {allowed}")

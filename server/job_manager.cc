@@ -168,7 +168,15 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
   v1::JobSpec spec = submitted;
   DENDRO_ASSIGN_OR_RETURN(const Method* method, options_.resolve_method(spec));
   if (spec.dataset_id().empty()) return absl::InvalidArgumentError("job spec: dataset_id is empty");
-  DENDRO_ASSIGN_OR_RETURN(v1::Dataset dataset, datasets_->Get(spec.dataset_id()));
+  absl::StatusOr<v1::Dataset> found = datasets_->Get(spec.dataset_id());
+  if (!found.ok() && !request_id.empty()) {
+    // A concurrent duplicate may have created the job, run it and removed
+    // its transient dataset since the lookup above: answer with that job.
+    DENDRO_ASSIGN_OR_RETURN(std::optional<v1::Job> previous,
+                            meta_->FindJobByRequest(owner, request_id));
+    if (previous.has_value()) return Replay(*previous, submitted);
+  }
+  DENDRO_ASSIGN_OR_RETURN(v1::Dataset dataset, std::move(found));
   if (spec.leaf_names_size() > 0 && !method->leaf_names_refusal().empty()) {
     return absl::InvalidArgumentError(absl::StrCat("leaf_names do not apply to ",
                                                    std::string(method->name()), ": ",

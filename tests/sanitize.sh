@@ -2,8 +2,9 @@
 # The test suite under sanitizers, each build in a directory of its own:
 #
 #   tests/sanitize.sh address   every ctest entry, ASan + UBSan   (build-asan/)
-#   tests/sanitize.sh thread    the server and job-manager tests and L2H's threaded core
-#                               tests, TSan (build-tsan/)
+#   tests/sanitize.sh thread    the server and job-manager tests, L2H's threaded core
+#                               tests and the gHHC core tests, TSan, built without
+#                               -march=native (build-tsan/)
 #   tests/sanitize.sh           both, one after the other
 #
 # Every report is fatal (-fno-sanitize-recover=all, halt_on_error) and is
@@ -18,11 +19,11 @@ cd "$root"
 # (Computed here: nproc honours OMP_THREAD_LIMIT, which the TSan run sets.)
 jobs="${JOBS:-$(nproc)}"
 
-configure_and_build() {  # DIR SANITIZER [TARGET...]
-  local dir=$1 sanitizer=$2
-  shift 2
+configure_and_build() {  # DIR SANITIZER NATIVE [TARGET...]
+  local dir=$1 sanitizer=$2 native=$3
+  shift 3
   cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DDENDRO_SANITIZE="$sanitizer" \
+    -DDENDRO_SANITIZE="$sanitizer" -DDENDRO_NATIVE="$native" \
     -DDENDRO_BUILD_BENCHMARKS=OFF >/dev/null
   if [[ $# -gt 0 ]]; then
     local targets=()
@@ -52,7 +53,7 @@ check_reports() {  # DIR NAME
 
 run_address() {
   local build="${ASAN_BUILD_DIR:-$root/build-asan}"
-  configure_and_build "$build" address,undefined
+  configure_and_build "$build" address,undefined ON
   local logs="$build/sanitizer-reports"
   rm -rf "$logs" && mkdir -p "$logs"
   # detect_leaks: LeakSanitizer at every exit of an instrumented process.
@@ -73,11 +74,15 @@ run_address() {
 run_thread() {
   local build="${TSAN_BUILD_DIR:-$root/build-tsan}"
   # The binaries behind ctest's "server" label and dendrod, which some of
-  # them start; and L2H's tests of its own worker threads.
-  configure_and_build "$build" thread dendrod server_test tneb_server_test hppca_server_test \
+  # them start; L2H's tests of its own worker threads; and the gHHC core
+  # tests, whose fits are the most sensitive to the floating-point path.
+  # Built without -march=native (DENDRO_NATIVE=OFF), where the address pass
+  # uses it, so every run checks the suite on both vector paths.
+  configure_and_build "$build" thread OFF dendrod server_test tneb_server_test hppca_server_test \
     ghhc_server_test robustness_server_test auth_test model_cache_test registry_labels_test \
     catalogue_test sweep_test artifact_store_test upload_validator_test stream_limiter_test \
-    l2h_worker_pool_test l2h_run_test
+    stream_caps_test method_bounds_test \
+    l2h_worker_pool_test l2h_run_test ghhc_fit_test ghhc_refine_test
   local logs="$build/sanitizer-reports"
   rm -rf "$logs" && mkdir -p "$logs"
   # Debian's Abseil, gRPC and libgomp are not built with TSan, so the
@@ -94,7 +99,8 @@ run_thread() {
   ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 900 -L '^server$' \
     "$@" || status=1
   ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 900 \
-    -R '^(L2hWorkerPool|L2hRun)\.' "$@" || status=1
+    -R '^(L2hWorkerPool|L2hRun|GhhcFitTest|GhhcRefineTest|GhhcModelTreesTest)\.' "$@" ||
+    status=1
   check_reports "$logs" thread || status=1
   unset TSAN_OPTIONS OMP_THREAD_LIMIT
   return $status

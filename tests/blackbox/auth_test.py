@@ -61,6 +61,16 @@ def proto_methods():
     return out
 
 
+def upload_as(server, name, seed):
+    """Uploads 600 x 6 logits with `name`'s key; returns the dataset."""
+    x, _ = hierarchical_logits(600, 2, 3, seed=seed)
+
+    def requests():
+        yield pb.UploadDatasetRequest(header=pb.DatasetHeader(rows=600, cols=6))
+        yield pb.UploadDatasetRequest(data=x.astype("<f4").tobytes())
+    return server.datasets.UploadDataset(requests(), metadata=md(name), timeout=30)
+
+
 def raw_call(channel, method, metadata):
     """Calls `method` with one empty message; returns the status code."""
     call = channel.stream_stream(method, request_serializer=None,
@@ -129,12 +139,7 @@ class AuthTest(unittest.TestCase):
 
     def test_3_ownership_and_cancel(self):
         s = self.server
-        x, _ = hierarchical_logits(600, 2, 3, seed=3)
-
-        def requests():
-            yield pb.UploadDatasetRequest(header=pb.DatasetHeader(rows=600, cols=6))
-            yield pb.UploadDatasetRequest(data=x.astype("<f4").tobytes())
-        ds = s.datasets.UploadDataset(requests(), metadata=md("writer"), timeout=30)
+        ds = upload_as(s, "writer", seed=3)
         self.assertEqual(ds.owner, "writer")
         long = pb.JobSpec(dataset_id=ds.id, model_name="long",
                           ghhc=pb.GhhcParams(internal_nodes=20, triples=10**9, seed=1))
@@ -173,12 +178,7 @@ class AuthTest(unittest.TestCase):
     def test_3b_labels_under_retention_need_the_deleting_role(self):
         """A writer cannot undo the protection an admin's retention leaves to labels."""
         s = self.server
-        x, _ = hierarchical_logits(600, 2, 3, seed=5)
-
-        def requests():
-            yield pb.UploadDatasetRequest(header=pb.DatasetHeader(rows=600, cols=6))
-            yield pb.UploadDatasetRequest(data=x.astype("<f4").tobytes())
-        ds = s.datasets.UploadDataset(requests(), metadata=md("writer"), timeout=30)
+        ds = upload_as(s, "writer", seed=5)
 
         def fit(name):
             spec = pb.JobSpec(dataset_id=ds.id, model_name=name, l2h=pb.L2hParams())

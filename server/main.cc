@@ -246,6 +246,11 @@ int main(int argc, char** argv) {
                                      std::cout);
   }
 
+  // A peer that closes a connection mid-answer must cost that answer, not
+  // the process: writes on any socket (TLS ones included, which go through
+  // write()) then fail with EPIPE instead of raising SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
+
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);

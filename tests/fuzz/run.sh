@@ -18,7 +18,12 @@ JOBS=${JOBS:-2}
 command -v clang++-14 >/dev/null || { echo "fuzz: clang++-14 is not installed (deploy/packages.txt lists it)"; exit 1; }
 CXX=clang++-14 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DDENDRO_FUZZ=ON -DDENDRO_BUILD_SERVER=OFF -DDENDRO_BUILD_TESTS=OFF -DDENDRO_NATIVE=OFF >/dev/null
-cmake --build "$BUILD" -j "$JOBS" >/dev/null
+# (A failed build prints its errors: its output is kept only then.)
+if ! cmake --build "$BUILD" -j "$JOBS" >"${TMPDIR:-/tmp}/dendro-fuzz-build.log" 2>&1; then
+  grep -E "error|Error" "${TMPDIR:-/tmp}/dendro-fuzz-build.log" | head -20
+  echo "fuzz: the build failed"
+  exit 1
+fi
 
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/dendro-fuzz.XXXXXX")
 trap 'rm -rf "$SCRATCH"' EXIT

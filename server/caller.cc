@@ -97,13 +97,16 @@ class ReflectionGuardFactory final
 // pair is rewritten to INVALID_ARGUMENT saying what was wrong.
 class ParseFailureStatus final : public grpc::experimental::Interceptor {
  public:
+  // `method` is the call's, which outlives this interceptor: not copied,
+  // since one is made for every call.
   explicit ParseFailureStatus(const char* method) : method_(method != nullptr ? method : "") {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status sent = methods->GetSendStatus();
       if (sent.error_code() == grpc::StatusCode::INTERNAL && sent.error_message().empty()) {
-        const std::string name = method_.substr(method_.rfind('/') + 1);
+        const std::string_view full(method_);
+        const std::string name(full.substr(full.rfind('/') + 1));
         methods->ModifySendStatus(grpc::Status(
             grpc::StatusCode::INVALID_ARGUMENT,
             absl::StrCat("the request is not a valid ", name,
@@ -115,7 +118,7 @@ class ParseFailureStatus final : public grpc::experimental::Interceptor {
   }
 
  private:
-  const std::string method_;
+  const char* const method_;
 };
 
 class ParseFailureStatusFactory final

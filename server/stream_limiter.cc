@@ -45,10 +45,11 @@ absl::StatusOr<std::unique_ptr<StreamLimiter::Slot>> StreamLimiter::Acquire(
     std::function<void()> on_idle, absl::Duration idle_timeout) {
   const int64_t idle_ns = absl::ToInt64Nanoseconds(
       idle_timeout > absl::ZeroDuration() ? idle_timeout : idle_timeout_);
-  std::unique_ptr<Slot> slot(new Slot(this, caller, admin, idle_ns, std::move(on_idle)));
+  std::unique_ptr<Slot> slot(new Slot(this, caller, idle_ns, std::move(on_idle)));
   std::lock_guard<std::mutex> lock(mu_);
   const int open = static_cast<int>(slots_.size());
-  const int mine = per_caller_.count(caller) != 0 ? per_caller_[caller] : 0;
+  const auto held = per_caller_.find(caller);
+  const int mine = held != per_caller_.end() ? held->second : 0;
   std::string refused;
   if (open >= max_streams_) {
     refused = absl::StrCat("the server already has ", open,

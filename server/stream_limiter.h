@@ -71,11 +71,10 @@ class StreamLimiter {
 
    private:
     friend class StreamLimiter;
-    Slot(StreamLimiter* owner, std::string caller, bool admin, int64_t idle_ns,
+    Slot(StreamLimiter* owner, std::string caller, int64_t idle_ns,
          std::function<void()> on_idle)
         : owner_(owner),
           caller_(std::move(caller)),
-          admin_(admin),
           idle_ns_(idle_ns),
           on_idle_(std::move(on_idle)) {
       Touch();
@@ -84,7 +83,6 @@ class StreamLimiter {
 
     StreamLimiter* owner_;
     const std::string caller_;
-    const bool admin_;
     const int64_t idle_ns_;
     std::function<void()> on_idle_;  // empty: never times out
     std::atomic<int64_t> last_ns_{0};

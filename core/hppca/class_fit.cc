@@ -26,20 +26,21 @@ using RowMatrixDX = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen:
 // Rows gathered per GEMM when a class is reduced through its d x d scatter.
 constexpr int64_t kChunkRows = 4096;
 
-// Copies row `src` of x into `dst` (double); returns the first non-finite
-// column or -1.
+// Copies row `src` of x into `dst` (double); returns the first column
+// outside [-kHppcaMaxAbsValue, kHppcaMaxAbsValue] (NaN and infinities
+// included) or -1.
 int64_t GatherRow(const MatrixView& x, int64_t src, double* dst) {
   const float* p = x.data() + src * x.cols();
   int64_t bad = -1;
   for (int64_t j = 0; j < x.cols(); ++j) {
-    if (!std::isfinite(p[j]) && bad < 0) bad = j;
+    if (!(std::fabs(p[j]) <= kHppcaMaxAbsValue) && bad < 0) bad = j;
     dst[j] = p[j];
   }
   return bad;
 }
 
 struct ClassWork {
-  int64_t bad_row = -1;  // first non-finite row of the class (original index)
+  int64_t bad_row = -1;  // first out-of-range row of the class (original index)
 };
 
 // Top `qc` eigenpairs of the sample covariance of the class rows `idx`.
@@ -259,8 +260,10 @@ absl::StatusOr<ClassFitResult> FitClasses(const MatrixView& x, absl::Span<const 
     if (bad_row[c] >= 0 && (first_bad < 0 || bad_row[c] < first_bad)) first_bad = bad_row[c];
   }
   if (first_bad >= 0) {
-    // Reuse the shared wording ("row R, column C is NaN").
-    absl::Status bad = ValidateFinite(x.data() + first_bad * d, 1, d, first_bad);
+    // Reuse the shared wording ("row R, column C is NaN", "... is 3e+09;
+    // values must lie in [...]").
+    absl::Status bad = ValidateMagnitude(MatrixView(x.data() + first_bad * d, 1, d),
+                                         kHppcaMaxAbsValue, first_bad);
     return absl::InvalidArgumentError(absl::StrCat("training data: ", bad.message()));
   }
   progress.Report(1.0);

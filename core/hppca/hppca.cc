@@ -435,22 +435,11 @@ absl::StatusOr<HppcaModel> HppcaBuilder::Build(HppcaOptions options, HppcaFitSta
 // ---------------------------------------------------------------------------
 // Training.
 
-namespace {
-
-// Training rows within kHppcaMaxAbsValue (NaN and infinities included).
-absl::Status CheckTrainingRange(const MatrixView& x) {
-  absl::Status s = ValidateMagnitude(x, kHppcaMaxAbsValue);
-  if (s.ok()) return s;
-  return absl::InvalidArgumentError(absl::StrCat("training data: ", s.message()));
-}
-
-}  // namespace
 
 absl::StatusOr<HppcaModel> FitHppca(const MatrixView& x, absl::Span<const int64_t> labels,
                                     const HppcaOptions& options, RunContext& ctx) {
   const auto t0 = std::chrono::steady_clock::now();
   DENDRO_RETURN_IF_ERROR(ValidateHppcaOptions(options, x.cols()));
-  DENDRO_RETURN_IF_ERROR(CheckTrainingRange(x));
   const int threads = hppca_internal::ResolveThreads(options.num_threads);
   Progress progress(ctx, 0.0, 1.0, "class models");
   HppcaFitStats stats;
@@ -502,7 +491,6 @@ absl::StatusOr<HppcaModel> AddClasses(const HppcaModel& base, const MatrixView& 
     return absl::InvalidArgumentError(absl::StrCat("new data have ", x.cols(),
                                                    " columns; the model expects ", d));
   }
-  DENDRO_RETURN_IF_ERROR(CheckTrainingRange(x));
   // New labels must be new.
   for (int64_t l : labels) {
     if (base.ClassOfLabel(l) >= 0) {

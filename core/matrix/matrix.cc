@@ -23,7 +23,7 @@ bool AnyNonFinite(const float* data, int64_t n) {
   return bad != 0;
 }
 
-// True if any of the n floats has |x| > limit or is NaN. Branch-free so
+// True if any of the n floats has |x| > limit (or is NaN). Branch-free so
 // the compiler vectorises it.
 bool AnyAbove(const float* data, int64_t n, float limit) {
   uint32_t bad = 0;
@@ -34,6 +34,8 @@ bool AnyAbove(const float* data, int64_t n, float limit) {
 }  // namespace
 
 absl::Status ValidateMagnitude(const MatrixView& m, float limit, int64_t row_offset) {
+  // NaN and infinities first, in ValidateFinite's words.
+  if (absl::Status finite = ValidateFinite(m, row_offset); !finite.ok()) return finite;
   const float* data = m.data();
   const int64_t cols = m.cols();
   const int64_t n = m.rows() * cols;
@@ -43,15 +45,9 @@ absl::Status ValidateMagnitude(const MatrixView& m, float limit, int64_t row_off
     if (!AnyAbove(data + begin, end - begin, limit)) continue;
     for (int64_t i = begin; i < end; ++i) {
       if (std::fabs(data[i]) <= limit) continue;
-      const std::string where = absl::StrCat("row ", row_offset + i / cols, ", column ", i % cols);
-      if (!std::isfinite(data[i])) {
-        const char* what = std::isnan(data[i]) ? "NaN" : (data[i] > 0 ? "+inf" : "-inf");
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, " is ", what, "; all values must be finite"));
-      }
-      return absl::InvalidArgumentError(absl::StrCat(where, " is ", data[i],
-                                                     "; values must lie in [-", limit, ", ",
-                                                     limit, "]"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "row ", row_offset + i / cols, ", column ", i % cols, " is ", data[i],
+          "; values must lie in [-", limit, ", ", limit, "]"));
     }
   }
   return absl::OkStatus();

@@ -182,6 +182,27 @@ class Catalogue {
                                                                      int64_t keep_versions) = 0;
   // Every model's artifact directory; an error when unreadable (as above).
   virtual absl::StatusOr<std::vector<std::string>> AllModelDirs() = 0;
+  // Every version of `name` (of every name, when `name` is empty) with its
+  // directory, labels and keep_versions, ordered by name and version; empty
+  // when there is none. The registry's in-memory table of names, versions
+  // and labels (server/model_table.h) is filled from it.
+  virtual absl::StatusOr<std::vector<StoredModel>> ModelVersions(const std::string& name) = 0;
+
+  // Where other processes may change models (shared()), calls
+  // `changed(name)` from a thread of the catalogue's soon after any of them
+  // commits a change to `name` (a version committed or deleted, a label set
+  // or removed, a retention policy applied), and `changed("")` when changes
+  // may have been missed: once the notification channel is up (again), and
+  // every `reconcile` in case a notification was lost. The calls stop when
+  // the returned object is destroyed; `changed` must not destroy it.
+  // nullptr where only this process writes (SQLite): its own writes are all
+  // the changes there are.
+  class ChangeWatch {
+   public:
+    virtual ~ChangeWatch() = default;
+  };
+  virtual std::unique_ptr<ChangeWatch> WatchModelChanges(
+      std::function<void(const std::string& name)> changed, absl::Duration reconcile) = 0;
 
   // Whether other dendrod processes may share this catalogue (and so the
   // data directory): then each replica may sweep only what it owns.

@@ -549,12 +549,12 @@ absl::StatusOr<HttpBody> JsonApi::GetTree(const v1::ModelRef& ref,
   DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));
   HttpBody body;
   if (format == "newick") {
-    body.content = ToNewick(unrefined ? loaded.first->coarse_tree() : loaded.first->tree());
+    body.content = ToNewick(unrefined ? loaded.model->coarse_tree() : loaded.model->tree());
     body.content_type = "text/plain; charset=utf-8";
   } else {
     // Written as it is sent: with the points it can be far larger than the
     // tree (10^7 rows make 25 MB or more).
-    body.write = [model = std::move(loaded.first), unrefined, include_points](
+    body.write = [model = std::move(loaded.model), unrefined, include_points](
                      absl::FunctionRef<absl::Status(std::string_view)> sink) {
       return WriteJson(unrefined ? model->coarse_tree() : model->tree(), include_points,
                        size_t{1} << 20, sink);
@@ -584,18 +584,18 @@ absl::StatusOr<HttpBody> JsonApi::GetTreeSvg(const v1::ModelRef& ref,
   }
   options.color_level = static_cast<int32_t>(level);
   DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));
-  options.title = absl::StrCat(loaded.second.name(), " v", loaded.second.version());
+  options.title = absl::StrCat(loaded.info().name(), " v", loaded.info().version());
   HttpBody body;
-  DENDRO_ASSIGN_OR_RETURN(body.content, ToSvg(loaded.first->tree(), options));
+  DENDRO_ASSIGN_OR_RETURN(body.content, ToSvg(loaded.model->tree(), options));
   body.content_type = "image/svg+xml";
   return body;
 }
 
 absl::StatusOr<HttpBody> JsonApi::GetClasses(const v1::ModelRef& ref) const {
   DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));
-  DENDRO_ASSIGN_OR_RETURN(ClassTable table, loaded.first->Classes());
+  DENDRO_ASSIGN_OR_RETURN(ClassTable table, loaded.model->Classes());
   v1::GetClassesResponse resp;
-  resp.set_model_version(loaded.second.version());
+  resp.set_model_version(loaded.info().version());
   resp.mutable_labels()->Add(table.labels.begin(), table.labels.end());
   resp.mutable_superclasses()->Add(table.superclasses.begin(), table.superclasses.end());
   resp.mutable_train_counts()->Add(table.train_counts.begin(), table.train_counts.end());
@@ -637,8 +637,8 @@ absl::StatusOr<HttpBody> JsonApi::ModelMetadata(const v1::ModelRef& ref) const {
 
 absl::StatusOr<HttpBody> JsonApi::ModelReady(const v1::ModelRef& ref) const {
   DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));
-  return JsonBody(json{{"name", loaded.second.name()},
-                       {"version", std::to_string(loaded.second.version())},
+  return JsonBody(json{{"name", loaded.info().name()},
+                       {"version", std::to_string(loaded.info().version())},
                        {"ready", true}});
 }
 
@@ -649,8 +649,8 @@ absl::StatusOr<HttpBody> JsonApi::Infer(
   if (req.op != Op::kPredict) DENDRO_RETURN_IF_ERROR(authorize(Rpc::kAssign));
   if (req.op != Op::kAssign) DENDRO_RETURN_IF_ERROR(authorize(Rpc::kPredict));
   DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));
-  const FittedModel& model = *loaded.first;
-  const v1::Model& info = loaded.second;
+  const FittedModel& model = *loaded.model;
+  const v1::Model& info = loaded.info();
   Op op = req.op;
   if (op == Op::kUnset) op = model.Classes().ok() ? Op::kPredict : Op::kAssign;
   if (req.cols != model.input_dim()) {

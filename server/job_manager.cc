@@ -691,7 +691,7 @@ absl::StatusOr<std::unique_ptr<FittedModel>> JobManager::Fit(const v1::JobSpec& 
     DENDRO_ASSIGN_OR_RETURN(auto dataset, datasets_->Open(spec.dataset_id()));
     if (std::optional<v1::ModelRef> base = method->BaseModel(spec)) {
       DENDRO_ASSIGN_OR_RETURN(auto loaded, models_->Load(*base));
-      return method->FitFrom(*loaded.first, *dataset, spec, ctx);
+      return method->FitFrom(*loaded.model, *dataset, spec, ctx);
     }
     return method->Fit(*dataset, spec, ctx);
   } catch (const std::bad_alloc&) {

@@ -11,6 +11,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
@@ -71,6 +72,10 @@ ABSL_FLAG(int64_t, max_job_memory_mb, 0,
 ABSL_FLAG(int64_t, model_cache_mb, 0,
           "memory for loaded models kept between requests, least recently used dropped first "
           "(0: a quarter of the machine's or cgroup's memory)");
+ABSL_FLAG(int, model_table_reconcile_seconds, 30,
+          "with a PostgreSQL catalogue: other replicas' model changes arrive as notifications "
+          "within milliseconds; the in-memory table of names, versions and labels is also "
+          "re-read this often in case one was lost");
 ABSL_FLAG(int64_t, max_dataset_mb, 65536, "largest dataset an upload may declare, in MiB");
 ABSL_FLAG(std::string, min_free_disk, "",
           "free space the data volume keeps: uploads and jobs are refused below it "
@@ -250,6 +255,13 @@ int main(int argc, char** argv) {
   // the process: writes on any socket (TLS ones included, which go through
   // write()) then fail with EPIPE instead of raising SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
+#ifdef NDEBUG
+  // Abseil's mutexes (ours, and gRPC's inside every call) record each lock
+  // order in a global graph to report deadlocks, unless told not to: a
+  // cost on every call that a release build does not pay. Debug and
+  // sanitizer builds keep the checks.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+#endif
 
   sigset_t set;
   sigemptyset(&set);
@@ -282,6 +294,8 @@ int main(int argc, char** argv) {
   options.max_job_memory_bytes = absl::GetFlag(FLAGS_max_job_memory_mb) << 20;
   options.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_mb) << 20;
   options.model_cache_bytes = absl::GetFlag(FLAGS_model_cache_mb) << 20;
+  options.model_table_reconcile =
+      absl::Seconds(absl::GetFlag(FLAGS_model_table_reconcile_seconds));
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
   options.max_streams_per_caller = absl::GetFlag(FLAGS_max_streams_per_caller);
   options.admin_reserved_streams = absl::GetFlag(FLAGS_admin_reserved_streams);
@@ -316,11 +330,12 @@ int main(int argc, char** argv) {
       options.max_streams_per_caller < 0 || options.admin_reserved_streams < 0 ||
       options.job_stop_timeout < absl::ZeroDuration() || options.max_job_memory_bytes < 0 ||
       options.model_cache_bytes < 0 || options.catalog_connections < 1 ||
+      options.model_table_reconcile <= absl::ZeroDuration() ||
       !(absl::GetFlag(FLAGS_job_retention_days) >= 0)) {
     fprintf(stderr,
             "dendrod: --workers, --queue_size, --max_message_mb, --max_job_attempts, "
-            "--max_dataset_mb, --max_streams, --upload_idle_seconds, --stream_idle_seconds and "
-            "--catalog_connections must be >= 1; "
+            "--max_dataset_mb, --max_streams, --upload_idle_seconds, --stream_idle_seconds, "
+            "--model_table_reconcile_seconds and --catalog_connections must be >= 1; "
             "--job_stop_seconds, --max_job_memory_mb, --model_cache_mb, "
             "--max_streams_per_caller, --admin_reserved_streams and --job_retention_days >= 0\n");
     return 2;

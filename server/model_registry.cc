@@ -1,6 +1,7 @@
 #include "server/model_registry.h"
 
 #include <atomic>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -65,6 +66,52 @@ absl::Status ValidateLabel(const std::string& label) {
 ModelRegistry::ModelRegistry(ArtifactStore* artifacts, Catalogue* meta, int64_t cache_bytes)
     : artifacts_(artifacts), meta_(meta), cache_(cache_bytes) {}
 
+ModelRegistry::~ModelRegistry() { watch_.reset(); }
+
+void ModelRegistry::StartWatching(absl::Duration reconcile) {
+  watch_ = meta_->WatchModelChanges(
+      [this](const std::string& name) {
+        if (name.empty()) {
+          Reconcile();
+        } else {
+          Refresh(name, /*held_only=*/true).IgnoreError();
+        }
+      },
+      reconcile);
+}
+
+absl::StatusOr<std::vector<StoredModel>> ModelRegistry::Refresh(const std::string& name,
+                                                                bool held_only) {
+  if (held_only && !table_.Holds(name)) return std::vector<StoredModel>();
+  const uint64_t ticket = table_.NextTicket();
+  absl::StatusOr<std::vector<StoredModel>> read = meta_->ModelVersions(name);
+  if (!read.ok()) {
+    table_.Forget(name, ticket);
+    return read.status();
+  }
+  ModelTable::Dropped dropped;
+  table_.Install(name, *read, ticket, held_only, &dropped);
+  DropFromCache(dropped);
+  return read;
+}
+
+void ModelRegistry::Reconcile() {
+  const uint64_t ticket = table_.NextTicket();
+  absl::StatusOr<std::vector<StoredModel>> all = meta_->ModelVersions("");
+  if (!all.ok()) {
+    spdlog::warn("model table: reconciliation with the catalogue failed: {}",
+                 std::string(all.status().message()));
+    return;
+  }
+  ModelTable::Dropped dropped;
+  table_.InstallAll(*std::move(all), ticket, &dropped);
+  DropFromCache(dropped);
+}
+
+void ModelRegistry::DropFromCache(const ModelTable::Dropped& dropped) {
+  for (const auto& key : dropped) cache_.Erase(key);
+}
+
 absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Job job,
                                                 int64_t lease_token) {
   const std::string name = job.spec().model_name();
@@ -92,9 +139,12 @@ absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Jo
   m.mutable_checksums()->insert(sums.begin(), sums.end());
   auto committed = meta_->CommitModel(m, key, std::move(job), lease_token);
   if (!committed.ok()) {
+    // (An outcome-unknown commit may have landed: the table re-reads.)
+    Refresh(name).IgnoreError();
     artifacts_->Remove(key).IgnoreError();
     return committed.status();
   }
+  Refresh(name).IgnoreError();
   m.set_version(committed->version);
   CrashPoint("model.committed");
   if (!committed->pruned.empty()) {
@@ -112,7 +162,7 @@ absl::Status ValidateVersion(int64_t version) {
       absl::StrCat("model version must be >= 0 (0: the latest), got ", version));
 }
 
-absl::StatusOr<StoredModel> Lookup(Catalogue* meta, const v1::ModelRef& ref) {
+absl::Status ValidateRef(const v1::ModelRef& ref) {
   DENDRO_RETURN_IF_ERROR(ValidateVersion(ref.version()));
   if (!ref.label().empty()) {
     if (ref.version() != 0) {
@@ -122,22 +172,58 @@ absl::StatusOr<StoredModel> Lookup(Catalogue* meta, const v1::ModelRef& ref) {
     }
     DENDRO_RETURN_IF_ERROR(ValidateLabel(ref.label()));
   }
-  return meta->GetModel(ref.name(), ref.version(), ref.label());
+  return absl::OkStatus();
+}
+
+// `ref` among `versions` (every version of its name, ascending), worded as
+// the catalogue words a miss.
+absl::StatusOr<ModelTable::Entry> ResolveIn(const std::vector<StoredModel>& versions,
+                                            const v1::ModelRef& ref) {
+  int64_t version = ref.version();
+  if (!ref.label().empty()) {
+    version = -1;
+    for (const StoredModel& s : versions) {
+      for (const std::string& l : s.model.labels()) {
+        if (l == ref.label()) version = s.model.version();
+      }
+    }
+    if (version < 0) return LabelNotFound(ref.name(), ref.label());
+  }
+  for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
+    if (version == 0 || it->model.version() == version) {
+      return std::make_shared<const StoredModel>(*it);
+    }
+  }
+  return ModelNotFound(ref.name(), version);
 }
 }  // namespace
 
-absl::StatusOr<v1::Model> ModelRegistry::Get(const v1::ModelRef& ref) {
-  DENDRO_ASSIGN_OR_RETURN(StoredModel stored, Lookup(meta_, ref));
-  return stored.model;
+absl::StatusOr<ModelTable::Entry> ModelRegistry::Resolve(const v1::ModelRef& ref) {
+  DENDRO_RETURN_IF_ERROR(ValidateRef(ref));
+  if (std::optional<absl::StatusOr<ModelTable::Entry>> held =
+          table_.Find(ref.name(), ref.version(), ref.label());
+      held.has_value() && held->ok()) {
+    return *std::move(held);
+  }
+  // Not held, or held without what was asked for: it may have been
+  // committed or labelled by another replica a moment ago. Ask the
+  // catalogue (misses are errors, rare on the serving path).
+  DENDRO_ASSIGN_OR_RETURN(std::vector<StoredModel> versions, Refresh(ref.name()));
+  return ResolveIn(versions, ref);
 }
 
-absl::StatusOr<std::pair<std::shared_ptr<const FittedModel>, v1::Model>> ModelRegistry::Load(
-    const v1::ModelRef& ref) {
-  DENDRO_ASSIGN_OR_RETURN(StoredModel stored, Lookup(meta_, ref));
+absl::StatusOr<v1::Model> ModelRegistry::Get(const v1::ModelRef& ref) {
+  DENDRO_ASSIGN_OR_RETURN(ModelTable::Entry entry, Resolve(ref));
+  return entry->model;
+}
+
+absl::StatusOr<LoadedModel> ModelRegistry::Load(const v1::ModelRef& ref) {
+  DENDRO_ASSIGN_OR_RETURN(ModelTable::Entry entry, Resolve(ref));
+  const StoredModel& stored = *entry;
   const std::string& name = ref.name();
   const auto key = std::make_pair(name, stored.model.version());
   if (std::shared_ptr<const FittedModel> hit = cache_.Get(key)) {
-    return std::make_pair(std::move(hit), stored.model);
+    return LoadedModel{std::move(hit), std::move(entry)};
   }
   DENDRO_ASSIGN_OR_RETURN(const Method* method, MethodByName(stored.model.method()));
   const std::string what = absl::StrCat("model '", name, "' version ", stored.model.version());
@@ -155,6 +241,7 @@ absl::StatusOr<std::pair<std::shared_ptr<const FittedModel>, v1::Model>> ModelRe
     // lookup: that is not damage. Look for the version, not the ref: a
     // "latest" ref may now find a newer one.
     if (absl::IsNotFound(meta_->GetModel(name, stored.model.version()).status())) {
+      Refresh(name).IgnoreError();
       return absl::NotFoundError(absl::StrCat(what, " was just deleted"));
     }
     if (absl::IsDataLoss(intact)) return intact;  // CompareChecksums named the model
@@ -171,15 +258,18 @@ absl::StatusOr<std::pair<std::shared_ptr<const FittedModel>, v1::Model>> ModelRe
                 "served but reloaded on every use (raise --model_cache_mb)",
                 name, stored.model.version(), bytes >> 20);
   }
-  return std::make_pair(model, stored.model);
+  return LoadedModel{std::move(model), std::move(entry)};
 }
 
 absl::StatusOr<int> ModelRegistry::Delete(const std::string& name, int64_t version) {
   DENDRO_RETURN_IF_ERROR(ValidateVersion(version));
-  DENDRO_ASSIGN_OR_RETURN(std::vector<StoredModel> removed, meta_->DeleteModels(name, version));
+  absl::StatusOr<std::vector<StoredModel>> removed = meta_->DeleteModels(name, version);
+  // Before answering: a version deleted here is not served after this.
+  Refresh(name).IgnoreError();
+  if (!removed.ok()) return removed.status();
   CrashPoint("model_delete.rows_removed");
-  RemoveFiles(name, removed);
-  return static_cast<int>(removed.size());
+  RemoveFiles(name, *removed);
+  return static_cast<int>(removed->size());
 }
 
 void ModelRegistry::RemoveFiles(const std::string& name, const std::vector<StoredModel>& removed) {
@@ -210,13 +300,17 @@ absl::StatusOr<v1::Model> ModelRegistry::SetLabel(const std::string& name,
                                                   const std::string& label, int64_t version) {
   DENDRO_RETURN_IF_ERROR(ValidateVersion(version));
   DENDRO_RETURN_IF_ERROR(ValidateLabel(label));
-  return meta_->SetModelLabel(name, label, version);
+  absl::StatusOr<v1::Model> set = meta_->SetModelLabel(name, label, version);
+  Refresh(name).IgnoreError();
+  return set;
 }
 
 absl::StatusOr<int64_t> ModelRegistry::DeleteLabel(const std::string& name,
                                                    const std::string& label) {
   DENDRO_RETURN_IF_ERROR(ValidateLabel(label));
-  return meta_->DeleteModelLabel(name, label);
+  absl::StatusOr<int64_t> deleted = meta_->DeleteModelLabel(name, label);
+  Refresh(name).IgnoreError();
+  return deleted;
 }
 
 absl::StatusOr<int> ModelRegistry::SetRetention(const std::string& name, int64_t keep_versions) {
@@ -224,10 +318,11 @@ absl::StatusOr<int> ModelRegistry::SetRetention(const std::string& name, int64_t
     return absl::InvalidArgumentError(absl::StrCat(
         "keep_versions must be in [0, 1000000] (0: keep every version), got ", keep_versions));
   }
-  DENDRO_ASSIGN_OR_RETURN(std::vector<StoredModel> removed,
-                          meta_->SetModelRetention(name, keep_versions));
-  RemoveFiles(name, removed);
-  return static_cast<int>(removed.size());
+  absl::StatusOr<std::vector<StoredModel>> removed = meta_->SetModelRetention(name, keep_versions);
+  Refresh(name).IgnoreError();
+  if (!removed.ok()) return removed.status();
+  RemoveFiles(name, *removed);
+  return static_cast<int>(removed->size());
 }
 
 absl::Status ModelRegistry::RemoveOrphans() {

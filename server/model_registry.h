@@ -3,9 +3,13 @@
 // A model is (name, version) with versions 1, 2, ... per name, assigned when
 // a job's result is committed. Its files live under the artifact prefix
 // models/<name>/<random id> (see server/artifact_store.h), published before
-// the metadata row that points at them. Loaded models are kept in a ModelCache
-// bounded in bytes; every Load checks the catalogue first, so a model deleted
-// or replaced is never served from the cache.
+// the metadata row that points at them. References resolve through an
+// in-memory table of names, versions and labels (server/model_table.h), so
+// serving asks no database; loaded models are kept in a ModelCache bounded
+// in bytes, keyed by (name, version), and reached only through the table, so
+// a version deleted or a label moved is never served from the cache once
+// the table knows. The table learns this process's writes before they are
+// answered, and other replicas' through StartWatching.
 #ifndef DENDRO_SERVER_MODEL_REGISTRY_H_
 #define DENDRO_SERVER_MODEL_REGISTRY_H_
 
@@ -15,9 +19,11 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/artifact_store.h"
 #include "server/catalogue.h"
 #include "server/model_cache.h"
+#include "server/model_table.h"
 #include "server/methods/method.h"
 
 namespace dendro::server {
@@ -28,11 +34,29 @@ absl::Status ValidateModelName(const std::string& name);
 // and not "latest" (which the CLI reads as the newest version).
 absl::Status ValidateLabel(const std::string& label);
 
+// A loaded model and its registry entry (shared with the model table: no
+// copy per call).
+struct LoadedModel {
+  std::shared_ptr<const FittedModel> model;
+  std::shared_ptr<const StoredModel> entry;
+  const v1::Model& info() const { return entry->model; }
+};
+
 class ModelRegistry {
  public:
   // `cache_bytes` > 0 bounds the memory of loaded models kept for reuse.
   // `artifacts` and `meta` must outlive the registry.
   ModelRegistry(ArtifactStore* artifacts, Catalogue* meta, int64_t cache_bytes);
+  ~ModelRegistry();
+
+  // Where other processes share the catalogue, follows their model changes
+  // (Catalogue::WatchModelChanges), re-reading every held name at least
+  // every `reconcile`. Does nothing on a catalogue only this process writes.
+  // Call once, before serving.
+  void StartWatching(absl::Duration reconcile);
+  // Stops following them (joins the listener); idempotent. Before calling
+  // this again, no StartWatching may run concurrently.
+  void StopWatching() { watch_.reset(); }
 
   // Saves `model`'s artifacts and, in one metadata transaction, records the
   // new version and marks `job` SUCCEEDED with it, if lease `lease_token`
@@ -43,8 +67,7 @@ class ModelRegistry {
   // By version (0 = latest) or label; both set is InvalidArgument.
   absl::StatusOr<v1::Model> Get(const v1::ModelRef& ref);
   // The loaded model (cached) and its registry entry.
-  absl::StatusOr<std::pair<std::shared_ptr<const FittedModel>, v1::Model>> Load(
-      const v1::ModelRef& ref);
+  absl::StatusOr<LoadedModel> Load(const v1::ModelRef& ref);
   absl::StatusOr<int> Delete(const std::string& name, int64_t version);
   absl::StatusOr<v1::Model> SetLabel(const std::string& name, const std::string& label,
                                      int64_t version);
@@ -72,10 +95,25 @@ class ModelRegistry {
  private:
   // Drops removed versions from the cache and removes their artifacts.
   void RemoveFiles(const std::string& name, const std::vector<StoredModel>& removed);
+  // The table's entry for `ref`, read from the catalogue when the table
+  // does not hold the name or lacks the version or label asked for.
+  absl::StatusOr<ModelTable::Entry> Resolve(const v1::ModelRef& ref);
+  // Reads `name` from the catalogue into the table (held_only: only if the
+  // table holds it) and returns the read. Called after every write to the
+  // name and on every notification of one. If the read fails the name is
+  // forgotten, so nothing such a change may have touched is served from
+  // the table.
+  absl::StatusOr<std::vector<StoredModel>> Refresh(const std::string& name,
+                                                   bool held_only = false);
+  void Reconcile();
+  void DropFromCache(const ModelTable::Dropped& dropped);
 
   ArtifactStore* const artifacts_;
   Catalogue* meta_;
   ModelCache cache_;
+  ModelTable table_;
+  // Last: stopped (its thread joined) before the table and cache go.
+  std::unique_ptr<Catalogue::ChangeWatch> watch_;
 };
 
 }  // namespace dendro::server

@@ -1,8 +1,10 @@
 #include "server/postgres_catalogue.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <thread>
 #include <utility>
 
 #include <pqxx/pqxx>
@@ -11,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "core/common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -35,6 +38,9 @@ namespace {
 // and the queue-capacity check of EnqueueJob.
 constexpr int64_t kMigrationLock = 0x64656e64726f;  // "dendro"
 constexpr int64_t kQueueLock = 0x64656e64726f71;    // "dendroq"
+
+// The LISTEN/NOTIFY channel of model changes; the payload is the name.
+constexpr const char* kModelChannel = "dendro_models";
 
 constexpr int kQueued = static_cast<int>(v1::JOB_STATE_QUEUED);
 constexpr int kRunning = static_cast<int>(v1::JOB_STATE_RUNNING);
@@ -290,6 +296,11 @@ void FillRegistryFields(pqxx::work& txn, v1::Model* m) {
   const pqxx::result keep =
       txn.exec_params("SELECT keep_versions FROM model_names WHERE name = $1", m->name());
   m->set_keep_versions(keep.empty() ? 0 : keep[0][0].as<int32_t>());
+}
+
+// Tells every listening replica, once `txn` commits, that `name` changed.
+void NotifyModelChange(pqxx::work& txn, const std::string& name) {
+  txn.exec_params("SELECT pg_notify($1, $2)", kModelChannel, name);
 }
 
 absl::StatusOr<std::vector<StoredModel>> PruneVersions(pqxx::work& txn, const std::string& name,
@@ -674,6 +685,7 @@ absl::StatusOr<CommitResult> PostgresCatalogue::CommitModel(v1::Model model,
     job.set_model_version(result.version);
     UpsertJob(txn, job);
     DENDRO_ASSIGN_OR_RETURN(result.pruned, PruneVersions(txn, model.name(), keep));
+    NotifyModelChange(txn, model.name());
     return result;
   });
 }
@@ -745,6 +757,7 @@ absl::StatusOr<std::vector<StoredModel>> PostgresCatalogue::DeleteModels(const s
     }
     if (removed.empty()) return ModelNotFound(name, version);
     if (version == 0) txn.exec_params("DELETE FROM model_labels WHERE name = $1", name);
+    NotifyModelChange(txn, name);
     return removed;
   });
 }
@@ -769,6 +782,7 @@ absl::StatusOr<v1::Model> PostgresCatalogue::SetModelLabel(const std::string& na
         "ON CONFLICT (name, label) DO UPDATE SET version = excluded.version",
         name, label, m.version());
     FillRegistryFields(txn, &m);
+    NotifyModelChange(txn, name);
     return m;
   });
 }
@@ -783,6 +797,7 @@ absl::StatusOr<int64_t> PostgresCatalogue::DeleteModelLabel(const std::string& n
     if (r.empty()) {
       return LabelNotFound(name, label);
     }
+    NotifyModelChange(txn, name);
     return r[0][0].as<int64_t>();
   });
 }
@@ -796,8 +811,131 @@ absl::StatusOr<std::vector<StoredModel>> PostgresCatalogue::SetModelRetention(
             .affected_rows() == 0) {
       return ModelNotFound(name, 0);
     }
+    NotifyModelChange(txn, name);
     return PruneVersions(txn, name, keep_versions);
   });
+}
+
+absl::StatusOr<std::vector<StoredModel>> PostgresCatalogue::ModelVersions(
+    const std::string& name) {
+  const Timed t(this, "model_versions");
+  return InTxn(*conn_, [&](pqxx::work& txn) -> absl::StatusOr<std::vector<StoredModel>> {
+    const pqxx::result rows = txn.exec_params(
+        absl::StrCat("SELECT m.record, m.dir, ", kRegistryColumns,
+                     " FROM models m WHERE ($1 = '' OR m.name = $1) ORDER BY m.name, m.version"),
+        name);
+    std::vector<StoredModel> out;
+    out.reserve(rows.size());
+    for (const pqxx::row& row : rows) {
+      DENDRO_ASSIGN_OR_RETURN(v1::Model m, Decode<v1::Model>(row[0], "model"));
+      SetRegistryFields(row[2], row[3], &m);
+      out.push_back(StoredModel{std::move(m), row[1].as<std::string>()});
+    }
+    return out;
+  });
+}
+
+namespace {
+
+// A connection of its own that LISTENs on kModelChannel and hands each
+// payload to `changed`, and calls changed("") whenever notifications may
+// have been missed: after (re)connecting and every `reconcile`. One thread;
+// it notices the destructor within kPoll.
+class PostgresModelWatch final : public Catalogue::ChangeWatch {
+ public:
+  PostgresModelWatch(std::string uri, std::function<void(const std::string&)> changed,
+                     absl::Duration reconcile)
+      : uri_(std::move(uri)), changed_(std::move(changed)), reconcile_(reconcile) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~PostgresModelWatch() override {
+    stop_.store(true);
+    thread_.join();
+  }
+
+ private:
+  static constexpr long kPollMicros = 200000;
+
+  class Receiver final : public pqxx::notification_receiver {
+   public:
+    Receiver(pqxx::connection_base& c, const std::function<void(const std::string&)>& changed)
+        : pqxx::notification_receiver(c, kModelChannel), changed_(changed) {}
+    void operator()(const std::string& payload, int /*backend_pid*/) override {
+      if (!payload.empty()) changed_(payload);
+    }
+
+   private:
+    const std::function<void(const std::string&)>& changed_;
+  };
+
+  void Run() {
+    std::unique_ptr<pqxx::connection> conn;
+    std::unique_ptr<Receiver> receiver;
+    absl::Time next_reconcile = absl::InfinitePast();
+    absl::Time next_connect = absl::InfinitePast();
+    bool warned = false;
+    while (!stop_.load()) {
+      const absl::Time now = absl::Now();
+      if (conn == nullptr && now >= next_connect) {
+        try {
+          conn = std::make_unique<pqxx::connection>(uri_);
+          receiver = std::make_unique<Receiver>(*conn, changed_);
+          next_reconcile = absl::InfinitePast();  // what happened while not listening
+          if (warned) spdlog::info("catalogue: model change notifications resumed");
+          warned = false;
+        } catch (const std::exception& e) {
+          Drop(receiver, conn);
+          next_connect = now + absl::Seconds(1);
+          if (!warned) {
+            spdlog::warn(
+                "catalogue: cannot listen for model changes ({}); until it can, changes made "
+                "by other replicas are seen within {}s",
+                e.what(), absl::ToDoubleSeconds(reconcile_));
+          }
+          warned = true;
+        }
+      }
+      if (absl::Now() >= next_reconcile) {
+        changed_("");
+        next_reconcile = absl::Now() + reconcile_;
+      }
+      if (conn == nullptr) {
+        absl::SleepFor(absl::Microseconds(kPollMicros));
+        continue;
+      }
+      try {
+        conn->await_notification(0, kPollMicros);
+      } catch (const std::exception& e) {
+        spdlog::warn("catalogue: the model change listener lost its connection ({}); "
+                     "reconnecting", e.what());
+        warned = true;
+        Drop(receiver, conn);
+      }
+    }
+    Drop(receiver, conn);
+  }
+
+  // The receiver goes first (it UNLISTENs on its connection).
+  static void Drop(std::unique_ptr<Receiver>& receiver, std::unique_ptr<pqxx::connection>& conn) {
+    try {
+      receiver.reset();
+    } catch (const std::exception&) {
+    }
+    conn.reset();
+  }
+
+  const std::string uri_;
+  const std::function<void(const std::string&)> changed_;
+  const absl::Duration reconcile_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<Catalogue::ChangeWatch> PostgresCatalogue::WatchModelChanges(
+    std::function<void(const std::string&)> changed, absl::Duration reconcile) {
+  return std::make_unique<PostgresModelWatch>(conn_->uri, std::move(changed), reconcile);
 }
 
 absl::StatusOr<std::vector<std::string>> PostgresCatalogue::AllModelDirs() {

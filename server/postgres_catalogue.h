@@ -78,6 +78,11 @@ class PostgresCatalogue final : public Catalogue {
   absl::StatusOr<std::vector<StoredModel>> SetModelRetention(const std::string& name,
                                                              int64_t keep_versions) override;
   absl::StatusOr<std::vector<std::string>> AllModelDirs() override;
+  absl::StatusOr<std::vector<StoredModel>> ModelVersions(const std::string& name) override;
+  // LISTEN/NOTIFY on a connection of its own (outside the pool); every
+  // transaction that changes a model NOTIFYs its name when it commits.
+  std::unique_ptr<ChangeWatch> WatchModelChanges(std::function<void(const std::string&)> changed,
+                                                 absl::Duration reconcile) override;
   bool shared() const override { return true; }
 
   // The connection pool (defined in the .cc: libpqxx stays out of this

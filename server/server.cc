@@ -225,6 +225,7 @@ absl::Status DendroServer::Start() {
   const int64_t cache_bytes = options_.model_cache_bytes > 0 ? options_.model_cache_bytes
                                                              : DefaultJobMemoryBytes() / 3;
   s.models = std::make_unique<ModelRegistry>(s.artifacts.get(), s.meta.get(), cache_bytes);
+  s.models->StartWatching(options_.model_table_reconcile);
   spdlog::info("model cache holds up to {} MiB of loaded models", cache_bytes >> 20);
   // First, so that it finds only what a crash or kill left in the trash: the
   // sweeps below hand what they remove to the store's background deletion.
@@ -458,6 +459,10 @@ bool DendroServer::Shutdown() {
   spdlog::info("RPCs drained {} after the shutdown began", absl::FormatDuration(absl::Now() - started));
   if (s.health_server) s.health_server->Shutdown(std::chrono::system_clock::now());
   if (s.http) s.http->Stop();
+  // Nothing is served any more: the model table need not follow other
+  // replicas' changes (and its listener must not outlive the process's
+  // logger when the state below is kept).
+  s.models->StopWatching();
   if (!stopped) {
     // A detached job thread still uses the stores: never free them.
     std::lock_guard<std::mutex> lock(s.mu);

@@ -38,6 +38,9 @@ struct ServerOptions {
   absl::Duration job_stop_timeout = absl::Seconds(10);
   int64_t max_job_memory_bytes = 0;             // 0: DefaultJobMemoryBytes()
   int64_t model_cache_bytes = 0;                // 0: DefaultJobMemoryBytes() / 3
+  // With a shared catalogue: how often the in-memory model table re-reads
+  // every name it holds, besides the change notifications.
+  absl::Duration model_table_reconcile = absl::Seconds(30);
   int64_t max_dataset_bytes = int64_t{64} << 30;  // one upload's data + labels
   std::string min_free_disk;                    // "5%" or MiB; see DiskGuard
   int max_streams = 64;                         // concurrent streaming RPCs

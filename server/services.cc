@@ -637,11 +637,11 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     // The answer must fit one message with the model beside it; the text is
     // counted to the end so the refusal can say how large the tree is.
     const int64_t room = deps_.max_message_bytes -
-                         static_cast<int64_t>(loaded->second.ByteSizeLong()) - 1024;
+                         static_cast<int64_t>(loaded->info().ByteSizeLong()) - 1024;
     std::string* content = resp->mutable_content();
     int64_t total = 0;
     const absl::Status written =
-        WriteTree(*loaded->first, *req, size_t{1} << 20, [&](std::string_view piece) {
+        WriteTree(*loaded->model, *req, size_t{1} << 20, [&](std::string_view piece) {
           total += static_cast<int64_t>(piece.size());
           if (total <= room) content->append(piece);
           return absl::OkStatus();
@@ -654,7 +654,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
           " MiB message limit; GetTreeStream sends it in pieces (the dendro CLI and clients use "
           "it)")));
     }
-    *resp->mutable_model() = loaded->second;
+    *resp->mutable_model() = loaded->info();
     return grpc::Status::OK;
   }
 
@@ -675,10 +675,10 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
         std::clamp<int64_t>(deps_.max_message_bytes / 2, 64, int64_t{1} << 20));
     bool first = true;
     const absl::Status written =
-        WriteTree(*loaded->first, *req, piece_bytes, [&](std::string_view piece) {
+        WriteTree(*loaded->model, *req, piece_bytes, [&](std::string_view piece) {
           v1::GetTreeChunk chunk;
           chunk.set_content(piece.data(), piece.size());
-          if (first) *chunk.mutable_model() = loaded->second;
+          if (first) *chunk.mutable_model() = loaded->info();
           first = false;
           // Write blocks while the reader is behind, so memory stays at one
           // piece in flight; false means the call is over.
@@ -700,7 +700,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     if (!who.ok()) return ToGrpc(who.status());
     auto loaded = deps_.models->Load(req->model());
     if (!loaded.ok()) return ToGrpc(loaded.status());
-    const FittedModel& model = *loaded->first;
+    const FittedModel& model = *loaded->model;
     const Hierarchy& tree = model.tree();
     const int32_t level = req->level();
     if (level < 0 || level > tree.num_leaves()) {
@@ -709,7 +709,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
                                        "], got ", level));
     }
     std::vector<float> aligned;
-    auto rows = DecodeRows("assign", loaded->second, model, req->rows(), req->cols(),
+    auto rows = DecodeRows("assign", loaded->info(), model, req->rows(), req->cols(),
                            req->data(), &aligned);
     if (!rows.ok()) return ToGrpc(rows.status());
     // Two int32 varints (<= 5 bytes each) per row come back.
@@ -736,7 +736,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
       resp->add_cluster(level > 0 ? cut[leaf] : leaf);
     }
     resp->set_level(level);
-    resp->set_model_version(loaded->second.version());
+    resp->set_model_version(loaded->info().version());
     return grpc::Status::OK;
   }
 
@@ -785,9 +785,9 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     if (!who.ok()) return ToGrpc(who.status());
     auto loaded = deps_.models->Load(req->model());
     if (!loaded.ok()) return ToGrpc(loaded.status());
-    auto table = loaded->first->Classes();
+    auto table = loaded->model->Classes();
     if (!table.ok()) return ToGrpc(table.status());
-    resp->set_model_version(loaded->second.version());
+    resp->set_model_version(loaded->info().version());
     resp->mutable_labels()->Add(table->labels.begin(), table->labels.end());
     resp->mutable_superclasses()->Add(table->superclasses.begin(), table->superclasses.end());
     resp->mutable_train_counts()->Add(table->train_counts.begin(), table->train_counts.end());
@@ -799,12 +799,12 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
   absl::Status PredictOne(const v1::PredictRequest& req, v1::PredictResponse* resp) {
     DENDRO_ASSIGN_OR_RETURN(auto loaded,
                             deps_.models->Load(req.model()));
-    const FittedModel& model = *loaded.first;
+    const FittedModel& model = *loaded.model;
     if (req.top_k() < 0 || req.top_t() < 0) {
       return absl::InvalidArgumentError("predict: top_k and top_t must be >= 0");
     }
     std::vector<float> aligned;
-    DENDRO_ASSIGN_OR_RETURN(MatrixView rows, DecodeRows("predict", loaded.second, model,
+    DENDRO_ASSIGN_OR_RETURN(MatrixView rows, DecodeRows("predict", loaded.info(), model,
                                                         req.rows(), req.cols(), req.data(),
                                                         &aligned));
     PredictOptions options;
@@ -830,7 +830,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     resp->mutable_superclasses()->Add(p.superclasses.begin(), p.superclasses.end());
     resp->mutable_classes_evaluated()->Add(p.classes_evaluated.begin(),
                                            p.classes_evaluated.end());
-    resp->set_model_version(loaded.second.version());
+    resp->set_model_version(loaded.info().version());
     if (const int64_t size = static_cast<int64_t>(resp->ByteSizeLong());
         size > deps_.max_message_bytes) {
       resp->Clear();

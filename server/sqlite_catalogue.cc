@@ -983,6 +983,26 @@ absl::StatusOr<std::vector<StoredModel>> SqliteCatalogue::SetModelRetention(cons
   });
 }
 
+absl::StatusOr<std::vector<StoredModel>> SqliteCatalogue::ModelVersions(
+    const std::string& name) {
+  const Op op(this, "model_versions");
+  const std::string sql =
+      absl::StrCat("SELECT m.record, m.dir, ", kRegistryColumns,
+                   " FROM models m WHERE (?1 = '' OR m.name = ?1) ORDER BY m.name, m.version");
+  Stmt st(db_, sql.c_str());
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  st.Bind(1, name);
+  std::vector<StoredModel> out;
+  for (;;) {
+    DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    DENDRO_ASSIGN_OR_RETURN(v1::Model m, Decode<v1::Model>(st.Text(0), "model"));
+    SetRegistryFields(st.Text(2), st.Int(3), &m);
+    out.push_back(StoredModel{std::move(m), st.Text(1)});
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<std::string>> SqliteCatalogue::AllModelDirs() {
   const Op op(this, "all_model_dirs");
   return ReadColumn(db_, "SELECT dir FROM models");

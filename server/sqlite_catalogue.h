@@ -65,6 +65,12 @@ class SqliteCatalogue final : public Catalogue {
   absl::StatusOr<std::vector<StoredModel>> SetModelRetention(const std::string& name,
                                                              int64_t keep_versions) override;
   absl::StatusOr<std::vector<std::string>> AllModelDirs() override;
+  absl::StatusOr<std::vector<StoredModel>> ModelVersions(const std::string& name) override;
+  // Only this process writes the file (the data directory is locked).
+  std::unique_ptr<ChangeWatch> WatchModelChanges(std::function<void(const std::string&)>,
+                                                 absl::Duration) override {
+    return nullptr;
+  }
   bool shared() const override { return false; }
 
  private:

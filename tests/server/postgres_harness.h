@@ -48,6 +48,11 @@ class PostgresHarness {
     return "postgresql://dendro@127.0.0.1:" + std::to_string(port_) + "/" + db;
   }
   int port() const { return port_; }
+  // Runs `sql` (no double quotes or '$' in it) in the database at `uri`,
+  // outside Dendro; true on success.
+  bool Sql(const std::string& uri, const std::string& sql) const {
+    return Run(Bin("psql") + " -q -v ON_ERROR_STOP=1 \"" + uri + "\" -c \"" + sql + "\"");
+  }
 
  private:
   explicit PostgresHarness(bool durable) : durable_(durable) { Start(); }

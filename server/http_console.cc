@@ -973,7 +973,7 @@ void HttpConsole::Impl::Route(httplib::Server& srv) {
                             : what == "/classes"   ? Rpc::kGetClasses
                                                    : Rpc::kGetTree;
             Serve(req, res, false, rpc, [&](const Principal&) -> absl::StatusOr<HttpBody> {
-              absl::StatusOr<v1::ModelRef> ref = ParseModelRef(req.matches[1].str(),
+              absl::StatusOr<v1::ModelRef> ref = ModelRefFromText(req.matches[1].str(),
                                                                req.matches[2].str());
               if (!ref.ok()) return ref.status();
               if (what.empty()) return api.GetModel(*ref);
@@ -989,7 +989,7 @@ void HttpConsole::Impl::Route(httplib::Server& srv) {
           [this](const httplib::Request& req, httplib::Response& res) {
             Serve(req, res, false, Rpc::kGetModel,
                   [&](const Principal&) -> absl::StatusOr<HttpBody> {
-                    absl::StatusOr<v1::ModelRef> ref = ParseModelRef(req.matches[1].str(),
+                    absl::StatusOr<v1::ModelRef> ref = ModelRefFromText(req.matches[1].str(),
                                                                      req.matches[2].str());
                     if (!ref.ok()) return ref.status();
                     if (req.matches[3].length() > 0) return api.ModelReady(*ref);
@@ -1000,7 +1000,7 @@ void HttpConsole::Impl::Route(httplib::Server& srv) {
            [this](const httplib::Request& req, httplib::Response& res) {
              Serve(req, res, false, std::nullopt,
                    [&](const Principal& who) -> absl::StatusOr<HttpBody> {
-                     absl::StatusOr<v1::ModelRef> ref = ParseModelRef(req.matches[1].str(),
+                     absl::StatusOr<v1::ModelRef> ref = ModelRefFromText(req.matches[1].str(),
                                                                       req.matches[2].str());
                      if (!ref.ok()) return ref.status();
                      // A page of another site can POST a form or text

@@ -25,9 +25,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kDefaultPageSize = 50;
-constexpr int kMaxPageSize = 1000;
-
 // The proto's JSON mapping, with every field present (a job at progress 0
 // still has "progress": 0).
 absl::StatusOr<HttpBody> ProtoJson(const google::protobuf::Message& message) {
@@ -77,52 +74,28 @@ absl::StatusOr<bool> BoolParam(const QueryParams& query, const std::string& name
                                                  absl::CHexEscape(v->substr(0, 64)), "'"));
 }
 
-absl::StatusOr<int> PageSize(const QueryParams& query) {
-  DENDRO_ASSIGN_OR_RETURN(int64_t n, IntParam(query, "page_size", 0));
-  if (n < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("page_size must be >= 0, got ", n));
+// A listing request's paging fields from the query (the request layer
+// checks them).
+template <typename Req>
+absl::StatusOr<Req> PageRequest(const QueryParams& query) {
+  DENDRO_ASSIGN_OR_RETURN(int64_t size, IntParam(query, "page_size", 0));
+  Req req;
+  req.set_page_size(static_cast<int32_t>(
+      std::clamp<int64_t>(size, std::numeric_limits<int32_t>::min(),
+                          std::numeric_limits<int32_t>::max())));
+  if (const std::string* token = FindParam(query, "page_token"); token != nullptr) {
+    req.set_page_token(*token);
   }
-  if (n == 0) return kDefaultPageSize;
-  return static_cast<int>(std::min<int64_t>(n, kMaxPageSize));
+  return req;
 }
 
-// The same opaque AIP-158 tokens as the gRPC lists ("<kind>:<scope>:<seq>",
-// web-safe base64), so a token from one works with the other.
-std::string MakeToken(const std::string& kind, const std::string& scope, int64_t seq) {
-  return absl::WebSafeBase64Escape(absl::StrCat(kind, ":", scope, ":", seq));
-}
-
-absl::StatusOr<int64_t> ParseToken(const QueryParams& query, const std::string& kind,
-                                   const std::string& scope) {
-  const std::string* token = FindParam(query, "page_token");
-  if (token == nullptr || token->empty()) return 0;
-  std::string raw;
-  const std::string prefix = absl::StrCat(kind, ":", scope, ":");
-  int64_t seq = 0;
-  if (!absl::WebSafeBase64Unescape(*token, &raw) || !absl::StartsWith(raw, prefix) ||
-      !absl::SimpleAtoi(raw.substr(prefix.size()), &seq) || seq < 0) {
-    return absl::InvalidArgumentError("page_token is not valid for this request");
-  }
-  return seq;
-}
-
-bool IsTerminal(v1::JobState s) {
-  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
-         s == v1::JOB_STATE_CANCELLED;
-}
-
-// Every version of `name`, oldest first.
-absl::StatusOr<std::vector<v1::Model>> AllVersions(ModelRegistry* models,
-                                                   const std::string& name) {
-  std::vector<v1::Model> out;
-  int64_t after = 0;
-  for (;;) {
-    DENDRO_ASSIGN_OR_RETURN(Page<v1::Model> page, models->List(name, after, kMaxPageSize));
-    for (v1::Model& m : page.items) out.push_back(std::move(m));
-    if (!page.more) return out;
-    after = page.last_seq;
-  }
-}
+// The answer sizes of the JSON encoding, in characters with commas. Assign:
+// two numbers of at most 11 characters per row. Predict: per label up to 20
+// characters and a score up to 16, per super-class up to 11, and a count
+// per row.
+constexpr int64_t kAssignCharsPerRow = 24;
+constexpr AnswerCost kPredictCost{/*per_row=*/12, /*per_label=*/38, /*per_superclass=*/12};
+constexpr CallWording kInferWording{"inputs[0]: ", "parameters."};
 
 // ---------------------------------------------------------------------------
 // Inference requests.
@@ -458,33 +431,9 @@ json Tensor(const char* name, const char* datatype, std::vector<int64_t> shape, 
 
 }  // namespace
 
-absl::StatusOr<v1::ModelRef> ParseModelRef(const std::string& name, const std::string& version) {
-  v1::ModelRef ref;
-  ref.set_name(name);
-  DENDRO_RETURN_IF_ERROR(ValidateModelName(ref.name()));
-  if (version.empty() || version == "latest") return ref;
-  if (absl::ascii_isdigit(static_cast<unsigned char>(version[0]))) {
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(version, &v) || v < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model version must be a number >= 1, a label or 'latest', got '",
-          absl::CHexEscape(version.substr(0, 64)), "'"));
-    }
-    ref.set_version(v);
-    return ref;
-  }
-  DENDRO_RETURN_IF_ERROR(ValidateLabel(version));
-  ref.set_label(version);
-  return ref;
-}
-
 absl::StatusOr<HttpBody> JsonApi::ListDatasets(const QueryParams& query) const {
-  DENDRO_ASSIGN_OR_RETURN(int64_t after, ParseToken(query, "ds", ""));
-  DENDRO_ASSIGN_OR_RETURN(int limit, PageSize(query));
-  DENDRO_ASSIGN_OR_RETURN(Page<v1::Dataset> page, deps_.datasets->List(after, limit));
-  v1::ListDatasetsResponse resp;
-  for (v1::Dataset& d : page.items) *resp.add_datasets() = std::move(d);
-  if (page.more) resp.set_next_page_token(MakeToken("ds", "", page.last_seq));
+  DENDRO_ASSIGN_OR_RETURN(auto req, PageRequest<v1::ListDatasetsRequest>(query));
+  DENDRO_ASSIGN_OR_RETURN(v1::ListDatasetsResponse resp, api_.ListDatasets(req));
   return ProtoJson(resp);
 }
 
@@ -494,21 +443,8 @@ absl::StatusOr<HttpBody> JsonApi::GetDataset(const std::string& id) const {
 }
 
 absl::StatusOr<HttpBody> JsonApi::ListJobs(const QueryParams& query) const {
-  DENDRO_ASSIGN_OR_RETURN(int64_t after, ParseToken(query, "job", ""));
-  DENDRO_ASSIGN_OR_RETURN(int limit, PageSize(query));
-  DENDRO_ASSIGN_OR_RETURN(Page<v1::Job> page, deps_.jobs->List(after, limit));
-  v1::ListJobsResponse resp;
-  for (v1::Job& job : page.items) {
-    // The catalogue holds states, not progress: ask the manager for the
-    // live record of every unfinished job.
-    if (!IsTerminal(job.state())) {
-      if (absl::StatusOr<v1::Job> live = deps_.jobs->Get(job.id()); live.ok()) {
-        job = *std::move(live);
-      }
-    }
-    *resp.add_jobs() = std::move(job);
-  }
-  if (page.more) resp.set_next_page_token(MakeToken("job", "", page.last_seq));
+  DENDRO_ASSIGN_OR_RETURN(auto req, PageRequest<v1::ListJobsRequest>(query));
+  DENDRO_ASSIGN_OR_RETURN(v1::ListJobsResponse resp, api_.ListJobs(req));
   return ProtoJson(resp);
 }
 
@@ -518,15 +454,11 @@ absl::StatusOr<HttpBody> JsonApi::GetJob(const std::string& id) const {
 }
 
 absl::StatusOr<HttpBody> JsonApi::ListModels(const QueryParams& query) const {
-  const std::string* name_param = FindParam(query, "name");
-  const std::string name = name_param == nullptr ? "" : *name_param;
-  if (!name.empty()) DENDRO_RETURN_IF_ERROR(ValidateModelName(name));
-  DENDRO_ASSIGN_OR_RETURN(int64_t after, ParseToken(query, "model", name));
-  DENDRO_ASSIGN_OR_RETURN(int limit, PageSize(query));
-  DENDRO_ASSIGN_OR_RETURN(Page<v1::Model> page, deps_.models->List(name, after, limit));
-  v1::ListModelsResponse resp;
-  for (v1::Model& m : page.items) *resp.add_models() = std::move(m);
-  if (page.more) resp.set_next_page_token(MakeToken("model", name, page.last_seq));
+  DENDRO_ASSIGN_OR_RETURN(auto req, PageRequest<v1::ListModelsRequest>(query));
+  if (const std::string* name = FindParam(query, "name"); name != nullptr) {
+    req.set_name(*name);
+  }
+  DENDRO_ASSIGN_OR_RETURN(v1::ListModelsResponse resp, api_.ListModels(req));
   return ProtoJson(resp);
 }
 
@@ -546,7 +478,7 @@ absl::StatusOr<HttpBody> JsonApi::GetTree(const v1::ModelRef& ref,
   }
   DENDRO_ASSIGN_OR_RETURN(bool unrefined, BoolParam(query, "unrefined"));
   DENDRO_ASSIGN_OR_RETURN(bool include_points, BoolParam(query, "include_points"));
-  DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));
+  DENDRO_ASSIGN_OR_RETURN(auto loaded, api_.Load(ref));
   HttpBody body;
   if (format == "newick") {
     body.content = ToNewick(unrefined ? loaded.model->coarse_tree() : loaded.model->tree());
@@ -583,7 +515,7 @@ absl::StatusOr<HttpBody> JsonApi::GetTreeSvg(const v1::ModelRef& ref,
         absl::StrCat("query parameter color_level must be >= 0, got ", level));
   }
   options.color_level = static_cast<int32_t>(level);
-  DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));
+  DENDRO_ASSIGN_OR_RETURN(auto loaded, api_.Load(ref));
   options.title = absl::StrCat(loaded.info().name(), " v", loaded.info().version());
   HttpBody body;
   DENDRO_ASSIGN_OR_RETURN(body.content, ToSvg(loaded.model->tree(), options));
@@ -592,7 +524,7 @@ absl::StatusOr<HttpBody> JsonApi::GetTreeSvg(const v1::ModelRef& ref,
 }
 
 absl::StatusOr<HttpBody> JsonApi::GetClasses(const v1::ModelRef& ref) const {
-  DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));
+  DENDRO_ASSIGN_OR_RETURN(auto loaded, api_.Load(ref));
   DENDRO_ASSIGN_OR_RETURN(ClassTable table, loaded.model->Classes());
   v1::GetClassesResponse resp;
   resp.set_model_version(loaded.info().version());
@@ -611,7 +543,7 @@ HttpBody JsonApi::ServerMetadata() {
 
 absl::StatusOr<HttpBody> JsonApi::ModelMetadata(const v1::ModelRef& ref) const {
   DENDRO_ASSIGN_OR_RETURN(v1::Model model, deps_.models->Get(ref));
-  DENDRO_ASSIGN_OR_RETURN(std::vector<v1::Model> versions, AllVersions(deps_.models, ref.name()));
+  DENDRO_ASSIGN_OR_RETURN(std::vector<v1::Model> versions, api_.AllVersions(ref.name()));
   json version_list = json::array();
   for (const v1::Model& m : versions) version_list.push_back(std::to_string(m.version()));
   DENDRO_ASSIGN_OR_RETURN(HttpBody model_json, ProtoJson(model));
@@ -636,7 +568,7 @@ absl::StatusOr<HttpBody> JsonApi::ModelMetadata(const v1::ModelRef& ref) const {
 }
 
 absl::StatusOr<HttpBody> JsonApi::ModelReady(const v1::ModelRef& ref) const {
-  DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));
+  DENDRO_ASSIGN_OR_RETURN(auto loaded, api_.Load(ref));
   return JsonBody(json{{"name", loaded.info().name()},
                        {"version", std::to_string(loaded.info().version())},
                        {"ready", true}});
@@ -648,66 +580,27 @@ absl::StatusOr<HttpBody> JsonApi::Infer(
   DENDRO_ASSIGN_OR_RETURN(InferRequest req, ParseInfer(body, deps_.max_message_bytes));
   if (req.op != Op::kPredict) DENDRO_RETURN_IF_ERROR(authorize(Rpc::kAssign));
   if (req.op != Op::kAssign) DENDRO_RETURN_IF_ERROR(authorize(Rpc::kPredict));
-  DENDRO_ASSIGN_OR_RETURN(auto loaded, deps_.models->Load(ref));
+  DENDRO_ASSIGN_OR_RETURN(auto loaded, api_.Load(ref));
   const FittedModel& model = *loaded.model;
   const v1::Model& info = loaded.info();
   Op op = req.op;
   if (op == Op::kUnset) op = model.Classes().ok() ? Op::kPredict : Op::kAssign;
-  if (req.cols != model.input_dim()) {
-    return absl::InvalidArgumentError(absl::StrCat("inputs[0]: model '", info.name(), "' v",
-                                                   info.version(), " expects ",
-                                                   model.input_dim(), " columns, got ",
-                                                   req.cols));
-  }
   const MatrixView rows(req.data.data(), req.rows, req.cols);
-  DENDRO_RETURN_IF_ERROR(ValidateFinite(rows));
+  DENDRO_RETURN_IF_ERROR(api_.CheckRows(kInferWording, loaded, rows));
   json out;
   out["model_name"] = info.name();
   out["model_version"] = std::to_string(info.version());
   if (!req.id.is_null()) out["id"] = req.id;
-  const Hierarchy& tree = model.tree();
   if (op == Op::kAssign) {
-    if (req.level < 0 || req.level > tree.num_leaves()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parameters.level must be in [0, ", tree.num_leaves(), "], got ", req.level));
-    }
-    // Two numbers of at most 11 characters and a comma each per row.
-    if (req.rows > deps_.max_message_bytes / 24) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the answer for ", req.rows, " rows could exceed the ", deps_.max_message_bytes >> 20,
-          " MiB answer limit; send at most ", deps_.max_message_bytes / 24, " rows"));
-    }
-    DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> leaves, model.AssignLeaves(rows));
-    std::vector<int32_t> clusters = leaves;
-    if (req.level > 0) {
-      DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> cut,
-                              tree.CutToK(static_cast<int32_t>(req.level)));
-      for (int32_t& c : clusters) c = cut[c];
-    }
+    DENDRO_ASSIGN_OR_RETURN(Assignment a, api_.Assign(kInferWording, loaded, rows, req.level,
+                                                      kAssignCharsPerRow));
     out["parameters"] = json{{"op", "assign"}, {"level", req.level}};
-    out["outputs"] = json::array({Tensor("leaf", "INT32", {req.rows}, leaves),
-                                  Tensor("cluster", "INT32", {req.rows}, clusters)});
+    out["outputs"] = json::array({Tensor("leaf", "INT32", {req.rows}, a.leaves),
+                                  Tensor("cluster", "INT32", {req.rows}, a.clusters)});
     return JsonBody(out);
   }
-  if (req.top_k < 0 || req.top_t < 0 || req.top_k > std::numeric_limits<int32_t>::max() ||
-      req.top_t > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError("parameters.top_k and parameters.top_t must be >= 0");
-  }
-  PredictOptions options;
-  options.top_t = static_cast<int32_t>(req.top_t);
-  options.top_k = req.top_k == 0 ? 1 : static_cast<int32_t>(req.top_k);
-  options.flat = req.flat;
-  // Per row: top_k labels (<= 20 characters) and scores (<= 16), top_t
-  // super-classes (<= 11) and one count, with their commas.
-  const int64_t classes = std::max<int64_t>(1, tree.num_leaves());
-  const int64_t per_row = std::min<int64_t>(options.top_k, classes) * 38 +
-                          std::min<int64_t>(options.top_t, classes) * 12 + 12;
-  if (req.rows > deps_.max_message_bytes / per_row) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the answer for ", req.rows, " rows could exceed the ", deps_.max_message_bytes >> 20,
-        " MiB answer limit; send at most ", deps_.max_message_bytes / per_row, " rows"));
-  }
-  DENDRO_ASSIGN_OR_RETURN(Prediction p, model.Predict(rows, options));
+  DENDRO_ASSIGN_OR_RETURN(Prediction p, api_.Predict(kInferWording, loaded, rows, req.top_k,
+                                                     req.top_t, req.flat, kPredictCost));
   out["parameters"] = json{{"op", "predict"}, {"top_k", p.top_k}, {"top_t", p.top_t},
                            {"flat", req.flat}};
   out["outputs"] = json::array({

@@ -25,6 +25,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/api.h"
 #include "server/auth.h"
 #include "server/dataset_store.h"
 #include "server/job_manager.h"
@@ -54,13 +55,11 @@ struct HttpBody {
 // Decoded query parameters (a repeated name keeps its first value).
 using QueryParams = std::multimap<std::string, std::string>;
 
-// "" or "latest" -> newest version; digits -> that version (>= 1);
-// anything else -> a label. InvalidArgument names what is wrong.
-absl::StatusOr<v1::ModelRef> ParseModelRef(const std::string& name, const std::string& version);
-
 class JsonApi {
  public:
-  explicit JsonApi(JsonApiDeps deps) : deps_(deps) {}
+  explicit JsonApi(JsonApiDeps deps)
+      : deps_(deps),
+        api_(ApiDeps{deps.datasets, deps.jobs, deps.models, deps.max_message_bytes}) {}
 
   // dendro.v1 mirrors (/api/v1/...). Lists take page_size and page_token
   // as the gRPC calls do; ListModels also `name`.
@@ -95,6 +94,8 @@ class JsonApi {
 
  private:
   JsonApiDeps deps_;
+  // What each call means (server/api.h): this file only translates.
+  Api api_;
 };
 
 }  // namespace dendro::server

@@ -12,17 +12,13 @@
 #include "core/common/run_context.h"
 #include "core/common/status_macros.h"
 #include "server/client_status.h"
+#include "server/job_state.h"
 #include "server/logging.h"
 #include "server/methods/method.h"
 #include "spdlog/spdlog.h"
 
 namespace dendro::server {
 namespace {
-
-bool IsFinished(v1::JobState s) {
-  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
-         s == v1::JOB_STATE_CANCELLED;
-}
 
 // What WaitForChange compares: never 0 (the callers' start value) nor
 // UINT64_MAX (finished).

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "dendro/v1/dendro.grpc.pb.h"
+#include "server/api.h"
 #include "server/auth.h"
 #include "server/caller.h"
 #include "server/client_status.h"
@@ -50,7 +51,9 @@ grpc::Status ToGrpc(const absl::Status& s, const ServiceDeps& deps) {
 // Base of the three services: holds the dependencies and converts statuses.
 class ServiceBase {
  protected:
-  explicit ServiceBase(ServiceDeps deps) : deps_(std::move(deps)) {}
+  explicit ServiceBase(ServiceDeps deps)
+      : deps_(std::move(deps)),
+        api_(ApiDeps{deps_.datasets, deps_.jobs, deps_.models, deps_.max_message_bytes}) {}
   grpc::Status ToGrpc(const absl::Status& s) const { return server::ToGrpc(s, deps_); }
   // Who is calling and whether they may call `rpc` (see server/auth.h).
   // Refusals are logged for the audit trail, with the peer.
@@ -161,78 +164,19 @@ class ServiceBase {
   }
 
   ServiceDeps deps_;
+  // What each call means (server/api.h): this file only translates.
+  Api api_;
 };
 
-constexpr int kDefaultPageSize = 50;
-constexpr int kMaxPageSize = 1000;
-
-int PageSize(int32_t requested) {
-  if (requested <= 0) return kDefaultPageSize;
-  return std::min(requested, kMaxPageSize);
-}
-
-// Opaque AIP-158 token: web-safe base64 of "<kind>:<scope>:<last seq>".
-std::string MakeToken(std::string_view kind, std::string_view scope, int64_t seq) {
-  return absl::WebSafeBase64Escape(std::string(kind) + ":" + std::string(scope) + ":" + std::to_string(seq));
-}
-
-absl::StatusOr<int64_t> ParseToken(const std::string& token, std::string_view kind,
-                                   std::string_view scope) {
-  if (token.empty()) return 0;
-  std::string raw;
-  const std::string prefix = std::string(kind) + ":" + std::string(scope) + ":";
-  int64_t seq = 0;
-  if (!absl::WebSafeBase64Unescape(token, &raw) || !absl::StartsWith(raw, prefix) ||
-      !absl::SimpleAtoi(raw.substr(prefix.size()), &seq) || seq < 0) {
-    return absl::InvalidArgumentError("page_token is not valid for this request");
-  }
-  return seq;
-}
-
-template <typename T, typename Resp, typename AddFn>
-void FillPage(const Page<T>& page, std::string_view kind, std::string_view scope, Resp* resp,
-              AddFn add) {
-  for (const T& item : page.items) *add(resp) = item;
-  if (page.more) resp->set_next_page_token(MakeToken(kind, scope, page.last_seq));
-}
-
-// No request message can be larger than this (gRPC's own ceiling is 2 GiB).
-constexpr int64_t kMaxRequestBytes = int64_t{2} << 30;
-
-// Checks a request's rows x cols float32 payload against the model and
-// returns a view of it (copying into `aligned` only if the bytes are not
-// float-aligned).
-absl::StatusOr<MatrixView> DecodeRows(const std::string& what, const v1::Model& model,
-                                      const FittedModel& fitted, int64_t rows, int64_t cols,
-                                      const std::string& data, std::vector<float>* aligned) {
-  if (rows < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": rows must be >= 1, got ", rows));
-  }
-  if (cols != fitted.input_dim()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": model '", model.name(), "' v",
-                                                   model.version(), " expects ",
-                                                   fitted.input_dim(), " columns, got ", cols));
-  }
-  // cols >= 1 here (it equals the model's input dimension).
-  if (rows > kMaxRequestBytes / 4 / cols) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", rows, " rows x ", cols, " columns is over the ",
-                     kMaxRequestBytes >> 30, " GiB a request can carry"));
-  }
-  if (static_cast<int64_t>(data.size()) != rows * cols * 4) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": data has ", data.size(),
-                                                   " bytes, expected rows x cols x 4 = ",
-                                                   rows * cols * 4));
-  }
-  const float* p = reinterpret_cast<const float*>(data.data());
-  if (reinterpret_cast<uintptr_t>(p) % alignof(float) != 0) {
-    aligned->resize(rows * cols);
-    std::memcpy(aligned->data(), data.data(), data.size());
-    p = aligned->data();
-  }
-  DENDRO_RETURN_IF_ERROR(ValidateFinite(p, rows, cols));
-  return MatrixView(p, rows, cols);
-}
+// The answer sizes of the gRPC encoding (varints at their longest).
+// Assign: two int32 (<= 5 bytes each) per row. Predict: per row one
+// evaluated count (<= 5); per label an int64 (<= 10) and a float (4); per
+// super-class an int32 (<= 5).
+constexpr int64_t kAssignBytesPerRow = 10;
+constexpr AnswerCost kPredictCost{/*per_row=*/5, /*per_label=*/14, /*per_superclass=*/5};
+constexpr CallWording kAssignWording{"assign: ", "assign: "};
+constexpr CallWording kPredictWording{
+    "predict: ", "predict: ", " (PredictStream takes them in batches over one stream)"};
 
 // ---------------------------------------------------------------------------
 
@@ -316,11 +260,9 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
                             v1::ListDatasetsResponse* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kListDatasets);
     if (!who.ok()) return ToGrpc(who.status());
-    auto after = ParseToken(req->page_token(), "ds", "");
-    if (!after.ok()) return ToGrpc(after.status());
-    auto page = deps_.datasets->List(*after, PageSize(req->page_size()));
+    auto page = api_.ListDatasets(*req);
     if (!page.ok()) return ToGrpc(page.status());
-    FillPage(*page, "ds", "", resp, [](auto* r) { return r->add_datasets(); });
+    *resp = *std::move(page);
     return grpc::Status::OK;
   }
 
@@ -366,11 +308,9 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
                         v1::ListJobsResponse* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kListJobs);
     if (!who.ok()) return ToGrpc(who.status());
-    auto after = ParseToken(req->page_token(), "job", "");
-    if (!after.ok()) return ToGrpc(after.status());
-    auto page = deps_.jobs->List(*after, PageSize(req->page_size()));
+    auto page = api_.ListJobs(*req);
     if (!page.ok()) return ToGrpc(page.status());
-    FillPage(*page, "job", "", resp, [](auto* r) { return r->add_jobs(); });
+    *resp = *std::move(page);
     return grpc::Status::OK;
   }
 
@@ -426,7 +366,7 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
       if (seen != sent) {
         sent = seen;
         if (!writer->Write(*job)) return grpc::Status::OK;  // client went away
-        if (IsTerminal(job->state())) return grpc::Status::OK;
+        if (IsFinished(job->state())) return grpc::Status::OK;
         (*slot)->Touch();
         last_sent = absl::Now();
         continue;
@@ -473,7 +413,7 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
       auto job = deps_.jobs->WaitForChange(req->id(), &seen,
                                            std::min(deadline, absl::Now() + absl::Seconds(1)));
       if (!job.ok()) return ToGrpc(job.status());
-      if (IsTerminal(job->state()) || absl::Now() >= deadline || ctx->IsCancelled()) {
+      if (IsFinished(job->state()) || absl::Now() >= deadline || ctx->IsCancelled()) {
         *resp = *std::move(job);
         return grpc::Status::OK;
       }
@@ -488,10 +428,6 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
     return ToGrpc(absl::UnavailableError(absl::StrCat(
         rpc, ": the server is shutting down; job '", id,
         "' is kept (an interrupted job is queued again), ask again")));
-  }
-  static bool IsTerminal(v1::JobState s) {
-    return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
-           s == v1::JOB_STATE_CANCELLED;
   }
 };
 
@@ -552,11 +488,9 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
                           v1::ListModelsResponse* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kListModels);
     if (!who.ok()) return ToGrpc(who.status());
-    auto after = ParseToken(req->page_token(), "model", req->name());
-    if (!after.ok()) return ToGrpc(after.status());
-    auto page = deps_.models->List(req->name(), *after, PageSize(req->page_size()));
+    auto page = api_.ListModels(*req);
     if (!page.ok()) return ToGrpc(page.status());
-    FillPage(*page, "model", req->name(), resp, [](auto* r) { return r->add_models(); });
+    *resp = *std::move(page);
     return grpc::Status::OK;
   }
 
@@ -632,7 +566,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
                        v1::GetTreeResponse* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kGetTree);
     if (!who.ok()) return ToGrpc(who.status());
-    auto loaded = deps_.models->Load(req->model());
+    auto loaded = api_.Load(req->model());
     if (!loaded.ok()) return ToGrpc(loaded.status());
     // The answer must fit one message with the model beside it; the text is
     // counted to the end so the refusal can say how large the tree is.
@@ -662,7 +596,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
                              grpc::ServerWriter<v1::GetTreeChunk>* writer) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kGetTreeStream);
     if (!who.ok()) return ToGrpc(who.status());
-    auto loaded = deps_.models->Load(req->model());
+    auto loaded = api_.Load(req->model());
     if (!loaded.ok()) return ToGrpc(loaded.status());
     // A stream slot, like every stream: a reader that stops reading blocks
     // Write below, and is cancelled once the idle timeout passes with no
@@ -698,44 +632,17 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
                       v1::AssignResponse* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kAssign);
     if (!who.ok()) return ToGrpc(who.status());
-    auto loaded = deps_.models->Load(req->model());
+    auto loaded = api_.Load(req->model());
     if (!loaded.ok()) return ToGrpc(loaded.status());
-    const FittedModel& model = *loaded->model;
-    const Hierarchy& tree = model.tree();
-    const int32_t level = req->level();
-    if (level < 0 || level > tree.num_leaves()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("assign: level must be in [0, ", tree.num_leaves(),
-                                       "], got ", level));
-    }
     std::vector<float> aligned;
-    auto rows = DecodeRows("assign", loaded->info(), model, req->rows(), req->cols(),
-                           req->data(), &aligned);
+    auto rows = api_.RowsFromBytes(kAssignWording, *loaded, req->rows(), req->cols(),
+                                   req->data(), &aligned);
     if (!rows.ok()) return ToGrpc(rows.status());
-    // Two int32 varints (<= 5 bytes each) per row come back.
-    if (rows->rows() > deps_.max_message_bytes / 10) {
-      return grpc::Status(
-          grpc::StatusCode::RESOURCE_EXHAUSTED,
-          absl::StrCat("assign: the answer for ", rows->rows(), " rows could exceed the ",
-                       deps_.max_message_bytes >> 20,
-                       " MiB message limit; send at most ", deps_.max_message_bytes / 10,
-                       " rows per request"));
-    }
-    auto leaves = model.AssignLeaves(*rows);
-    if (!leaves.ok()) return ToGrpc(leaves.status());
-    std::vector<int32_t> cut;
-    if (level > 0) {
-      auto c = tree.CutToK(level);
-      if (!c.ok()) return ToGrpc(c.status());
-      cut = *std::move(c);
-    }
-    resp->mutable_leaf()->Reserve(leaves->size());
-    resp->mutable_cluster()->Reserve(leaves->size());
-    for (int32_t leaf : *leaves) {
-      resp->add_leaf(leaf);
-      resp->add_cluster(level > 0 ? cut[leaf] : leaf);
-    }
-    resp->set_level(level);
+    auto assigned = api_.Assign(kAssignWording, *loaded, *rows, req->level(), kAssignBytesPerRow);
+    if (!assigned.ok()) return ToGrpc(assigned.status());
+    resp->mutable_leaf()->Add(assigned->leaves.begin(), assigned->leaves.end());
+    resp->mutable_cluster()->Add(assigned->clusters.begin(), assigned->clusters.end());
+    resp->set_level(assigned->level);
     resp->set_model_version(loaded->info().version());
     return grpc::Status::OK;
   }
@@ -783,7 +690,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
                           v1::GetClassesResponse* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kGetClasses);
     if (!who.ok()) return ToGrpc(who.status());
-    auto loaded = deps_.models->Load(req->model());
+    auto loaded = api_.Load(req->model());
     if (!loaded.ok()) return ToGrpc(loaded.status());
     auto table = loaded->model->Classes();
     if (!table.ok()) return ToGrpc(table.status());
@@ -797,31 +704,13 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
 
  private:
   absl::Status PredictOne(const v1::PredictRequest& req, v1::PredictResponse* resp) {
-    DENDRO_ASSIGN_OR_RETURN(auto loaded,
-                            deps_.models->Load(req.model()));
-    const FittedModel& model = *loaded.model;
-    if (req.top_k() < 0 || req.top_t() < 0) {
-      return absl::InvalidArgumentError("predict: top_k and top_t must be >= 0");
-    }
+    DENDRO_ASSIGN_OR_RETURN(LoadedModel loaded, api_.Load(req.model()));
     std::vector<float> aligned;
-    DENDRO_ASSIGN_OR_RETURN(MatrixView rows, DecodeRows("predict", loaded.info(), model,
-                                                        req.rows(), req.cols(), req.data(),
-                                                        &aligned));
-    PredictOptions options;
-    options.top_t = req.top_t();
-    options.top_k = req.top_k() == 0 ? 1 : req.top_k();
-    options.flat = req.flat();
-    // Refuse before computing an answer that could not be sent. Per row:
-    // top_k labels (varint int64, <= 10 bytes) and scores (4 bytes), top_t
-    // super-classes (<= 5 bytes) and one evaluated count.
-    const int64_t classes = std::max<int64_t>(1, model.tree().num_leaves());
-    const int64_t k = std::min<int64_t>(options.top_k, classes);
-    const int64_t t = std::min<int64_t>(options.top_t, classes);
-    const int64_t per_row = k * 14 + t * 5 + 5;
-    if (rows.rows() > deps_.max_message_bytes / per_row) {
-      return ResponseTooLarge(rows.rows(), rows.rows() * per_row);
-    }
-    DENDRO_ASSIGN_OR_RETURN(Prediction p, model.Predict(rows, options));
+    DENDRO_ASSIGN_OR_RETURN(MatrixView rows, api_.RowsFromBytes(kPredictWording, loaded,
+                                                                req.rows(), req.cols(),
+                                                                req.data(), &aligned));
+    DENDRO_ASSIGN_OR_RETURN(Prediction p, api_.Predict(kPredictWording, loaded, rows, req.top_k(),
+                                                       req.top_t(), req.flat(), kPredictCost));
     resp->set_rows(req.rows());
     resp->set_top_k(p.top_k);
     resp->set_top_t(p.top_t);
@@ -834,19 +723,10 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     if (const int64_t size = static_cast<int64_t>(resp->ByteSizeLong());
         size > deps_.max_message_bytes) {
       resp->Clear();
-      return ResponseTooLarge(req.rows(), size);
+      return api_.AnswerTooLarge(kPredictWording, req.rows(), size);
     }
     return absl::OkStatus();
   }
-
-  absl::Status ResponseTooLarge(int64_t rows, int64_t bytes) const {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "predict: the answer for ", rows, " rows would be about ", bytes >> 20,
-        " MiB, over the ", deps_.max_message_bytes >> 20,
-        " MiB message limit; send fewer rows per request (PredictStream takes them in "
-        "batches over one stream)"));
-  }
-
 };
 
 }  // namespace

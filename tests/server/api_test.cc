@@ -1,0 +1,102 @@
+// The request layer (server/api.h) through the gRPC transport: the rules
+// both transports now share (the HTTP side is covered by
+// tests/blackbox/http_json_test.py, which also passes a gRPC page token to
+// HTTP and back).
+#include "server/api.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server/server_fixture.h"
+
+namespace dendro::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ModelRefFromTextTest, NamesVersionsLabelsAndLatest) {
+  struct Case {
+    std::string version;
+    int64_t want_version;
+    std::string want_label;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"", 0, ""}, {"latest", 0, ""}, {"7", 7, ""}, {"prod", 0, "prod"}, {"v2", 0, "v2"}}) {
+    absl::StatusOr<v1::ModelRef> ref = ModelRefFromText("m", c.version);
+    ASSERT_TRUE(ref.ok()) << c.version << ": " << ref.status();
+    EXPECT_EQ(ref->name(), "m");
+    EXPECT_EQ(ref->version(), c.want_version) << c.version;
+    EXPECT_EQ(ref->label(), c.want_label) << c.version;
+  }
+  for (const std::string bad : {"0", "-1", "7x", "9lives", "a b"}) {
+    absl::StatusOr<v1::ModelRef> ref = ModelRefFromText("m", bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(ref.status())) << bad;
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument(ModelRefFromText("", "1").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ModelRefFromText("a/b", "").status()));
+}
+
+class ApiTest : public ServerTest {};
+
+TEST_F(ApiTest, ANegativePageSizeIsRefusedByEveryListing) {
+  StartServer();
+  grpc::ClientContext c1, c2, c3;
+  v1::ListDatasetsRequest dreq;
+  dreq.set_page_size(-1);
+  v1::ListDatasetsResponse dresp;
+  grpc::Status s = datasets_->ListDatasets(&c1, dreq, &dresp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("page_size must be >= 0"));
+  v1::ListJobsRequest jreq;
+  jreq.set_page_size(-5);
+  v1::ListJobsResponse jresp;
+  EXPECT_EQ(jobs_->ListJobs(&c2, jreq, &jresp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ListModelsRequest mreq;
+  mreq.set_page_size(-1);
+  v1::ListModelsResponse mresp;
+  EXPECT_EQ(models_->ListModels(&c3, mreq, &mresp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ApiTest, ListJobsShowsARunningJobAsItIsNow) {
+  BlockingMethod method;
+  ServerOptions opts;
+  opts.resolve_method = [&method](const v1::JobSpec&) -> absl::StatusOr<const Method*> {
+    return &method;
+  };
+  StartServer(opts);
+  const std::vector<float> x = MakeLogits(60, 2, 3, 1);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(x, 60, 6, &ds).ok());
+  grpc::Status st;
+  const v1::Job job = Submit(ds.id(), "blocked", &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  // The method reports the stage "blocking" once running; the catalogue
+  // still holds "starting" until the lease is next renewed.
+  for (int i = 0; i < 2000; ++i) {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_id(job.id());
+    v1::Job now;
+    ASSERT_TRUE(jobs_->GetJob(&ctx, req, &now).ok());
+    if (now.stage() == "blocking") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  grpc::ClientContext ctx;
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(jobs_->ListJobs(&ctx, v1::ListJobsRequest(), &list).ok());
+  ASSERT_EQ(list.jobs_size(), 1);
+  EXPECT_EQ(list.jobs(0).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(list.jobs(0).stage(), "blocking");
+  grpc::ClientContext cctx;
+  v1::CancelJobRequest creq;
+  creq.set_id(job.id());
+  v1::Job cancelled;
+  ASSERT_TRUE(jobs_->CancelJob(&cctx, creq, &cancelled).ok());
+  EXPECT_EQ(Wait(job.id()).state(), v1::JOB_STATE_CANCELLED);
+}
+
+}  // namespace
+}  // namespace dendro::server

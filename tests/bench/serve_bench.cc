@@ -32,7 +32,8 @@
 //     start and the end of the counted window, for --server-pid and for
 //     each --extra-pid (each with its live descendants and the reaped ones
 //     its cutime/cstime hold: e.g. a PostgreSQL postmaster and its
-//     backends), and for this process (the client's own cost).
+//     backends), and for this process (the client's own cost); per 1,000
+//     calls that ended inside the window (the work that CPU paid for).
 //   * Ceiling (--ceiling). The same pool rows through the model itself in
 //     this process: the model's artifact directory (--model-dir, or found
 //     under --data-dir as the server stores it: models/<name>/<id>, matched
@@ -674,6 +675,9 @@ struct ThreadStats {
   std::map<int, int64_t> errors;  // counted calls that failed, by status code
   std::string first_error;
   int64_t rows = 0;
+  // Calls (of any send time and status) that ended inside the window: the
+  // work the window's CPU paid for.
+  int64_t ended_in_window = 0;
 };
 
 class Tag {
@@ -768,6 +772,7 @@ class Load {
   // the window.
   void Record(ThreadStats* st, Clock::time_point intended, Clock::time_point done,
               const grpc::Status& status) {
+    st->ended_in_window += done >= measure_start_ && done < measure_end_;
     if (intended < measure_start_ || intended >= measure_end_) return;
     if (status.ok()) {
       st->latency_us.push_back(
@@ -810,6 +815,7 @@ class Load {
   // Open loop: how late calls left after their grid time (counted window).
   std::vector<float> send_lag_us_;
   int64_t sent_late_ = 0;  // more than 1 ms after their grid time
+  int64_t held_by_cap_ = 0;  // waited for --max-outstanding
 };
 
 // Predict or Assign, by request type.
@@ -866,6 +872,9 @@ class UnaryCaller final : public Tag {
       load_->Done();
       return;
     }
+    // The reader lives in the call's arena, which the context owns: it
+    // goes first.
+    reader_.reset();
     ctx_ = load_->NewContext(load_->CallDeadline(intended_));
     resp_.Clear();
     reader_ = StartUnary(load_->stub(index_), ctx_.get(), RequestOf<Resp>::Next(load_),
@@ -952,7 +961,10 @@ class StreamCaller final : public Tag {
     // Until the first answer, a failure counts as one failed call.
     intended_ = Clock::now();
     in_flight_ = true;
-    // The stream's deadline: the end of the window plus one call's.
+    // The stream's deadline: the end of the window plus one call's. The
+    // old stream lives in its call's arena, which its context owns: it goes
+    // first.
+    stream_.reset();
     ctx_ = load_->NewContext(load_->CallDeadline(load_->stop_time()));
     stream_ = load_->stub(index_)->PrepareAsyncPredictStream(ctx_.get(), load_->cq(index_));
     state_ = State::kStart;
@@ -1046,7 +1058,10 @@ void Load::DispatchOpen() {
     if (intended >= measure_end_) break;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return active_ < a_.max_outstanding; });
+      if (active_ >= a_.max_outstanding) {
+        held_by_cap_ += intended >= measure_start_;
+        cv_.wait(lock, [&] { return active_ < a_.max_outstanding; });
+      }
       ++active_;
     }
     if (Clock::now() < intended) std::this_thread::sleep_until(intended);
@@ -1121,7 +1136,7 @@ Json Load::Run() {
 
   std::vector<float> latency;
   std::map<int, int64_t> errors;
-  int64_t rows = 0, error_total = 0;
+  int64_t rows = 0, error_total = 0, ended_in_window = 0;
   std::string first_error;
   for (const ThreadStats& s : stats_) {
     latency.insert(latency.end(), s.latency_us.begin(), s.latency_us.end());
@@ -1130,13 +1145,18 @@ Json Load::Run() {
       error_total += n;
     }
     rows += s.rows;
+    ended_in_window += s.ended_in_window;
     if (first_error.empty()) first_error = s.first_error;
   }
   const auto calls = static_cast<int64_t>(latency.size());
   Json out;
+  // Counted calls (sent in the window) that succeeded, per second of the
+  // window; in an open loop that the server cannot keep up with, many of
+  // them end after it, and ended_per_second is what was served.
   out["calls"] = calls;
   out["calls_per_second"] = static_cast<double>(calls) / a_.duration;
   out["rows_per_second"] = static_cast<double>(rows) / a_.duration;
+  out["ended_per_second"] = static_cast<double>(ended_in_window) / a_.duration;
   Json err = Json::object();
   for (const auto& [code, n] : errors) {
     err[absl::StatusCodeToString(static_cast<absl::StatusCode>(code))] = n;
@@ -1148,10 +1168,12 @@ Json Load::Run() {
   if (a_.mode == Mode::kOpen) {
     out["offered_calls"] = static_cast<int64_t>(send_lag_us_.size());
     out["sent_over_1ms_late"] = sent_late_;
+    out["held_by_max_outstanding"] = held_by_cap_;
     out["send_lag_ms"] = Percentiles(send_lag_us_, 1e-3);
   }
   out["drain_seconds"] = drain_seconds;
-  out["cpu"] = CpuReport(a_, cpu0, cpu1, calls + error_total, "calls");
+  // Per call that ended in the window (OK or not), the work its CPU paid for.
+  out["cpu"] = CpuReport(a_, cpu0, cpu1, ended_in_window, "calls");
   return out;
 }
 
@@ -1318,6 +1340,9 @@ const char* RpcName(Rpc r) {
 
 int main(int argc, char** argv) {
   const Args a = Parse(argc, argv);
+  // The ceiling runs the model with the allocator as dendrod sets it (before
+  // any other thread starts, as TuneAllocator asks).
+  if (a.ceiling) dendro::server::TuneAllocator();
   Json out;
   out["rpc"] = RpcName(a.rpc);
   std::optional<dendro::v1::Model> model;
@@ -1335,9 +1360,6 @@ int main(int argc, char** argv) {
     out["model"] = ModelJson(*model);
   }
   if (a.ceiling) {
-    // The allocator as dendrod sets it, so that the model runs as it does
-    // there.
-    dendro::server::TuneAllocator();
     out["mode"] = "ceiling";
     out["duration_s"] = a.duration;
     out["warmup_s"] = a.warmup;
@@ -1361,6 +1383,7 @@ int main(int argc, char** argv) {
   out["server"] = a.server;
   out["client_threads"] = a.client_threads;
   out["channels"] = a.channels;
+  out["api_key_sent"] = std::getenv("DENDRO_API_KEY") != nullptr;
   if (a.rpc != Rpc::kAssign) {
     out["top_k"] = a.top_k;
     out["top_t"] = a.top_t;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -180,8 +181,8 @@ absl::Status Api::AnswerTooLarge(const CallWording& w, int64_t rows, int64_t byt
 }
 
 absl::StatusOr<Assignment> Api::Assign(const CallWording& w, const LoadedModel& model,
-                                       const MatrixView& rows, int64_t level,
-                                       int64_t per_row) const {
+                                       const MatrixView& rows, int64_t level, int64_t per_row,
+                                       absl::Time deadline) const {
   const Hierarchy& tree = model.model->tree();
   if (level < 0 || level > tree.num_leaves()) {
     return absl::InvalidArgumentError(absl::StrCat(w.params, "level must be in [0, ",
@@ -192,6 +193,11 @@ absl::StatusOr<Assignment> Api::Assign(const CallWording& w, const LoadedModel& 
         w.rows, "the answer for ", rows.rows(), " rows could exceed the ",
         deps_.max_message_bytes >> 20, " MiB message limit; send at most ",
         deps_.max_message_bytes / per_row, " rows per request", w.too_large_hint));
+  }
+  std::optional<ServingGate::Slot> slot;
+  if (deps_.gate != nullptr) {
+    DENDRO_ASSIGN_OR_RETURN(ServingGate::Slot s, deps_.gate->Enter(w.what, deadline));
+    slot.emplace(std::move(s));
   }
   Assignment out;
   out.level = static_cast<int32_t>(level);
@@ -206,7 +212,8 @@ absl::StatusOr<Assignment> Api::Assign(const CallWording& w, const LoadedModel& 
 
 absl::StatusOr<Prediction> Api::Predict(const CallWording& w, const LoadedModel& model,
                                         const MatrixView& rows, int64_t top_k, int64_t top_t,
-                                        bool flat, const AnswerCost& cost) const {
+                                        bool flat, const AnswerCost& cost,
+                                        absl::Time deadline) const {
   if (top_k < 0 || top_t < 0 || top_k > std::numeric_limits<int32_t>::max() ||
       top_t > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat(w.params, "top_k and top_t must be >= 0"));
@@ -226,6 +233,8 @@ absl::StatusOr<Prediction> Api::Predict(const CallWording& w, const LoadedModel&
         deps_.max_message_bytes >> 20, " MiB message limit; send at most ",
         deps_.max_message_bytes / per_row, " rows per request", w.too_large_hint));
   }
+  if (deps_.gate == nullptr) return model.model->Predict(rows, options);
+  DENDRO_ASSIGN_OR_RETURN(ServingGate::Slot slot, deps_.gate->Enter(w.what, deadline));
   return model.model->Predict(rows, options);
 }
 

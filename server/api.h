@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/matrix/matrix.h"
 #include "dendro/v1/dendro.pb.h"
 #include "server/dataset_store.h"
@@ -23,6 +24,7 @@
 #include "server/job_state.h"
 #include "server/methods/method.h"
 #include "server/model_registry.h"
+#include "server/serving_gate.h"
 
 namespace dendro::server {
 
@@ -48,11 +50,12 @@ struct Assignment {
   int32_t level = 0;
 };
 
-// How a transport names the parts of a call in messages, as prefixes: of
-// the rows ("predict: ", "inputs[0]: ") and of the parameters ("predict: ",
-// "parameters."); and what it offers a caller whose answer would be too
-// large (appended to that message; may be empty).
+// How a transport names a call and its parts in messages: the call
+// ("predict"), and as prefixes the rows ("predict: ", "inputs[0]: ") and the
+// parameters ("predict: ", "parameters."); and what it offers a caller whose
+// answer would be too large (appended to that message; may be empty).
 struct CallWording {
+  const char* what;  // the call, for messages about it as a whole ("predict")
   const char* rows;
   const char* params;
   const char* too_large_hint = "";
@@ -64,6 +67,9 @@ struct ApiDeps {
   ModelRegistry* models = nullptr;
   // The largest answer a call may return (--max_message_mb).
   int64_t max_message_bytes = 64 << 20;
+  // Bounds the Assign and Predict computations at once and the calls
+  // waiting for one; null: no bound.
+  ServingGate* gate = nullptr;
 };
 
 class Api {
@@ -94,14 +100,18 @@ class Api {
   absl::Status CheckRows(const CallWording& w, const LoadedModel& model,
                          const MatrixView& rows) const;
 
+  // Assign and Predict compute once the request is checked and the serving
+  // gate lets them in before `deadline` (the client's; absl::InfiniteFuture()
+  // for none): see server/serving_gate.h for the refusals.
   // Assign: `level` in [0, leaves]; the answer costs `per_row` bytes a row.
   absl::StatusOr<Assignment> Assign(const CallWording& w, const LoadedModel& model,
-                                    const MatrixView& rows, int64_t level,
-                                    int64_t per_row) const;
+                                    const MatrixView& rows, int64_t level, int64_t per_row,
+                                    absl::Time deadline) const;
   // Predict: top_k 0 means 1; top_k and top_t >= 0.
   absl::StatusOr<Prediction> Predict(const CallWording& w, const LoadedModel& model,
                                      const MatrixView& rows, int64_t top_k, int64_t top_t,
-                                     bool flat, const AnswerCost& cost) const;
+                                     bool flat, const AnswerCost& cost,
+                                     absl::Time deadline) const;
 
   // RESOURCE_EXHAUSTED for an answer of `rows` rows found to be `bytes`
   // long once built, over the message limit.

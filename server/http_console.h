@@ -38,6 +38,7 @@
 #include "server/dataset_store.h"
 #include "server/job_manager.h"
 #include "server/model_registry.h"
+#include "server/serving_gate.h"
 
 namespace dendro::server {
 
@@ -61,6 +62,7 @@ struct HttpConsoleDeps {
   JobManager* jobs = nullptr;
   ModelRegistry* models = nullptr;
   const Authenticator* auth = nullptr;  // never null
+  ServingGate* gate = nullptr;          // shared with gRPC; null: no bound
 };
 
 class HttpConsole {

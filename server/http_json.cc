@@ -95,7 +95,7 @@ absl::StatusOr<Req> PageRequest(const QueryParams& query) {
 // per row.
 constexpr int64_t kAssignCharsPerRow = 24;
 constexpr AnswerCost kPredictCost{/*per_row=*/12, /*per_label=*/38, /*per_superclass=*/12};
-constexpr CallWording kInferWording{"inputs[0]: ", "parameters."};
+constexpr CallWording kInferWording{"infer", "inputs[0]: ", "parameters."};
 
 // ---------------------------------------------------------------------------
 // Inference requests.
@@ -593,14 +593,16 @@ absl::StatusOr<HttpBody> JsonApi::Infer(
   if (!req.id.is_null()) out["id"] = req.id;
   if (op == Op::kAssign) {
     DENDRO_ASSIGN_OR_RETURN(Assignment a, api_.Assign(kInferWording, loaded, rows, req.level,
-                                                      kAssignCharsPerRow));
+                                                      kAssignCharsPerRow,
+                                                      absl::InfiniteFuture()));
     out["parameters"] = json{{"op", "assign"}, {"level", req.level}};
     out["outputs"] = json::array({Tensor("leaf", "INT32", {req.rows}, a.leaves),
                                   Tensor("cluster", "INT32", {req.rows}, a.clusters)});
     return JsonBody(out);
   }
   DENDRO_ASSIGN_OR_RETURN(Prediction p, api_.Predict(kInferWording, loaded, rows, req.top_k,
-                                                     req.top_t, req.flat, kPredictCost));
+                                                     req.top_t, req.flat, kPredictCost,
+                                                     absl::InfiniteFuture()));
   out["parameters"] = json{{"op", "predict"}, {"top_k", p.top_k}, {"top_t", p.top_t},
                            {"flat", req.flat}};
   out["outputs"] = json::array({

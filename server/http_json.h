@@ -39,6 +39,8 @@ struct JsonApiDeps {
   ModelRegistry* models = nullptr;
   // Bound on one answer, as for gRPC (--max_message_mb).
   int64_t max_message_bytes = 64 << 20;
+  // The serving gate shared with gRPC (null: no bound).
+  ServingGate* gate = nullptr;
 };
 
 // A body and its media type.
@@ -59,7 +61,7 @@ class JsonApi {
  public:
   explicit JsonApi(JsonApiDeps deps)
       : deps_(deps),
-        api_(ApiDeps{deps.datasets, deps.jobs, deps.models, deps.max_message_bytes}) {}
+        api_(ApiDeps{deps.datasets, deps.jobs, deps.models, deps.max_message_bytes, deps.gate}) {}
 
   // dendro.v1 mirrors (/api/v1/...). Lists take page_size and page_token
   // as the gRPC calls do; ListModels also `name`.

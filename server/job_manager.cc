@@ -2,6 +2,10 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <functional>
@@ -375,6 +379,12 @@ JobManager::Stats JobManager::GetStats() {
 }
 
 void JobManager::WorkerLoop() {
+  // Linux gives each thread its own nice value, and threads inherit it from
+  // the thread that starts them: a job's OpenMP team too. Raising it needs
+  // no privilege; failing leaves the worker at the process's priority.
+  if (options_.nice > 0) {
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options_.nice);
+  }
   for (;;) {
     uint64_t submissions;
     {

@@ -91,6 +91,10 @@ class JobManager {
     // How often idle workers look for jobs submitted through other replicas
     // (a submission here wakes them at once).
     absl::Duration poll_interval = absl::Milliseconds(250);
+    // The nice value of the worker threads and of the threads their jobs
+    // start (0-19): fits yield the CPU to request handling when both want
+    // it, and still use every core when nobody is calling.
+    int nice = 10;
     // Called (with the manager's lock held: keep it cheap) when a job that
     // ran has ended SUCCEEDED, FAILED or CANCELLED. Optional.
     std::function<void(const v1::Job&)> on_finished;

@@ -72,6 +72,16 @@ ABSL_FLAG(int64_t, max_job_memory_mb, 0,
 ABSL_FLAG(int64_t, model_cache_mb, 0,
           "memory for loaded models kept between requests, least recently used dropped first "
           "(0: a quarter of the machine's or cgroup's memory)");
+ABSL_FLAG(int, job_nice, 10,
+          "nice value (0-19) of the threads that run jobs: a fit yields the CPU to requests "
+          "when both want it, and uses every core when nobody is calling");
+ABSL_FLAG(int, serving_concurrency, 0,
+          "Assign and Predict computations (over gRPC and HTTP, each PredictStream message "
+          "too) that run at once; more wait in line (0: twice the CPUs available)");
+ABSL_FLAG(int, serving_queue, 1024,
+          "calls that may wait for an Assign/Predict computing slot; more are refused at once "
+          "with RESOURCE_EXHAUSTED, and a waiting call whose deadline passes is dropped "
+          "uncomputed (DEADLINE_EXCEEDED)");
 ABSL_FLAG(int, model_table_reconcile_seconds, 30,
           "with a PostgreSQL catalogue: other replicas' model changes arrive as notifications "
           "within milliseconds; the in-memory table of names, versions and labels is also "
@@ -280,7 +290,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "dendrod: --threads must be >= 0\n");
     return 2;
   }
-  dendro::SetDefaultThreads(absl::GetFlag(FLAGS_threads));
+  // Resolved once: "all" would otherwise read the cgroup's files on every
+  // call that asks (each Predict does).
+  dendro::SetDefaultThreads(absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads)
+                                                             : dendro::AvailableCpus());
   spdlog::info("jobs use {} thread(s); {} CPU(s) available to this process",
                dendro::DefaultThreads(), dendro::AvailableCpus());
   options.queue_capacity = absl::GetFlag(FLAGS_queue_size);
@@ -294,6 +307,9 @@ int main(int argc, char** argv) {
   options.max_job_memory_bytes = absl::GetFlag(FLAGS_max_job_memory_mb) << 20;
   options.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_mb) << 20;
   options.model_cache_bytes = absl::GetFlag(FLAGS_model_cache_mb) << 20;
+  options.serving_concurrency = absl::GetFlag(FLAGS_serving_concurrency);
+  options.job_nice = absl::GetFlag(FLAGS_job_nice);
+  options.serving_queue = absl::GetFlag(FLAGS_serving_queue);
   options.model_table_reconcile =
       absl::Seconds(absl::GetFlag(FLAGS_model_table_reconcile_seconds));
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
@@ -331,13 +347,16 @@ int main(int argc, char** argv) {
       options.job_stop_timeout < absl::ZeroDuration() || options.max_job_memory_bytes < 0 ||
       options.model_cache_bytes < 0 || options.catalog_connections < 1 ||
       options.model_table_reconcile <= absl::ZeroDuration() ||
+      options.serving_concurrency < 0 || options.serving_queue < 0 ||
+      options.job_nice < 0 || options.job_nice > 19 ||
       !(absl::GetFlag(FLAGS_job_retention_days) >= 0)) {
     fprintf(stderr,
             "dendrod: --workers, --queue_size, --max_message_mb, --max_job_attempts, "
             "--max_dataset_mb, --max_streams, --upload_idle_seconds, --stream_idle_seconds, "
             "--model_table_reconcile_seconds and --catalog_connections must be >= 1; "
             "--job_stop_seconds, --max_job_memory_mb, --model_cache_mb, "
-            "--max_streams_per_caller, --admin_reserved_streams and --job_retention_days >= 0\n");
+            "--max_streams_per_caller, --admin_reserved_streams, --serving_concurrency, "
+            "--serving_queue and --job_retention_days >= 0; --job_nice in [0, 19]\n");
     return 2;
   }
 

@@ -31,6 +31,7 @@
 #include "server/catalogue.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
+#include "server/serving_gate.h"
 #include "server/services.h"
 #include "server/stream_limiter.h"
 #include "spdlog/spdlog.h"
@@ -47,6 +48,7 @@ struct DendroServer::State {
   std::unique_ptr<ModelRegistry> models;
   std::unique_ptr<JobManager> jobs;
   std::unique_ptr<StreamLimiter> streams;
+  std::unique_ptr<ServingGate> gate;
   std::vector<std::unique_ptr<grpc::Service>> services;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<grpc::Server> health_server;  // --health_listen
@@ -245,6 +247,7 @@ absl::Status DendroServer::Start() {
   }
   JobManager::Options jopts;
   jopts.workers = options_.workers;
+  jopts.nice = options_.job_nice;
   jopts.queue_capacity = options_.queue_capacity;
   jopts.max_attempts = options_.max_job_attempts;
   jopts.retention = options_.job_retention;
@@ -304,7 +307,15 @@ absl::Status DendroServer::Start() {
   spdlog::info("streams: at most {}, {} per caller, the last {} kept for admins",
                s.streams->max_streams(), s.streams->max_per_caller(),
                s.streams->admin_reserved());
+  ServingGate::Options gate_options;
+  gate_options.concurrency = options_.serving_concurrency > 0 ? options_.serving_concurrency
+                                                             : 2 * AvailableCpus();
+  gate_options.max_waiting = options_.serving_queue;
+  s.gate = std::make_unique<ServingGate>(gate_options);
+  spdlog::info("serving: {} Assign/Predict computations at once, up to {} more waiting",
+               gate_options.concurrency, gate_options.max_waiting);
   ServiceDeps deps;
+  deps.gate = s.gate.get();
   deps.datasets = s.datasets.get();
   deps.jobs = s.jobs.get();
   deps.models = s.models.get();
@@ -352,6 +363,22 @@ absl::Status DendroServer::Start() {
                                [models] { return models->CacheStats().evictions; });
     s.metrics->AddProbe("dendro_open_streams", "Streaming RPCs holding a slot.",
                         [streams] { return streams->open_streams(); });
+    ServingGate* gate = s.gate.get();
+    s.metrics->AddProbe("dendro_serving_computing",
+                        "Assign/Predict computations running now (at most "
+                        "--serving_concurrency).",
+                        [gate] { return gate->stats().computing; });
+    s.metrics->AddProbe("dendro_serving_waiting",
+                        "Assign/Predict calls waiting for a computing slot (at most "
+                        "--serving_queue).",
+                        [gate] { return gate->stats().waiting; });
+    s.metrics->AddCounterProbe("dendro_serving_refused_total",
+                               "Assign/Predict calls refused because the line was full.",
+                               [gate] { return gate->stats().refused; });
+    s.metrics->AddCounterProbe("dendro_serving_expired_total",
+                               "Assign/Predict calls dropped uncomputed: their deadline passed "
+                               "while they waited.",
+                               [gate] { return gate->stats().expired; });
     DENDRO_RETURN_IF_ERROR(s.metrics->Serve(options_.metrics_listen));
   }
   s.grpc_server = builder.BuildAndStart();
@@ -391,7 +418,8 @@ absl::Status DendroServer::Start() {
     hopts.tls_client_ca_file = options_.tls_client_ca_file;
     hopts.allow_insecure = options_.allow_insecure;
     s.http = std::make_unique<HttpConsole>(
-        hopts, HttpConsoleDeps{s.datasets.get(), s.jobs.get(), s.models.get(), s.auth.get()});
+        hopts, HttpConsoleDeps{s.datasets.get(), s.jobs.get(), s.models.get(), s.auth.get(),
+                               s.gate.get()});
     DENDRO_RETURN_IF_ERROR(s.http->Start());
   }
   DENDRO_RETURN_IF_ERROR(s.jobs->Start());

@@ -44,6 +44,12 @@ struct ServerOptions {
   int64_t max_dataset_bytes = int64_t{64} << 30;  // one upload's data + labels
   std::string min_free_disk;                    // "5%" or MiB; see DiskGuard
   int max_streams = 64;                         // concurrent streaming RPCs
+  // Assign/Predict computations at once (0: twice the CPUs) and calls that
+  // may wait for one (server/serving_gate.h).
+  int serving_concurrency = 0;
+  // Nice value of job threads (JobManager::Options::nice).
+  int job_nice = 10;
+  int serving_queue = 1024;
   int max_streams_per_caller = 0;               // 0: max_streams / 2 (see StreamLimiter)
   int admin_reserved_streams = 4;               // of max_streams, at most a quarter
   absl::Duration upload_idle_timeout = absl::Seconds(60);

@@ -53,7 +53,8 @@ class ServiceBase {
  protected:
   explicit ServiceBase(ServiceDeps deps)
       : deps_(std::move(deps)),
-        api_(ApiDeps{deps_.datasets, deps_.jobs, deps_.models, deps_.max_message_bytes}) {}
+        api_(ApiDeps{deps_.datasets, deps_.jobs, deps_.models, deps_.max_message_bytes,
+                     deps_.gate}) {}
   grpc::Status ToGrpc(const absl::Status& s) const { return server::ToGrpc(s, deps_); }
   // Who is calling and whether they may call `rpc` (see server/auth.h).
   // Refusals are logged for the audit trail, with the peer.
@@ -174,9 +175,10 @@ class ServiceBase {
 // super-class an int32 (<= 5).
 constexpr int64_t kAssignBytesPerRow = 10;
 constexpr AnswerCost kPredictCost{/*per_row=*/5, /*per_label=*/14, /*per_superclass=*/5};
-constexpr CallWording kAssignWording{"assign: ", "assign: "};
+constexpr CallWording kAssignWording{"assign", "assign: ", "assign: "};
 constexpr CallWording kPredictWording{
-    "predict: ", "predict: ", " (PredictStream takes them in batches over one stream)"};
+    "predict", "predict: ", "predict: ",
+    " (PredictStream takes them in batches over one stream)"};
 
 // ---------------------------------------------------------------------------
 
@@ -638,7 +640,8 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     auto rows = api_.RowsFromBytes(kAssignWording, *loaded, req->rows(), req->cols(),
                                    req->data(), &aligned);
     if (!rows.ok()) return ToGrpc(rows.status());
-    auto assigned = api_.Assign(kAssignWording, *loaded, *rows, req->level(), kAssignBytesPerRow);
+    auto assigned = api_.Assign(kAssignWording, *loaded, *rows, req->level(), kAssignBytesPerRow,
+                                absl::FromChrono(ctx->deadline()));
     if (!assigned.ok()) return ToGrpc(assigned.status());
     resp->mutable_leaf()->Add(assigned->leaves.begin(), assigned->leaves.end());
     resp->mutable_cluster()->Add(assigned->clusters.begin(), assigned->clusters.end());
@@ -651,7 +654,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
                        v1::PredictResponse* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kPredict);
     if (!who.ok()) return ToGrpc(who.status());
-    return ToGrpc(PredictOne(*req, resp));
+    return ToGrpc(PredictOne(*req, absl::FromChrono(ctx->deadline()), resp));
   }
 
   grpc::Status PredictStream(
@@ -672,7 +675,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
       {
         // Computing the answer is the server's time, not the client's.
         const StreamLimiter::Slot::Working working(slot->get());
-        s = PredictOne(req, &resp);
+        s = PredictOne(req, absl::FromChrono(ctx->deadline()), &resp);
       }
       if (!s.ok()) return ToGrpc(s);
       if (!stream->Write(resp)) break;
@@ -703,14 +706,16 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
   }
 
  private:
-  absl::Status PredictOne(const v1::PredictRequest& req, v1::PredictResponse* resp) {
+  absl::Status PredictOne(const v1::PredictRequest& req, absl::Time deadline,
+                          v1::PredictResponse* resp) {
     DENDRO_ASSIGN_OR_RETURN(LoadedModel loaded, api_.Load(req.model()));
     std::vector<float> aligned;
     DENDRO_ASSIGN_OR_RETURN(MatrixView rows, api_.RowsFromBytes(kPredictWording, loaded,
                                                                 req.rows(), req.cols(),
                                                                 req.data(), &aligned));
     DENDRO_ASSIGN_OR_RETURN(Prediction p, api_.Predict(kPredictWording, loaded, rows, req.top_k(),
-                                                       req.top_t(), req.flat(), kPredictCost));
+                                                       req.top_t(), req.flat(), kPredictCost,
+                                                       deadline));
     resp->set_rows(req.rows());
     resp->set_top_k(p.top_k);
     resp->set_top_t(p.top_t);

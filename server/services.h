@@ -14,6 +14,7 @@
 #include "server/job_manager.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
+#include "server/serving_gate.h"
 #include "server/stream_limiter.h"
 
 namespace grpc {
@@ -40,6 +41,9 @@ struct ServiceDeps {
   const Authenticator* auth = nullptr;
   // Optional (null when metrics are off).
   ServerMetrics* metrics = nullptr;
+  // Bounds Assign and Predict computations and their waiting line (null:
+  // no bound).
+  ServingGate* gate = nullptr;
 };
 
 // The three dendro.v1 services, ready to register with a ServerBuilder.

@@ -11,11 +11,16 @@
 #ifndef DENDRO_CORE_COMMON_MUTEX_H_
 #define DENDRO_CORE_COMMON_MUTEX_H_
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <shared_mutex>
 
 #include "absl/base/thread_annotations.h"
 
 namespace dendro {
+
+class CondVar;
 
 class ABSL_LOCKABLE Mutex {
  public:
@@ -29,7 +34,33 @@ class ABSL_LOCKABLE Mutex {
   void ReaderUnlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock_shared(); }
 
  private:
+  friend class CondVar;
   std::shared_mutex mu_;
+};
+
+// A condition variable for a Mutex held exclusively.
+class CondVar {
+ public:
+  // Releases `mu` while waiting; holds it again on return. Wakes on a
+  // Signal, spuriously, or (WaitUntil) at `deadline`; returns false when the
+  // deadline passed.
+  void Wait(Mutex* mu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::unique_lock<std::shared_mutex> lock(mu->mu_, std::adopt_lock);
+    cv_.wait(lock);
+    lock.release();
+  }
+  bool WaitUntil(Mutex* mu, std::chrono::steady_clock::time_point deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::unique_lock<std::shared_mutex> lock(mu->mu_, std::adopt_lock);
+    const bool woken = cv_.wait_until(lock, deadline) == std::cv_status::no_timeout;
+    lock.release();
+    return woken;
+  }
+  void Signal() { cv_.notify_one(); }
+  void SignalAll() { cv_.notify_all(); }
+
+ private:
+  std::condition_variable_any cv_;
 };
 
 // Holds `mu` exclusively for its scope.

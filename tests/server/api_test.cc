@@ -62,17 +62,9 @@ TEST_F(ApiTest, ANegativePageSizeIsRefusedByEveryListing) {
 
 TEST_F(ApiTest, ListJobsShowsARunningJobAsItIsNow) {
   BlockingMethod method;
-  ServerOptions opts;
-  opts.resolve_method = [&method](const v1::JobSpec&) -> absl::StatusOr<const Method*> {
-    return &method;
-  };
-  StartServer(opts);
-  const std::vector<float> x = MakeLogits(60, 2, 3, 1);
-  v1::Dataset ds;
-  ASSERT_TRUE(Upload(x, 60, 6, &ds).ok());
-  grpc::Status st;
-  const v1::Job job = Submit(ds.id(), "blocked", &st);
-  ASSERT_TRUE(st.ok()) << st.error_message();
+  StartServerWithMethod(&method);
+  const v1::Job job = SubmitOnSmallDataset("blocked");
+  ASSERT_FALSE(job.id().empty());
   // The method reports the stage "blocking" once running; the catalogue
   // still holds "starting" until the lease is next renewed.
   for (int i = 0; i < 2000; ++i) {

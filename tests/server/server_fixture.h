@@ -20,6 +20,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -239,6 +240,25 @@ class ServerTest : public ::testing::Test {
     const grpc::Status st = models_->GetTree(&ctx, req, &resp);
     if (!st.ok()) return absl::UnknownError("GetTree: " + st.error_message());
     return ParseJson(resp.content());
+  }
+
+  // Starts a server whose every job runs `method` (which must outlive it).
+  void StartServerWithMethod(const Method* method, ServerOptions opts = {}) {
+    opts.resolve_method = [method](const v1::JobSpec&) -> absl::StatusOr<const Method*> {
+      return method;
+    };
+    StartServer(std::move(opts));
+  }
+
+  // Submits a job for model `name` on a fresh 60 x 6 dataset.
+  v1::Job SubmitOnSmallDataset(const std::string& name) {
+    const std::vector<float> x = MakeLogits(60, 2, 3, 1);
+    v1::Dataset ds;
+    EXPECT_TRUE(Upload(x, 60, 6, &ds).ok());
+    grpc::Status st;
+    v1::Job job = Submit(ds.id(), name, &st);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return job;
   }
 
   std::string FitModel(const std::string& name, int n = 1500, int groups = 3, int per = 4) {

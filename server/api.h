@@ -21,7 +21,7 @@
 #include "dendro/v1/dendro.pb.h"
 #include "server/dataset_store.h"
 #include "server/job_manager.h"
-#include "server/job_state.h"
+#include "server/job_lifecycle.h"
 #include "server/methods/method.h"
 #include "server/model_registry.h"
 #include "server/serving_gate.h"

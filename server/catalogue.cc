@@ -47,41 +47,6 @@ absl::Status DatasetGoneError(const std::string& id) {
   return absl::NotFoundError(absl::StrCat("dataset '", id, "' not found (deleted meanwhile)"));
 }
 
-void MarkRequeued(v1::Job& job, const std::string& why) {
-  job.set_state(v1::JOB_STATE_QUEUED);
-  job.set_stage(why);
-  job.set_progress(0);
-}
-
-void MarkClaimed(v1::Job& job) {
-  job.set_state(v1::JOB_STATE_RUNNING);
-  job.set_stage("starting");
-  job.set_progress(0);
-  job.set_attempts(job.attempts() + 1);
-  const int64_t nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
-  job.mutable_start_time()->set_seconds(nanos / 1000000000);
-  job.mutable_start_time()->set_nanos(static_cast<int32_t>(nanos % 1000000000));
-}
-
-void KeepCancelRequest(const v1::Job& stored, v1::Job& job) {
-  if (!stored.cancel_requested()) return;
-  job.set_cancel_requested(true);
-  if (job.state() == v1::JOB_STATE_QUEUED) {
-    // A requested cancel wins over a re-queue.
-    job.set_state(v1::JOB_STATE_CANCELLED);
-    job.set_stage("cancelled");
-    job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kCancelled));
-    job.mutable_error()->set_message("cancelled by request");
-    const int64_t nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
-    job.mutable_end_time()->set_seconds(nanos / 1000000000);
-    job.mutable_end_time()->set_nanos(static_cast<int32_t>(nanos % 1000000000));
-  }
-}
-
 absl::StatusOr<std::unique_ptr<Catalogue>> OpenCatalogue(const std::string& spec,
                                                          const std::string& data_dir,
                                                          int connections) {

@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "dendro/v1/dendro.pb.h"
+#include "server/job_lifecycle.h"
 
 namespace dendro::server {
 
@@ -239,14 +240,6 @@ absl::Status CancelledBeforeCommit(const std::string& id);
 absl::Status DatasetInUseError(const std::string& id);
 // NotFound: a job's dataset was deleted before the job could be queued.
 absl::Status DatasetGoneError(const std::string& id);
-// The QUEUED record of a RUNNING job whose lease ended (`why` goes in the
-// stage), and the RUNNING record of a claimed one.
-void MarkRequeued(v1::Job& job, const std::string& why);
-void MarkClaimed(v1::Job& job);
-// Copies the stored job's cancel request into `job` (see the invariant);
-// a job so marked that would be re-queued is CANCELLED instead.
-void KeepCancelRequest(const v1::Job& stored, v1::Job& job);
-
 // The catalogue `spec` names: "" or "sqlite" for <data_dir>/metadata.db, or
 // a libpq URI "postgresql://[user@]host[:port]/dbname[?options]". A password
 // comes from the PGPASSWORD environment variable or a ~/.pgpass-style

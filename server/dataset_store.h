@@ -148,11 +148,6 @@ class DatasetStore {
   int64_t first_pass_bytes_ = 0;
 };
 
-// Random lowercase hex id with a prefix, e.g. NewId("ds") -> "ds-3f9c0a1b2d4e".
-std::string NewId(std::string_view prefix);
-// Milliseconds since the epoch, for Timestamp fields.
-void SetNow(google::protobuf::Timestamp* ts);
-
 }  // namespace dendro::server
 
 #endif  // DENDRO_SERVER_DATASET_STORE_H_

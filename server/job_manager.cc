@@ -16,7 +16,8 @@
 #include "core/common/run_context.h"
 #include "core/common/status_macros.h"
 #include "server/client_status.h"
-#include "server/job_state.h"
+#include "server/ids.h"
+#include "server/job_lifecycle.h"
 #include "server/logging.h"
 #include "server/methods/method.h"
 #include "spdlog/spdlog.h"
@@ -29,22 +30,6 @@ namespace {
 uint64_t Fingerprint(const v1::Job& job) {
   const uint64_t h = std::hash<std::string>{}(job.SerializeAsString());
   return std::min<uint64_t>(h | 1, UINT64_MAX - 1);
-}
-
-void MarkCancelled(v1::Job& job, const std::string& why) {
-  job.set_state(v1::JOB_STATE_CANCELLED);
-  job.set_stage("cancelled");
-  job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kCancelled));
-  job.mutable_error()->set_message(why);
-  SetNow(job.mutable_end_time());
-}
-
-void MarkFailed(v1::Job& job, absl::StatusCode code, const std::string& why) {
-  job.set_state(v1::JOB_STATE_FAILED);
-  job.set_stage("failed");
-  job.mutable_error()->set_code(static_cast<int>(code));
-  job.mutable_error()->set_message(why);
-  SetNow(job.mutable_end_time());
 }
 
 }  // namespace
@@ -204,9 +189,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
   job.set_request_id(request_id);
   job.set_memory_estimate_bytes(static_cast<int64_t>(method->PeakMemoryBytes(spec, dataset)));
   *job.mutable_spec() = spec;
-  job.set_state(v1::JOB_STATE_QUEUED);
-  job.set_stage("queued");
-  SetNow(job.mutable_create_time());
+  MarkQueued(job);
 
   absl::Status enqueued;
   {
@@ -294,8 +277,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
       entry.cancel = true;
       if (!entry.user_cancel) {
         entry.user_cancel = true;
-        entry.job.set_cancel_requested(true);
-        entry.job.set_stage("cancelling");
+        MarkCancelRequested(entry.job);
         changed_cv_.notify_all();
       }
     }
@@ -308,8 +290,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
       return true;
     }
     if (j.state() == v1::JOB_STATE_RUNNING && !j.cancel_requested()) {
-      j.set_cancel_requested(true);
-      j.set_stage("cancelling");
+      MarkCancelRequested(j);
       return true;
     }
     return false;
@@ -325,8 +306,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
     if (job.cancel_requested() && !entry.user_cancel) {
       entry.cancel = true;
       entry.user_cancel = true;
-      entry.job.set_cancel_requested(true);
-      entry.job.set_stage("cancelling");
+      MarkCancelRequested(entry.job);
       changed_cv_.notify_all();
     }
     return entry.job;
@@ -542,8 +522,7 @@ void JobManager::RenewLeases() {
       // Cancelled through another replica.
       entry.user_cancel = true;
       entry.cancel = true;
-      entry.job.set_cancel_requested(true);
-      entry.job.set_stage("cancelling");
+      MarkCancelRequested(entry.job);
       changed_cv_.notify_all();
     }
   }
@@ -595,10 +574,7 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
     entry->finishing = true;
   }
   if (fitted.ok() && !cancel_requested && !lost) {
-    done.set_state(v1::JOB_STATE_SUCCEEDED);
-    done.set_stage("done");
-    done.set_progress(1.0);
-    SetNow(done.mutable_end_time());
+    MarkSucceeded(done);
     auto model = models_->Commit(**fitted, done, entry->token);
     if (model.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -713,22 +689,13 @@ void JobManager::RecordStopLocked(Entry& entry, const absl::Status& outcome) {
   const std::string& id = job.id();
   if (outcome.code() == absl::StatusCode::kCancelled && entry.user_cancel) {
     // A requested cancel wins over a shutdown interrupt.
-    job.set_state(v1::JOB_STATE_CANCELLED);
-    job.set_stage("cancelled");
-    job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kCancelled));
-    job.mutable_error()->set_message("cancelled by request");
-    SetNow(job.mutable_end_time());
+    MarkCancelled(job, "cancelled by request");
     spdlog::info("job {}: cancelled", id);
   } else if (outcome.code() == absl::StatusCode::kCancelled && entry.interrupted) {
-    job.set_state(v1::JOB_STATE_QUEUED);
-    job.set_stage("queued (interrupted by a shutdown)");
+    MarkRequeued(job, Requeue::kShutdown);
     spdlog::warn("job {}: interrupted by shutdown", id);
   } else {
-    job.set_state(v1::JOB_STATE_FAILED);
-    job.set_stage("failed");
-    job.mutable_error()->set_code(static_cast<int>(outcome.code()));
-    job.mutable_error()->set_message(std::string(outcome.message()));
-    SetNow(job.mutable_end_time());
+    MarkFailed(job, outcome.code(), std::string(outcome.message()));
     spdlog::warn("job {}: failed: {}", id, outcome.ToString());
   }
 }

@@ -19,7 +19,7 @@
 #include "core/common/crash_point.h"
 #include "core/common/status_macros.h"
 #include "server/checksum.h"
-#include "server/dataset_store.h"
+#include "server/ids.h"
 #include "spdlog/spdlog.h"
 
 namespace dendro::server {

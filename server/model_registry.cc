@@ -9,7 +9,7 @@
 #include "core/common/crash_point.h"
 #include "core/common/status_macros.h"
 #include "server/checksum.h"
-#include "server/dataset_store.h"
+#include "server/ids.h"
 #include "server/names.h"
 #include "spdlog/spdlog.h"
 

@@ -622,8 +622,7 @@ absl::StatusOr<std::vector<v1::Job>> PostgresCatalogue::RequeueLostJobs(
     for (const pqxx::row& row : rows) {
       DENDRO_ASSIGN_OR_RETURN(v1::Job job, Decode<v1::Job>(row[0], "job"));
       const bool restarted = !row[1].is_null() && row[1].as<bool>();
-      MarkRequeued(job, restarted ? "queued (its replica restarted)"
-                                  : "queued (the replica running it stopped renewing its lease)");
+      MarkRequeued(job, restarted ? Requeue::kHolderRestarted : Requeue::kLeaseExpired);
       UpsertJob(txn, job);
       requeued.push_back(std::move(job));
     }

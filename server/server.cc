@@ -25,6 +25,7 @@
 #include "server/auth.h"
 #include "server/caller.h"
 #include "server/dataset_store.h"
+#include "server/ids.h"
 #include "server/artifact_store.h"
 #include "server/http_console.h"
 #include "server/job_manager.h"

@@ -654,8 +654,7 @@ absl::StatusOr<std::vector<v1::Job>> SqliteCatalogue::RequeueLostJobs(const std:
   }
   std::vector<v1::Job> requeued;
   for (auto& [job, restarted] : lost) {
-    MarkRequeued(job, restarted ? "queued (recovered after restart)"
-                                : "queued (the server running it stopped renewing its lease)");
+    MarkRequeued(job, restarted ? Requeue::kHolderRestarted : Requeue::kLeaseExpired);
     DENDRO_RETURN_IF_ERROR(UpsertJob(db_, job));
     requeued.push_back(std::move(job));
   }

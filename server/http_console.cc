@@ -716,7 +716,7 @@ struct HttpConsole::Impl {
   Impl(HttpConsoleOptions o, HttpConsoleDeps d)
       : options(std::move(o)),
         deps(d),
-        api(JsonApiDeps{d.datasets, d.jobs, d.models, options.max_message_bytes, d.gate}) {}
+        api(ApiDeps{d.datasets, d.jobs, d.models, options.max_message_bytes, d.gate}) {}
 
   // One request: sets the log context, identifies the caller (unless
   // `open`), checks `rpc` (if any), runs `fn` and writes its answer.

@@ -33,16 +33,6 @@
 
 namespace dendro::server {
 
-struct JsonApiDeps {
-  DatasetStore* datasets = nullptr;
-  JobManager* jobs = nullptr;
-  ModelRegistry* models = nullptr;
-  // Bound on one answer, as for gRPC (--max_message_mb).
-  int64_t max_message_bytes = 64 << 20;
-  // The serving gate shared with gRPC (null: no bound).
-  ServingGate* gate = nullptr;
-};
-
 // A body and its media type.
 struct HttpBody {
   std::string content;
@@ -59,9 +49,9 @@ using QueryParams = std::multimap<std::string, std::string>;
 
 class JsonApi {
  public:
-  explicit JsonApi(JsonApiDeps deps)
-      : deps_(deps),
-        api_(ApiDeps{deps.datasets, deps.jobs, deps.models, deps.max_message_bytes, deps.gate}) {}
+  // The stores, limits and serving gate it answers from: the request
+  // layer's (server/api.h), shared with gRPC.
+  explicit JsonApi(ApiDeps deps) : deps_(deps), api_(deps) {}
 
   // dendro.v1 mirrors (/api/v1/...). Lists take page_size and page_token
   // as the gRPC calls do; ListModels also `name`.
@@ -95,7 +85,7 @@ class JsonApi {
                                  const std::function<absl::Status(Rpc)>& authorize) const;
 
  private:
-  JsonApiDeps deps_;
+  ApiDeps deps_;
   // What each call means (server/api.h): this file only translates.
   Api api_;
 };

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "server/catalogue.h"
 #include "server/postgres_catalogue.h"
+#include "tests/server/catalogue_fixture.h"
 #include "tests/server/postgres_harness.h"
 
 namespace dendro::server {
@@ -25,27 +26,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-class CatalogueTest : public ::testing::TestWithParam<std::string> {
+class CatalogueTest : public testing::BothCataloguesTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("dendro_catalogue_test_" + std::to_string(::getpid()) + "_" +
-            std::to_string(counter_++));
-    std::filesystem::create_directories(dir_);
-    if (GetParam() == "postgres") {
-      auto& pg = testing::PostgresHarness::Get();
-      if (!pg.Available()) GTEST_SKIP() << "PostgreSQL not available: " << pg.Why();
-      spec_ = pg.NewDatabase();
-    }
-    auto opened = OpenCatalogue(spec_, dir_.string());
-    ASSERT_TRUE(opened.ok()) << opened.status();
-    cat_ = *std::move(opened);
-  }
-  void TearDown() override {
-    cat_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
   static v1::Job Job(const std::string& id, v1::JobState state = v1::JOB_STATE_QUEUED) {
     v1::Job j;
     j.set_id(id);
@@ -76,11 +58,6 @@ class CatalogueTest : public ::testing::TestWithParam<std::string> {
     for (const auto& m : page->items) out.insert(m.version());
     return out;
   }
-
-  static inline int counter_ = 0;
-  std::filesystem::path dir_;
-  std::string spec_;
-  std::unique_ptr<Catalogue> cat_;
 };
 
 TEST_P(CatalogueTest, DatasetsPutGetListDelete) {

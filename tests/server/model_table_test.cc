@@ -20,6 +20,7 @@
 #include "server/catalogue.h"
 #include "server/local_artifact_store.h"
 #include "server/model_registry.h"
+#include "tests/server/catalogue_fixture.h"
 #include "tests/server/postgres_harness.h"
 
 namespace dendro::server {
@@ -154,35 +155,20 @@ absl::StatusOr<v1::Model> GetRef(ModelRegistry& registry, const std::string& nam
   return registry.Get(ref);
 }
 
-class RegistryTableTest : public ::testing::TestWithParam<std::string> {
+class RegistryTableTest : public testing::BothCataloguesTest {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("dendro_model_table_test_" + std::to_string(::getpid()) + "_" +
-            std::to_string(counter_++));
-    std::filesystem::create_directories(dir_);
-    if (GetParam() == "postgres") {
-      auto& pg = testing::PostgresHarness::Get();
-      if (!pg.Available()) GTEST_SKIP() << "PostgreSQL not available: " << pg.Why();
-      spec_ = pg.NewDatabase();
-    }
-    auto opened = OpenCatalogue(spec_, dir_.string());
-    ASSERT_TRUE(opened.ok()) << opened.status();
-    cat_ = *std::move(opened);
+    BothCataloguesTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     cat_->set_observer([this](const char*, double) { ++catalogue_ops_; });
     artifacts_ = std::make_unique<LocalArtifactStore>(dir_.string());
     registry_ = std::make_unique<ModelRegistry>(artifacts_.get(), cat_.get(), 1 << 20);
   }
   void TearDown() override {
     registry_.reset();
-    cat_.reset();
-    std::filesystem::remove_all(dir_);
+    BothCataloguesTest::TearDown();
   }
 
-  static inline int counter_ = 0;
-  std::filesystem::path dir_;
-  std::string spec_;
-  std::unique_ptr<Catalogue> cat_;
   std::atomic<int> catalogue_ops_{0};
   std::unique_ptr<LocalArtifactStore> artifacts_;
   std::unique_ptr<ModelRegistry> registry_;

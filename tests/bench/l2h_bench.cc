@@ -17,13 +17,7 @@
 //                                              it (--copy: copied into memory
 //                                              first) and print its times.
 //
-// The data: K leaf clusters of a balanced three-level tree (10 x 10 x 10 for
-// K = 1000, 4 x 5 x 5 for K = 100). A point of leaf y gets, for leaf c,
-//   logit = (-1.2 * d(y, c) + noise) * t + 2 * [c == y],
-// d = number of levels up to the lowest common ancestor (0..3), noise ~
-// approximately N(0, 0.8^2) (sum of four uniforms), t in [0.5, 2] per point.
-// Row i draws from SplitMix64(kSeed + i), so the data do not depend on the
-// thread count.
+// The data: tests/bench/synthetic_logits.h, rows drawn from seed kSeed.
 #include <omp.h>
 
 #include <algorithm>
@@ -44,53 +38,19 @@
 #include "core/common/run_context.h"
 #include "core/io/npy.h"
 #include "core/l2h/l2h.h"
+#include "tests/bench/synthetic_logits.h"
 
 namespace dendro {
 namespace {
 
 constexpr uint64_t kSeed = 20240611;
 
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// Branching of the three-level tree over k leaves (k = b0 * b1 * b2).
-std::vector<int32_t> Branching(int32_t k) {
-  if (k == 1000) return {10, 10, 10};
-  if (k == 100) return {4, 5, 5};
-  return {1, 1, k};
-}
-
 std::vector<float> SyntheticLogits(int64_t n, int32_t k) {
-  const std::vector<int32_t> b = Branching(k);
-  // d(y, c): levels up to the lowest common ancestor.
-  std::vector<uint8_t> dist(static_cast<size_t>(k) * k);
-  for (int32_t y = 0; y < k; ++y) {
-    for (int32_t c = 0; c < k; ++c) {
-      const int32_t y0 = y / (b[1] * b[2]), c0 = c / (b[1] * b[2]);
-      const int32_t y1 = y / b[2], c1 = c / b[2];
-      dist[static_cast<size_t>(y) * k + c] = y == c ? 0 : (y1 == c1 ? 1 : (y0 == c0 ? 2 : 3));
-    }
-  }
+  const std::vector<uint8_t> dist = bench::LeafDistances(k);
   std::vector<float> x(static_cast<size_t>(n) * k);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    uint64_t state = kSeed + static_cast<uint64_t>(i);
-    const int32_t y = static_cast<int32_t>(SplitMix64(state) % static_cast<uint64_t>(k));
-    const double t = 0.5 + 1.5 * static_cast<double>(SplitMix64(state) >> 11) * 0x1.0p-53;
-    const uint8_t* d = dist.data() + static_cast<size_t>(y) * k;
-    float* row = x.data() + static_cast<size_t>(i) * k;
-    for (int32_t c = 0; c < k; ++c) {
-      const uint64_t r = SplitMix64(state);
-      // sum of four U(0,1) from 16-bit slices: mean 2, variance 1/3
-      const double u = static_cast<double>(r & 0xffff) + static_cast<double>((r >> 16) & 0xffff) +
-                       static_cast<double>((r >> 32) & 0xffff) + static_cast<double>(r >> 48);
-      const double noise = (u / 65536.0 - 2.0) * (0.8 * std::sqrt(3.0));
-      row[c] = static_cast<float>((-1.2 * d[c] + noise) * t + (c == y ? 2.0 : 0.0));
-    }
+    bench::SyntheticLogitRow(i, k, kSeed, dist, x.data() + static_cast<size_t>(i) * k);
   }
   return x;
 }

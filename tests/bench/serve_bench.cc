@@ -93,6 +93,7 @@
 #include "server/checksum.h"
 #include "server/memory.h"
 #include "server/methods/method.h"
+#include "tests/bench/synthetic_logits.h"
 
 namespace {
 
@@ -498,50 +499,12 @@ dendro::TwoLevelSpec HppcaSpec(int32_t classes, int64_t dim, uint64_t seed) {
   return spec;
 }
 
-// The logits of tests/bench/l2h_bench.cc: K leaf clusters of a three-level
-// tree; a row of leaf y gets, for leaf c,
-//   logit = (-1.2 * d(y, c) + noise) * t + 2 * [c == y],
-// d = levels up to the lowest common ancestor, noise ~ about N(0, 0.8^2),
-// t in [0.5, 2] per row. Row i is drawn from SplitMix64(seed + i).
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
+// The logits of tests/bench/synthetic_logits.h (those of the L2H benchmarks).
 dendro::RowMatrixF SyntheticLogits(int64_t n, int32_t k, uint64_t seed) {
-  // Branching b0 x b1 x b2 = k, as even as k's divisors allow.
-  auto largest_divisor_at_most = [](int32_t v, double limit) {
-    for (int32_t c = static_cast<int32_t>(std::floor(limit + 1e-9)); c > 1; --c) {
-      if (v % c == 0) return c;
-    }
-    return 1;
-  };
-  const int32_t b0 = largest_divisor_at_most(k, std::cbrt(static_cast<double>(k)));
-  const int32_t b1 = largest_divisor_at_most(k / b0, std::sqrt(static_cast<double>(k / b0)));
-  const int32_t b2 = k / b0 / b1;
-  std::vector<uint8_t> dist(static_cast<size_t>(k) * k);
-  for (int32_t y = 0; y < k; ++y) {
-    for (int32_t c = 0; c < k; ++c) {
-      const bool same1 = y / b2 == c / b2, same0 = y / (b1 * b2) == c / (b1 * b2);
-      dist[static_cast<size_t>(y) * k + c] = y == c ? 0 : (same1 ? 1 : (same0 ? 2 : 3));
-    }
-  }
+  const std::vector<uint8_t> dist = dendro::bench::LeafDistances(k);
   dendro::RowMatrixF x(n, k);
   for (int64_t i = 0; i < n; ++i) {
-    uint64_t state = seed + static_cast<uint64_t>(i);
-    const auto y = static_cast<int32_t>(SplitMix64(state) % static_cast<uint64_t>(k));
-    const double t = 0.5 + 1.5 * static_cast<double>(SplitMix64(state) >> 11) * 0x1.0p-53;
-    const uint8_t* d = dist.data() + static_cast<size_t>(y) * k;
-    float* row = x.data() + i * k;
-    for (int32_t c = 0; c < k; ++c) {
-      const uint64_t r = SplitMix64(state);
-      const double u = static_cast<double>(r & 0xffff) + static_cast<double>((r >> 16) & 0xffff) +
-                       static_cast<double>((r >> 32) & 0xffff) + static_cast<double>(r >> 48);
-      const double noise = (u / 65536.0 - 2.0) * (0.8 * std::sqrt(3.0));
-      row[c] = static_cast<float>((-1.2 * d[c] + noise) * t + (c == y ? 2.0 : 0.0));
-    }
+    dendro::bench::SyntheticLogitRow(i, k, seed, dist, x.data() + i * k);
   }
   return x;
 }

@@ -67,6 +67,25 @@ absl::Status CheckColumns(const CallWording& w, const LoadedModel& model, int64_
                                                  cols));
 }
 
+// What a batch computes (Batcher::Key::kind).
+constexpr int32_t kAssignLeaves = 0;
+constexpr int32_t kPredict = 1;
+
+// Rows [first, first + count) of a prediction.
+Prediction SliceRows(const Prediction& p, int64_t first, int64_t count) {
+  Prediction out;
+  out.top_k = p.top_k;
+  out.top_t = p.top_t;
+  auto slice = [first, count](const auto& all, int64_t per_row, auto& part) {
+    part.assign(all.begin() + first * per_row, all.begin() + (first + count) * per_row);
+  };
+  slice(p.labels, p.top_k, out.labels);
+  slice(p.scores, p.top_k, out.scores);
+  slice(p.superclasses, p.top_t, out.superclasses);
+  slice(p.classes_evaluated, 1, out.classes_evaluated);
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::ModelRef> ModelRefFromText(const std::string& name,
@@ -194,14 +213,25 @@ absl::StatusOr<Assignment> Api::Assign(const CallWording& w, const LoadedModel& 
         deps_.max_message_bytes >> 20, " MiB message limit; send at most ",
         deps_.max_message_bytes / per_row, " rows per request", w.too_large_hint));
   }
-  std::optional<ServingGate::Slot> slot;
-  if (deps_.gate != nullptr) {
-    DENDRO_ASSIGN_OR_RETURN(ServingGate::Slot s, deps_.gate->Enter(w.what, deadline));
-    slot.emplace(std::move(s));
-  }
   Assignment out;
   out.level = static_cast<int32_t>(level);
-  DENDRO_ASSIGN_OR_RETURN(out.leaves, model.model->AssignLeaves(rows));
+  const FittedModel& fitted = *model.model;
+  auto compute = [&fitted](const MatrixView& all,
+                           absl::Span<const Batcher::Share> shares) -> absl::Status {
+    DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> leaves, fitted.AssignLeaves(all));
+    if (shares.size() == 1) {
+      *static_cast<std::vector<int32_t>*>(shares[0].out) = std::move(leaves);
+      return absl::OkStatus();
+    }
+    for (const Batcher::Share& s : shares) {
+      static_cast<std::vector<int32_t>*>(s.out)->assign(leaves.begin() + s.offset,
+                                                         leaves.begin() + s.offset + s.rows);
+    }
+    return absl::OkStatus();
+  };
+  DENDRO_RETURN_IF_ERROR(Compute(w, Batcher::Key{&fitted, kAssignLeaves},
+                                 fitted.BatchingPays(nullptr), rows, deadline, &out.leaves,
+                                 compute));
   out.clusters = out.leaves;
   if (level > 0) {
     DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> cut, tree.CutToK(out.level));
@@ -233,9 +263,39 @@ absl::StatusOr<Prediction> Api::Predict(const CallWording& w, const LoadedModel&
         deps_.max_message_bytes >> 20, " MiB message limit; send at most ",
         deps_.max_message_bytes / per_row, " rows per request", w.too_large_hint));
   }
-  if (deps_.gate == nullptr) return model.model->Predict(rows, options);
-  DENDRO_ASSIGN_OR_RETURN(ServingGate::Slot slot, deps_.gate->Enter(w.what, deadline));
-  return model.model->Predict(rows, options);
+  const FittedModel& fitted = *model.model;
+  auto compute = [&fitted, &options](const MatrixView& all,
+                                     absl::Span<const Batcher::Share> shares) -> absl::Status {
+    DENDRO_ASSIGN_OR_RETURN(Prediction p, fitted.Predict(all, options));
+    if (shares.size() == 1) {
+      *static_cast<Prediction*>(shares[0].out) = std::move(p);
+      return absl::OkStatus();
+    }
+    for (const Batcher::Share& s : shares) {
+      *static_cast<Prediction*>(s.out) = SliceRows(p, s.offset, s.rows);
+    }
+    return absl::OkStatus();
+  };
+  Prediction out;
+  const Batcher::Key key{&fitted, kPredict, options.top_k, options.top_t, options.flat ? 1 : 0};
+  DENDRO_RETURN_IF_ERROR(
+      Compute(w, key, fitted.BatchingPays(&options), rows, deadline, &out, compute));
+  return out;
+}
+
+absl::Status Api::Compute(const CallWording& w, const Batcher::Key& key, bool batch,
+                          const MatrixView& rows, absl::Time deadline, void* out,
+                          Batcher::Compute compute) const {
+  if (batch && deps_.batcher != nullptr) {
+    return deps_.batcher->Run(w.what, key, rows, deadline, out, compute);
+  }
+  std::optional<ServingGate::Slot> slot;
+  if (deps_.gate != nullptr) {
+    DENDRO_ASSIGN_OR_RETURN(ServingGate::Slot s, deps_.gate->Enter(w.what, deadline));
+    slot.emplace(std::move(s));
+  }
+  const Batcher::Share share{0, rows.rows(), out};
+  return compute(rows, absl::MakeConstSpan(&share, 1));
 }
 
 }  // namespace dendro::server

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "core/matrix/matrix.h"
 #include "dendro/v1/dendro.pb.h"
+#include "server/batcher.h"
 #include "server/dataset_store.h"
 #include "server/job_manager.h"
 #include "server/job_lifecycle.h"
@@ -70,6 +71,9 @@ struct ApiDeps {
   // Bounds the Assign and Predict computations at once and the calls
   // waiting for one; null: no bound.
   ServingGate* gate = nullptr;
+  // Coalesces concurrent small Assign and Predict calls on one model (it
+  // asks `gate` itself); null: every call is computed alone.
+  Batcher* batcher = nullptr;
 };
 
 class Api {
@@ -102,7 +106,9 @@ class Api {
 
   // Assign and Predict compute once the request is checked and the serving
   // gate lets them in before `deadline` (the client's; absl::InfiniteFuture()
-  // for none): see server/serving_gate.h for the refusals.
+  // for none): see server/serving_gate.h for the refusals. Small calls may be
+  // computed together with others on the same model, where the model says
+  // that pays (FittedModel::BatchingPays, server/batcher.h).
   // Assign: `level` in [0, leaves]; the answer costs `per_row` bytes a row.
   absl::StatusOr<Assignment> Assign(const CallWording& w, const LoadedModel& model,
                                     const MatrixView& rows, int64_t level, int64_t per_row,
@@ -120,6 +126,12 @@ class Api {
   int64_t max_message_bytes() const { return deps_.max_message_bytes; }
 
  private:
+  // Runs `compute` for `rows` through the batcher when `batch` (the model
+  // says batching pays) and there is one, else alone after the gate.
+  absl::Status Compute(const CallWording& w, const Batcher::Key& key, bool batch,
+                       const MatrixView& rows, absl::Time deadline, void* out,
+                       Batcher::Compute compute) const;
+
   ApiDeps deps_;
 };
 

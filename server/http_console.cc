@@ -716,7 +716,8 @@ struct HttpConsole::Impl {
   Impl(HttpConsoleOptions o, HttpConsoleDeps d)
       : options(std::move(o)),
         deps(d),
-        api(ApiDeps{d.datasets, d.jobs, d.models, options.max_message_bytes, d.gate}) {}
+        api(ApiDeps{d.datasets, d.jobs, d.models, options.max_message_bytes, d.gate,
+                    d.batcher}) {}
 
   // One request: sets the log context, identifies the caller (unless
   // `open`), checks `rpc` (if any), runs `fn` and writes its answer.

@@ -38,6 +38,7 @@
 #include "server/dataset_store.h"
 #include "server/job_manager.h"
 #include "server/model_registry.h"
+#include "server/batcher.h"
 #include "server/serving_gate.h"
 
 namespace dendro::server {
@@ -63,6 +64,7 @@ struct HttpConsoleDeps {
   ModelRegistry* models = nullptr;
   const Authenticator* auth = nullptr;  // never null
   ServingGate* gate = nullptr;          // shared with gRPC; null: no bound
+  Batcher* batcher = nullptr;           // shared with gRPC; null: no batching
 };
 
 class HttpConsole {

@@ -82,6 +82,13 @@ ABSL_FLAG(int, serving_queue, 1024,
           "calls that may wait for an Assign/Predict computing slot; more are refused at once "
           "with RESOURCE_EXHAUSTED, and a waiting call whose deadline passes is dropped "
           "uncomputed (DEADLINE_EXCEEDED)");
+ABSL_FLAG(int64_t, batch_max_rows, 64,
+          "concurrent Assign/Predict calls on one model version of fewer rows than this are "
+          "computed together, up to this many rows at once (0 or 1: each call alone)");
+ABSL_FLAG(int64_t, batch_max_delay_us, 0,
+          "how long a batch waits for more calls before it asks for a computing slot, in "
+          "microseconds (0: never waits; calls that arrive while others compute still share "
+          "a batch)");
 ABSL_FLAG(int, model_table_reconcile_seconds, 30,
           "with a PostgreSQL catalogue: other replicas' model changes arrive as notifications "
           "within milliseconds; the in-memory table of names, versions and labels is also "
@@ -310,6 +317,8 @@ int main(int argc, char** argv) {
   options.serving_concurrency = absl::GetFlag(FLAGS_serving_concurrency);
   options.job_nice = absl::GetFlag(FLAGS_job_nice);
   options.serving_queue = absl::GetFlag(FLAGS_serving_queue);
+  options.batch_max_rows = absl::GetFlag(FLAGS_batch_max_rows);
+  options.batch_max_delay = absl::Microseconds(absl::GetFlag(FLAGS_batch_max_delay_us));
   options.model_table_reconcile =
       absl::Seconds(absl::GetFlag(FLAGS_model_table_reconcile_seconds));
   options.max_streams = absl::GetFlag(FLAGS_max_streams);

@@ -32,6 +32,7 @@
 #include "server/catalogue.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
+#include "server/batcher.h"
 #include "server/serving_gate.h"
 #include "server/services.h"
 #include "server/stream_limiter.h"
@@ -50,6 +51,7 @@ struct DendroServer::State {
   std::unique_ptr<JobManager> jobs;
   std::unique_ptr<StreamLimiter> streams;
   std::unique_ptr<ServingGate> gate;
+  std::unique_ptr<Batcher> batcher;  // asks `gate`
   std::vector<std::unique_ptr<grpc::Service>> services;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<grpc::Server> health_server;  // --health_listen
@@ -315,8 +317,18 @@ absl::Status DendroServer::Start() {
   s.gate = std::make_unique<ServingGate>(gate_options);
   spdlog::info("serving: {} Assign/Predict computations at once, up to {} more waiting",
                gate_options.concurrency, gate_options.max_waiting);
+  Batcher::Options batch_options;
+  batch_options.max_rows = options_.batch_max_rows;
+  batch_options.max_delay = options_.batch_max_delay;
+  s.batcher = std::make_unique<Batcher>(batch_options, s.gate.get());
+  if (batch_options.max_rows > 1) {
+    spdlog::info("serving: calls of fewer than {} rows on one model are computed together "
+                 "(waiting at most {} us for company)",
+                 batch_options.max_rows, absl::ToInt64Microseconds(batch_options.max_delay));
+  }
   ServiceDeps deps;
   deps.gate = s.gate.get();
+  deps.batcher = s.batcher.get();
   deps.datasets = s.datasets.get();
   deps.jobs = s.jobs.get();
   deps.models = s.models.get();
@@ -365,6 +377,7 @@ absl::Status DendroServer::Start() {
     s.metrics->AddProbe("dendro_open_streams", "Streaming RPCs holding a slot.",
                         [streams] { return streams->open_streams(); });
     ServingGate* gate = s.gate.get();
+    Batcher* batcher = s.batcher.get();
     s.metrics->AddProbe("dendro_serving_computing",
                         "Assign/Predict computations running now (at most "
                         "--serving_concurrency).",
@@ -379,7 +392,19 @@ absl::Status DendroServer::Start() {
     s.metrics->AddCounterProbe("dendro_serving_expired_total",
                                "Assign/Predict calls dropped uncomputed: their deadline passed "
                                "while they waited.",
-                               [gate] { return gate->stats().expired; });
+                               [gate, batcher] {
+                                 return gate->stats().expired + batcher->stats().expired;
+                               });
+    s.metrics->AddCounterProbe("dendro_serving_batches_total",
+                               "Assign/Predict evaluations that answered two or more calls "
+                               "together (--batch_max_rows).",
+                               [batcher] { return batcher->stats().batches; });
+    s.metrics->AddCounterProbe("dendro_serving_batched_calls_total",
+                               "Assign/Predict calls answered by such an evaluation.",
+                               [batcher] { return batcher->stats().batched_calls; });
+    s.metrics->AddProbe("dendro_serving_batch_waiting",
+                        "Assign/Predict calls in batches that are not computing yet.",
+                        [batcher] { return batcher->stats().waiting; });
     DENDRO_RETURN_IF_ERROR(s.metrics->Serve(options_.metrics_listen));
   }
   s.grpc_server = builder.BuildAndStart();
@@ -420,7 +445,7 @@ absl::Status DendroServer::Start() {
     hopts.allow_insecure = options_.allow_insecure;
     s.http = std::make_unique<HttpConsole>(
         hopts, HttpConsoleDeps{s.datasets.get(), s.jobs.get(), s.models.get(), s.auth.get(),
-                               s.gate.get()});
+                               s.gate.get(), s.batcher.get()});
     DENDRO_RETURN_IF_ERROR(s.http->Start());
   }
   DENDRO_RETURN_IF_ERROR(s.jobs->Start());

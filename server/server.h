@@ -50,6 +50,9 @@ struct ServerOptions {
   // Nice value of job threads (JobManager::Options::nice).
   int job_nice = 10;
   int serving_queue = 1024;
+  // Dynamic batching of small Assign/Predict calls (server/batcher.h).
+  int64_t batch_max_rows = 64;
+  absl::Duration batch_max_delay = absl::ZeroDuration();
   int max_streams_per_caller = 0;               // 0: max_streams / 2 (see StreamLimiter)
   int admin_reserved_streams = 4;               // of max_streams, at most a quarter
   absl::Duration upload_idle_timeout = absl::Seconds(60);

@@ -54,7 +54,7 @@ class ServiceBase {
   explicit ServiceBase(ServiceDeps deps)
       : deps_(std::move(deps)),
         api_(ApiDeps{deps_.datasets, deps_.jobs, deps_.models, deps_.max_message_bytes,
-                     deps_.gate}) {}
+                     deps_.gate, deps_.batcher}) {}
   grpc::Status ToGrpc(const absl::Status& s) const { return server::ToGrpc(s, deps_); }
   // Who is calling and whether they may call `rpc` (see server/auth.h).
   // Refusals are logged for the audit trail, with the peer.

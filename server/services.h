@@ -14,6 +14,7 @@
 #include "server/job_manager.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
+#include "server/batcher.h"
 #include "server/serving_gate.h"
 #include "server/stream_limiter.h"
 
@@ -44,6 +45,8 @@ struct ServiceDeps {
   // Bounds Assign and Predict computations and their waiting line (null:
   // no bound).
   ServingGate* gate = nullptr;
+  // Coalesces small Assign/Predict calls (null: each alone).
+  Batcher* batcher = nullptr;
 };
 
 // The three dendro.v1 services, ready to register with a ServerBuilder.

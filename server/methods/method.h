@@ -77,6 +77,14 @@ class FittedModel {
   // Classifiers override this too; clustering models answer
   // FailedPrecondition.
   virtual absl::StatusOr<ClassTable> Classes() const;
+  // Whether a few rows evaluated together cost clearly less per row than
+  // each alone (they share a pass over the model's data): concurrent small
+  // calls are then computed in batches (server/batcher.h). `options` is the
+  // Predict's, or null for AssignLeaves. False unless measured to pay.
+  virtual bool BatchingPays(const PredictOptions* options) const {
+    (void)options;
+    return false;
+  }
 };
 
 // Submit-time resource limits. A spec must fit them before it is queued:

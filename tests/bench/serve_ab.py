@@ -2,7 +2,8 @@
 
   /usr/bin/python3 tests/bench/serve_ab.py --a NEW/dendrod --b OLD/dendrod \
       --bench build-rel/tests/bench/serve_bench [--rounds 3] [--duration 10] \
-      [--catalog sqlite|postgres] [--callers 32] [--fit-rate 0]
+      [--catalog sqlite|postgres] [--callers 32] [--fit-rate 0] [--flat] \
+      [--flags-a "..."] [--flags-b "..."]
 
 Starts both servers (each with its own data directory; with --catalog
 postgres each on its own database of one throwaway PostgreSQL 15, see
@@ -121,6 +122,8 @@ def main():
     ap.add_argument("--catalog", choices=["sqlite", "postgres"], default="sqlite")
     ap.add_argument("--fit-rate", type=float, default=0,
                     help="open-loop Predict rate, idle and during an hPPCA fit (0: skip)")
+    ap.add_argument("--flat", action="store_true",
+                    help="also closed-loop single-row flat Predict (every class scored)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--flags-a", default="", help="extra dendrod flags for A")
     ap.add_argument("--flags-b", default="", help="extra dendrod flags for B")
@@ -154,6 +157,10 @@ def main():
                                                   "--callers", str(args.callers)]),
                  ("Assign, closed, single row", ["--create", "l2h", "--rpc", "assign",
                                                  "--callers", str(args.callers)])]
+        if args.flat:
+            cases.insert(1, ("Predict flat, closed, single row",
+                             ["--create", "hppca", "--rpc", "predict", "--flat",
+                              "--callers", str(args.callers)]))
         if args.fit_rate > 0:
             cases.append((f"Predict, open {args.fit_rate:g}/s, idle",
                           ["--create", "hppca", "--rpc", "predict", "--mode", "open",

@@ -2,7 +2,8 @@
 // synthetic two-level class hierarchy: training job, super-class recovery,
 // unary and streaming Predict at T = 1..5 and flat (against the core model),
 // growing a model (hppca_add) vs training on all classes at once, reload
-// after a restart, and clean errors for bad input.
+// after a restart, concurrent single-row calls computed in batches, and
+// clean errors for bad input.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593 (AVX-512 headers)
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -14,7 +15,10 @@
 #include <filesystem>
 #include <limits>
 #include <set>
+#include <sstream>
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/hierarchy/export.h"
@@ -25,6 +29,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/server/server_fixture.h"
+
+// Last: it brings <resolv.h>, whose `_res` macro breaks Eigen's headers.
+#include <httplib.h>
 
 namespace dendro::server {
 namespace {
@@ -306,6 +313,98 @@ TEST_F(HppcaServerTest, TrainPredictStreamAndReload) {
     EXPECT_EQ(again.labels(i), flat.labels(i));
     EXPECT_EQ(again.scores(i), flat.scores(i));
   }
+}
+
+// A counter from the server's /metrics page (-1 when absent).
+double MetricValue(int port, const std::string& name) {
+  httplib::Client cli("127.0.0.1", port);
+  auto res = cli.Get("/metrics");
+  if (!res || res->status != 200) return -1;
+  std::istringstream in(res->body);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  }
+  return -1;
+}
+
+// Dynamic batching (server/batcher.h): single-row flat Predict calls (where
+// hierarchical PPCA says batching pays) from concurrent callers, computed in
+// batches behind a one-slot gate, get the answers each row gets alone: the
+// same classes and classes scored; scores equal up to float rounding (a
+// batch's rows are scored by one matrix product, whose sums may round
+// differently from a single row's). Assign calls made at the same time
+// (hierarchical, computed alone) answer as they do alone too.
+TEST_F(HppcaServerTest, ConcurrentSingleRowCallsAreBatchedAndAnswerAsAlone) {
+  ServerOptions opts;
+  opts.serving_concurrency = 1;
+  opts.batch_max_rows = 16;
+  opts.metrics_listen = "127.0.0.1:0";
+  StartServer(opts);
+  v1::Dataset ds;
+  ASSERT_TRUE(Upload(train_.x, &train_.labels, &ds).ok());
+  grpc::Status st;
+  ASSERT_EQ(Train(ds.id(), "clf", &st).state(), v1::JOB_STATE_SUCCEEDED) << st.error_message();
+  const int64_t n = 480;
+  auto assign_one = [&](int64_t row, v1::AssignResponse* out) {
+    v1::AssignRequest req;
+    req.mutable_model()->set_name("clf");
+    req.set_rows(1);
+    req.set_cols(test_.x.cols());
+    req.set_data(std::string(reinterpret_cast<const char*>(test_.x.data() + row * test_.x.cols()),
+                             test_.x.cols() * sizeof(float)));
+    req.set_level(8);
+    grpc::ClientContext ctx;
+    return models_->Assign(&ctx, req, out);
+  };
+  // Alone: one call at a time, so nothing to batch with.
+  std::vector<v1::PredictResponse> alone(n);
+  std::vector<v1::AssignResponse> alone_assign(n);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(Predict(Request("clf", test_.x, i, 1, 0, 3, true), &alone[i]).ok());
+    ASSERT_TRUE(assign_one(i, &alone_assign[i]).ok());
+  }
+  ASSERT_EQ(MetricValue(server_->metrics_port(), "dendro_serving_batches_total"), 0);
+  // Together: eight callers, each its share of the rows.
+  std::vector<v1::PredictResponse> together(n);
+  std::vector<v1::AssignResponse> together_assign(n);
+  std::vector<std::thread> callers;
+  std::atomic<int> failed{0};
+  for (int t = 0; t < 8; ++t) {
+    callers.emplace_back([&, t] {
+      for (int64_t i = t; i < n; i += 8) {
+        if (!Predict(Request("clf", test_.x, i, 1, 0, 3, true), &together[i]).ok()) ++failed;
+        if (!assign_one(i, &together_assign[i]).ok()) ++failed;
+      }
+    });
+  }
+  for (std::thread& c : callers) c.join();
+  ASSERT_EQ(failed.load(), 0);
+  const double batched =
+      MetricValue(server_->metrics_port(), "dendro_serving_batched_calls_total");
+  std::printf("flat Predict calls answered in batches: %.0f of %lld\n", batched,
+              static_cast<long long>(n));
+  EXPECT_GT(batched, 0);
+  double max_diff = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const v1::PredictResponse& a = alone[i];
+    const v1::PredictResponse& b = together[i];
+    ASSERT_EQ(b.rows(), 1);
+    EXPECT_EQ(b.top_k(), a.top_k());
+    EXPECT_EQ(b.top_t(), a.top_t());
+    EXPECT_THAT(b.labels(), ::testing::ElementsAreArray(a.labels())) << "row " << i;
+    EXPECT_THAT(b.superclasses(), ::testing::ElementsAreArray(a.superclasses())) << "row " << i;
+    EXPECT_THAT(b.classes_evaluated(), ::testing::ElementsAreArray(a.classes_evaluated()));
+    ASSERT_EQ(b.scores_size(), a.scores_size());
+    for (int j = 0; j < a.scores_size(); ++j) {
+      EXPECT_NEAR(b.scores(j), a.scores(j), 1e-5 * std::fabs(a.scores(j)) + 1e-4) << "row " << i;
+      max_diff = std::max<double>(max_diff, std::fabs(b.scores(j) - a.scores(j)) /
+                                                (1e-5 * std::fabs(a.scores(j)) + 1e-4));
+    }
+    EXPECT_THAT(together_assign[i].leaf(), ::testing::ElementsAreArray(alone_assign[i].leaf()));
+    EXPECT_THAT(together_assign[i].cluster(),
+                ::testing::ElementsAreArray(alone_assign[i].cluster()));
+  }
+  std::printf("largest score difference, batched vs alone: %.3g of the tolerance\n", max_diff);
 }
 
 TEST_F(HppcaServerTest, GrowingMatchesTrainingOnAllClassesAtOnce) {

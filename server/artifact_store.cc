@@ -1,15 +1,8 @@
 #include "server/artifact_store.h"
 
 #include "absl/strings/str_cat.h"
-#include "server/local_artifact_store.h"
-#include "server/shared_volume_store.h"
 
 namespace dendro::server {
-
-std::unique_ptr<ArtifactStore> OpenArtifactStore(const std::string& data_dir, bool shared) {
-  if (shared) return std::make_unique<SharedVolumeStore>(data_dir);
-  return std::make_unique<LocalArtifactStore>(data_dir);
-}
 
 absl::Status ValidateArtifactKey(std::string_view key) {
   const auto bad = [&](std::string_view why) {

@@ -99,10 +99,6 @@ class ArtifactStore {
   virtual absl::Status Maintain() = 0;
 };
 
-// The store for `data_dir`: a SharedVolumeStore when replicas share it (a
-// shared catalogue), else a LocalArtifactStore.
-std::unique_ptr<ArtifactStore> OpenArtifactStore(const std::string& data_dir, bool shared);
-
 // Keys are relative paths of [A-Za-z0-9._-] components, none of them "." or
 // "..", without a leading or trailing '/'. Everything a store is given is
 // checked against this.

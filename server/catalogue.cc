@@ -5,8 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-#include "server/postgres_catalogue.h"
-#include "server/sqlite_catalogue.h"
 
 namespace dendro::server {
 
@@ -45,19 +43,6 @@ absl::Status DatasetInUseError(const std::string& id) {
 
 absl::Status DatasetGoneError(const std::string& id) {
   return absl::NotFoundError(absl::StrCat("dataset '", id, "' not found (deleted meanwhile)"));
-}
-
-absl::StatusOr<std::unique_ptr<Catalogue>> OpenCatalogue(const std::string& spec,
-                                                         const std::string& data_dir,
-                                                         int connections) {
-  if (spec.empty() || spec == "sqlite") {
-    auto sqlite = SqliteCatalogue::Open(data_dir + "/metadata.db");
-    if (!sqlite.ok()) return sqlite.status();
-    return std::unique_ptr<Catalogue>(*std::move(sqlite));
-  }
-  auto postgres = PostgresCatalogue::Open(spec, connections);
-  if (!postgres.ok()) return postgres.status();
-  return std::unique_ptr<Catalogue>(*std::move(postgres));
 }
 
 }  // namespace dendro::server

@@ -11,7 +11,7 @@
 //     the default, for a single dendrod.
 //   * PostgresCatalogue (postgres_catalogue.h): a PostgreSQL 15 database
 //     that several dendrod replicas can share.
-// OpenCatalogue picks one from the --catalog flag. All methods are
+// OpenCatalogue (server/open_catalogue.h) picks one from the --catalog flag. All methods are
 // thread-safe.
 //
 // Pagination: every table has an integer `seq` in insertion order; List*
@@ -240,16 +240,6 @@ absl::Status CancelledBeforeCommit(const std::string& id);
 absl::Status DatasetInUseError(const std::string& id);
 // NotFound: a job's dataset was deleted before the job could be queued.
 absl::Status DatasetGoneError(const std::string& id);
-// The catalogue `spec` names: "" or "sqlite" for <data_dir>/metadata.db, or
-// a libpq URI "postgresql://[user@]host[:port]/dbname[?options]". A password
-// comes from the PGPASSWORD environment variable or a ~/.pgpass-style
-// PGPASSFILE, never from the URI (one in it is refused, since command lines
-// are visible to every user of the machine).
-// `connections` bounds the PostgreSQL connections (and so the catalogue
-// transactions running at once) of this process; SQLite ignores it.
-absl::StatusOr<std::unique_ptr<Catalogue>> OpenCatalogue(const std::string& spec,
-                                                         const std::string& data_dir,
-                                                         int connections = 4);
 
 }  // namespace dendro::server
 

@@ -30,6 +30,8 @@
 #include "server/http_console.h"
 #include "server/job_manager.h"
 #include "server/catalogue.h"
+#include "server/open_artifact_store.h"
+#include "server/open_catalogue.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/batcher.h"

@@ -23,7 +23,7 @@ namespace dendro::server {
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";  // HOST:PORT; port 0 picks a free one
   std::string data_dir = "./dendro-data";
-  // "" (SQLite in data_dir) or a postgresql:// URI; see OpenCatalogue.
+  // "" (SQLite in data_dir) or a postgresql:// URI; see OpenCatalogue (server/open_catalogue.h).
   std::string catalog;
   int catalog_connections = 4;  // with PostgreSQL: connections of this process
   int workers = 1;

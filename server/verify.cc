@@ -6,6 +6,8 @@
 #include "core/common/status_macros.h"
 #include "server/checksum.h"
 #include "server/dataset_store.h"
+#include "server/open_artifact_store.h"
+#include "server/open_catalogue.h"
 
 namespace dendro::server {
 namespace {

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "server/catalogue.h"
+#include "server/open_catalogue.h"
 #include "tests/server/postgres_harness.h"
 
 namespace {

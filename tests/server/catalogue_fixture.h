@@ -16,6 +16,7 @@
 
 #include "gtest/gtest.h"
 #include "server/catalogue.h"
+#include "server/open_catalogue.h"
 #include "tests/server/postgres_harness.h"
 
 namespace dendro::testing {

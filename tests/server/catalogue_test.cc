@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/catalogue.h"
+#include "server/open_catalogue.h"
 #include "server/postgres_catalogue.h"
 #include "tests/server/catalogue_fixture.h"
 #include "tests/server/postgres_harness.h"

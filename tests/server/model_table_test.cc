@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/catalogue.h"
+#include "server/open_catalogue.h"
 #include "server/local_artifact_store.h"
 #include "server/model_registry.h"
 #include "tests/server/catalogue_fixture.h"

@@ -28,6 +28,7 @@
 #include "dendro/v1/dendro.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "server/catalogue.h"
+#include "server/open_catalogue.h"
 #include "server/server.h"
 #include "tests/server/postgres_harness.h"
 

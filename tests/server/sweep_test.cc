@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "server/catalogue.h"
+#include "server/open_catalogue.h"
 #include "server/dataset_store.h"
 #include "server/local_artifact_store.h"
 #include "server/model_registry.h"

@@ -123,7 +123,7 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
   if (header_.has_labels()) DENDRO_RETURN_IF_ERROR(y_->Commit());
   CrashPoint("upload.files_committed");
   // On an error the destructor removes the files.
-  DENDRO_RETURN_IF_ERROR(store_->meta_->PutDataset(d));
+  DENDRO_RETURN_IF_ERROR(store_->catalogue_->PutDataset(d));
   prefix_.clear();
   {
     // Its checksums were computed from the bytes as they were written.
@@ -140,10 +140,10 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
 
 // --- DatasetStore -------------------------------------------------------------
 
-DatasetStore::DatasetStore(ArtifactStore* artifacts, Catalogue* meta, DiskGuard disk,
+DatasetStore::DatasetStore(ArtifactStore* artifacts, Catalogue* catalogue, DiskGuard disk,
                            int64_t max_dataset_bytes)
     : artifacts_(artifacts),
-      meta_(meta),
+      catalogue_(catalogue),
       max_dataset_bytes_(max_dataset_bytes),
       disk_(std::move(disk)) {}
 
@@ -173,7 +173,7 @@ absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const st
   // Mapping and checksumming run without the lock, so that a large dataset
   // being verified does not hold up opens of other datasets. Two first opens
   // of one dataset may both verify it; the first to finish is kept.
-  DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, meta_->GetDataset(id));
+  DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, catalogue_->GetDataset(id));
   auto ds = std::make_shared<LoadedDataset>();
   ds->info_ = info;
   const std::string prefix = KeyFor(id, info.transient());
@@ -215,8 +215,8 @@ absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const st
 }
 
 absl::Status DatasetStore::Delete(const std::string& id, const std::string& except_job) {
-  DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, meta_->GetDataset(id));
-  DENDRO_RETURN_IF_ERROR(meta_->DeleteUnusedDataset(id, except_job));
+  DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, catalogue_->GetDataset(id));
+  DENDRO_RETURN_IF_ERROR(catalogue_->DeleteUnusedDataset(id, except_job));
   CrashPoint("dataset_delete.row_removed");
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -249,10 +249,10 @@ absl::Status DatasetStore::RemoveOrphans() {
   };
   // Read the whole catalogue before removing anything: a catalogue that
   // cannot be read must not make every dataset look like an orphan.
-  DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> ids, meta_->AllDatasetIds());
+  DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> ids, catalogue_->AllDatasetIds());
   std::vector<v1::Dataset> infos;
   for (const std::string& id : ids) {
-    DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, meta_->GetDataset(id));
+    DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, catalogue_->GetDataset(id));
     infos.push_back(std::move(info));
   }
   std::set<std::string> listed;
@@ -265,11 +265,11 @@ absl::Status DatasetStore::RemoveOrphans() {
       // be about to submit one; the check and the delete are one step
       // against any replica's SubmitJob.
       if (!quiet(key)) continue;
-      const absl::Status deleted = meta_->DeleteUnusedDataset(info.id(), "");
+      const absl::Status deleted = catalogue_->DeleteUnusedDataset(info.id(), "");
       if (absl::IsFailedPrecondition(deleted) || absl::IsNotFound(deleted)) continue;
       DENDRO_RETURN_IF_ERROR(deleted);
     } else {
-      DENDRO_RETURN_IF_ERROR(meta_->DeleteDataset(info.id()));
+      DENDRO_RETURN_IF_ERROR(catalogue_->DeleteDataset(info.id()));
     }
     listed.erase(key);
   }

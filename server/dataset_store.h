@@ -90,8 +90,8 @@ class DatasetStore {
  public:
   // Uploads whose data and labels together exceed `max_dataset_bytes` are
   // refused at the header, as are uploads that `disk` says would leave too
-  // little of the volume free. `artifacts` and `meta` must outlive the store.
-  DatasetStore(ArtifactStore* artifacts, Catalogue* meta, DiskGuard disk,
+  // little of the volume free. `artifacts` and `catalogue` must outlive the store.
+  DatasetStore(ArtifactStore* artifacts, Catalogue* catalogue, DiskGuard disk,
                int64_t max_dataset_bytes = kDefaultMaxDatasetBytes);
   // The data volume's guard, shared with the job manager.
   const DiskGuard& disk() const { return disk_; }
@@ -103,9 +103,9 @@ class DatasetStore {
   std::unique_ptr<DatasetUpload> StartUpload() {
     return std::unique_ptr<DatasetUpload>(new DatasetUpload(this));
   }
-  absl::StatusOr<v1::Dataset> Get(const std::string& id) { return meta_->GetDataset(id); }
+  absl::StatusOr<v1::Dataset> Get(const std::string& id) { return catalogue_->GetDataset(id); }
   absl::StatusOr<Page<v1::Dataset>> List(int64_t after_seq, int limit) {
-    return meta_->ListDatasets(after_seq, limit);
+    return catalogue_->ListDatasets(after_seq, limit);
   }
   absl::StatusOr<std::shared_ptr<const LoadedDataset>> Open(const std::string& id);
   // Removes the metadata row, then the files; FailedPrecondition (nothing
@@ -128,7 +128,7 @@ class DatasetStore {
   friend class DatasetUpload;
 
   ArtifactStore* const artifacts_;
-  Catalogue* meta_;
+  Catalogue* catalogue_;
   const int64_t max_dataset_bytes_;
   const DiskGuard disk_;
   // Whether a first pass of `bytes` more fits under kMaxFirstPassBytes;

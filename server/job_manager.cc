@@ -59,9 +59,9 @@ class JobManager::Context final : public RunContext {
   std::shared_ptr<Entry> entry_;
 };
 
-JobManager::JobManager(Options options, Catalogue* meta, DatasetStore* datasets,
+JobManager::JobManager(Options options, Catalogue* catalogue, DatasetStore* datasets,
                        ModelRegistry* models)
-    : options_(std::move(options)), meta_(meta), datasets_(datasets), models_(models) {
+    : options_(std::move(options)), catalogue_(catalogue), datasets_(datasets), models_(models) {
   if (!options_.resolve_method) options_.resolve_method = MethodForSpec;
 }
 
@@ -69,7 +69,7 @@ JobManager::~JobManager() { Shutdown(absl::ZeroDuration()); }
 
 absl::Status JobManager::Start() {
   DENDRO_ASSIGN_OR_RETURN(std::vector<v1::Job> requeued,
-                          meta_->RequeueLostJobs(options_.replica_id));
+                          catalogue_->RequeueLostJobs(options_.replica_id));
   if (!requeued.empty()) {
     spdlog::info("re-queued {} job(s) left running by an earlier start", requeued.size());
   }
@@ -147,7 +147,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
     // A retry: answer with the first call's job, before anything else (its
     // transient dataset may be gone by now).
     DENDRO_ASSIGN_OR_RETURN(std::optional<v1::Job> previous,
-                            meta_->FindJobByRequest(owner, request_id));
+                            catalogue_->FindJobByRequest(owner, request_id));
     if (previous.has_value()) return Replay(*previous, submitted);
   }
   v1::JobSpec spec = submitted;
@@ -158,7 +158,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
     // A concurrent duplicate may have created the job, run it and removed
     // its transient dataset since the lookup above: answer with that job.
     DENDRO_ASSIGN_OR_RETURN(std::optional<v1::Job> previous,
-                            meta_->FindJobByRequest(owner, request_id));
+                            catalogue_->FindJobByRequest(owner, request_id));
     if (previous.has_value()) return Replay(*previous, submitted);
   }
   DENDRO_ASSIGN_OR_RETURN(v1::Dataset dataset, std::move(found));
@@ -197,17 +197,19 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
     if (!accepting_) return absl::UnavailableError("server is shutting down; job not accepted");
     // Under mu_, so this replica cannot delete the (transient) dataset
     // between the check above and the insert.
-    enqueued = meta_->EnqueueJob(job, options_.queue_capacity);
+    enqueued = catalogue_->EnqueueJob(job, options_.queue_capacity);
     if (enqueued.ok()) {
       ++submissions_;
       wake_cv_.notify_one();
       return job;
     }
   }
-  if (absl::IsAlreadyExists(enqueued) && !request_id.empty()) {
-    // The same request raced this one and was recorded first.
+  if ((absl::IsAlreadyExists(enqueued) || absl::IsNotFound(enqueued)) && !request_id.empty()) {
+    // The same request raced this one and was recorded first (and may
+    // have run and removed its transient dataset since the lookup above,
+    // which the catalogue reports before the duplicate).
     DENDRO_ASSIGN_OR_RETURN(std::optional<v1::Job> previous,
-                            meta_->FindJobByRequest(owner, request_id));
+                            catalogue_->FindJobByRequest(owner, request_id));
     if (previous.has_value()) return Replay(*previous, submitted);
   }
   return enqueued;
@@ -252,12 +254,12 @@ absl::Status JobManager::CheckMethodChange(const v1::JobSpec& spec, const Method
 }
 
 absl::Status JobManager::Delete(const std::string& id) {
-  DENDRO_ASSIGN_OR_RETURN(v1::Job job, meta_->GetJob(id));
+  DENDRO_ASSIGN_OR_RETURN(v1::Job job, catalogue_->GetJob(id));
   if (!IsFinished(job.state())) {
     return absl::FailedPreconditionError(
         absl::StrCat("job '", id, "' is queued or running; cancel it first"));
   }
-  return meta_->DeleteJob(id);
+  return catalogue_->DeleteJob(id);
 }
 
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {
@@ -265,7 +267,7 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = active_.find(id); it != active_.end()) return it->second->job;
   }
-  return meta_->GetJob(id);
+  return catalogue_->GetJob(id);
 }
 
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
@@ -284,7 +286,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
   }
   // Recorded at once in the catalogue, so the request survives a crash and
   // reaches whichever replica holds the job.
-  DENDRO_ASSIGN_OR_RETURN(v1::Job job, meta_->UpdateJob(id, [](v1::Job& j) {
+  DENDRO_ASSIGN_OR_RETURN(v1::Job job, catalogue_->UpdateJob(id, [](v1::Job& j) {
     if (j.state() == v1::JOB_STATE_QUEUED) {
       MarkCancelled(j, "cancelled before it started");
       return true;
@@ -332,7 +334,7 @@ absl::StatusOr<v1::Job> JobManager::WaitForChange(const std::string& id, uint64_
       continue;  // finished meanwhile: read the outcome from the catalogue
     }
     lock.unlock();
-    DENDRO_ASSIGN_OR_RETURN(v1::Job job, meta_->GetJob(id));
+    DENDRO_ASSIGN_OR_RETURN(v1::Job job, catalogue_->GetJob(id));
     if (IsFinished(job.state())) {
       *seen = UINT64_MAX;  // no further changes
       return job;
@@ -353,7 +355,7 @@ absl::StatusOr<v1::Job> JobManager::WaitForChange(const std::string& id, uint64_
 
 
 JobManager::Stats JobManager::GetStats() {
-  absl::StatusOr<JobCounts> counts = meta_->CountJobs();
+  absl::StatusOr<JobCounts> counts = catalogue_->CountJobs();
   std::lock_guard<std::mutex> lock(mu_);
   return Stats{counts.ok() ? static_cast<int>(counts->queued) : -1, running_};
 }
@@ -374,7 +376,7 @@ void JobManager::WorkerLoop() {
       ++claiming_;
     }
     absl::StatusOr<std::optional<ClaimedJob>> claimed =
-        meta_->ClaimJob(options_.replica_id, options_.lease_ttl);
+        catalogue_->ClaimJob(options_.replica_id, options_.lease_ttl);
     if (!claimed.ok() || !claimed->has_value()) {
       if (!claimed.ok()) spdlog::warn("cannot claim a job: {}", claimed.status().ToString());
       std::unique_lock<std::mutex> lock(mu_);
@@ -456,7 +458,7 @@ void JobManager::MaintenanceLoop() {
     const absl::Time now = absl::Now();
     if (now >= next_requeue) {
       next_requeue = now + requeue_period;
-      absl::StatusOr<std::vector<v1::Job>> requeued = meta_->RequeueLostJobs("");
+      absl::StatusOr<std::vector<v1::Job>> requeued = catalogue_->RequeueLostJobs("");
       if (!requeued.ok()) {
         spdlog::warn("cannot re-queue jobs with expired leases: {}", requeued.status().ToString());
       } else {
@@ -470,7 +472,7 @@ void JobManager::MaintenanceLoop() {
     if (options_.retention > absl::ZeroDuration() && now >= next_retention) {
       next_retention = now + retention_period;
       const int64_t cutoff = absl::ToUnixSeconds(now - options_.retention);
-      absl::StatusOr<int> removed = meta_->DeleteJobsEndedBefore(cutoff);
+      absl::StatusOr<int> removed = catalogue_->DeleteJobsEndedBefore(cutoff);
       if (!removed.ok()) {
         spdlog::warn("job retention: {}", removed.status().ToString());
       } else if (*removed > 0) {
@@ -504,7 +506,7 @@ void JobManager::RenewLeases() {
   }
   for (const Lease& l : leases) {
     absl::StatusOr<v1::Job> stored =
-        meta_->RenewJobLease(l.id, l.token, options_.lease_ttl, l.progress, l.stage);
+        catalogue_->RenewJobLease(l.id, l.token, options_.lease_ttl, l.progress, l.stage);
     std::lock_guard<std::mutex> lock(mu_);
     Entry& entry = *l.entry;
     if (entry.finishing) continue;  // the outcome, not a lost lease, ended it
@@ -613,7 +615,7 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
 }
 
 absl::Status JobManager::ReleaseLocked(Entry& entry) {
-  absl::Status s = meta_->ReleaseJob(entry.job, entry.token);
+  absl::Status s = catalogue_->ReleaseJob(entry.job, entry.token);
   if (absl::IsAborted(s)) {
     spdlog::warn("job {}: not recorded as {}: {}", entry.job.id(),
                  v1::JobState_Name(entry.job.state()), std::string(s.message()));

@@ -105,7 +105,7 @@ class JobManager {
     int running = 0;  // on this replica
   };
 
-  JobManager(Options options, Catalogue* meta, DatasetStore* datasets,
+  JobManager(Options options, Catalogue* catalogue, DatasetStore* datasets,
              ModelRegistry* models);
   ~JobManager();
 
@@ -128,7 +128,7 @@ class JobManager {
                                  const std::string& request_id = "");
   absl::StatusOr<v1::Job> Get(const std::string& id);
   absl::StatusOr<Page<v1::Job>> List(int64_t after_seq, int limit) {
-    return meta_->ListJobs(after_seq, limit);
+    return catalogue_->ListJobs(after_seq, limit);
   }
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
   // Removes a finished job's record; FAILED_PRECONDITION while it is queued
@@ -201,7 +201,7 @@ class JobManager {
   void ForgetLocked(const std::shared_ptr<Entry>& entry);
 
   Options options_;
-  Catalogue* const meta_;
+  Catalogue* const catalogue_;
   DatasetStore* const datasets_;
   ModelRegistry* const models_;
 

@@ -63,13 +63,13 @@ absl::Status ValidateLabel(const std::string& label) {
   return absl::OkStatus();
 }
 
-ModelRegistry::ModelRegistry(ArtifactStore* artifacts, Catalogue* meta, int64_t cache_bytes)
-    : artifacts_(artifacts), meta_(meta), cache_(cache_bytes) {}
+ModelRegistry::ModelRegistry(ArtifactStore* artifacts, Catalogue* catalogue, int64_t cache_bytes)
+    : artifacts_(artifacts), catalogue_(catalogue), cache_(cache_bytes) {}
 
 ModelRegistry::~ModelRegistry() { watch_.reset(); }
 
 void ModelRegistry::StartWatching(absl::Duration reconcile) {
-  watch_ = meta_->WatchModelChanges(
+  watch_ = catalogue_->WatchModelChanges(
       [this](const std::string& name) {
         if (name.empty()) {
           Reconcile();
@@ -84,7 +84,7 @@ absl::StatusOr<std::vector<StoredModel>> ModelRegistry::Refresh(const std::strin
                                                                 bool held_only) {
   if (held_only && !table_.Holds(name)) return std::vector<StoredModel>();
   const uint64_t ticket = table_.NextTicket();
-  absl::StatusOr<std::vector<StoredModel>> read = meta_->ModelVersions(name);
+  absl::StatusOr<std::vector<StoredModel>> read = catalogue_->ModelVersions(name);
   if (!read.ok()) {
     table_.Forget(name, ticket);
     return read.status();
@@ -97,7 +97,7 @@ absl::StatusOr<std::vector<StoredModel>> ModelRegistry::Refresh(const std::strin
 
 void ModelRegistry::Reconcile() {
   const uint64_t ticket = table_.NextTicket();
-  absl::StatusOr<std::vector<StoredModel>> all = meta_->ModelVersions("");
+  absl::StatusOr<std::vector<StoredModel>> all = catalogue_->ModelVersions("");
   if (!all.ok()) {
     spdlog::warn("model table: reconciliation with the catalogue failed: {}",
                  std::string(all.status().message()));
@@ -137,7 +137,7 @@ absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Jo
   SetNow(m.mutable_create_time());
   for (const auto& [k, v] : model.metadata()) (*m.mutable_metadata())[k] = v;
   m.mutable_checksums()->insert(sums.begin(), sums.end());
-  auto committed = meta_->CommitModel(m, key, std::move(job), lease_token);
+  auto committed = catalogue_->CommitModel(m, key, std::move(job), lease_token);
   if (!committed.ok()) {
     // (An outcome-unknown commit may have landed: the table re-reads.)
     Refresh(name).IgnoreError();
@@ -240,7 +240,7 @@ absl::StatusOr<LoadedModel> ModelRegistry::Load(const v1::ModelRef& ref) {
     // This version deleted (here or through another replica) since the
     // lookup: that is not damage. Look for the version, not the ref: a
     // "latest" ref may now find a newer one.
-    if (absl::IsNotFound(meta_->GetModel(name, stored.model.version()).status())) {
+    if (absl::IsNotFound(catalogue_->GetModel(name, stored.model.version()).status())) {
       Refresh(name).IgnoreError();
       return absl::NotFoundError(absl::StrCat(what, " was just deleted"));
     }
@@ -263,7 +263,7 @@ absl::StatusOr<LoadedModel> ModelRegistry::Load(const v1::ModelRef& ref) {
 
 absl::StatusOr<int> ModelRegistry::Delete(const std::string& name, int64_t version) {
   DENDRO_RETURN_IF_ERROR(ValidateVersion(version));
-  absl::StatusOr<std::vector<StoredModel>> removed = meta_->DeleteModels(name, version);
+  absl::StatusOr<std::vector<StoredModel>> removed = catalogue_->DeleteModels(name, version);
   // Before answering: a version deleted here is not served after this.
   Refresh(name).IgnoreError();
   if (!removed.ok()) return removed.status();
@@ -283,13 +283,13 @@ void ModelRegistry::RemoveFiles(const std::string& name, const std::vector<Store
 
 absl::StatusOr<std::optional<int64_t>> ModelRegistry::RetentionExemptionLost(
     const std::string& name, const std::string& label, int64_t new_version) {
-  absl::StatusOr<StoredModel> now = meta_->GetModel(name, 0, label);
+  absl::StatusOr<StoredModel> now = catalogue_->GetModel(name, 0, label);
   if (absl::IsNotFound(now.status())) return std::nullopt;  // a new label protects more
   if (!now.ok()) return now.status();
   if (now->model.keep_versions() <= 0) return std::nullopt;
   const int64_t from = now->model.version();
   if (new_version == 0) {
-    DENDRO_ASSIGN_OR_RETURN(StoredModel latest, meta_->GetModel(name, 0));
+    DENDRO_ASSIGN_OR_RETURN(StoredModel latest, catalogue_->GetModel(name, 0));
     new_version = latest.model.version();
   }
   if (new_version == from) return std::nullopt;
@@ -300,7 +300,7 @@ absl::StatusOr<v1::Model> ModelRegistry::SetLabel(const std::string& name,
                                                   const std::string& label, int64_t version) {
   DENDRO_RETURN_IF_ERROR(ValidateVersion(version));
   DENDRO_RETURN_IF_ERROR(ValidateLabel(label));
-  absl::StatusOr<v1::Model> set = meta_->SetModelLabel(name, label, version);
+  absl::StatusOr<v1::Model> set = catalogue_->SetModelLabel(name, label, version);
   Refresh(name).IgnoreError();
   return set;
 }
@@ -308,7 +308,7 @@ absl::StatusOr<v1::Model> ModelRegistry::SetLabel(const std::string& name,
 absl::StatusOr<int64_t> ModelRegistry::DeleteLabel(const std::string& name,
                                                    const std::string& label) {
   DENDRO_RETURN_IF_ERROR(ValidateLabel(label));
-  absl::StatusOr<int64_t> deleted = meta_->DeleteModelLabel(name, label);
+  absl::StatusOr<int64_t> deleted = catalogue_->DeleteModelLabel(name, label);
   Refresh(name).IgnoreError();
   return deleted;
 }
@@ -318,7 +318,7 @@ absl::StatusOr<int> ModelRegistry::SetRetention(const std::string& name, int64_t
     return absl::InvalidArgumentError(absl::StrCat(
         "keep_versions must be in [0, 1000000] (0: keep every version), got ", keep_versions));
   }
-  absl::StatusOr<std::vector<StoredModel>> removed = meta_->SetModelRetention(name, keep_versions);
+  absl::StatusOr<std::vector<StoredModel>> removed = catalogue_->SetModelRetention(name, keep_versions);
   Refresh(name).IgnoreError();
   if (!removed.ok()) return removed.status();
   RemoveFiles(name, *removed);
@@ -335,7 +335,7 @@ absl::Status ModelRegistry::RemoveOrphans() {
     DENDRO_ASSIGN_OR_RETURN(std::vector<ArtifactEntry> v, artifacts_->List(name.key));
     versions.insert(versions.end(), v.begin(), v.end());
   }
-  DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> dirs, meta_->AllModelDirs());
+  DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> dirs, catalogue_->AllModelDirs());
   const std::set<std::string> live(dirs.begin(), dirs.end());
   const absl::Time cutoff = absl::Now() - grace;
   for (const ArtifactEntry& v : versions) {

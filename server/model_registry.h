@@ -45,8 +45,8 @@ struct LoadedModel {
 class ModelRegistry {
  public:
   // `cache_bytes` > 0 bounds the memory of loaded models kept for reuse.
-  // `artifacts` and `meta` must outlive the registry.
-  ModelRegistry(ArtifactStore* artifacts, Catalogue* meta, int64_t cache_bytes);
+  // `artifacts` and `catalogue` must outlive the registry.
+  ModelRegistry(ArtifactStore* artifacts, Catalogue* catalogue, int64_t cache_bytes);
   ~ModelRegistry();
 
   // Where other processes share the catalogue, follows their model changes
@@ -84,7 +84,7 @@ class ModelRegistry {
   // Returns how many versions the new policy removed.
   absl::StatusOr<int> SetRetention(const std::string& name, int64_t keep_versions);
   absl::StatusOr<Page<v1::Model>> List(const std::string& name, int64_t after_seq, int limit) {
-    return meta_->ListModels(name, after_seq, limit);
+    return catalogue_->ListModels(name, after_seq, limit);
   }
   // Removes model artifacts no metadata row points at (where the store has
   // an orphan grace, only those unchanged for that long). Removes nothing,
@@ -109,7 +109,7 @@ class ModelRegistry {
   void DropFromCache(const ModelTable::Dropped& dropped);
 
   ArtifactStore* const artifacts_;
-  Catalogue* meta_;
+  Catalogue* catalogue_;
   ModelCache cache_;
   ModelTable table_;
   // Last: stopped (its thread joined) before the table and cache go.

@@ -46,7 +46,7 @@ struct DendroServer::State {
   // First: destroyed last, after the gRPC server whose calls use them.
   std::unique_ptr<ServerMetrics> metrics;
   std::unique_ptr<Authenticator> auth;  // likewise used by the handlers
-  std::unique_ptr<Catalogue> meta;
+  std::unique_ptr<Catalogue> catalogue;
   std::unique_ptr<ArtifactStore> artifacts;  // outlives the two below
   std::unique_ptr<DatasetStore> datasets;
   std::unique_ptr<ModelRegistry> models;
@@ -219,19 +219,19 @@ absl::Status DendroServer::Start() {
   if (options_.job_lease < absl::Seconds(2)) {
     return absl::InvalidArgumentError("--job_lease_seconds must be at least 2");
   }
-  DENDRO_ASSIGN_OR_RETURN(s.meta, OpenCatalogue(options_.catalog, options_.data_dir,
+  DENDRO_ASSIGN_OR_RETURN(s.catalogue, OpenCatalogue(options_.catalog, options_.data_dir,
                                                        options_.catalog_connections));
   DENDRO_ASSIGN_OR_RETURN(MinFreeDisk min_free, ParseMinFreeDisk(options_.min_free_disk));
   // Replicas sharing the directory may be writing files they have not yet
   // recorded, and reading files another replica deletes: see
   // server/shared_volume_store.h.
-  s.artifacts = OpenArtifactStore(options_.data_dir, s.meta->shared());
-  s.datasets = std::make_unique<DatasetStore>(s.artifacts.get(), s.meta.get(),
+  s.artifacts = OpenArtifactStore(options_.data_dir, s.catalogue->shared());
+  s.datasets = std::make_unique<DatasetStore>(s.artifacts.get(), s.catalogue.get(),
                                               DiskGuard(options_.data_dir, min_free),
                                               options_.max_dataset_bytes);
   const int64_t cache_bytes = options_.model_cache_bytes > 0 ? options_.model_cache_bytes
                                                              : DefaultJobMemoryBytes() / 3;
-  s.models = std::make_unique<ModelRegistry>(s.artifacts.get(), s.meta.get(), cache_bytes);
+  s.models = std::make_unique<ModelRegistry>(s.artifacts.get(), s.catalogue.get(), cache_bytes);
   s.models->StartWatching(options_.model_table_reconcile);
   spdlog::info("model cache holds up to {} MiB of loaded models", cache_bytes >> 20);
   // First, so that it finds only what a crash or kill left in the trash: the
@@ -270,10 +270,10 @@ absl::Status DendroServer::Start() {
   if (!options_.metrics_listen.empty()) {
     s.metrics = std::make_unique<ServerMetrics>();
     jopts.on_finished = [m = s.metrics.get()](const v1::Job& job) { m->JobFinished(job); };
-    s.meta->set_observer(
+    s.catalogue->set_observer(
         [m = s.metrics.get()](const char* op, double seconds) { m->CatalogueOp(op, seconds); });
   }
-  s.jobs = std::make_unique<JobManager>(jopts, s.meta.get(), s.datasets.get(), s.models.get());
+  s.jobs = std::make_unique<JobManager>(jopts, s.catalogue.get(), s.datasets.get(), s.models.get());
 
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (options_.tls_cert_file.empty() != options_.tls_key_file.empty()) {

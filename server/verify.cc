@@ -26,11 +26,11 @@ std::string Check(ArtifactStore* artifacts, const std::string& prefix,
 
 }  // namespace
 
-absl::StatusOr<VerifyReport> VerifyArtifacts(Catalogue* meta, ArtifactStore* artifacts) {
+absl::StatusOr<VerifyReport> VerifyArtifacts(Catalogue* catalogue, ArtifactStore* artifacts) {
   VerifyReport report;
-  DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> ids, meta->AllDatasetIds());
+  DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> ids, catalogue->AllDatasetIds());
   for (const std::string& id : ids) {
-    absl::StatusOr<v1::Dataset> d = meta->GetDataset(id);
+    absl::StatusOr<v1::Dataset> d = catalogue->GetDataset(id);
     if (absl::IsNotFound(d.status())) continue;  // deleted meanwhile
     if (!d.ok()) return d.status();
     ++report.datasets;
@@ -39,13 +39,13 @@ absl::StatusOr<VerifyReport> VerifyArtifacts(Catalogue* meta, ArtifactStore* art
                                 ToChecksumMap(d->checksums()),
                                 absl::StrCat("dataset ", id));
     // A row deleted while its files were being read is not damage.
-    if (!problem.empty() && meta->GetDataset(id).ok()) report.damaged.push_back(problem);
+    if (!problem.empty() && catalogue->GetDataset(id).ok()) report.damaged.push_back(problem);
   }
   int64_t after = 0;
   while (true) {
-    DENDRO_ASSIGN_OR_RETURN(Page<v1::Model> page, meta->ListModels("", after, 500));
+    DENDRO_ASSIGN_OR_RETURN(Page<v1::Model> page, catalogue->ListModels("", after, 500));
     for (const v1::Model& m : page.items) {
-      absl::StatusOr<StoredModel> stored = meta->GetModel(m.name(), m.version());
+      absl::StatusOr<StoredModel> stored = catalogue->GetModel(m.name(), m.version());
       if (absl::IsNotFound(stored.status())) continue;
       if (!stored.ok()) return stored.status();
       ++report.models;
@@ -53,7 +53,7 @@ absl::StatusOr<VerifyReport> VerifyArtifacts(Catalogue* meta, ArtifactStore* art
       std::string problem =
           Check(artifacts, stored->dir, ToChecksumMap(stored->model.checksums()),
                 absl::StrCat("model '", m.name(), "' version ", m.version()));
-      if (!problem.empty() && meta->GetModel(m.name(), m.version()).ok()) {
+      if (!problem.empty() && catalogue->GetModel(m.name(), m.version()).ok()) {
         report.damaged.push_back(problem);
       }
     }
@@ -64,13 +64,13 @@ absl::StatusOr<VerifyReport> VerifyArtifacts(Catalogue* meta, ArtifactStore* art
 }
 
 int RunVerify(const std::string& data_dir, const std::string& catalog, std::ostream& out) {
-  absl::StatusOr<std::unique_ptr<Catalogue>> meta = OpenCatalogue(catalog, data_dir);
-  if (!meta.ok()) {
-    out << "dendrod --verify: " << meta.status().message() << "\n";
+  absl::StatusOr<std::unique_ptr<Catalogue>> catalogue = OpenCatalogue(catalog, data_dir);
+  if (!catalogue.ok()) {
+    out << "dendrod --verify: " << catalogue.status().message() << "\n";
     return 2;
   }
-  std::unique_ptr<ArtifactStore> artifacts = OpenArtifactStore(data_dir, (*meta)->shared());
-  absl::StatusOr<VerifyReport> report = VerifyArtifacts(meta->get(), artifacts.get());
+  std::unique_ptr<ArtifactStore> artifacts = OpenArtifactStore(data_dir, (*catalogue)->shared());
+  absl::StatusOr<VerifyReport> report = VerifyArtifacts(catalogue->get(), artifacts.get());
   if (!report.ok()) {
     out << "dendrod --verify: " << report.status().message() << "\n";
     return 2;

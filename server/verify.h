@@ -25,7 +25,7 @@ struct VerifyReport {
 // Reads every object the catalogue lists and checksums its files. Objects
 // deleted while the check runs are skipped. Fails only if the catalogue
 // cannot be read.
-absl::StatusOr<VerifyReport> VerifyArtifacts(Catalogue* meta, ArtifactStore* artifacts);
+absl::StatusOr<VerifyReport> VerifyArtifacts(Catalogue* catalogue, ArtifactStore* artifacts);
 
 // `dendrod --verify`: opens the catalogue and the data directory as dendrod
 // would (without locking out a running server), prints the damaged objects

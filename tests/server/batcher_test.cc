@@ -4,6 +4,7 @@
 #include "server/batcher.h"
 
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -11,23 +12,13 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/server/eventually.h"
 
 namespace dendro::server {
 namespace {
 
+using ::dendro::testing::Eventually;
 using ::testing::HasSubstr;
-
-// Polls until `pred` holds (at most 30 s: a bound for a loaded machine, not
-// a timing assertion).
-template <typename Pred>
-bool Eventually(Pred pred) {
-  const absl::Time until = absl::Now() + absl::Seconds(30);
-  while (absl::Now() < until) {
-    if (pred()) return true;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return false;
-}
 
 // One call's rows: `n` rows of 3 columns, row r = (id, r, 0).
 struct Rows {
@@ -82,58 +73,94 @@ void ExpectOwnRows(const Answer& a, float id, int n) {
   }
 }
 
-TEST(BatcherTest, CallsWaitingForTheGateAreComputedTogetherEachWithItsOwnRows) {
-  ServingGate gate({/*concurrency=*/1, /*max_waiting=*/8});
-  Batcher batcher({/*max_rows=*/64, absl::ZeroDuration()}, &gate);
-  Recorder rec;
-  const Batcher::Key key{&rec, 1};
-  auto held = gate.Enter("predict", absl::InfiniteFuture());
-  ASSERT_TRUE(held.ok());
-  constexpr int kCalls = 6;
-  std::vector<Rows> rows;
-  for (int i = 0; i < kCalls; ++i) rows.emplace_back(static_cast<float>(i), 1 + i % 3);
-  std::vector<Answer> answers(kCalls);
-  std::vector<std::thread> callers;
-  for (int i = 0; i < kCalls; ++i) {
-    callers.emplace_back(
-        [&, i] { EXPECT_TRUE(RunOne(batcher, rec, key, rows[i], &answers[i]).ok()); });
+// A one-slot gate whose slot the test holds until Release().
+struct HeldGate {
+  explicit HeldGate(int max_waiting)
+      : gate({/*concurrency=*/1, max_waiting}),
+        held(gate.Enter("predict", absl::InfiniteFuture())) {
+    EXPECT_TRUE(held.ok());
   }
+  void Release() {
+    if (held.ok()) auto release = std::move(*held);
+    held = absl::CancelledError("released");
+  }
+  ServingGate gate;
+  absl::StatusOr<ServingGate::Slot> held;
+};
+
+// Concurrent calls: call i sends `rows_of(i)` rows tagged i under
+// `key_of(i)`; Join() waits for them and checks each got its own rows.
+class Calls {
+ public:
+  // `held`, if any, is released before an early end joins the calls.
+  Calls(Batcher& batcher, Recorder& rec, int n, const std::function<int(int)>& rows_of,
+        const std::function<Batcher::Key(int)>& key_of, HeldGate* held)
+      : held_(held), answers_(n) {
+    for (int i = 0; i < n; ++i) rows_.emplace_back(static_cast<float>(i), rows_of(i));
+    for (int i = 0; i < n; ++i) {
+      threads_.emplace_back([&batcher, &rec, this, i, key = key_of(i)] {
+        EXPECT_TRUE(RunOne(batcher, rec, key, rows_[i], &answers_[i]).ok());
+      });
+    }
+  }
+  ~Calls() {
+    if (held_ != nullptr) held_->Release();
+    Join();
+  }
+  void Join() {
+    if (joined_) return;
+    joined_ = true;
+    for (std::thread& t : threads_) t.join();
+    for (size_t i = 0; i < rows_.size(); ++i) {
+      ExpectOwnRows(answers_[i], static_cast<float>(i), static_cast<int>(rows_[i].data.size() / 3));
+    }
+  }
+
+ private:
+  HeldGate* const held_;
+  bool joined_ = false;
+  std::vector<Rows> rows_;
+  std::vector<Answer> answers_;
+  std::vector<std::thread> threads_;
+};
+
+TEST(BatcherTest, CallsWaitingForTheGateAreComputedTogetherEachWithItsOwnRows) {
+  HeldGate held(8);
+  Batcher batcher({/*max_rows=*/64, absl::ZeroDuration()}, &held.gate);
+  Recorder rec;
+  constexpr int kCalls = 6;
+  Calls calls(
+      batcher, rec, kCalls, [](int i) { return 1 + i % 3; },
+      [&rec](int) {
+        return Batcher::Key{&rec, 1};
+      },
+      &held);
   // One leader waits at the gate; the five others joined its batch.
   ASSERT_TRUE(Eventually([&] { return batcher.stats().waiting == kCalls; }));
-  EXPECT_EQ(gate.stats().waiting, 1);
-  { auto release = std::move(*held); }
-  for (std::thread& t : callers) t.join();
-  for (int i = 0; i < kCalls; ++i) ExpectOwnRows(answers[i], static_cast<float>(i), 1 + i % 3);
-  int64_t rows_computed = 0;
-  for (int64_t s : rec.sizes()) rows_computed += s;
-  EXPECT_EQ(rows_computed, 12);  // every row once
-  EXPECT_EQ(rec.sizes(), std::vector<int64_t>{12});
-  EXPECT_GE(batcher.stats().batches, 1);
-  EXPECT_GE(batcher.stats().batched_calls, 2);
+  EXPECT_EQ(held.gate.stats().waiting, 1);
+  held.Release();
+  calls.Join();
+  EXPECT_EQ(rec.sizes(), std::vector<int64_t>{12});  // every row, once, in one evaluation
+  EXPECT_EQ(batcher.stats().batches, 1);
+  EXPECT_EQ(batcher.stats().batched_calls, kCalls);
 }
 
 TEST(BatcherTest, ABatchNeverExceedsMaxRowsAndLargeCallsGoAlone) {
-  ServingGate gate({/*concurrency=*/1, /*max_waiting=*/64});
-  Batcher batcher({/*max_rows=*/8, absl::ZeroDuration()}, &gate);
+  HeldGate held(64);
+  Batcher batcher({/*max_rows=*/8, absl::ZeroDuration()}, &held.gate);
   Recorder rec;
-  const Batcher::Key key{&rec, 1};
-  auto held = gate.Enter("predict", absl::InfiniteFuture());
-  ASSERT_TRUE(held.ok());
   constexpr int kCalls = 12;
-  std::vector<Rows> rows;
-  for (int i = 0; i < kCalls; ++i) rows.emplace_back(static_cast<float>(i), i == 0 ? 9 : 3);
-  std::vector<Answer> answers(kCalls);
-  std::vector<std::thread> callers;
-  for (int i = 0; i < kCalls; ++i) {
-    callers.emplace_back(
-        [&, i] { EXPECT_TRUE(RunOne(batcher, rec, key, rows[i], &answers[i]).ok()); });
-  }
+  Calls calls(
+      batcher, rec, kCalls, [](int i) { return i == 0 ? 9 : 3; },
+      [&rec](int) {
+        return Batcher::Key{&rec, 1};
+      },
+      &held);
   // The 9-row call waits at the gate alone; the 33 other rows in batches of
   // at most 8 rows, each batch's leader at the gate too.
   ASSERT_TRUE(Eventually([&] { return batcher.stats().waiting == kCalls - 1; }));
-  { auto release = std::move(*held); }
-  for (std::thread& t : callers) t.join();
-  for (int i = 0; i < kCalls; ++i) ExpectOwnRows(answers[i], static_cast<float>(i), i == 0 ? 9 : 3);
+  held.Release();
+  calls.Join();
   int64_t rows_computed = 0;
   for (int64_t s : rec.sizes()) {
     // The 9-row call alone; every batch of 3-row calls within 8 rows.
@@ -144,27 +171,21 @@ TEST(BatcherTest, ABatchNeverExceedsMaxRowsAndLargeCallsGoAlone) {
 }
 
 TEST(BatcherTest, CallsWithDifferentKeysAreNeverMixed) {
-  ServingGate gate({/*concurrency=*/1, /*max_waiting=*/8});
-  Batcher batcher({/*max_rows=*/64, absl::ZeroDuration()}, &gate);
+  HeldGate held(8);
+  Batcher batcher({/*max_rows=*/64, absl::ZeroDuration()}, &held.gate);
   Recorder rec;
-  auto held = gate.Enter("predict", absl::InfiniteFuture());
-  ASSERT_TRUE(held.ok());
-  std::vector<Rows> rows;
-  for (int i = 0; i < 6; ++i) rows.emplace_back(static_cast<float>(i), 1);
-  std::vector<Answer> answers(6);
-  std::vector<std::thread> callers;
-  for (int i = 0; i < 6; ++i) {
-    // Calls 0, 2, 4 on one model, 1, 3, 5 on another (the keys differ in `c`).
-    const Batcher::Key key{&rec, 1, 0, 0, i % 2};
-    callers.emplace_back(
-        [&, i, key] { EXPECT_TRUE(RunOne(batcher, rec, key, rows[i], &answers[i]).ok()); });
-  }
+  // Calls 0, 2, 4 on one model, 1, 3, 5 on another (the keys differ in `c`).
+  Calls calls(
+      batcher, rec, 6, [](int) { return 1; },
+      [&rec](int i) {
+        return Batcher::Key{&rec, 1, 0, 0, i % 2};
+      },
+      &held);
   ASSERT_TRUE(Eventually([&] { return batcher.stats().waiting == 6; }));
-  ASSERT_TRUE(Eventually([&] { return gate.stats().waiting == 2; }));  // one leader per key
-  { auto release = std::move(*held); }
-  for (std::thread& t : callers) t.join();
-  for (int i = 0; i < 6; ++i) ExpectOwnRows(answers[i], static_cast<float>(i), 1);
-  for (int64_t s : rec.sizes()) EXPECT_LE(s, 3);
+  ASSERT_TRUE(Eventually([&] { return held.gate.stats().waiting == 2; }));  // a leader per key
+  held.Release();
+  calls.Join();
+  EXPECT_EQ(rec.sizes(), std::vector<int64_t>({3, 3}));
 }
 
 TEST(BatcherTest, AMemberWhoseDeadlinePassesLeavesItsBatchUncomputed) {
@@ -268,23 +289,18 @@ TEST(BatcherTest, ALeaderWaitsForCompanyUpToTheDelayAndGoesWhenTheBatchIsFull) {
 }
 
 TEST(BatcherTest, BatchingOffComputesEveryCallAlone) {
-  ServingGate gate({/*concurrency=*/1, /*max_waiting=*/8});
-  Batcher batcher({/*max_rows=*/0, absl::ZeroDuration()}, &gate);
+  HeldGate held(8);
+  Batcher batcher({/*max_rows=*/0, absl::ZeroDuration()}, &held.gate);
   Recorder rec;
-  const Batcher::Key key{&rec, 1};
-  auto held = gate.Enter("predict", absl::InfiniteFuture());
-  ASSERT_TRUE(held.ok());
-  std::vector<Rows> rows;
-  for (int i = 0; i < 4; ++i) rows.emplace_back(static_cast<float>(i), 1);
-  std::vector<Answer> answers(4);
-  std::vector<std::thread> callers;
-  for (int i = 0; i < 4; ++i) {
-    callers.emplace_back(
-        [&, i] { EXPECT_TRUE(RunOne(batcher, rec, key, rows[i], &answers[i]).ok()); });
-  }
-  ASSERT_TRUE(Eventually([&] { return gate.stats().waiting == 4; }));
-  { auto release = std::move(*held); }
-  for (std::thread& t : callers) t.join();
+  Calls calls(
+      batcher, rec, 4, [](int) { return 1; },
+      [&rec](int) {
+        return Batcher::Key{&rec, 1};
+      },
+      &held);
+  ASSERT_TRUE(Eventually([&] { return held.gate.stats().waiting == 4; }));
+  held.Release();
+  calls.Join();
   EXPECT_EQ(rec.sizes(), std::vector<int64_t>(4, 1));
   EXPECT_EQ(batcher.stats().batches, 0);
 }

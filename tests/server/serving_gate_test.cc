@@ -10,23 +10,13 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/server/eventually.h"
 
 namespace dendro::server {
 namespace {
 
+using ::dendro::testing::Eventually;
 using ::testing::HasSubstr;
-
-// Polls until `pred` holds (at most 30 s: a bound for a loaded machine, not
-// a timing assertion).
-template <typename Pred>
-bool Eventually(Pred pred) {
-  const absl::Time until = absl::Now() + absl::Seconds(30);
-  while (absl::Now() < until) {
-    if (pred()) return true;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return false;
-}
 
 TEST(ServingGateTest, AtMostConcurrencyComputeAndTheOthersWaitTheirTurn) {
   ServingGate gate({/*concurrency=*/2, /*max_waiting=*/8});

@@ -232,7 +232,6 @@ absl::Status DendroServer::Start() {
   const int64_t cache_bytes = options_.model_cache_bytes > 0 ? options_.model_cache_bytes
                                                              : DefaultJobMemoryBytes() / 3;
   s.models = std::make_unique<ModelRegistry>(s.artifacts.get(), s.catalogue.get(), cache_bytes);
-  s.models->StartWatching(options_.model_table_reconcile);
   spdlog::info("model cache holds up to {} MiB of loaded models", cache_bytes >> 20);
   // First, so that it finds only what a crash or kill left in the trash: the
   // sweeps below hand what they remove to the store's background deletion.
@@ -274,6 +273,8 @@ absl::Status DendroServer::Start() {
         [m = s.metrics.get()](const char* op, double seconds) { m->CatalogueOp(op, seconds); });
   }
   s.jobs = std::make_unique<JobManager>(jopts, s.catalogue.get(), s.datasets.get(), s.models.get());
+  // After the observer is set: the watch's thread uses the catalogue.
+  s.models->StartWatching(options_.model_table_reconcile);
 
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (options_.tls_cert_file.empty() != options_.tls_key_file.empty()) {

@@ -187,8 +187,6 @@ absl::StatusOr<v1::Job> SubmitFit(client::Client& client, const v1::JobSpec& spe
 // method) for a spec without allow_method_change: then it also names the
 // flag that allows it.
 absl::Status WithMethodChangeHint(const absl::Status& status, const v1::JobSpec& spec);
-// Fetches the tree in the format each output's extension asks for and writes
-// the files atomically. Returns the model that was served.
 // How tree outputs are drawn: the method's own n-ary tree instead of its
 // refinement (`unrefined`; refused for a .npy linkage), and for .svg the
 // clusters to colour and the layout (see core/hierarchy/svg.h).
@@ -199,6 +197,8 @@ struct TreeOutputOptions {
 };
 // From --unrefined, --color-level K and --layout auto|rectangular|radial.
 absl::StatusOr<TreeOutputOptions> TreeOutputOptionsFrom(const Args& args);
+// Fetches the tree in the format each output's extension asks for and writes
+// the files atomically. Returns the model that was served.
 absl::StatusOr<v1::Model> FetchTrees(client::Client& client, const v1::ModelRef& ref,
                                      const std::vector<std::string>& outs,
                                      const TreeOutputOptions& options = {});

@@ -13,11 +13,11 @@
 #include "absl/strings/str_format.h"
 #include "client/cli/cli.h"
 #include "core/common/status_macros.h"
-#include "core/ghhc/ghhc.h"
+#include "core/ghhc/choices.h"
 #include "core/hierarchy/export.h"
 #include "core/io/atomic_file.h"
 #include "core/io/npy.h"
-#include "core/l2h/l2h.h"
+#include "core/l2h/aggregation.h"
 #include "core/metrics/metrics.h"
 #include "nlohmann/json.hpp"
 

@@ -1,10 +1,3 @@
-// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
-// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
-// 105593, fixed in 12.3/13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include "core/ghhc/ghhc.h"
 
 #include <omp.h>
@@ -427,50 +420,6 @@ double GhhcStepScale(const GhhcOptions& options) {
   const int64_t total = options.triples > 0 ? options.triples : kGhhcDefaultTriples;
   if (!options.step_budget || total <= kGhhcDefaultTriples) return 1.0;
   return static_cast<double>(kGhhcDefaultTriples) / static_cast<double>(total);
-}
-
-std::string_view GhhcLinkName(GhhcLink link) {
-  return link == GhhcLink::kSoftplus ? "softplus" : "sigmoid";
-}
-
-absl::StatusOr<GhhcLink> ParseGhhcLink(std::string_view name) {
-  for (GhhcLink l : {GhhcLink::kSigmoid, GhhcLink::kSoftplus}) {
-    if (name == GhhcLinkName(l)) return l;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("link must be sigmoid or softplus, got '", std::string(name), "'"));
-}
-
-std::string_view GhhcProjectionName(GhhcProjection projection) {
-  return projection == GhhcProjection::kRandom ? "random" : "pca";
-}
-
-absl::StatusOr<GhhcProjection> ParseGhhcProjection(std::string_view name) {
-  for (GhhcProjection p : {GhhcProjection::kPca, GhhcProjection::kRandom}) {
-    if (name == GhhcProjectionName(p)) return p;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("projection must be pca or random, got '", std::string(name), "'"));
-}
-
-std::string_view GhhcPointsName(GhhcPoints points) {
-  switch (points) {
-    case GhhcPoints::kFixed:
-      return "fixed";
-    case GhhcPoints::kLearned:
-      return "learned";
-    case GhhcPoints::kAuto:
-      return "auto";
-  }
-  return "fixed";
-}
-
-absl::StatusOr<GhhcPoints> ParseGhhcPoints(std::string_view name) {
-  for (GhhcPoints p : {GhhcPoints::kFixed, GhhcPoints::kLearned, GhhcPoints::kAuto}) {
-    if (name == GhhcPointsName(p)) return p;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("points must be fixed, learned or auto, got '", std::string(name), "'"));
 }
 
 void SetGhhcPoints(GhhcPoints points, GhhcOptions* options) {

@@ -121,45 +121,14 @@
 
 #include "absl/status/statusor.h"
 #include "core/common/run_context.h"
+#include "core/ghhc/choices.h"
 #include "core/hierarchy/hierarchy.h"
 #include "core/matrix/matrix.h"
 
 namespace dendro {
 
-enum class GhhcLink {
-  kSigmoid,   // s(y) = 1 / (1 + e^-y): eq. 15 as printed
-  kSoftplus,  // s(y) = log(1 + e^y): the BPR log-sigmoid loss of the authors' code
-};
-
 // Neighbour search above exact_knn_max_points (step 2 above).
 enum class GhhcKnn { kIvf, kHnsw };
-
-enum class GhhcProjection {
-  // Learned: the top-p principal directions of the centred rows (from a
-  // sample of at most kGhhcPcaSample rows), an orthonormal basis. Lossless
-  // for data whose rank is <= p.
-  kPca,
-  // Seeded Gaussian matrix with entries N(0, 1/p): keeps distances in
-  // expectation (Johnson-Lindenstrauss), needs no pass over the data.
-  kRandom,
-};
-
-// "sigmoid", "softplus"; "pca", "random". Parse* accept exactly those names
-// and answer InvalidArgument listing them otherwise.
-std::string_view GhhcLinkName(GhhcLink link);
-absl::StatusOr<GhhcLink> ParseGhhcLink(std::string_view name);
-std::string_view GhhcProjectionName(GhhcProjection projection);
-absl::StatusOr<GhhcProjection> ParseGhhcProjection(std::string_view name);
-
-// An explicit choice of how the points are placed (the API's `points`);
-// without one, GhhcOptions' defaults apply (choose_points_max_rows).
-enum class GhhcPoints {
-  kFixed,    // the paper's setting, at any size
-  kLearned,  // learn_points
-  kAuto,     // choose_points, at any size
-};
-std::string_view GhhcPointsName(GhhcPoints points);  // "fixed", "learned", "auto"
-absl::StatusOr<GhhcPoints> ParseGhhcPoints(std::string_view name);
 
 struct GhhcOptions {
   int32_t internal_nodes = 100;  // M (>= 2); the paper uses 64 .. 40,000

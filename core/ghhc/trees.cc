@@ -2,13 +2,6 @@
 // the section 4.2 rules, ExtractGhhcTree) and its binary refinement
 // (GhhcModelTrees), both functions of the model's nodes, node_parent and
 // node_leaf alone, so a saved model rebuilds exactly the trees of its fit.
-// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
-// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
-// 105593, fixed in 12.3/13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <algorithm>
 #include <cmath>
 #include <numeric>

@@ -733,28 +733,6 @@ absl::StatusOr<L2hResult> L2hRunner::Run() {
 
 }  // namespace
 
-std::string_view L2hAggregationName(L2hAggregation a) {
-  switch (a) {
-    case L2hAggregation::kSumOfSums:
-      return "sum_of_sums";
-    case L2hAggregation::kMeanOfMeans:
-      return "mean_of_means";
-    case L2hAggregation::kSumOfMeans:
-      return "sum_of_means";
-  }
-  return "unknown";
-}
-
-absl::StatusOr<L2hAggregation> ParseL2hAggregation(std::string_view name) {
-  for (L2hAggregation a : {L2hAggregation::kSumOfMeans, L2hAggregation::kMeanOfMeans,
-                           L2hAggregation::kSumOfSums}) {
-    if (name == L2hAggregationName(a)) return a;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown L2H aggregation '", std::string(name),
-                   "'; expected one of sum_of_means, mean_of_means, sum_of_sums"));
-}
-
 absl::StatusOr<L2hResult> RunL2h(const MatrixView& logits, const L2hOptions& options,
                                  RunContext& ctx, const L2hFirstPass* first_pass) {
   if (logits.rows() < 1) {

@@ -37,22 +37,11 @@
 #include "absl/status/statusor.h"
 #include "core/common/run_context.h"
 #include "core/hierarchy/hierarchy.h"
+#include "core/l2h/aggregation.h"
 #include "core/l2h/first_pass.h"
 #include "core/matrix/matrix.h"
 
 namespace dendro {
-
-// The aggregation Λ of eq. 1 (the paper's Table 7 rows).
-enum class L2hAggregation {
-  // sum_{c in G} sum_{x in D^c} g(x)
-  kSumOfSums,
-  // 1/|G| sum_{c in G} mean_{x in D^c} g(x)
-  kMeanOfMeans,
-  // sum_{c in G} mean_{x in D^c} g(x)  -- the paper's choice and the default
-  kSumOfMeans,
-};
-std::string_view L2hAggregationName(L2hAggregation a);  // "sum_of_means", ...
-absl::StatusOr<L2hAggregation> ParseL2hAggregation(std::string_view name);
 
 struct L2hOptions {
   L2hAggregation aggregation = L2hAggregation::kSumOfMeans;

@@ -11,10 +11,6 @@
 // seeding_rank 0 = the default (10), -1 = all q directions.
 // Artifacts: core/hppca's model directory (which includes tree.json and
 // point_leaf.npy as SaveTree writes them).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593 (AVX-512 headers)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <algorithm>
 #include <cmath>
 #include <memory>

@@ -20,13 +20,6 @@
 // getrusage maximum resident set (the data generation is included; run with
 // /usr/bin/time -v for an outside view). tests/bench/ghhc_fastcluster.py runs
 // fastcluster's average linkage on the same data.
-// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
-// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
-// 105593, fixed in 12.3/13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <sys/resource.h>
 
 #include <algorithm>

@@ -18,10 +18,6 @@
 // the distinct points among 202,000 uniform draws, otherwise every point.
 // The exact search times `--exact-queries` of them (all by default) and the
 // report scales that time to the full query set.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <omp.h>
 
 #include <algorithm>

@@ -7,13 +7,6 @@
 // writes the same arrays). Dendrogram purity is that of the extracted
 // (coarse) tree, the paper's evaluation. About 15 s of CPU on one core.
 // The synthetic longer-training test at the end adds about 10 s.
-// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
-// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
-// 105593, fixed in 12.3/13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <algorithm>
 #include <string>
 #include <vector>

@@ -11,10 +11,6 @@
 // batch throughput, and single-row latency. With --export, writes the model
 // (HppcaModel::Save) and the evaluation rows/labels/flat predictions as .npy
 // for hppca_numpy_flat.py. Prints one JSON object at the end.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593 (AVX-512 headers)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <omp.h>
 
 #include <algorithm>

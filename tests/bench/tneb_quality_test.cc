@@ -31,12 +31,6 @@
 // before the two touching blobs separate). Persistence merging (the
 // default) and EM run towards convergence give 0.77-0.92; the thresholds
 // below sit between the two.
-// GCC 12.2 reports false (maybe-)uninitialized warnings inside its AVX-512
-// intrinsics headers when Eigen is built with -march=native (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <algorithm>
 #include <cstdio>
 #include <set>

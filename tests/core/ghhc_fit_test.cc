@@ -4,13 +4,6 @@
 // cancellation, progress, determinism; and the pieces it is built from:
 // tree extraction on hand-made inputs, average linkage against a direct
 // O(s^3) transcription, the initial node layout, the neighbour tables.
-// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
-// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
-// 105593, fixed in 12.3/13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <algorithm>
 #include <array>
 #include <atomic>

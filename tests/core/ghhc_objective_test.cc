@@ -2,13 +2,6 @@
 // built on the reference geometry (poincare.h), and their analytic gradients
 // against finite differences of that transcription; eq. 4 parent selection
 // and point placement against brute force.
-// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
-// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
-// 105593, fixed in 12.3/13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <cmath>
 #include <limits>
 #include <random>

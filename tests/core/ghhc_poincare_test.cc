@@ -2,13 +2,6 @@
 // differences: distance (eq. 1) vs the Möbius-addition form, norm (eq. 2),
 // d_cp (eqs. 3, 16), the retraction (eq. 19) and the Riemannian gradient
 // scale (eq. 20) vs the metric measured through the distance.
-// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
-// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
-// 105593, fixed in 12.3/13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <cmath>
 #include <random>
 

@@ -2,13 +2,6 @@
 // (coarse_hierarchy) and its binary refinement (hierarchy) by average
 // linkage on the Poincaré distance between node embeddings; GhhcModelTrees
 // rebuilds both from a saved model, whichever tree tree.json holds.
-// GCC 12.2 reports false (maybe-)uninitialized warnings inside its own
-// AVX-512 intrinsics headers when Eigen is built with -march=native (GCC bug
-// 105593, fixed in 12.3/13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <unistd.h>
 
 #include <algorithm>

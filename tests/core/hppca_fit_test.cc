@@ -2,10 +2,6 @@
 // models vs the eigendecomposition of the sample covariance, Theorem 1 scores
 // vs the direct Mahalanobis form (eq. 2), hierarchical == flat at T = S,
 // exact KL assignment vs brute force, tree shape, growing, and errors.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593 (AVX-512 headers)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -1,9 +1,5 @@
 // Low-rank Gaussian algebra of the HPPCA module (KL, Bhattacharyya, Theorem 2
 // centroid) against straightforward dense double-precision formulas.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593 (AVX-512 headers)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include "core/hppca/gaussian.h"
 #include "core/hppca/internal.h"
 

@@ -2,10 +2,6 @@
 // the classes -> super-classes -> root tree (coarse_hierarchy()) by average
 // linkage on the squared Euclidean distance between class means and
 // super-class centroid means; Load rebuilds it, whatever tree.json holds.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593 (AVX-512 headers)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <unistd.h>
 
 #include <algorithm>

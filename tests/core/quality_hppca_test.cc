@@ -2,10 +2,6 @@
 // super-class recovery (ARI against the generating groups), accuracy as T
 // grows, growing a model vs training on all classes at once, and Save/Load.
 // Links the whole core (metrics, io).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593 (AVX-512 headers)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <cmath>
 #include <cstdio>
 #include <string>

@@ -3,12 +3,6 @@
 // type, removed, or set to an out-of-range integer. Every such file must be
 // refused with a Status (in the loader's error code); none may throw.
 // (Links the whole core: the model I/O uses dendro_io.)
-// GCC 12.2 reports false (maybe-)uninitialized warnings inside its AVX-512
-// intrinsics headers when Eigen is built with -march=native (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <cmath>
 #include <fstream>
 #include <functional>

@@ -1,11 +1,5 @@
 // t-NEB model persistence: round trip, numpy-readable arrays, damaged
 // files. (Links the whole core: the model I/O uses dendro_io.)
-// GCC 12.2 reports false (maybe-)uninitialized warnings inside its AVX-512
-// intrinsics headers when Eigen is built with -march=native (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <cmath>
 #include <filesystem>
 #include <random>

@@ -1,12 +1,6 @@
 // t-NEB end to end on small synthetic data: input errors, recovered
 // clusters, automatic k, filtering, standardisation, bridging, progress and
 // cancellation.
-// GCC 12.2 reports false (maybe-)uninitialized warnings inside its AVX-512
-// intrinsics headers when Eigen is built with -march=native (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <omp.h>
 
 #include <algorithm>

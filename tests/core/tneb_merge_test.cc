@@ -1,12 +1,6 @@
 // Merge tree: maximum-spanning-tree merges against a brute-force maximin
 // (best bottleneck path) over all simple paths; neighbour pairs against a
 // brute-force k-NN; bridging; threshold jumps.
-// GCC 12.2 reports false (maybe-)uninitialized warnings inside its AVX-512
-// intrinsics headers when Eigen is built with -march=native (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <algorithm>
 #include <cmath>
 #include <functional>

@@ -1,12 +1,6 @@
 // Student-t mixture: density against SciPy, gradient against finite
 // differences, EM recovery of sampled parameters, monotone likelihood,
 // reproducibility, and input errors.
-// GCC 12.2 reports false (maybe-)uninitialized warnings inside its AVX-512
-// intrinsics headers when Eigen is built with -march=native (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <atomic>
 #include <cmath>
 #include <fstream>

@@ -1,12 +1,6 @@
 // NEB paths: the optimised path's minimum density against the analytic
 // saddle of a two-Gaussian mixture, separated vs touching components,
 // resampling, errors and cancellation.
-// GCC 12.2 reports false (maybe-)uninitialized warnings inside its AVX-512
-// intrinsics headers when Eigen is built with -march=native (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <cmath>
 #include <iostream>
 #include <limits>

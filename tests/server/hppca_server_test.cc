@@ -4,10 +4,6 @@
 // growing a model (hppca_add) vs training on all classes at once, reload
 // after a restart, concurrent single-row calls computed in batches, and
 // clean errors for bad input.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593 (AVX-512 headers)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <grpcpp/grpcpp.h>
 
 #include <cmath>

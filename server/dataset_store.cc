@@ -40,14 +40,7 @@ absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
   DENDRO_RETURN_IF_ERROR(validator_.Begin(header.rows(), header.cols(), header.has_labels(),
                                           store_->max_dataset_bytes_));
   DENDRO_RETURN_IF_ERROR(store_->disk_.Check(validator_.total_bytes(), "upload"));
-  if (!header.prepare().empty() && header.prepare() != "l2h") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "upload: prepare must be empty or \"l2h\", got \"", header.prepare(), "\""));
-  }
-  if (header.prepare() == "l2h" && header.cols() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "upload: prepare \"l2h\" needs at least 2 columns (clusters), got ", header.cols()));
-  }
+  DENDRO_ASSIGN_OR_RETURN(const UploadPreparer* preparer, store_->PreparerFor(header));
   header_ = header;
   id_ = NewId("ds");
   prefix_ = DatasetStore::KeyFor(id_, header.transient());
@@ -62,10 +55,8 @@ absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
     const int64_t yshape[1] = {header.rows()};
     DENDRO_RETURN_IF_ERROR(y_->Append(MakeNpyHeader(DType::kInt64, yshape)));
   }
-  // The validator bounds rows x cols far below 2^62, and cols <= 2^30 with it.
-  if (header.prepare() == "l2h" && header.cols() <= (int64_t{1} << 30) &&
-      store_->FirstPassFits(header.rows() * int64_t{sizeof(l2h_internal::PointState)})) {
-    l2h_pass_ = std::make_unique<L2hUploadPass>(header.rows(), static_cast<int32_t>(header.cols()));
+  if (preparer != nullptr && store_->PreparedFits(preparer->ResultBytes(header))) {
+    preparation_ = preparer->Start(header);
   }
   return absl::OkStatus();
 }
@@ -78,7 +69,7 @@ absl::Status DatasetUpload::AppendData(std::string_view bytes) {
 
 absl::Status DatasetUpload::TakeData(std::string* bytes) {
   DENDRO_RETURN_IF_ERROR(AppendData(*bytes));
-  if (l2h_pass_ != nullptr) l2h_pass_->Take(bytes);
+  if (preparation_ != nullptr) preparation_->Take(bytes);
   return absl::OkStatus();
 }
 
@@ -103,19 +94,18 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
   SetNow(d.mutable_create_time());
   (*d.mutable_checksums())["X.npy"] = x_->checksum();
   if (header_.has_labels()) (*d.mutable_checksums())["y.npy"] = y_->checksum();
-  std::shared_ptr<const L2hFirstPass> first_pass;
-  if (l2h_pass_ != nullptr) {
-    // Optional: without it an L2H job computes the pass itself.
-    std::string behind;
-    absl::StatusOr<std::shared_ptr<const L2hFirstPass>> done = l2h_pass_->Finish(&behind);
-    l2h_pass_.reset();
+  std::shared_ptr<const PreparedData> prepared;
+  if (preparation_ != nullptr) {
+    // Optional: without it a job computes the same itself.
+    std::string note;
+    absl::StatusOr<std::shared_ptr<const PreparedData>> done = preparation_->Finish(&note);
+    preparation_.reset();
     if (done.ok()) {
-      first_pass = *std::move(done);
-      // Expected whenever the upload leaves no CPU over (L2hUploadPass).
-      if (!behind.empty()) spdlog::info("upload {}: {}", id_, behind);
-      if (first_pass->rows_added() == 0) first_pass.reset();
+      prepared = *std::move(done);
+      if (!note.empty()) spdlog::info("upload {}: {}", id_, note);
     } else {
-      spdlog::warn("upload {}: no L2H first pass: {}", id_, done.status().ToString());
+      spdlog::warn("upload {}: not prepared ({}): {}", id_, header_.prepare(),
+                   done.status().ToString());
     }
   }
   CrashPoint("upload.data_received");
@@ -129,9 +119,9 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
     // Its checksums were computed from the bytes as they were written.
     std::lock_guard<std::mutex> lock(store_->mu_);
     store_->verified_.insert(id_);
-    if (first_pass != nullptr && store_->FirstPassFitsLocked(first_pass->bytes())) {
-      store_->first_pass_bytes_ += first_pass->bytes();
-      store_->l2h_first_passes_[id_] = std::move(first_pass);
+    if (prepared != nullptr && store_->PreparedFitsLocked(prepared->bytes())) {
+      store_->prepared_bytes_ += prepared->bytes();
+      store_->prepared_[id_] = std::move(prepared);
     }
   }
   CrashPoint("upload.catalogued");
@@ -141,24 +131,41 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
 // --- DatasetStore -------------------------------------------------------------
 
 DatasetStore::DatasetStore(ArtifactStore* artifacts, Catalogue* catalogue, DiskGuard disk,
-                           int64_t max_dataset_bytes)
+                           int64_t max_dataset_bytes,
+                           std::vector<const UploadPreparer*> preparers)
     : artifacts_(artifacts),
       catalogue_(catalogue),
       max_dataset_bytes_(max_dataset_bytes),
-      disk_(std::move(disk)) {}
+      disk_(std::move(disk)),
+      preparers_(std::move(preparers)) {}
 
 std::string DatasetStore::KeyFor(const std::string& id, bool transient) {
   return absl::StrCat(transient ? "transient/" : "datasets/", id);
 }
 
-bool DatasetStore::HasL2hFirstPass(const std::string& id) {
+bool DatasetStore::HasPrepared(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  return l2h_first_passes_.count(id) > 0;
+  return prepared_.count(id) > 0;
 }
 
-bool DatasetStore::FirstPassFits(int64_t bytes) {
+bool DatasetStore::PreparedFits(int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  return FirstPassFitsLocked(bytes);
+  return PreparedFitsLocked(bytes);
+}
+
+absl::StatusOr<const UploadPreparer*> DatasetStore::PreparerFor(
+    const v1::DatasetHeader& header) const {
+  if (header.prepare().empty()) return nullptr;
+  std::string names;
+  for (const UploadPreparer* p : preparers_) {
+    if (p->name() == header.prepare()) {
+      DENDRO_RETURN_IF_ERROR(p->CheckHeader(header));
+      return p;
+    }
+    absl::StrAppend(&names, " or \"", p->name(), "\"");
+  }
+  return absl::InvalidArgumentError(absl::StrCat("upload: prepare must be empty", names,
+                                                 ", got \"", header.prepare(), "\""));
 }
 
 absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const std::string& id) {
@@ -207,9 +214,7 @@ absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const st
     if (auto sp = it->second.lock()) return sp;
   }
   verified_.insert(id);
-  if (auto it = l2h_first_passes_.find(id); it != l2h_first_passes_.end()) {
-    ds->l2h_first_pass_ = it->second;
-  }
+  if (auto it = prepared_.find(id); it != prepared_.end()) ds->prepared_ = it->second;
   open_[id] = ds;
   return std::shared_ptr<const LoadedDataset>(ds);
 }
@@ -222,9 +227,9 @@ absl::Status DatasetStore::Delete(const std::string& id, const std::string& exce
     std::lock_guard<std::mutex> lock(mu_);
     open_.erase(id);
     verified_.erase(id);
-    if (auto it = l2h_first_passes_.find(id); it != l2h_first_passes_.end()) {
-      first_pass_bytes_ -= it->second->bytes();
-      l2h_first_passes_.erase(it);
+    if (auto it = prepared_.find(id); it != prepared_.end()) {
+      prepared_bytes_ -= it->second->bytes();
+      prepared_.erase(it);
     }
   }
   // The row is gone, so the dataset is; files left by a failure here are

@@ -7,7 +7,9 @@
 // straight into a new artifact (the server never holds a second copy of the
 // data in memory), validating every float as it arrives; only a complete,
 // valid upload is committed and then recorded in the Catalogue. Opened
-// datasets are memory-mapped and shared between concurrent jobs.
+// datasets are memory-mapped and shared between concurrent jobs. An upload
+// may ask for a preparation (server/upload_preparation.h) that runs beside
+// it; its result stays in memory with the dataset.
 #ifndef DENDRO_SERVER_DATASET_STORE_H_
 #define DENDRO_SERVER_DATASET_STORE_H_
 
@@ -18,18 +20,18 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/io/npy.h"
-#include "core/l2h/first_pass.h"
 #include "core/matrix/matrix.h"
 #include "dendro/v1/dendro.pb.h"
 #include "server/artifact_store.h"
 #include "server/disk_guard.h"
-#include "server/l2h_upload_pass.h"
 #include "server/catalogue.h"
+#include "server/upload_preparation.h"
 #include "server/upload_validator.h"
 
 namespace dendro::server {
@@ -41,14 +43,14 @@ class LoadedDataset {
   MatrixView matrix() const;
   // Empty unless info().has_labels().
   absl::Span<const int64_t> labels() const;
-  // L2H's first pass over matrix(), if this server computed it during the
-  // upload (DatasetHeader.prepare); otherwise null.
-  const std::shared_ptr<const L2hFirstPass>& l2h_first_pass() const { return l2h_first_pass_; }
+  // The upload's preparation (DatasetHeader.prepare), if this server ran it
+  // and kept its result; otherwise null.
+  const std::shared_ptr<const PreparedData>& prepared() const { return prepared_; }
 
  private:
   friend class DatasetStore;
   v1::Dataset info_;
-  std::shared_ptr<const L2hFirstPass> l2h_first_pass_;
+  std::shared_ptr<const PreparedData> prepared_;
   std::unique_ptr<MappedNpy> x_;
   std::unique_ptr<MappedNpy> y_;
 };
@@ -83,22 +85,26 @@ class DatasetUpload {
   std::unique_ptr<ArtifactWriter> x_;
   std::unique_ptr<ArtifactWriter> y_;
   std::string owner_;
-  std::unique_ptr<L2hUploadPass> l2h_pass_;  // when prepare is "l2h"
+  std::unique_ptr<UploadPreparation> preparation_;  // when the header asked for one
 };
 
 class DatasetStore {
  public:
   // Uploads whose data and labels together exceed `max_dataset_bytes` are
   // refused at the header, as are uploads that `disk` says would leave too
-  // little of the volume free. `artifacts` and `catalogue` must outlive the store.
+  // little of the volume free. `preparers` are the preparations an upload
+  // may ask for (UploadPreparers() in server/methods/method.h: those of the
+  // methods). `artifacts`, `catalogue` and the preparers must outlive the
+  // store.
   DatasetStore(ArtifactStore* artifacts, Catalogue* catalogue, DiskGuard disk,
-               int64_t max_dataset_bytes = kDefaultMaxDatasetBytes);
+               int64_t max_dataset_bytes = kDefaultMaxDatasetBytes,
+               std::vector<const UploadPreparer*> preparers = {});
   // The data volume's guard, shared with the job manager.
   const DiskGuard& disk() const { return disk_; }
   static constexpr int64_t kDefaultMaxDatasetBytes = int64_t{64} << 30;
-  // The most memory the first passes computed during uploads may hold
-  // together; an upload that would exceed it is stored without one.
-  static constexpr int64_t kMaxFirstPassBytes = int64_t{1} << 30;
+  // The most memory the results of preparations may hold together; an
+  // upload whose result would exceed it is stored without one.
+  static constexpr int64_t kMaxPreparedBytes = int64_t{1} << 30;
 
   std::unique_ptr<DatasetUpload> StartUpload() {
     return std::unique_ptr<DatasetUpload>(new DatasetUpload(this));
@@ -121,8 +127,8 @@ class DatasetStore {
   absl::Status RemoveOrphans();
   // The artifact prefix of a dataset's files (see server/artifact_store.h).
   static std::string KeyFor(const std::string& id, bool transient);
-  // Whether this server holds an L2H first pass for the dataset.
-  bool HasL2hFirstPass(const std::string& id);
+  // Whether this server holds a preparation's result for the dataset.
+  bool HasPrepared(const std::string& id);
 
  private:
   friend class DatasetUpload;
@@ -131,21 +137,25 @@ class DatasetStore {
   Catalogue* catalogue_;
   const int64_t max_dataset_bytes_;
   const DiskGuard disk_;
-  // Whether a first pass of `bytes` more fits under kMaxFirstPassBytes;
-  // the Locked form with mu_ held.
-  bool FirstPassFits(int64_t bytes);
-  bool FirstPassFitsLocked(int64_t bytes) const {
-    return first_pass_bytes_ + bytes <= kMaxFirstPassBytes;
+  const std::vector<const UploadPreparer*> preparers_;
+  // The preparer an upload's header asks for: null for none, InvalidArgument
+  // for a name no preparer has.
+  absl::StatusOr<const UploadPreparer*> PreparerFor(const v1::DatasetHeader& header) const;
+  // Whether a result of `bytes` more fits under kMaxPreparedBytes; the
+  // Locked form with mu_ held.
+  bool PreparedFits(int64_t bytes);
+  bool PreparedFitsLocked(int64_t bytes) const {
+    return prepared_bytes_ + bytes <= kMaxPreparedBytes;
   }
 
-  std::mutex mu_;  // guards open_, verified_ and the first passes; never held across I/O
+  std::mutex mu_;  // guards open_, verified_ and the prepared results; never held across I/O
   std::map<std::string, std::weak_ptr<const LoadedDataset>> open_;
   // Datasets whose files this process has checksummed (or written) since it
   // started: Open() verifies each dataset once, not on every job.
   std::set<std::string> verified_;
-  // L2H first passes computed during uploads, by dataset id.
-  std::map<std::string, std::shared_ptr<const L2hFirstPass>> l2h_first_passes_;
-  int64_t first_pass_bytes_ = 0;
+  // Results of the preparations run during uploads, by dataset id.
+  std::map<std::string, std::shared_ptr<const PreparedData>> prepared_;
+  int64_t prepared_bytes_ = 0;
 };
 
 }  // namespace dendro::server

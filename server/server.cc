@@ -33,6 +33,7 @@
 #include "server/open_artifact_store.h"
 #include "server/open_catalogue.h"
 #include "server/metrics.h"
+#include "server/methods/method.h"
 #include "server/model_registry.h"
 #include "server/batcher.h"
 #include "server/serving_gate.h"
@@ -228,7 +229,7 @@ absl::Status DendroServer::Start() {
   s.artifacts = OpenArtifactStore(options_.data_dir, s.catalogue->shared());
   s.datasets = std::make_unique<DatasetStore>(s.artifacts.get(), s.catalogue.get(),
                                               DiskGuard(options_.data_dir, min_free),
-                                              options_.max_dataset_bytes);
+                                              options_.max_dataset_bytes, UploadPreparers());
   const int64_t cache_bytes = options_.model_cache_bytes > 0 ? options_.model_cache_bytes
                                                              : DefaultJobMemoryBytes() / 3;
   s.models = std::make_unique<ModelRegistry>(s.artifacts.get(), s.catalogue.get(), cache_bytes);

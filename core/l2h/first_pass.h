@@ -66,7 +66,11 @@ class L2hFirstPass {
   int64_t rows_added() const { return static_cast<int64_t>(states_.size()); }
   bool complete() const { return rows_added() == rows_; }
   // Memory held once complete.
-  int64_t bytes() const { return rows_ * static_cast<int64_t>(sizeof(l2h_internal::PointState)); }
+  int64_t bytes() const { return BytesFor(rows_); }
+  // Memory held by a complete pass over `rows` rows.
+  static int64_t BytesFor(int64_t rows) {
+    return rows * static_cast<int64_t>(sizeof(l2h_internal::PointState));
+  }
 
   // One state per row added, in row order.
   const std::vector<l2h_internal::PointState>& states() const { return states_; }

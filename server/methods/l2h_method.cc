@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
 #include "core/l2h/l2h.h"
+#include "server/methods/l2h_upload_pass.h"
 #include "server/methods/method.h"
 
 namespace dendro::server {
@@ -64,8 +65,9 @@ class L2h final : public Method {
     L2hOptions options;
     DENDRO_ASSIGN_OR_RETURN(options.aggregation, ParseAggregation(spec));
     // The first pass, when this server computed it during the upload.
-    DENDRO_ASSIGN_OR_RETURN(L2hResult result, RunL2h(dataset.matrix(), options, ctx,
-                                                     dataset.l2h_first_pass().get()));
+    DENDRO_ASSIGN_OR_RETURN(L2hResult result,
+                            RunL2h(dataset.matrix(), options, ctx,
+                                   L2hFirstPassOf(dataset.prepared().get())));
     Hierarchy tree = std::move(result.hierarchy);
     DENDRO_RETURN_IF_ERROR(tree.SetLeafNames(LeafNames(spec)));
     auto& md = tree.mutable_metadata();
@@ -75,6 +77,8 @@ class L2h final : public Method {
     md["dataset_rows"] = absl::StrCat(dataset.info().rows());
     return std::make_unique<L2hModel>(std::move(tree), dataset.info().cols());
   }
+
+  const UploadPreparer* upload_preparer() const override { return &L2hUploadPreparer(); }
 
   absl::StatusOr<std::unique_ptr<FittedModel>> Load(const std::string& dir) const override {
     DENDRO_ASSIGN_OR_RETURN(Hierarchy tree, LoadTree(dir));

@@ -1,4 +1,4 @@
-#include "server/l2h_upload_pass.h"
+#include "server/methods/l2h_upload_pass.h"
 
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -132,6 +132,66 @@ absl::Status L2hUploadPass::Consume(std::string& chunk) {
   }
   carry_.append(p, static_cast<size_t>(left));
   return absl::OkStatus();
+}
+
+// --- The preparation the dataset store runs ------------------------------------
+
+namespace {
+
+class L2hPrepared final : public PreparedData {
+ public:
+  explicit L2hPrepared(std::shared_ptr<const L2hFirstPass> pass) : pass_(std::move(pass)) {}
+  int64_t bytes() const override { return pass_->bytes(); }
+  const L2hFirstPass* pass() const { return pass_.get(); }
+
+ private:
+  std::shared_ptr<const L2hFirstPass> pass_;
+};
+
+class L2hPreparation final : public UploadPreparation {
+ public:
+  L2hPreparation(int64_t rows, int32_t cols) : pass_(rows, cols) {}
+  void Take(std::string* bytes) override { pass_.Take(bytes); }
+  absl::StatusOr<std::shared_ptr<const PreparedData>> Finish(std::string* note) override {
+    // Behind is expected whenever the upload leaves no CPU over.
+    absl::StatusOr<std::shared_ptr<const L2hFirstPass>> done = pass_.Finish(note);
+    if (!done.ok()) return done.status();
+    if ((*done)->rows_added() == 0) return nullptr;
+    return std::make_shared<const L2hPrepared>(*std::move(done));
+  }
+
+ private:
+  L2hUploadPass pass_;
+};
+
+class L2hPreparer final : public UploadPreparer {
+ public:
+  std::string_view name() const override { return "l2h"; }
+  absl::Status CheckHeader(const v1::DatasetHeader& header) const override {
+    if (header.cols() >= 2) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "upload: prepare \"l2h\" needs at least 2 columns (clusters), got ", header.cols()));
+  }
+  int64_t ResultBytes(const v1::DatasetHeader& header) const override {
+    return L2hFirstPass::BytesFor(header.rows());
+  }
+  std::unique_ptr<UploadPreparation> Start(const v1::DatasetHeader& header) const override {
+    // The store's validator bounds rows x cols far below 2^62.
+    if (header.rows() < 1 || header.cols() > (int64_t{1} << 30)) return nullptr;
+    return std::make_unique<L2hPreparation>(header.rows(), static_cast<int32_t>(header.cols()));
+  }
+};
+
+}  // namespace
+
+const UploadPreparer& L2hUploadPreparer() {
+  static const L2hPreparer* preparer = new L2hPreparer();
+  return *preparer;
+}
+
+const L2hFirstPass* L2hFirstPassOf(const PreparedData* prepared) {
+  const auto* l2h = dynamic_cast<const L2hPrepared*>(prepared);
+  return l2h != nullptr ? l2h->pass() : nullptr;
 }
 
 }  // namespace dendro::server

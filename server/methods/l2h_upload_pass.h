@@ -1,6 +1,8 @@
-// L2hUploadPass: L2H's first pass (core/l2h/first_pass.h) over an upload's
-// data while it arrives, on a thread of its own, so that an L2H job on the
-// dataset starts at its merges (DatasetHeader.prepare = "l2h").
+// L2H's upload preparation (server/upload_preparation.h): L2hUploadPass runs
+// L2H's first pass (core/l2h/first_pass.h) over an upload's data while it
+// arrives, on a thread of its own, so that an L2H job on the dataset starts
+// at its merges (DatasetHeader.prepare = "l2h"). L2hUploadPreparer() offers
+// it to the dataset store.
 //
 // The upload's thread hands over each data chunk once it is written: Take
 // moves the bytes out of the request, without a copy. The pass's thread
@@ -15,8 +17,8 @@
 // upload never waits for it except for the chunks still queued when the
 // last one arrives. The chunks it is given must already be validated: a
 // non-finite value fails the pass, not the upload.
-#ifndef DENDRO_SERVER_L2H_UPLOAD_PASS_H_
-#define DENDRO_SERVER_L2H_UPLOAD_PASS_H_
+#ifndef DENDRO_SERVER_METHODS_L2H_UPLOAD_PASS_H_
+#define DENDRO_SERVER_METHODS_L2H_UPLOAD_PASS_H_
 
 #include <condition_variable>
 #include <cstdint>
@@ -28,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/l2h/first_pass.h"
+#include "server/upload_preparation.h"
 
 namespace dendro::server {
 
@@ -74,6 +77,14 @@ class L2hUploadPass {
   std::thread thread_;             // last: started once the rest exists
 };
 
+// prepare = "l2h": at least 2 columns; an L2hUploadPass when the columns fit
+// L2hFirstPass (<= 2^30). Its result holds the pass; a pass that did no row
+// is not kept.
+const UploadPreparer& L2hUploadPreparer();
+// The first pass a dataset's preparation left (LoadedDataset::prepared()),
+// or null when it has none or another method's.
+const L2hFirstPass* L2hFirstPassOf(const PreparedData* prepared);
+
 }  // namespace dendro::server
 
-#endif  // DENDRO_SERVER_L2H_UPLOAD_PASS_H_
+#endif  // DENDRO_SERVER_METHODS_L2H_UPLOAD_PASS_H_

@@ -50,6 +50,14 @@ absl::StatusOr<const Method*> MethodByName(std::string_view name) {
   return absl::NotFoundError(absl::StrCat("unknown method '", std::string(name), "'"));
 }
 
+std::vector<const UploadPreparer*> UploadPreparers() {
+  std::vector<const UploadPreparer*> preparers;
+  for (const Method* m : {&L2hMethod(), &TnebMethod(), &GhhcMethod(), &HppcaMethod()}) {
+    if (const UploadPreparer* p = m->upload_preparer(); p != nullptr) preparers.push_back(p);
+  }
+  return preparers;
+}
+
 int64_t DefaultJobMemoryBytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page_size = ::sysconf(_SC_PAGE_SIZE);

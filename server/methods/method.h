@@ -21,6 +21,7 @@
 #include "core/matrix/matrix.h"
 #include "dendro/v1/dendro.pb.h"
 #include "server/dataset_store.h"
+#include "server/upload_preparation.h"
 
 namespace dendro::server {
 
@@ -141,6 +142,12 @@ class Method {
                                                            RunContext& ctx) const = 0;
   virtual absl::StatusOr<std::unique_ptr<FittedModel>> Load(const std::string& dir) const = 0;
 
+  // The work this method does on an upload's rows while they arrive, for
+  // uploads whose DatasetHeader.prepare is its name() (see
+  // server/upload_preparation.h); null when it has none. Its result reaches
+  // Fit as LoadedDataset::prepared().
+  virtual const UploadPreparer* upload_preparer() const { return nullptr; }
+
   // Methods that extend an existing model (e.g. adding classes to a
   // classifier) name it here. The job manager then checks at submit time
   // that it exists, uses its name when the spec gives none, loads it when the
@@ -160,6 +167,8 @@ class Method {
 absl::StatusOr<const Method*> MethodForSpec(const v1::JobSpec& spec);
 // By registry name ("l2h"); NotFound if unknown.
 absl::StatusOr<const Method*> MethodByName(std::string_view name);
+// Every method's upload preparer, for the dataset store.
+std::vector<const UploadPreparer*> UploadPreparers();
 
 // Shared by the hierarchy-based methods: tree.json + point_leaf.npy.
 absl::Status SaveTree(const Hierarchy& tree, const std::string& dir);

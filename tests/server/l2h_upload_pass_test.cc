@@ -15,7 +15,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/dataset_store.h"
-#include "server/l2h_upload_pass.h"
+#include "server/methods/l2h_upload_pass.h"
+#include "server/methods/method.h"
 #include "server/local_artifact_store.h"
 #include "server/sqlite_catalogue.h"
 #include "tests/temp_dir.h"
@@ -139,7 +140,9 @@ class DatasetStoreFirstPassTest : public ::testing::Test {
     ASSERT_TRUE(meta.ok()) << meta.status();
     meta_ = *std::move(meta);
     store_ = std::make_unique<DatasetStore>(artifacts_.get(), meta_.get(),
-                                            DiskGuard(dir_.path(), MinFreeDisk{}));
+                                            DiskGuard(dir_.path(), MinFreeDisk{}),
+                                            DatasetStore::kDefaultMaxDatasetBytes,
+                                            UploadPreparers());
   }
 
   absl::StatusOr<v1::Dataset> Upload(const std::vector<float>& x, int64_t rows, int64_t cols,
@@ -169,25 +172,26 @@ TEST_F(DatasetStoreFirstPassTest, KeptWithTheDatasetUntilItIsDeleted) {
   const std::vector<float> x = RandomLogits(rows, cols, 8);
   auto ds = Upload(x, rows, cols, "l2h", 1001);
   ASSERT_TRUE(ds.ok()) << ds.status();
-  EXPECT_TRUE(store_->HasL2hFirstPass(ds->id()));
+  EXPECT_TRUE(store_->HasPrepared(ds->id()));
   auto loaded = store_->Open(ds->id());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  ASSERT_NE((*loaded)->l2h_first_pass(), nullptr);
+  const L2hFirstPass* pass = L2hFirstPassOf((*loaded)->prepared().get());
+  ASSERT_NE(pass, nullptr);
   L2hFirstPass want(rows, cols);
   ASSERT_TRUE(want.AddRows(x.data(), rows).ok());
-  ExpectSameStates(*(*loaded)->l2h_first_pass(), want);
+  ExpectSameStates(*pass, want);
 
   // Without prepare there is none.
   auto plain = Upload(x, rows, cols, "", 1001);
   ASSERT_TRUE(plain.ok());
-  EXPECT_FALSE(store_->HasL2hFirstPass(plain->id()));
+  EXPECT_FALSE(store_->HasPrepared(plain->id()));
   auto plain_loaded = store_->Open(plain->id());
   ASSERT_TRUE(plain_loaded.ok());
-  EXPECT_EQ((*plain_loaded)->l2h_first_pass(), nullptr);
+  EXPECT_EQ((*plain_loaded)->prepared(), nullptr);
 
   loaded->reset();
   ASSERT_TRUE(store_->Delete(ds->id()).ok());
-  EXPECT_FALSE(store_->HasL2hFirstPass(ds->id()));
+  EXPECT_FALSE(store_->HasPrepared(ds->id()));
 }
 
 TEST_F(DatasetStoreFirstPassTest, HeaderAsksForSomethingItCannotHave) {

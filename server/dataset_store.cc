@@ -162,7 +162,7 @@ absl::StatusOr<const UploadPreparer*> DatasetStore::PreparerFor(
       DENDRO_RETURN_IF_ERROR(p->CheckHeader(header));
       return p;
     }
-    absl::StrAppend(&names, " or \"", p->name(), "\"");
+    absl::StrAppend(&names, " or \"", std::string(p->name()), "\"");
   }
   return absl::InvalidArgumentError(absl::StrCat("upload: prepare must be empty", names,
                                                  ", got \"", header.prepare(), "\""));

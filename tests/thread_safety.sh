@@ -20,11 +20,11 @@ if [[ ! -d "$build/proto/gen" ]]; then
 fi
 cd "$root"
 # Every .cc under core/ and server/ that annotates a lock, or whose header does.
+annotations='ABSL_GUARDED_BY\|ABSL_EXCLUSIVE_LOCKS_REQUIRED\|ABSL_LOCKS_EXCLUDED'
 mapfile -t sources < <(
   for cc in $(find core server -name '*.cc' | sort); do
     h="${cc%.cc}.h"
-    if grep -q 'ABSL_GUARDED_BY\|ABSL_EXCLUSIVE_LOCKS_REQUIRED' "$cc" ||
-       { [[ -f "$h" ]] && grep -q 'ABSL_GUARDED_BY\|ABSL_EXCLUSIVE_LOCKS_REQUIRED' "$h"; }; then
+    if grep -q "$annotations" "$cc" || { [[ -f "$h" ]] && grep -q "$annotations" "$h"; }; then
       echo "$cc"
     fi
   done)
@@ -32,8 +32,10 @@ if [[ ${#sources[@]} -eq 0 ]]; then
   echo "thread_safety: no annotated sources found" >&2
   exit 1
 fi
+# pkg-config's -D flags too: httplib.h declares its TLS members only with
+# CPPHTTPLIB_OPENSSL_SUPPORT, as the build defines it.
 printf '%s\n' "${sources[@]}" |
   xargs -P "$(nproc)" -I{} "$clang" -std=c++17 -fsyntax-only -Wthread-safety \
     -Wthread-safety-beta -Werror -I"$root" -I"$build/proto/gen" -isystem /usr/include/eigen3 \
-    $(pkg-config --cflags-only-I libpqxx cpp-httplib 2>/dev/null) {}
+    $(pkg-config --cflags libpqxx cpp-httplib 2>/dev/null) {}
 echo "thread_safety: ${#sources[@]} file(s) checked, no finding"

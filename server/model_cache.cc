@@ -5,7 +5,7 @@ namespace dendro::server {
 ModelCache::ModelCache(int64_t capacity_bytes) : capacity_(capacity_bytes) {}
 
 std::shared_ptr<const FittedModel> ModelCache::Get(const Key& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = index_.find(key);
   if (it == index_.end()) {
     ++misses_;
@@ -17,7 +17,7 @@ std::shared_ptr<const FittedModel> ModelCache::Get(const Key& key) {
 }
 
 bool ModelCache::Put(const Key& key, std::shared_ptr<const FittedModel> model, int64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = index_.find(key); it != index_.end()) EraseLocked(it->second);
   if (bytes > capacity_) return false;
   while (bytes_ + bytes > capacity_ && !lru_.empty()) {
@@ -31,7 +31,7 @@ bool ModelCache::Put(const Key& key, std::shared_ptr<const FittedModel> model, i
 }
 
 void ModelCache::Erase(const Key& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = index_.find(key); it != index_.end()) EraseLocked(it->second);
 }
 
@@ -42,7 +42,7 @@ void ModelCache::EraseLocked(List::iterator it) {
 }
 
 ModelCache::Stats ModelCache::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Stats s;
   s.entries = static_cast<int64_t>(lru_.size());
   s.bytes = bytes_;

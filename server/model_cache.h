@@ -18,10 +18,11 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "core/common/mutex.h"
 #include "server/methods/method.h"
 
 namespace dendro::server {
@@ -36,13 +37,14 @@ class ModelCache {
   ModelCache& operator=(const ModelCache&) = delete;
 
   // The cached model, now the most recently used; nullptr on a miss.
-  std::shared_ptr<const FittedModel> Get(const Key& key);
+  std::shared_ptr<const FittedModel> Get(const Key& key) ABSL_LOCKS_EXCLUDED(mu_);
   // Caches `model` charged `bytes`, evicting least recently used entries
   // until it fits. Returns false (and caches nothing) when `bytes` alone
   // exceeds the capacity. Replaces an entry with the same key.
-  bool Put(const Key& key, std::shared_ptr<const FittedModel> model, int64_t bytes);
+  bool Put(const Key& key, std::shared_ptr<const FittedModel> model, int64_t bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Drops `key` if present.
-  void Erase(const Key& key);
+  void Erase(const Key& key) ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Stats {
     int64_t entries = 0;
@@ -52,7 +54,7 @@ class ModelCache {
     int64_t misses = 0;
     int64_t evictions = 0;  // entries dropped to make room
   };
-  Stats stats() const;
+  Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Entry {
@@ -62,16 +64,16 @@ class ModelCache {
   };
   using List = std::list<Entry>;  // most recently used first
 
-  void EraseLocked(List::iterator it);
+  void EraseLocked(List::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t capacity_;
-  mutable std::mutex mu_;
-  List lru_;
-  std::map<Key, List::iterator> index_;
-  int64_t bytes_ = 0;
-  int64_t hits_ = 0;
-  int64_t misses_ = 0;
-  int64_t evictions_ = 0;
+  mutable Mutex mu_;
+  List lru_ ABSL_GUARDED_BY(mu_);
+  std::map<Key, List::iterator> index_ ABSL_GUARDED_BY(mu_);
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace dendro::server

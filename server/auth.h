@@ -26,15 +26,16 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/common/mutex.h"
 
 namespace dendro::server {
 
@@ -109,22 +110,23 @@ class Authenticator {
 
   bool enabled() const { return enabled_; }
   // Re-reads the keys file; on error the current table stays in force.
-  absl::Status Reload();
+  absl::Status Reload() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Who is calling. `bearer` is the authorization metadata value (if any),
   // `common_name` the verified client certificate's CN (if any).
   // UNAUTHENTICATED when neither identifies a principal; the message never
   // repeats the key.
   absl::StatusOr<Principal> Identify(std::optional<std::string_view> bearer,
-                                     std::optional<std::string_view> common_name) const;
+                                     std::optional<std::string_view> common_name) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // PERMISSION_DENIED, naming the role needed, if `who` may not call `rpc`.
   static absl::Status Authorize(const Principal& who, Rpc rpc);
 
  private:
   bool enabled_ = false;
   std::string keys_path_;
-  mutable std::mutex mu_;
-  std::shared_ptr<const KeyTable> table_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::shared_ptr<const KeyTable> table_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dendro::server

@@ -6,15 +6,16 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/common/mutex.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
@@ -62,15 +63,16 @@ double Seconds(const google::protobuf::Timestamp& t) {
 // Gauges read at scrape time: registered probes and /proc/self.
 class PulledGauges final : public prometheus::Collectable {
  public:
-  void Add(std::string name, std::string help, std::function<double()> probe, bool counter) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Add(std::string name, std::string help, std::function<double()> probe, bool counter)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     probes_.push_back({std::move(name), std::move(help), std::move(probe), counter});
   }
 
-  std::vector<prometheus::MetricFamily> Collect() const override {
+  std::vector<prometheus::MetricFamily> Collect() const ABSL_LOCKS_EXCLUDED(mu_) override {
     std::vector<prometheus::MetricFamily> out;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       for (const Probe& p : probes_) {
         out.push_back(Gauge(p.name, p.help, p.probe(),
                             p.counter ? prometheus::MetricType::Counter
@@ -148,8 +150,8 @@ class PulledGauges final : public prometheus::Collectable {
     }
   }
 
-  mutable std::mutex mu_;
-  std::vector<Probe> probes_;
+  mutable Mutex mu_;
+  std::vector<Probe> probes_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -33,10 +33,10 @@ StreamLimiter::StreamLimiter(Options options, absl::Duration idle_timeout)
 
 StreamLimiter::~StreamLimiter() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   reaper_.join();
 }
 
@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<StreamLimiter::Slot>> StreamLimiter::Acquire(
   const int64_t idle_ns = absl::ToInt64Nanoseconds(
       idle_timeout > absl::ZeroDuration() ? idle_timeout : idle_timeout_);
   std::unique_ptr<Slot> slot(new Slot(this, caller, idle_ns, std::move(on_idle)));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const int open = static_cast<int>(slots_.size());
   const auto held = per_caller_.find(caller);
   const int mine = held != per_caller_.end() ? held->second : 0;
@@ -73,13 +73,13 @@ absl::StatusOr<std::unique_ptr<StreamLimiter::Slot>> StreamLimiter::Acquire(
   ++per_caller_[caller];
   if (slot->on_idle_ && idle_ns < min_idle_ns_) {
     min_idle_ns_ = idle_ns;
-    cv_.notify_all();  // the reaper looks more often
+    cv_.SignalAll();  // the reaper looks more often
   }
   return slot;
 }
 
 void StreamLimiter::Release(Slot* slot) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   slots_.erase(slot);
   if (auto it = per_caller_.find(slot->caller_); it != per_caller_.end() && --it->second <= 0) {
     per_caller_.erase(it);
@@ -87,16 +87,16 @@ void StreamLimiter::Release(Slot* slot) {
 }
 
 int StreamLimiter::open_streams() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return static_cast<int>(slots_.size());
 }
 
 void StreamLimiter::ReapLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!stop_) {
     const auto period = std::chrono::nanoseconds(
         std::clamp<int64_t>(min_idle_ns_ / 4, 10'000'000, 1'000'000'000));
-    cv_.wait_for(lock, period);
+    cv_.WaitUntil(&mu_, std::chrono::steady_clock::now() + period);
     const int64_t now = Slot::NowNs();
     for (Slot* slot : slots_) {
       if (!slot->on_idle_ || slot->timed_out_.load() || slot->working_.load() > 0) continue;

@@ -18,17 +18,17 @@
 #define DENDRO_SERVER_STREAM_LIMITER_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/common/mutex.h"
 
 namespace dendro::server {
 
@@ -103,16 +103,16 @@ class StreamLimiter {
   // reached. `on_idle` may be empty for streams the server ends by itself;
   // otherwise it runs once (cheap and non-blocking, e.g. a cancel) after
   // `idle_timeout` (the limiter's default when zero) with no Touch().
-  absl::StatusOr<std::unique_ptr<Slot>> Acquire(const std::string& rpc,
-                                                const std::string& caller, bool admin,
-                                                std::function<void()> on_idle,
-                                                absl::Duration idle_timeout = absl::ZeroDuration());
+  absl::StatusOr<std::unique_ptr<Slot>> Acquire(const std::string& rpc, const std::string& caller,
+                                                bool admin, std::function<void()> on_idle,
+                                                absl::Duration idle_timeout = absl::ZeroDuration())
+      ABSL_LOCKS_EXCLUDED(mu_);
   // An anonymous caller's slot with the default idle timeout.
   absl::StatusOr<std::unique_ptr<Slot>> Acquire(const std::string& rpc,
                                                 std::function<void()> on_idle) {
     return Acquire(rpc, std::string(), false, std::move(on_idle));
   }
-  int open_streams();
+  int open_streams() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Duration idle_timeout() const { return idle_timeout_; }
   // The caps in force (defaults resolved).
   int max_streams() const { return max_streams_; }
@@ -125,20 +125,20 @@ class StreamLimiter {
   bool closing() const { return closing_.load(); }
 
  private:
-  void Release(Slot* slot);
-  void ReapLoop();
+  void Release(Slot* slot) ABSL_LOCKS_EXCLUDED(mu_);
+  void ReapLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
   const int max_streams_;
   const int max_per_caller_;
   const int admin_reserved_;
   const absl::Duration idle_timeout_;
   std::atomic<bool> closing_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::set<Slot*> slots_;               // guarded by mu_
-  std::map<std::string, int> per_caller_;  // guarded by mu_
-  int64_t min_idle_ns_;                 // guarded by mu_: sets the reaper's period
-  bool stop_ = false;                   // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  std::set<Slot*> slots_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> per_caller_ ABSL_GUARDED_BY(mu_);
+  int64_t min_idle_ns_ ABSL_GUARDED_BY(mu_);  // sets the reaper's period
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;
 };
 

@@ -20,7 +20,7 @@ absl::Status SharedVolumeStore::Remove(const std::string& key) {
 }
 
 absl::Status SharedVolumeStore::Maintain() {
-  std::lock_guard<std::mutex> lock(purge_mu_);
+  MutexLock lock(&purge_mu_);
   const std::string trash = PathFor(kTrash);
   std::error_code ec;
   if (!std::filesystem::is_directory(trash, ec)) return absl::OkStatus();

@@ -20,9 +20,10 @@
 #ifndef DENDRO_SERVER_SHARED_VOLUME_STORE_H_
 #define DENDRO_SERVER_SHARED_VOLUME_STORE_H_
 
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "core/common/mutex.h"
 #include "server/local_artifact_store.h"
 
 namespace dendro::server {
@@ -38,12 +39,12 @@ class SharedVolumeStore : public LocalArtifactStore {
   absl::Status Remove(const std::string& key) override;
   absl::Duration orphan_grace() const override { return orphan_grace_; }
   // Deletes trash entries older than the trash grace.
-  absl::Status Maintain() override;
+  absl::Status Maintain() ABSL_LOCKS_EXCLUDED(purge_mu_) override;
 
  private:
   const absl::Duration orphan_grace_;
   const absl::Duration trash_grace_;
-  std::mutex purge_mu_;  // one purge at a time in this process
+  Mutex purge_mu_;  // one purge at a time in this process; guards no member
 };
 
 }  // namespace dendro::server

@@ -3,20 +3,20 @@
 #include <sys/stat.h>
 
 #include <cerrno>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
-#include <mutex>
 #include <system_error>
 #include <thread>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "core/common/crash_point.h"
+#include "core/common/mutex.h"
 #include "core/common/status_macros.h"
 #include "server/checksum.h"
 #include "server/ids.h"
@@ -128,42 +128,43 @@ class LocalArtifactStore::Purger {
   Purger& operator=(const Purger&) = delete;
   ~Purger() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
+    // Only Add starts the thread, and no Add runs once the destructor does.
     if (thread_.joinable()) thread_.join();
   }
 
-  void Add(std::string path) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Add(std::string path) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     queue_.push_back(std::move(path));
     if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
  private:
-  void Loop() {
-    std::unique_lock<std::mutex> lock(mu_);
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     for (;;) {
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      while (!stopping_ && queue_.empty()) cv_.Wait(&mu_);
       if (queue_.empty()) return;  // stopping, and nothing left
       const std::string path = std::move(queue_.front());
       queue_.pop_front();
-      lock.unlock();
+      mu_.Unlock();
       std::error_code ec;
       std::filesystem::remove_all(path, ec);
       // What is left is emptied at the next start (Maintain).
       if (ec) spdlog::warn("cannot delete removed artifact files: {}", ec.message());
-      lock.lock();
+      mu_.Lock();
     }
   }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::string> queue_;
-  bool stopping_ = false;
-  std::thread thread_;
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_ ABSL_GUARDED_BY(mu_);  // started by the first Add
 };
 
 // --- LocalArtifactStore -----------------------------------------------------------

@@ -212,7 +212,10 @@ absl::StatusOr<std::unique_ptr<SqliteCatalogue>> SqliteCatalogue::Open(const std
   std::unique_ptr<SqliteCatalogue> store(new SqliteCatalogue(db, path + ".reserve"));
   DENDRO_RETURN_IF_ERROR(store->Exec(kSchema));
   DENDRO_RETURN_IF_ERROR(store->Migrate());
-  store->RestoreReserveLocked();
+  {
+    MutexLock lock(&store->mu_);
+    store->RestoreReserveLocked();
+  }
   return store;
 }
 
@@ -240,7 +243,7 @@ void SqliteCatalogue::RestoreReserveLocked() {
 }
 
 template <typename Fn>
-auto SqliteCatalogue::DeleteWithReserveLocked(Fn fn) -> decltype(fn()) {
+std::invoke_result_t<Fn&> SqliteCatalogue::DeleteWithReserveLocked(Fn fn) {
   RestoreReserveLocked();
   auto result = fn();
   if (StatusOf(result).code() != absl::StatusCode::kResourceExhausted || !reserve_present_) {
@@ -259,11 +262,11 @@ SqliteCatalogue::~SqliteCatalogue() { sqlite3_close(db_); }
 
 // Holds mu_ for one operation and reports its duration (lock wait
 // included) to the observer.
-class SqliteCatalogue::Op {
+class ABSL_SCOPED_LOCKABLE SqliteCatalogue::Op {
  public:
-  Op(SqliteCatalogue* store, const char* name)
-      : store_(store), name_(name), start_(std::chrono::steady_clock::now()), lock_(store->mu_) {}
-  ~Op() {
+  Op(SqliteCatalogue* store, const char* name) ABSL_EXCLUSIVE_LOCK_FUNCTION(store->mu_)
+      : store_(store), name_(name), start_(std::chrono::steady_clock::now()), lock_(&store->mu_) {}
+  ~Op() ABSL_UNLOCK_FUNCTION() {
     store_->Observe(name_,
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
   }
@@ -272,7 +275,7 @@ class SqliteCatalogue::Op {
   SqliteCatalogue* const store_;
   const char* const name_;
   const std::chrono::steady_clock::time_point start_;
-  const std::lock_guard<std::mutex> lock_;
+  const MutexLock lock_;
 };
 
 absl::Status SqliteCatalogue::Migrate() {

@@ -9,12 +9,14 @@
 #define DENDRO_SERVER_SQLITE_CATALOGUE_H_
 
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "core/common/mutex.h"
 #include "server/catalogue.h"
 
 struct sqlite3;
@@ -85,17 +87,18 @@ class SqliteCatalogue final : public Catalogue {
   // when a delete fails because the disk is full, the reserve is released
   // and the delete retried once, so space can always be freed. The reserve
   // is re-created (if there is room) before later deletes and at start.
-  void RestoreReserveLocked();
+  void RestoreReserveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The dataset's row exists / is removed (NotFound if there is none).
-  absl::StatusOr<bool> DatasetExistsLocked(const std::string& id);
-  absl::Status DeleteDatasetRowLocked(const std::string& id);
+  absl::StatusOr<bool> DatasetExistsLocked(const std::string& id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DeleteDatasetRowLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   template <typename Fn>
-  auto DeleteWithReserveLocked(Fn fn) -> decltype(fn());
+  std::invoke_result_t<Fn&> DeleteWithReserveLocked(Fn fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  std::mutex mu_;
+  Mutex mu_;
   sqlite3* db_;
   const std::string reserve_path_;
-  bool reserve_present_ = false;  // guarded by mu_
+  bool reserve_present_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace dendro::server

@@ -117,7 +117,7 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
   prefix_.clear();
   {
     // Its checksums were computed from the bytes as they were written.
-    std::lock_guard<std::mutex> lock(store_->mu_);
+    MutexLock lock(&store_->mu_);
     store_->verified_.insert(id_);
     if (prepared != nullptr && store_->PreparedFitsLocked(prepared->bytes())) {
       store_->prepared_bytes_ += prepared->bytes();
@@ -144,12 +144,12 @@ std::string DatasetStore::KeyFor(const std::string& id, bool transient) {
 }
 
 bool DatasetStore::HasPrepared(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return prepared_.count(id) > 0;
 }
 
 bool DatasetStore::PreparedFits(int64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return PreparedFitsLocked(bytes);
 }
 
@@ -171,7 +171,7 @@ absl::StatusOr<const UploadPreparer*> DatasetStore::PreparerFor(
 absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const std::string& id) {
   bool verified;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (auto it = open_.find(id); it != open_.end()) {
       if (auto sp = it->second.lock()) return sp;
     }
@@ -209,7 +209,7 @@ absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const st
     DENDRO_RETURN_IF_ERROR(
         CompareChecksums(ToChecksumMap(info.checksums()), actual, absl::StrCat("dataset ", id)));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = open_.find(id); it != open_.end()) {
     if (auto sp = it->second.lock()) return sp;
   }
@@ -224,7 +224,7 @@ absl::Status DatasetStore::Delete(const std::string& id, const std::string& exce
   DENDRO_RETURN_IF_ERROR(catalogue_->DeleteUnusedDataset(id, except_job));
   CrashPoint("dataset_delete.row_removed");
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     open_.erase(id);
     verified_.erase(id);
     if (auto it = prepared_.find(id); it != prepared_.end()) {

@@ -17,14 +17,15 @@
 #include <map>
 #include <set>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "core/common/mutex.h"
 #include "core/io/npy.h"
 #include "core/matrix/matrix.h"
 #include "dendro/v1/dendro.pb.h"
@@ -113,10 +114,12 @@ class DatasetStore {
   absl::StatusOr<Page<v1::Dataset>> List(int64_t after_seq, int limit) {
     return catalogue_->ListDatasets(after_seq, limit);
   }
-  absl::StatusOr<std::shared_ptr<const LoadedDataset>> Open(const std::string& id);
+  absl::StatusOr<std::shared_ptr<const LoadedDataset>> Open(const std::string& id)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Removes the metadata row, then the files; FailedPrecondition (nothing
   // removed) while a queued or running job other than `except_job` uses it.
-  absl::Status Delete(const std::string& id, const std::string& except_job = "");
+  absl::Status Delete(const std::string& id, const std::string& except_job = "")
+      ABSL_LOCKS_EXCLUDED(mu_);
   // At start-up: removes dataset artifacts with no metadata row (left by a
   // crash between writing files and recording them) and transient datasets
   // no queued or running job uses. Where the store has an orphan grace (a
@@ -128,7 +131,7 @@ class DatasetStore {
   // The artifact prefix of a dataset's files (see server/artifact_store.h).
   static std::string KeyFor(const std::string& id, bool transient);
   // Whether this server holds a preparation's result for the dataset.
-  bool HasPrepared(const std::string& id);
+  bool HasPrepared(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   friend class DatasetUpload;
@@ -143,19 +146,19 @@ class DatasetStore {
   absl::StatusOr<const UploadPreparer*> PreparerFor(const v1::DatasetHeader& header) const;
   // Whether a result of `bytes` more fits under kMaxPreparedBytes; the
   // Locked form with mu_ held.
-  bool PreparedFits(int64_t bytes);
-  bool PreparedFitsLocked(int64_t bytes) const {
+  bool PreparedFits(int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  bool PreparedFitsLocked(int64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return prepared_bytes_ + bytes <= kMaxPreparedBytes;
   }
 
-  std::mutex mu_;  // guards open_, verified_ and the prepared results; never held across I/O
-  std::map<std::string, std::weak_ptr<const LoadedDataset>> open_;
+  Mutex mu_;  // never held across I/O
+  std::map<std::string, std::weak_ptr<const LoadedDataset>> open_ ABSL_GUARDED_BY(mu_);
   // Datasets whose files this process has checksummed (or written) since it
   // started: Open() verifies each dataset once, not on every job.
-  std::set<std::string> verified_;
+  std::set<std::string> verified_ ABSL_GUARDED_BY(mu_);
   // Results of the preparations run during uploads, by dataset id.
-  std::map<std::string, std::shared_ptr<const PreparedData>> prepared_;
-  int64_t prepared_bytes_ = 0;
+  std::map<std::string, std::shared_ptr<const PreparedData>> prepared_ ABSL_GUARDED_BY(mu_);
+  int64_t prepared_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace dendro::server

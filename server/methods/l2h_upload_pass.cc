@@ -19,10 +19,10 @@ L2hUploadPass::L2hUploadPass(int64_t rows, int32_t cols)
 
 L2hUploadPass::~L2hUploadPass() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  changed_.notify_all();
+  changed_.SignalAll();
   thread_.join();
 }
 
@@ -31,30 +31,29 @@ void L2hUploadPass::Take(std::string* bytes) {
   chunk.swap(*bytes);
   const auto size = static_cast<int64_t>(chunk.size());
   if (size == 0) return;
-  std::unique_lock<std::mutex> lock(mu_);
-  // Failed or stopped behind: the rest is not needed.
-  if (!status_.ok() || behind_bytes_ > 0) return;
-  // A chunk larger than the bound is let in alone.
-  if (queued_bytes_ > 0 && queued_bytes_ + size > kMaxQueuedBytes) {
-    // Stop here: what is queued is dropped; a chunk being consumed is
-    // finished, so the rows done stay a prefix of the matrix. Behind by
-    // what it would have had to hold, this chunk included.
-    behind_bytes_ = queued_bytes_ + size;
-    queue_.clear();
-    queued_bytes_ = 0;
-    lock.unlock();
-    changed_.notify_all();
-    return;
+  {
+    MutexLock lock(&mu_);
+    // Failed or stopped behind: the rest is not needed.
+    if (!status_.ok() || behind_bytes_ > 0) return;
+    // A chunk larger than the bound is let in alone.
+    if (queued_bytes_ > 0 && queued_bytes_ + size > kMaxQueuedBytes) {
+      // Stop here: what is queued is dropped; a chunk being consumed is
+      // finished, so the rows done stay a prefix of the matrix. Behind by
+      // what it would have had to hold, this chunk included.
+      behind_bytes_ = queued_bytes_ + size;
+      queue_.clear();
+      queued_bytes_ = 0;
+    } else {
+      queued_bytes_ += size;
+      queue_.push_back(std::move(chunk));
+    }
   }
-  queued_bytes_ += size;
-  queue_.push_back(std::move(chunk));
-  lock.unlock();
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 absl::StatusOr<std::shared_ptr<const L2hFirstPass>> L2hUploadPass::Finish(std::string* behind) {
-  std::unique_lock<std::mutex> lock(mu_);
-  changed_.wait(lock, [&] { return (queue_.empty() && !busy_) || !status_.ok(); });
+  MutexLock lock(&mu_);
+  while (!((queue_.empty() && !busy_) || !status_.ok())) changed_.Wait(&mu_);
   if (!status_.ok()) return status_;
   if (behind_bytes_ > 0) {
     if (behind != nullptr) {
@@ -76,23 +75,23 @@ void L2hUploadPass::Work() {
   // Linux gives each thread its own nice value; raising it needs no
   // privilege. Failing leaves the thread at the process's priority.
   setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    while (!stop_ && queue_.empty()) changed_.Wait(&mu_);
     if (stop_) return;
     std::string chunk = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
-    lock.unlock();
+    mu_.Unlock();
     const auto size = static_cast<int64_t>(chunk.size());
     absl::Status s = Consume(chunk);
     chunk = std::string();  // freed outside the lock
-    lock.lock();
+    mu_.Lock();
     busy_ = false;
     // Else the queue was emptied.
     if (status_.ok() && behind_bytes_ == 0) queued_bytes_ -= size;
     if (!s.ok()) FailLocked(std::move(s));
-    changed_.notify_all();
+    changed_.SignalAll();
   }
 }
 

@@ -20,15 +20,15 @@
 #ifndef DENDRO_SERVER_METHODS_L2H_UPLOAD_PASS_H_
 #define DENDRO_SERVER_METHODS_L2H_UPLOAD_PASS_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "core/common/mutex.h"
 #include "core/l2h/first_pass.h"
 #include "server/upload_preparation.h"
 
@@ -48,33 +48,34 @@ class L2hUploadPass {
   // Takes the next data chunk's bytes, leaving *bytes empty. Never blocks
   // for long: a pass that has fallen kMaxQueuedBytes behind stops taking
   // chunks.
-  void Take(std::string* bytes);
+  void Take(std::string* bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until every chunk taken is done. The pass if it is complete
   // (every announced row arrived), or if it stopped behind the upload the
   // rows it did (with *behind, if given, saying how far it got); otherwise
   // the reason there is none.
-  absl::StatusOr<std::shared_ptr<const L2hFirstPass>> Finish(std::string* behind = nullptr);
+  absl::StatusOr<std::shared_ptr<const L2hFirstPass>> Finish(std::string* behind = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Work();
+  void Work() ABSL_LOCKS_EXCLUDED(mu_);
   // Adds the whole rows of `chunk` to the pass (on the pass's thread).
   absl::Status Consume(std::string& chunk);
-  // Records the first failure and drops the queued chunks; mu_ held.
-  void FailLocked(absl::Status why);
+  // Records the first failure and drops the queued chunks.
+  void FailLocked(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t row_bytes_;
   std::shared_ptr<L2hFirstPass> pass_;
   std::string carry_;  // the start of a row split between chunks
 
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::deque<std::string> queue_;  // guarded by mu_
-  int64_t queued_bytes_ = 0;       // guarded by mu_
-  bool busy_ = false;              // guarded by mu_: a chunk is being consumed
-  bool stop_ = false;              // guarded by mu_
-  absl::Status status_;            // guarded by mu_: the first failure
-  int64_t behind_bytes_ = 0;       // guarded by mu_: > 0 once it stopped behind
-  std::thread thread_;             // last: started once the rest exists
+  Mutex mu_;
+  CondVar changed_;
+  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
+  int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a chunk is being consumed
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);       // the first failure
+  int64_t behind_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // > 0 once it stopped behind
+  std::thread thread_;                             // last: started once the rest exists
 };
 
 // prepare = "l2h": at least 2 columns; an L2hUploadPass when the columns fit

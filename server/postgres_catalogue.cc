@@ -3,17 +3,18 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <thread>
 #include <utility>
 
 #include <pqxx/pqxx>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "core/common/mutex.h"
 #include "core/common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -26,10 +27,31 @@ namespace dendro::server {
 struct PostgresCatalogue::Conn {
   std::string uri;
   int size = 1;
-  std::mutex mu;
-  std::condition_variable returned;
-  std::vector<std::unique_ptr<pqxx::connection>> idle;  // guarded by mu
-  int lent = 0;  // guarded by mu; <= size
+  Mutex mu;
+  CondVar returned;
+  std::vector<std::unique_ptr<pqxx::connection>> idle ABSL_GUARDED_BY(mu);
+  int lent ABSL_GUARDED_BY(mu) = 0;  // <= size
+
+  // Counts one more lent, waiting while all `size` are; an idle connection,
+  // or null (the borrower opens one).
+  std::unique_ptr<pqxx::connection> Lend() ABSL_LOCKS_EXCLUDED(mu) {
+    MutexLock lock(&mu);
+    while (lent >= size) returned.Wait(&mu);
+    ++lent;
+    if (idle.empty()) return nullptr;
+    std::unique_ptr<pqxx::connection> c = std::move(idle.back());
+    idle.pop_back();
+    return c;
+  }
+  // Counts one less lent; keeps `c` for the next borrower if it is open.
+  void Return(std::unique_ptr<pqxx::connection> c) ABSL_LOCKS_EXCLUDED(mu) {
+    {
+      MutexLock lock(&mu);
+      --lent;
+      if (c != nullptr && c->is_open()) idle.push_back(std::move(c));
+    }
+    returned.Signal();
+  }
 };
 
 namespace {
@@ -101,23 +123,8 @@ const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
 // reset when it breaks; an open one goes back to the pool.
 class Borrowed {
  public:
-  explicit Borrowed(PostgresCatalogue::Conn& pool) : pool_(pool) {
-    std::unique_lock<std::mutex> lock(pool_.mu);
-    pool_.returned.wait(lock, [&] { return pool_.lent < pool_.size; });
-    ++pool_.lent;
-    if (!pool_.idle.empty()) {
-      c = std::move(pool_.idle.back());
-      pool_.idle.pop_back();
-    }
-  }
-  ~Borrowed() {
-    {
-      std::lock_guard<std::mutex> lock(pool_.mu);
-      --pool_.lent;
-      if (c != nullptr && c->is_open()) pool_.idle.push_back(std::move(c));
-    }
-    pool_.returned.notify_one();
-  }
+  explicit Borrowed(PostgresCatalogue::Conn& pool) : c(pool.Lend()), pool_(pool) {}
+  ~Borrowed() { pool_.Return(std::move(c)); }
   Borrowed(const Borrowed&) = delete;
   Borrowed& operator=(const Borrowed&) = delete;
 

@@ -20,19 +20,20 @@
 #include <climits>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/common/mutex.h"
 #include "nlohmann/json.hpp"
 #include "server/client_status.h"
 #include "server/console_assets.h"
@@ -454,15 +455,15 @@ class Gate {
     Push(c);
   }
 
-  void Stop() {
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) return;
       stopping_ = true;
     }
     Wake();
     if (thread_.joinable()) thread_.join();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (Conn* c : incoming_) CloseConn(c);
     incoming_.clear();
     if (wake_fd_ >= 0) close(wake_fd_);
@@ -470,9 +471,9 @@ class Gate {
   }
 
  private:
-  void Push(Conn* c) {
+  void Push(Conn* c) ABSL_LOCKS_EXCLUDED(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!stopping_) {
         incoming_.push_back(c);
         c = nullptr;
@@ -491,12 +492,12 @@ class Gate {
     }
   }
 
-  void Loop() {
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_) {
     std::vector<Conn*> conns;
     std::vector<pollfd> fds;
     for (;;) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         conns.insert(conns.end(), incoming_.begin(), incoming_.end());
         incoming_.clear();
         if (stopping_) break;
@@ -650,9 +651,9 @@ class Gate {
   const Dispatch dispatch_;
   int wake_fd_ = -1;
   std::thread thread_;
-  std::mutex mu_;
-  bool stopping_ = false;
-  std::vector<Conn*> incoming_;
+  Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Conn*> incoming_ ABSL_GUARDED_BY(mu_);
 };
 
 // Runs every accepted socket's task at once, on the accept thread: the task
@@ -751,7 +752,7 @@ struct HttpConsole::Impl {
   std::thread thread;
   std::string listen_host;
   int port = 0;
-  std::mutex stop_mu;
+  Mutex stop_mu;  // one Stop at a time; guards no member
 };
 
 // Requests one connection may carry before it is closed.
@@ -1132,7 +1133,7 @@ void HttpConsole::SetReady(bool ready) { impl_->ready.store(ready); }
 
 void HttpConsole::Stop() {
   Impl& s = *impl_;
-  std::lock_guard<std::mutex> lock(s.stop_mu);
+  MutexLock lock(&s.stop_mu);
   s.ready.store(false);
   s.stopping.store(true);
   if (s.server) s.server->stop();

@@ -42,8 +42,8 @@ class JobManager::Context final : public RunContext {
   bool Cancelled() const override { return entry_->cancel.load(std::memory_order_relaxed); }
   void Report(double fraction, std::string_view stage) override {
     fraction = std::clamp(fraction, 0.0, 1.0);
-    std::lock_guard<std::mutex> lock(mgr_->mu_);
-    v1::Job& job = entry_->job;
+    MutexLock lock(&mgr_->mu_);
+    v1::Job& job = mgr_->Guarded(*entry_).job;
     const bool stage_changed = job.stage() != stage;
     // Publish at most every 0.5% unless the stage changes: watchers need
     // motion, not a message per inner-loop iteration. The catalogue gets
@@ -51,7 +51,7 @@ class JobManager::Context final : public RunContext {
     if (!stage_changed && fraction < job.progress() + 0.005) return;
     job.set_progress(std::max(job.progress(), fraction));
     if (stage_changed && !job.cancel_requested()) job.set_stage(std::string(stage));
-    mgr_->changed_cv_.notify_all();
+    mgr_->changed_cv_.SignalAll();
   }
 
  private:
@@ -74,7 +74,7 @@ absl::Status JobManager::Start() {
     spdlog::info("re-queued {} job(s) left running by an earlier start", requeued.size());
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     accepting_ = true;
   }
   for (int i = 0; i < std::max(1, options_.workers); ++i) {
@@ -85,48 +85,49 @@ absl::Status JobManager::Start() {
 }
 
 bool JobManager::Shutdown(absl::Duration grace) {
-  std::unique_lock<std::mutex> lock(mu_);
-  accepting_ = false;
-  wake_cv_.notify_all();
-  if (workers_.empty()) return !abandoned_;
-  const absl::Time deadline = absl::Now() + grace;
-  while (running_ + claiming_ > 0 && absl::Now() < deadline) {
-    changed_cv_.wait_for(lock, std::chrono::milliseconds(50));
-  }
-  stopping_ = true;
-  for (auto& [id, entry] : active_) {
-    entry->interrupted = true;
-    entry->cancel = true;
-  }
-  wake_cv_.notify_all();
-  const absl::Time stop_deadline = absl::Now() + options_.stop_timeout;
-  // A claim in flight ends registered (then interrupted at once, since
-  // stopping_ is set) or empty: wait for it like for a running job.
-  while (running_ + claiming_ > 0 && absl::Now() < stop_deadline) {
-    changed_cv_.wait_for(lock, std::chrono::milliseconds(20));
+  bool clean = true;
+  {
+    MutexLock lock(&mu_);
+    accepting_ = false;
+    wake_cv_.SignalAll();
+    if (workers_.empty()) return !abandoned_;
+    const absl::Time deadline = absl::Now() + grace;
+    while (running_ + claiming_ > 0 && absl::Now() < deadline) {
+      changed_cv_.WaitUntil(&mu_, std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
+    }
+    stopping_ = true;
     for (auto& [id, entry] : active_) {
       entry->interrupted = true;
       entry->cancel = true;
     }
-  }
-  bool clean = true;
-  if (running_ + claiming_ > 0) {
-    // A method that ignores cancellation must not hold the process: record
-    // each such job as interrupted (or cancelled), stop publishing for it,
-    // and let the caller exit without joining its thread.
-    abandoned_ = true;
-    clean = false;
-    for (auto& [id, entry] : active_) {
-      if (entry->unrecorded) continue;  // ended already; its record is retried below
-      spdlog::error("job {}: did not stop within {} of the shutdown interrupt; abandoned", id,
-                    absl::FormatDuration(options_.stop_timeout));
-      RecordStopLocked(*entry, absl::CancelledError("interrupted"));
-      ReleaseLocked(*entry).IgnoreError();  // logged; the lease expires and re-queues it
+    wake_cv_.SignalAll();
+    const absl::Time stop_deadline = absl::Now() + options_.stop_timeout;
+    // A claim in flight ends registered (then interrupted at once, since
+    // stopping_ is set) or empty: wait for it like for a running job.
+    while (running_ + claiming_ > 0 && absl::Now() < stop_deadline) {
+      changed_cv_.WaitUntil(&mu_, std::chrono::steady_clock::now() + std::chrono::milliseconds(20));
+      for (auto& [id, entry] : active_) {
+        entry->interrupted = true;
+        entry->cancel = true;
+      }
     }
+    if (running_ + claiming_ > 0) {
+      // A method that ignores cancellation must not hold the process: record
+      // each such job as interrupted (or cancelled), stop publishing for it,
+      // and let the caller exit without joining its thread.
+      abandoned_ = true;
+      clean = false;
+      for (auto& [id, entry] : active_) {
+        if (Guarded(*entry).unrecorded) continue;  // ended already; its record is retried below
+        spdlog::error("job {}: did not stop within {} of the shutdown interrupt; abandoned", id,
+                      absl::FormatDuration(options_.stop_timeout));
+        RecordStopLocked(*entry, absl::CancelledError("interrupted"));
+        ReleaseLocked(*entry).IgnoreError();  // logged; the lease expires and re-queues it
+      }
+    }
+    maintenance_stop_ = true;
+    maintenance_cv_.SignalAll();
   }
-  maintenance_stop_ = true;
-  maintenance_cv_.notify_all();
-  lock.unlock();
   if (maintenance_thread_.joinable()) maintenance_thread_.join();
   for (auto& t : workers_) {
     if (clean) {
@@ -193,14 +194,14 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
 
   absl::Status enqueued;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!accepting_) return absl::UnavailableError("server is shutting down; job not accepted");
     // Under mu_, so this replica cannot delete the (transient) dataset
     // between the check above and the insert.
     enqueued = catalogue_->EnqueueJob(job, options_.queue_capacity);
     if (enqueued.ok()) {
       ++submissions_;
-      wake_cv_.notify_one();
+      wake_cv_.Signal();
       return job;
     }
   }
@@ -264,8 +265,8 @@ absl::Status JobManager::Delete(const std::string& id) {
 
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = active_.find(id); it != active_.end()) return it->second->job;
+    MutexLock lock(&mu_);
+    if (auto it = active_.find(id); it != active_.end()) return Guarded(*it->second).job;
   }
   return catalogue_->GetJob(id);
 }
@@ -273,14 +274,15 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
   {
     // Running here: tell the algorithm now rather than at the next renewal.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (auto it = active_.find(id); it != active_.end()) {
       Entry& entry = *it->second;
+      Entry::Guarded& guarded = Guarded(entry);
       entry.cancel = true;
-      if (!entry.user_cancel) {
-        entry.user_cancel = true;
-        MarkCancelRequested(entry.job);
-        changed_cv_.notify_all();
+      if (!guarded.user_cancel) {
+        guarded.user_cancel = true;
+        MarkCancelRequested(guarded.job);
+        changed_cv_.SignalAll();
       }
     }
   }
@@ -301,39 +303,42 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
     // Cancelled before it started: no worker will release its dataset.
     ReleaseTransientDataset(job.spec().dataset_id());
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = active_.find(id); it != active_.end()) {
     // Claimed here while the request was being recorded.
     Entry& entry = *it->second;
-    if (job.cancel_requested() && !entry.user_cancel) {
+    Entry::Guarded& guarded = Guarded(entry);
+    if (job.cancel_requested() && !guarded.user_cancel) {
       entry.cancel = true;
-      entry.user_cancel = true;
-      MarkCancelRequested(entry.job);
-      changed_cv_.notify_all();
+      guarded.user_cancel = true;
+      MarkCancelRequested(guarded.job);
+      changed_cv_.SignalAll();
     }
-    return entry.job;
+    return guarded.job;
   }
   return job;
 }
 
 absl::StatusOr<v1::Job> JobManager::WaitForChange(const std::string& id, uint64_t* seen,
                                                   absl::Time deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    if (auto it = active_.find(id); it != active_.end()) {
-      std::shared_ptr<Entry> entry = it->second;
-      while (Fingerprint(entry->job) == *seen && absl::Now() < deadline &&
-             active_.count(id) != 0) {
-        const absl::Duration left = std::min(deadline - absl::Now(), absl::Seconds(1));
-        changed_cv_.wait_for(lock, absl::ToChronoNanoseconds(left));
+    {
+      MutexLock lock(&mu_);
+      if (auto it = active_.find(id); it != active_.end()) {
+        std::shared_ptr<Entry> entry = it->second;
+        while (Fingerprint(Guarded(*entry).job) == *seen && absl::Now() < deadline &&
+               active_.count(id) != 0) {
+          const absl::Duration left = std::min(deadline - absl::Now(), absl::Seconds(1));
+          changed_cv_.WaitUntil(&mu_,
+                                std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(left));
+        }
+        if (active_.count(id) != 0 || absl::Now() >= deadline) {
+          *seen = Fingerprint(Guarded(*entry).job);
+          return Guarded(*entry).job;
+        }
+        // Finished meanwhile: read the outcome from the catalogue.
       }
-      if (active_.count(id) != 0 || absl::Now() >= deadline) {
-        *seen = Fingerprint(entry->job);
-        return entry->job;
-      }
-      continue;  // finished meanwhile: read the outcome from the catalogue
     }
-    lock.unlock();
     DENDRO_ASSIGN_OR_RETURN(v1::Job job, catalogue_->GetJob(id));
     if (IsFinished(job.state())) {
       *seen = UINT64_MAX;  // no further changes
@@ -345,10 +350,11 @@ absl::StatusOr<v1::Job> JobManager::WaitForChange(const std::string& id, uint64_
       return job;
     }
     // Queued, or running on another replica: poll (a claim here wakes us).
-    lock.lock();
+    MutexLock lock(&mu_);
     const absl::Duration pause = std::min(deadline - absl::Now(), options_.poll_interval);
     if (pause > absl::ZeroDuration()) {
-      changed_cv_.wait_for(lock, absl::ToChronoNanoseconds(pause));
+      changed_cv_.WaitUntil(&mu_,
+                            std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(pause));
     }
   }
 }
@@ -356,7 +362,7 @@ absl::StatusOr<v1::Job> JobManager::WaitForChange(const std::string& id, uint64_
 
 JobManager::Stats JobManager::GetStats() {
   absl::StatusOr<JobCounts> counts = catalogue_->CountJobs();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return Stats{counts.ok() ? static_cast<int>(counts->queued) : -1, running_};
 }
 
@@ -370,7 +376,7 @@ void JobManager::WorkerLoop() {
   for (;;) {
     uint64_t submissions;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_ || !accepting_) return;
       submissions = submissions_;
       ++claiming_;
@@ -379,22 +385,22 @@ void JobManager::WorkerLoop() {
         catalogue_->ClaimJob(options_.replica_id, options_.lease_ttl);
     if (!claimed.ok() || !claimed->has_value()) {
       if (!claimed.ok()) spdlog::warn("cannot claim a job: {}", claimed.status().ToString());
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       --claiming_;
-      changed_cv_.notify_all();
-      wake_cv_.wait_for(lock, absl::ToChronoNanoseconds(options_.poll_interval), [&] {
-        return stopping_ || !accepting_ || submissions_ != submissions;
-      });
+      changed_cv_.SignalAll();
+      const auto wake_by =
+          std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(options_.poll_interval);
+      while (!(stopping_ || !accepting_ || submissions_ != submissions) &&
+             wake_cv_.WaitUntil(&mu_, wake_by)) {
+      }
       continue;
     }
-    auto entry = std::make_shared<Entry>();
-    entry->job = std::move((*claimed)->job);
-    entry->token = (*claimed)->token;
-    const std::string id = entry->job.id();
+    const std::string id = (*claimed)->job.id();
+    auto entry = std::make_shared<Entry>(std::move((*claimed)->job), (*claimed)->token);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       --claiming_;
-      changed_cv_.notify_all();
+      changed_cv_.SignalAll();
       if (!Admit(*entry)) continue;
       // The catalogue already shows it RUNNING: from here it is this
       // replica's to run, or (claimed as a drain passed its grace) to
@@ -405,7 +411,7 @@ void JobManager::WorkerLoop() {
       }
       active_[id] = entry;
       ++running_;
-      changed_cv_.notify_all();
+      changed_cv_.SignalAll();
     }
     CrashPoint("job.started");
     Run(entry);
@@ -413,7 +419,7 @@ void JobManager::WorkerLoop() {
 }
 
 bool JobManager::Admit(Entry& entry) {
-  v1::Job& job = entry.job;
+  v1::Job& job = Guarded(entry).job;
   if (job.cancel_requested()) {
     // The cancel was recorded but the job's last run stopped before it did.
     MarkCancelled(job, "cancelled by request (the server stopped before the job did)");
@@ -451,9 +457,9 @@ void JobManager::MaintenanceLoop() {
       std::clamp(options_.retention / 10, absl::Seconds(1), absl::Minutes(10));
   absl::Time next_requeue = absl::Now() + requeue_period;
   absl::Time next_retention = absl::Now();
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!maintenance_stop_) {
-    lock.unlock();
+    mu_.Unlock();
     RenewLeases();
     const absl::Time now = absl::Now();
     if (now >= next_requeue) {
@@ -466,7 +472,7 @@ void JobManager::MaintenanceLoop() {
           spdlog::warn("job {}: its lease expired (the replica running it stopped); re-queued",
                        job.id());
         }
-        if (!requeued->empty()) wake_cv_.notify_all();
+        if (!requeued->empty()) wake_cv_.SignalAll();
       }
     }
     if (options_.retention > absl::ZeroDuration() && now >= next_retention) {
@@ -480,9 +486,11 @@ void JobManager::MaintenanceLoop() {
                      absl::FormatDuration(options_.retention));
       }
     }
-    lock.lock();
-    maintenance_cv_.wait_for(lock, absl::ToChronoNanoseconds(options_.renew_interval),
-                             [this] { return maintenance_stop_; });
+    mu_.Lock();
+    const auto renew_by =
+        std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(options_.renew_interval);
+    while (!maintenance_stop_ && maintenance_cv_.WaitUntil(&mu_, renew_by)) {
+    }
   }
 }
 
@@ -496,36 +504,38 @@ void JobManager::RenewLeases() {
   };
   std::vector<Lease> leases;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (abandoned_) return;
     RetryUnrecordedLocked();
     for (const auto& [id, entry] : active_) {
-      if (entry->lost) continue;
-      leases.push_back({entry, id, entry->token, entry->job.progress(), entry->job.stage()});
+      const Entry::Guarded& guarded = Guarded(*entry);
+      if (guarded.lost) continue;
+      leases.push_back({entry, id, entry->token, guarded.job.progress(), guarded.job.stage()});
     }
   }
   for (const Lease& l : leases) {
     absl::StatusOr<v1::Job> stored =
         catalogue_->RenewJobLease(l.id, l.token, options_.lease_ttl, l.progress, l.stage);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Entry& entry = *l.entry;
-    if (entry.finishing) continue;  // the outcome, not a lost lease, ended it
+    Entry::Guarded& guarded = Guarded(entry);
+    if (guarded.finishing) continue;  // the outcome, not a lost lease, ended it
     if (absl::IsAborted(stored.status())) {
-      if (!entry.lost) {
+      if (!guarded.lost) {
         spdlog::error("job {}: lease lost (not renewed within {}); stopping this run, whose "
                       "result will be dropped",
                       l.id, absl::FormatDuration(options_.lease_ttl));
       }
-      entry.lost = true;
+      guarded.lost = true;
       entry.cancel = true;
     } else if (!stored.ok()) {
       spdlog::warn("job {}: cannot renew its lease: {}", l.id, stored.status().ToString());
-    } else if (stored->cancel_requested() && !entry.user_cancel) {
+    } else if (stored->cancel_requested() && !guarded.user_cancel) {
       // Cancelled through another replica.
-      entry.user_cancel = true;
+      guarded.user_cancel = true;
       entry.cancel = true;
-      MarkCancelRequested(entry.job);
-      changed_cv_.notify_all();
+      MarkCancelRequested(guarded.job);
+      changed_cv_.SignalAll();
     }
   }
 }
@@ -534,7 +544,7 @@ void JobManager::ReleaseTransientDataset(const std::string& dataset_id,
                                          const std::string& except_job) {
   auto info = datasets_->Get(dataset_id);
   if (!info.ok() || !info->transient()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (abandoned_) return;
   // Refused, atomically with any Submit on any replica, while another job
   // still needs it.
@@ -547,17 +557,22 @@ void JobManager::ReleaseTransientDataset(const std::string& dataset_id,
 }
 
 void JobManager::Run(const std::shared_ptr<Entry>& entry) {
-  const std::string id = entry->job.id();
+  v1::Job started;
+  {
+    MutexLock lock(&mu_);
+    started = Guarded(*entry).job;
+  }
+  const std::string id = started.id();
   const ScopedJobLogContext log_context(id);
-  const v1::JobSpec spec = entry->job.spec();
+  const v1::JobSpec spec = started.spec();
   spdlog::info("job {}: running for model {} on dataset {} (attempt {})", id, spec.model_name(),
-               spec.dataset_id(), entry->job.attempts());
+               spec.dataset_id(), started.attempts());
   Context ctx(this, entry);
   absl::StatusOr<std::unique_ptr<FittedModel>> fitted = Fit(spec, ctx);
   bool lost;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    lost = entry->lost;
+    MutexLock lock(&mu_);
+    lost = Guarded(*entry).lost;
   }
   // The fit no longer reads its dataset: a transient one goes now, before
   // the outcome is visible, so a client that sees the job end never sees
@@ -568,42 +583,45 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
   v1::Job done;
   bool cancel_requested = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (abandoned_) return;  // its record already says interrupted
-    cancel_requested = entry->user_cancel;
-    lost = entry->lost;
-    done = entry->job;
-    entry->finishing = true;
+    Entry::Guarded& guarded = Guarded(*entry);
+    cancel_requested = guarded.user_cancel;
+    lost = guarded.lost;
+    done = guarded.job;
+    guarded.finishing = true;
   }
   if (fitted.ok() && !cancel_requested && !lost) {
     MarkSucceeded(done);
     auto model = models_->Commit(**fitted, done, entry->token);
     if (model.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       done.set_model_name(model->name());
       done.set_model_version(model->version());
-      entry->job = std::move(done);
+      Guarded(*entry).job = std::move(done);
       spdlog::info("job {}: succeeded; model {} v{}", id, model->name(), model->version());
       ForgetLocked(entry);
       return;
     }
     outcome = model.status();
-    std::lock_guard<std::mutex> lock(mu_);
-    if (absl::IsAborted(outcome)) entry->lost = true;
-    if (absl::IsCancelled(outcome)) entry->user_cancel = true;  // cancelled through another replica
+    MutexLock lock(&mu_);
+    if (absl::IsAborted(outcome)) Guarded(*entry).lost = true;
+    if (absl::IsCancelled(outcome)) {
+      Guarded(*entry).user_cancel = true;  // cancelled through another replica
+    }
   } else if (fitted.ok()) {
     outcome = absl::CancelledError("job cancelled");  // finished after a cancel: drop the result
   }
 
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (abandoned_) return;  // its record already says interrupted
-  if (entry->lost) {
+  if (Guarded(*entry).lost) {
     spdlog::warn("job {}: this run's lease ended; its result is dropped (another replica owns "
                  "the job now)",
                  id);
     --running_;
     active_.erase(id);
-    changed_cv_.notify_all();
+    changed_cv_.SignalAll();
     return;
   }
   RecordStopLocked(*entry, outcome);
@@ -615,14 +633,15 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
 }
 
 absl::Status JobManager::ReleaseLocked(Entry& entry) {
-  absl::Status s = catalogue_->ReleaseJob(entry.job, entry.token);
+  const v1::Job& job = Guarded(entry).job;
+  absl::Status s = catalogue_->ReleaseJob(job, entry.token);
   if (absl::IsAborted(s)) {
-    spdlog::warn("job {}: not recorded as {}: {}", entry.job.id(),
-                 v1::JobState_Name(entry.job.state()), std::string(s.message()));
+    spdlog::warn("job {}: not recorded as {}: {}", job.id(), v1::JobState_Name(job.state()),
+                 std::string(s.message()));
     return absl::OkStatus();
   }
   if (!s.ok()) {
-    spdlog::error("job {}: cannot record its state (retrying): {}", entry.job.id(), s.ToString());
+    spdlog::error("job {}: cannot record its state (retrying): {}", job.id(), s.ToString());
   }
   return s;
 }
@@ -630,42 +649,45 @@ absl::Status JobManager::ReleaseLocked(Entry& entry) {
 void JobManager::RetryUnrecordedLocked() {
   std::vector<std::shared_ptr<Entry>> pending;
   for (const auto& [id, entry] : active_) {
-    if (entry->unrecorded) pending.push_back(entry);
+    if (Guarded(*entry).unrecorded) pending.push_back(entry);
   }
   for (const std::shared_ptr<Entry>& entry : pending) {
+    Entry::Guarded& guarded = Guarded(*entry);
     // The stage said what was pending; the record carries the outcome alone.
-    v1::Job shown = entry->job;
-    entry->job.set_stage(entry->final_stage);
+    v1::Job shown = guarded.job;
+    guarded.job.set_stage(guarded.final_stage);
     if (absl::Status recorded = ReleaseLocked(*entry); !recorded.ok()) {
-      entry->job = std::move(shown);
+      guarded.job = std::move(shown);
       KeepUnrecordedLocked(entry, recorded);
       continue;
     }
-    spdlog::info("job {}: outcome recorded", entry->job.id());
-    active_.erase(entry->job.id());
-    changed_cv_.notify_all();
-    if (options_.on_finished) options_.on_finished(entry->job);
+    spdlog::info("job {}: outcome recorded", guarded.job.id());
+    active_.erase(guarded.job.id());
+    changed_cv_.SignalAll();
+    if (options_.on_finished) options_.on_finished(guarded.job);
   }
 }
 
 void JobManager::KeepUnrecordedLocked(const std::shared_ptr<Entry>& entry,
                                       const absl::Status& why) {
-  if (!entry->unrecorded) {
-    entry->unrecorded = true;
-    entry->final_stage = entry->job.stage();
+  Entry::Guarded& guarded = Guarded(*entry);
+  if (!guarded.unrecorded) {
+    guarded.unrecorded = true;
+    guarded.final_stage = guarded.job.stage();
     --running_;  // the run is over; only its record is pending
   }
-  entry->job.set_stage(absl::StrCat(entry->final_stage,
-                                    " (recording the outcome: retrying after: ",
-                                    ScrubPaths(std::string(why.message()), ""), ")"));
-  changed_cv_.notify_all();
+  guarded.job.set_stage(absl::StrCat(guarded.final_stage,
+                                     " (recording the outcome: retrying after: ",
+                                     ScrubPaths(std::string(why.message()), ""), ")"));
+  changed_cv_.SignalAll();
 }
 
 void JobManager::ForgetLocked(const std::shared_ptr<Entry>& entry) {
+  const v1::Job& job = Guarded(*entry).job;
   --running_;
-  active_.erase(entry->job.id());
-  changed_cv_.notify_all();
-  if (options_.on_finished && IsFinished(entry->job.state())) options_.on_finished(entry->job);
+  active_.erase(job.id());
+  changed_cv_.SignalAll();
+  if (options_.on_finished && IsFinished(job.state())) options_.on_finished(job);
 }
 
 absl::StatusOr<std::unique_ptr<FittedModel>> JobManager::Fit(const v1::JobSpec& spec,
@@ -687,9 +709,9 @@ absl::StatusOr<std::unique_ptr<FittedModel>> JobManager::Fit(const v1::JobSpec& 
 }
 
 void JobManager::RecordStopLocked(Entry& entry, const absl::Status& outcome) {
-  v1::Job& job = entry.job;
+  v1::Job& job = Guarded(entry).job;
   const std::string& id = job.id();
-  if (outcome.code() == absl::StatusCode::kCancelled && entry.user_cancel) {
+  if (outcome.code() == absl::StatusCode::kCancelled && Guarded(entry).user_cancel) {
     // A requested cancel wins over a shutdown interrupt.
     MarkCancelled(job, "cancelled by request");
     spdlog::info("job {}: cancelled", id);

@@ -42,18 +42,18 @@
 #define DENDRO_SERVER_JOB_MANAGER_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/common/mutex.h"
 #include "dendro/v1/dendro.pb.h"
 #include "server/dataset_store.h"
 #include "server/catalogue.h"
@@ -111,26 +111,26 @@ class JobManager {
 
   // Re-queues the jobs this replica held before a restart (and any whose
   // lease expired) and starts the workers.
-  absl::Status Start();
+  absl::Status Start() ABSL_LOCKS_EXCLUDED(mu_);
   // Refuses new jobs, waits up to `grace` for running ones, interrupts the
   // rest (they go back to the queue, or become CANCELLED if a cancel was
   // asked for) and joins the workers. Returns false if some job did not stop
   // within stop_timeout of the interrupt: its record is already written as
   // interrupted, its worker thread is detached and must not outlive the
   // process for long (dendrod exits at once; see DendroServer::Shutdown).
-  bool Shutdown(absl::Duration grace);
+  bool Shutdown(absl::Duration grace) ABSL_LOCKS_EXCLUDED(mu_);
 
   // `owner`: the submitting principal, recorded on the job and its model.
   // With a `request_id`, a repeat of the same (owner, request_id) returns
   // the first job instead of creating another (ALREADY_EXISTS if the spec
   // differs).
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& owner = "",
-                                 const std::string& request_id = "");
-  absl::StatusOr<v1::Job> Get(const std::string& id);
+                                 const std::string& request_id = "") ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<v1::Job> Get(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Page<v1::Job>> List(int64_t after_seq, int limit) {
     return catalogue_->ListJobs(after_seq, limit);
   }
-  absl::StatusOr<v1::Job> Cancel(const std::string& id);
+  absl::StatusOr<v1::Job> Cancel(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
   // Removes a finished job's record; FAILED_PRECONDITION while it is queued
   // or running.
   absl::Status Delete(const std::string& id);
@@ -138,86 +138,107 @@ class JobManager {
   // the caller keeps; start at 0), the job is finished, or `deadline`
   // passes; returns the current job and updates `*seen` (UINT64_MAX once the
   // job has finished). A job running on another replica is polled.
-  absl::StatusOr<v1::Job> WaitForChange(const std::string& id, uint64_t* seen,
-                                        absl::Time deadline);
-  Stats GetStats();
+  absl::StatusOr<v1::Job> WaitForChange(const std::string& id, uint64_t* seen, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  Stats GetStats() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // A job this replica has claimed and not yet finished.
-  struct Entry {
-    v1::Job job;                      // guarded by mu_
-    int64_t token = 0;                // the lease's fencing token; set once
+  //
+  // Its Guarded fields belong to JobManager::mu_, a member of the manager
+  // that an annotation inside Entry cannot name. So they are private to
+  // Entry and reached only through JobManager::Guarded(), which requires
+  // mu_: the analysis checks each call. The reference it returns is used
+  // only while mu_ is held.
+  class Entry {
+   public:
+    struct Guarded {
+      v1::Job job;
+      bool user_cancel = false;  // a cancel was requested
+      bool lost = false;         // the lease passed on
+      // The run is writing its outcome, which ends the lease; a renewal
+      // refused from then on says nothing about a lost lease.
+      bool finishing = false;
+      // Ended (job holds its final state) but the catalogue refused the
+      // record (a full disk, a database outage). The entry stays, so this
+      // replica answers with the outcome at once, keeps the lease and
+      // retries the record at every renewal until it lands.
+      bool unrecorded = false;
+      std::string final_stage;  // the stage to record then
+    };
+
+    Entry(v1::Job job, int64_t token) : token(token) { guarded_.job = std::move(job); }
+
+    const int64_t token;              // the lease's fencing token
     std::atomic<bool> cancel{false};  // user cancel, shutdown interrupt or lost lease
     std::atomic<bool> interrupted{false};
-    bool user_cancel = false;         // guarded by mu_; a cancel was requested
-    bool lost = false;                // guarded by mu_; the lease passed on
-    // Guarded by mu_: the run is writing its outcome, which ends the lease;
-    // a renewal refused from then on says nothing about a lost lease.
-    bool finishing = false;
-    // Guarded by mu_: ended (entry.job holds its final state) but the
-    // catalogue refused the record (a full disk, a database outage). The
-    // entry stays, so this replica answers with the outcome at once, keeps
-    // the lease and retries the record at every renewal until it lands.
-    bool unrecorded = false;
-    std::string final_stage;  // guarded by mu_: the stage to record then
+
+   private:
+    friend class JobManager;
+    Guarded guarded_;  // only through JobManager::Guarded()
   };
   class Context;
 
-  void WorkerLoop();
+  // The fields of `entry` that mu_ guards.
+  Entry::Guarded& Guarded(Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return entry.guarded_;
+  }
+
+  void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Checks a freshly claimed job; records and returns false if it must not
   // run (cancelled while it waited, out of attempts, dataset gone).
-  bool Admit(Entry& entry);
-  void Run(const std::shared_ptr<Entry>& entry);
+  bool Admit(Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Run(const std::shared_ptr<Entry>& entry) ABSL_LOCKS_EXCLUDED(mu_);
   // Renews leases (passing on remote cancels), re-queues jobs whose lease
   // expired and applies Options::retention, until the workers have stopped.
-  void MaintenanceLoop();
-  void RenewLeases();
+  void MaintenanceLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void RenewLeases() ABSL_LOCKS_EXCLUDED(mu_);
   static absl::Status ValidateRequestId(const std::string& request_id);
   // The answer to a repeated request: `previous` as it is now.
   absl::StatusOr<v1::Job> Replay(const v1::Job& previous, const v1::JobSpec& submitted);
   // Deletes a transient dataset unless a queued or running job other than
   // `except_job` uses it.
-  void ReleaseTransientDataset(const std::string& dataset_id,
-                               const std::string& except_job = "");
+  void ReleaseTransientDataset(const std::string& dataset_id, const std::string& except_job = "")
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Runs the method; exceptions become a failed status.
   absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const v1::JobSpec& spec, RunContext& ctx);
   // Refuses a job whose model name already holds another method's versions,
   // unless the spec allows it.
   absl::Status CheckMethodChange(const v1::JobSpec& spec, const Method& method);
   // Sets the terminal (or re-queued) state of an interrupted or failed job.
-  // Requires mu_ held.
-  void RecordStopLocked(Entry& entry, const absl::Status& outcome);
-  // Writes entry.job under its lease (ending it). The catalogue's error when
-  // it could not take the record; OK when recorded, or when the lease passed
-  // on (then nothing is left to record). Requires mu_ held.
-  absl::Status ReleaseLocked(Entry& entry);
+  void RecordStopLocked(Entry& entry, const absl::Status& outcome)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the entry's job under its lease (ending it). The catalogue's
+  // error when it could not take the record; OK when recorded, or when the
+  // lease passed on (then nothing is left to record).
+  absl::Status ReleaseLocked(Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a run whose record ReleaseLocked could not write: frees its worker
-  // slot and leaves the entry for RenewLeases to record. Requires mu_ held.
-  void KeepUnrecordedLocked(const std::shared_ptr<Entry>& entry, const absl::Status& why);
+  // slot and leaves the entry for RenewLeases to record.
+  void KeepUnrecordedLocked(const std::shared_ptr<Entry>& entry, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records every such entry the catalogue now takes, and drops it.
-  // Requires mu_ held.
-  void RetryUnrecordedLocked();
-  // Drops a finished entry and reports it. Requires mu_ held.
-  void ForgetLocked(const std::shared_ptr<Entry>& entry);
+  void RetryUnrecordedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops a finished entry and reports it.
+  void ForgetLocked(const std::shared_ptr<Entry>& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Options options_;
   Catalogue* const catalogue_;
   DatasetStore* const datasets_;
   ModelRegistry* const models_;
 
-  std::mutex mu_;
-  std::condition_variable wake_cv_;     // a job was submitted here, or draining
-  std::condition_variable changed_cv_;  // a local entry changed
-  uint64_t submissions_ = 0;            // bumps on each local submission
-  std::map<std::string, std::shared_ptr<Entry>> active_;  // claimed here
-  int running_ = 0;
-  int claiming_ = 0;        // workers between ClaimJob and registering its job
-  bool accepting_ = false;  // submissions and claims allowed
-  bool stopping_ = false;   // workers must return
-  bool abandoned_ = false;  // jobs outlived stop_timeout; workers detached
+  Mutex mu_;
+  CondVar wake_cv_;                                // a job was submitted here, or draining
+  CondVar changed_cv_;                             // a local entry changed
+  uint64_t submissions_ ABSL_GUARDED_BY(mu_) = 0;  // bumps on each local submission
+  std::map<std::string, std::shared_ptr<Entry>> active_ ABSL_GUARDED_BY(mu_);  // claimed here
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  int claiming_ ABSL_GUARDED_BY(mu_) = 0;        // workers between ClaimJob and registering its job
+  bool accepting_ ABSL_GUARDED_BY(mu_) = false;  // submissions and claims allowed
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;   // workers must return
+  bool abandoned_ ABSL_GUARDED_BY(mu_) = false;  // jobs outlived stop_timeout; workers detached
   std::vector<std::thread> workers_;
-  std::condition_variable maintenance_cv_;  // maintenance_stop_
-  bool maintenance_stop_ = false;
+  CondVar maintenance_cv_;  // maintenance_stop_
+  bool maintenance_stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread maintenance_thread_;
 };
 

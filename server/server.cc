@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/common/cpus.h"
+#include "core/common/mutex.h"
 #include "core/common/status_macros.h"
 #include "core/io/atomic_file.h"
 #include "server/auth.h"
@@ -43,6 +44,9 @@
 
 namespace dendro::server {
 
+// Everything a running server owns, and the steps that build it. Start()
+// runs the steps in order; each either adds its part or fails, leaving what
+// the earlier steps made for the destructor.
 struct DendroServer::State {
   // First: destroyed last, after the gRPC server whose calls use them.
   std::unique_ptr<ServerMetrics> metrics;
@@ -62,9 +66,25 @@ struct DendroServer::State {
   int port = 0;
   int lock_fd = -1;          // flock on <data_dir>/LOCK; closed last
   int replica_lock_fd = -1;  // flock on the replica id (shared catalogue)
-  std::mutex mu;
-  bool shut_down = false;
-  bool abandoned = false;
+  bool shared = false;       // a catalogue other replicas share (PostgreSQL)
+  std::string replica_id = "local";
+  Mutex mu;
+  bool shut_down ABSL_GUARDED_BY(mu) = false;
+  bool abandoned ABSL_GUARDED_BY(mu) = false;
+
+  // The steps of Start(), in the order it runs them.
+  absl::Status CheckOptions(const ServerOptions& o);
+  absl::Status StartAuthentication(const ServerOptions& o);
+  absl::Status LockDataDirectory(const ServerOptions& o);
+  absl::Status OpenStores(const ServerOptions& o);
+  absl::Status SweepOrphans();
+  void CreateMetrics(const ServerOptions& o);
+  void CreateJobManager(const ServerOptions& o);
+  void CreateServingLimits(const ServerOptions& o);
+  absl::Status ServeMetrics(const ServerOptions& o);
+  absl::Status StartGrpc(const ServerOptions& o);
+  absl::Status StartHealthPort(const ServerOptions& o);
+  absl::Status StartConsole(const ServerOptions& o);
 };
 
 DendroServer::DendroServer(ServerOptions options)
@@ -79,9 +99,9 @@ DendroServer::~DendroServer() {
     // The abandoned jobs' threads still use the stores, so the state is
     // never freed: it is kept, reachable, for the rest of the process (which
     // is about to exit; the kernel then drops the lock).
-    static auto* abandoned_mu = new std::mutex;
+    static auto* abandoned_mu = new Mutex;
     static auto* abandoned = new std::vector<std::unique_ptr<State>>;
-    std::lock_guard<std::mutex> lock(*abandoned_mu);
+    MutexLock lock(abandoned_mu);
     abandoned->push_back(std::move(state_));
     return;
   }
@@ -184,279 +204,354 @@ bool IsLoopback(const std::string& listen) {
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
+// The TLS credentials of the main port: plaintext without --tls_cert; with
+// --tls_client_ca, clients must present a certificate that CA signed.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const ServerOptions& o) {
+  if (o.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  DENDRO_RETURN_IF_ERROR(ReadFileToString(o.tls_key_file, &pair.private_key));
+  DENDRO_RETURN_IF_ERROR(ReadFileToString(o.tls_cert_file, &pair.cert_chain));
+  ssl.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!o.tls_client_ca_file.empty()) {
+    DENDRO_RETURN_IF_ERROR(ReadFileToString(o.tls_client_ca_file, &ssl.pem_root_certs));
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
 }  // namespace
 
 absl::Status DendroServer::Start() {
   State& s = *state_;
+  const ServerOptions& o = options_;
+  DENDRO_RETURN_IF_ERROR(s.CheckOptions(o));
+  DENDRO_RETURN_IF_ERROR(s.StartAuthentication(o));
+  DENDRO_RETURN_IF_ERROR(s.LockDataDirectory(o));
+  DENDRO_RETURN_IF_ERROR(s.OpenStores(o));
+  DENDRO_RETURN_IF_ERROR(s.SweepOrphans());
+  s.CreateMetrics(o);
+  s.CreateJobManager(o);
+  s.CreateServingLimits(o);
+  DENDRO_RETURN_IF_ERROR(s.ServeMetrics(o));
+  DENDRO_RETURN_IF_ERROR(s.StartGrpc(o));
+  DENDRO_RETURN_IF_ERROR(s.StartHealthPort(o));
+  DENDRO_RETURN_IF_ERROR(s.StartConsole(o));
+  DENDRO_RETURN_IF_ERROR(s.jobs->Start());
+  SetServing(true);
+  spdlog::info("dendrod serving on port {} (data dir {})", s.port, o.data_dir);
+  if (s.metrics) spdlog::info("metrics on port {} at /metrics", s.metrics->port());
+  return absl::OkStatus();
+}
+
+// Flags that contradict each other, checked before anything is opened.
+absl::Status DendroServer::State::CheckOptions(const ServerOptions& o) {
   DENDRO_RETURN_IF_ERROR(CheckRulesCover(ServiceNames()));
-  if (!options_.tls_client_ca_file.empty() && options_.tls_cert_file.empty()) {
+  if (!o.tls_client_ca_file.empty() && o.tls_cert_file.empty()) {
     return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
   }
-  DENDRO_ASSIGN_OR_RETURN(s.auth, Authenticator::Create(options_.auth_keys_file,
-                                                        !options_.tls_client_ca_file.empty()));
-  if (options_.auth_reflection && !s.auth->enabled()) {
-    return absl::InvalidArgumentError("--auth_reflection needs --auth_keys or --tls_client_ca");
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
   }
-  if (!s.auth->enabled()) {
-    if (!IsLoopback(options_.listen) && !options_.allow_insecure) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "refusing to serve ", options_.listen, " without authentication: give --auth_keys ",
-          "(or --tls_client_ca), or --allow_insecure to accept any client"));
-    }
-    spdlog::warn("authentication is off: every client that reaches {} may read, write and "
-                 "delete everything{}", options_.listen,
-                 options_.allow_insecure ? " (--allow_insecure)" : " (loopback only)");
-  }
-  DENDRO_RETURN_IF_ERROR(MakeDirs(options_.data_dir));
-  const bool shared = !options_.catalog.empty() && options_.catalog != "sqlite";
-  DENDRO_RETURN_IF_ERROR(LockDataDir(options_.data_dir, shared, &s.lock_fd));
-  std::string replica_id = "local";
-  if (shared) {
-    replica_id = options_.replica_id.empty() ? DefaultReplicaId() : options_.replica_id;
-    DENDRO_RETURN_IF_ERROR(ValidateReplicaId(replica_id));
-    DENDRO_RETURN_IF_ERROR(LockReplicaId(options_.data_dir, replica_id, &s.replica_lock_fd));
-    spdlog::info("replica '{}' of a shared catalogue", replica_id);
-  }
-  if (options_.job_lease < absl::Seconds(2)) {
+  if (o.job_lease < absl::Seconds(2)) {
     return absl::InvalidArgumentError("--job_lease_seconds must be at least 2");
   }
-  DENDRO_ASSIGN_OR_RETURN(s.catalogue, OpenCatalogue(options_.catalog, options_.data_dir,
-                                                       options_.catalog_connections));
-  DENDRO_ASSIGN_OR_RETURN(MinFreeDisk min_free, ParseMinFreeDisk(options_.min_free_disk));
+  shared = !o.catalog.empty() && o.catalog != "sqlite";
+  if (shared) {
+    replica_id = o.replica_id.empty() ? DefaultReplicaId() : o.replica_id;
+    DENDRO_RETURN_IF_ERROR(ValidateReplicaId(replica_id));
+  }
+  return absl::OkStatus();
+}
+
+// The keys file and client CA; without either, only a loopback address is
+// served unless --allow_insecure says otherwise.
+absl::Status DendroServer::State::StartAuthentication(const ServerOptions& o) {
+  DENDRO_ASSIGN_OR_RETURN(auth,
+                          Authenticator::Create(o.auth_keys_file, !o.tls_client_ca_file.empty()));
+  if (o.auth_reflection && !auth->enabled()) {
+    return absl::InvalidArgumentError("--auth_reflection needs --auth_keys or --tls_client_ca");
+  }
+  if (auth->enabled()) return absl::OkStatus();
+  if (!IsLoopback(o.listen) && !o.allow_insecure) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to serve ", o.listen, " without authentication: give --auth_keys ",
+        "(or --tls_client_ca), or --allow_insecure to accept any client"));
+  }
+  spdlog::warn(
+      "authentication is off: every client that reaches {} may read, write and "
+      "delete everything{}",
+      o.listen, o.allow_insecure ? " (--allow_insecure)" : " (loopback only)");
+  return absl::OkStatus();
+}
+
+// The data directory's lock (and the replica id's, when shared): a second
+// owner of the directory stops here.
+absl::Status DendroServer::State::LockDataDirectory(const ServerOptions& o) {
+  DENDRO_RETURN_IF_ERROR(MakeDirs(o.data_dir));
+  DENDRO_RETURN_IF_ERROR(LockDataDir(o.data_dir, shared, &lock_fd));
+  if (!shared) return absl::OkStatus();
+  DENDRO_RETURN_IF_ERROR(LockReplicaId(o.data_dir, replica_id, &replica_lock_fd));
+  spdlog::info("replica '{}' of a shared catalogue", replica_id);
+  return absl::OkStatus();
+}
+
+// The catalogue, the artifact store over the data directory, and the dataset
+// and model stores on both.
+absl::Status DendroServer::State::OpenStores(const ServerOptions& o) {
+  DENDRO_ASSIGN_OR_RETURN(catalogue,
+                          OpenCatalogue(o.catalog, o.data_dir, o.catalog_connections));
+  DENDRO_ASSIGN_OR_RETURN(MinFreeDisk min_free, ParseMinFreeDisk(o.min_free_disk));
   // Replicas sharing the directory may be writing files they have not yet
   // recorded, and reading files another replica deletes: see
   // server/shared_volume_store.h.
-  s.artifacts = OpenArtifactStore(options_.data_dir, s.catalogue->shared());
-  s.datasets = std::make_unique<DatasetStore>(s.artifacts.get(), s.catalogue.get(),
-                                              DiskGuard(options_.data_dir, min_free),
-                                              options_.max_dataset_bytes, UploadPreparers());
-  const int64_t cache_bytes = options_.model_cache_bytes > 0 ? options_.model_cache_bytes
-                                                             : DefaultJobMemoryBytes() / 3;
-  s.models = std::make_unique<ModelRegistry>(s.artifacts.get(), s.catalogue.get(), cache_bytes);
+  artifacts = OpenArtifactStore(o.data_dir, catalogue->shared());
+  datasets = std::make_unique<DatasetStore>(artifacts.get(), catalogue.get(),
+                                            DiskGuard(o.data_dir, min_free),
+                                            o.max_dataset_bytes, UploadPreparers());
+  const int64_t cache_bytes =
+      o.model_cache_bytes > 0 ? o.model_cache_bytes : DefaultJobMemoryBytes() / 3;
+  models = std::make_unique<ModelRegistry>(artifacts.get(), catalogue.get(), cache_bytes);
   spdlog::info("model cache holds up to {} MiB of loaded models", cache_bytes >> 20);
+  return absl::OkStatus();
+}
+
+// Removes what a crash left behind: the store's trash, then datasets and
+// models on disk that the catalogue does not name.
+absl::Status DendroServer::State::SweepOrphans() {
   // First, so that it finds only what a crash or kill left in the trash: the
   // sweeps below hand what they remove to the store's background deletion.
-  if (absl::Status kept = s.artifacts->Maintain(); !kept.ok()) {
+  if (absl::Status kept = artifacts->Maintain(); !kept.ok()) {
     spdlog::warn("artifact store housekeeping failed (retried at the next start): {}",
                  std::string(kept.message()));
   }
   // A catalogue that cannot be read stops the start: sweeping against it
   // would delete every dataset and model as an orphan.
-  if (absl::Status swept = s.datasets->RemoveOrphans(); !swept.ok()) {
-    return absl::DataLossError(absl::StrCat("cannot read the dataset catalogue or files; refusing to start ",
-                                            "(nothing was deleted): ", swept.message()));
+  if (absl::Status swept = datasets->RemoveOrphans(); !swept.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("cannot read the dataset catalogue or files; refusing to start ",
+                     "(nothing was deleted): ", swept.message()));
   }
-  if (absl::Status swept = s.models->RemoveOrphans(); !swept.ok()) {
-    return absl::DataLossError(absl::StrCat("cannot read the model catalogue or files; refusing to start ",
-                                            "(nothing was deleted): ", swept.message()));
+  if (absl::Status swept = models->RemoveOrphans(); !swept.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("cannot read the model catalogue or files; refusing to start ",
+                     "(nothing was deleted): ", swept.message()));
   }
+  return absl::OkStatus();
+}
+
+// With --metrics_listen: the registry, fed by the catalogue's timings from
+// here on (its port opens in ServeMetrics, once every probe is known).
+void DendroServer::State::CreateMetrics(const ServerOptions& o) {
+  if (o.metrics_listen.empty()) return;
+  metrics = std::make_unique<ServerMetrics>();
+  catalogue->set_observer(
+      [m = metrics.get()](const char* op, double seconds) { m->CatalogueOp(op, seconds); });
+}
+
+// The job manager (not yet running: Start() starts it last) and the model
+// table's watch of other replicas' changes.
+void DendroServer::State::CreateJobManager(const ServerOptions& o) {
   JobManager::Options jopts;
-  jopts.workers = options_.workers;
-  jopts.nice = options_.job_nice;
-  jopts.queue_capacity = options_.queue_capacity;
-  jopts.max_attempts = options_.max_job_attempts;
-  jopts.retention = options_.job_retention;
-  jopts.stop_timeout = options_.job_stop_timeout;
+  jopts.workers = o.workers;
+  jopts.nice = o.job_nice;
+  jopts.queue_capacity = o.queue_capacity;
+  jopts.max_attempts = o.max_job_attempts;
+  jopts.retention = o.job_retention;
+  jopts.stop_timeout = o.job_stop_timeout;
   jopts.replica_id = replica_id;
-  jopts.lease_ttl = options_.job_lease;
+  jopts.lease_ttl = o.job_lease;
   // Progress reaches other replicas' watchers through the catalogue, so
   // renew often when shared; alone, the lease only guards against a
   // restart under the same catalogue, and progress is served from memory.
-  jopts.renew_interval =
-      std::min(shared ? absl::Seconds(1) : absl::Seconds(10), options_.job_lease / 3);
-  jopts.limits.memory_bytes = options_.max_job_memory_bytes > 0 ? options_.max_job_memory_bytes
-                                                                : DefaultJobMemoryBytes();
-  jopts.resolve_method = options_.resolve_method;
-  if (!options_.metrics_listen.empty()) {
-    s.metrics = std::make_unique<ServerMetrics>();
-    jopts.on_finished = [m = s.metrics.get()](const v1::Job& job) { m->JobFinished(job); };
-    s.catalogue->set_observer(
-        [m = s.metrics.get()](const char* op, double seconds) { m->CatalogueOp(op, seconds); });
+  jopts.renew_interval = std::min(shared ? absl::Seconds(1) : absl::Seconds(10), o.job_lease / 3);
+  jopts.limits.memory_bytes =
+      o.max_job_memory_bytes > 0 ? o.max_job_memory_bytes : DefaultJobMemoryBytes();
+  jopts.resolve_method = o.resolve_method;
+  if (metrics) {
+    jopts.on_finished = [m = metrics.get()](const v1::Job& job) { m->JobFinished(job); };
   }
-  s.jobs = std::make_unique<JobManager>(jopts, s.catalogue.get(), s.datasets.get(), s.models.get());
-  // After the observer is set: the watch's thread uses the catalogue.
-  s.models->StartWatching(options_.model_table_reconcile);
+  jobs = std::make_unique<JobManager>(jopts, catalogue.get(), datasets.get(), models.get());
+  // After CreateMetrics set the catalogue's observer: the watch's thread
+  // uses the catalogue.
+  models->StartWatching(o.model_table_reconcile);
+}
 
-  std::shared_ptr<grpc::ServerCredentials> creds;
-  if (options_.tls_cert_file.empty() != options_.tls_key_file.empty()) {
-    return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
+// What keeps one caller from starving the others: the stream slots, the
+// serving gate and the batcher in front of it.
+void DendroServer::State::CreateServingLimits(const ServerOptions& o) {
+  StreamLimiter::Options stream_caps;
+  stream_caps.max_streams = o.max_streams;
+  stream_caps.max_per_caller = o.max_streams_per_caller;
+  stream_caps.admin_reserved = o.admin_reserved_streams;
+  streams = std::make_unique<StreamLimiter>(stream_caps, o.upload_idle_timeout);
+  spdlog::info("streams: at most {}, {} per caller, the last {} kept for admins",
+               streams->max_streams(), streams->max_per_caller(), streams->admin_reserved());
+  ServingGate::Options gate_options;
+  gate_options.concurrency =
+      o.serving_concurrency > 0 ? o.serving_concurrency : 2 * AvailableCpus();
+  gate_options.max_waiting = o.serving_queue;
+  gate = std::make_unique<ServingGate>(gate_options);
+  spdlog::info("serving: {} Assign/Predict computations at once, up to {} more waiting",
+               gate_options.concurrency, gate_options.max_waiting);
+  Batcher::Options batch_options;
+  batch_options.max_rows = o.batch_max_rows;
+  batch_options.max_delay = o.batch_max_delay;
+  batcher = std::make_unique<Batcher>(batch_options, gate.get());
+  if (batch_options.max_rows > 1) {
+    spdlog::info(
+        "serving: calls of fewer than {} rows on one model are computed together "
+        "(waiting at most {} us for company)",
+        batch_options.max_rows, absl::ToInt64Microseconds(batch_options.max_delay));
   }
-  if (!options_.tls_cert_file.empty()) {
-    grpc::SslServerCredentialsOptions ssl;
-    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-    DENDRO_RETURN_IF_ERROR(ReadFileToString(options_.tls_key_file, &pair.private_key));
-    DENDRO_RETURN_IF_ERROR(ReadFileToString(options_.tls_cert_file, &pair.cert_chain));
-    ssl.pem_key_cert_pairs.push_back(std::move(pair));
-    if (!options_.tls_client_ca_file.empty()) {
-      DENDRO_RETURN_IF_ERROR(ReadFileToString(options_.tls_client_ca_file, &ssl.pem_root_certs));
-      ssl.client_certificate_request =
-          GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-    }
-    creds = grpc::SslServerCredentials(ssl);
-  } else {
-    creds = grpc::InsecureServerCredentials();
-  }
+}
 
+// With --metrics_listen: the gauges and counters read at each scrape, then
+// the exposer's port.
+absl::Status DendroServer::State::ServeMetrics(const ServerOptions& o) {
+  if (!metrics) return absl::OkStatus();
+  struct Probe {
+    const char* name;
+    const char* help;
+    std::function<double()> read;
+  };
+  JobManager* j = jobs.get();
+  ModelRegistry* m = models.get();
+  StreamLimiter* st = streams.get();
+  ServingGate* g = gate.get();
+  Batcher* b = batcher.get();
+  const Probe gauges[] = {
+      {"dendro_job_queue_depth", "Jobs waiting in the queue.",
+       [j] { return j->GetStats().queued; }},
+      {"dendro_jobs_running", "Jobs running now.", [j] { return j->GetStats().running; }},
+      {"dendro_job_threads", "Threads each job may use (--threads).",
+       [] { return DefaultThreads(); }},
+      {"dendro_model_cache_entries", "Models held in the load cache.",
+       [m] { return m->CacheStats().entries; }},
+      {"dendro_model_cache_bytes",
+       "Bytes charged to the models in the load cache (their artifact files).",
+       [m] { return m->CacheStats().bytes; }},
+      {"dendro_model_cache_capacity_bytes",
+       "Bound on dendro_model_cache_bytes (--model_cache_mb).",
+       [m] { return m->CacheStats().capacity; }},
+      {"dendro_open_streams", "Streaming RPCs holding a slot.",
+       [st] { return st->open_streams(); }},
+      {"dendro_serving_computing",
+       "Assign/Predict computations running now (at most --serving_concurrency).",
+       [g] { return g->stats().computing; }},
+      {"dendro_serving_waiting",
+       "Assign/Predict calls waiting for a computing slot (at most --serving_queue).",
+       [g] { return g->stats().waiting; }},
+      {"dendro_serving_batch_waiting",
+       "Assign/Predict calls in batches that are not computing yet.",
+       [b] { return b->stats().waiting; }},
+  };
+  const Probe counters[] = {
+      {"dendro_model_cache_hits_total", "Model loads answered from the cache.",
+       [m] { return m->CacheStats().hits; }},
+      {"dendro_model_cache_misses_total", "Model loads that read the model's files.",
+       [m] { return m->CacheStats().misses; }},
+      {"dendro_model_cache_evictions_total",
+       "Models dropped from the cache to make room for others.",
+       [m] { return m->CacheStats().evictions; }},
+      {"dendro_serving_refused_total", "Assign/Predict calls refused because the line was full.",
+       [g] { return g->stats().refused; }},
+      {"dendro_serving_expired_total",
+       "Assign/Predict calls dropped uncomputed: their deadline passed while they waited.",
+       [g, b] { return g->stats().expired + b->stats().expired; }},
+      {"dendro_serving_batches_total",
+       "Assign/Predict evaluations that answered two or more calls together "
+       "(--batch_max_rows).",
+       [b] { return b->stats().batches; }},
+      {"dendro_serving_batched_calls_total", "Assign/Predict calls answered by such an evaluation.",
+       [b] { return b->stats().batched_calls; }},
+  };
+  for (const Probe& p : gauges) metrics->AddProbe(p.name, p.help, p.read);
+  for (const Probe& p : counters) metrics->AddCounterProbe(p.name, p.help, p.read);
+  return metrics->Serve(o.metrics_listen);
+}
+
+// The main port: its credentials, the services over the stores, and the
+// interceptors (parse failures, metrics, the reflection guard).
+absl::Status DendroServer::State::StartGrpc(const ServerOptions& o) {
+  DENDRO_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, ServerCredentials(o));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   // One server per address: without this, gRPC sets SO_REUSEPORT and a
   // second dendrod on the same port starts and takes half the connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(options_.listen, creds, &s.port);
-  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
-  builder.SetMaxSendMessageSize(options_.max_message_bytes);
-  StreamLimiter::Options stream_caps;
-  stream_caps.max_streams = options_.max_streams;
-  stream_caps.max_per_caller = options_.max_streams_per_caller;
-  stream_caps.admin_reserved = options_.admin_reserved_streams;
-  s.streams = std::make_unique<StreamLimiter>(stream_caps, options_.upload_idle_timeout);
-  spdlog::info("streams: at most {}, {} per caller, the last {} kept for admins",
-               s.streams->max_streams(), s.streams->max_per_caller(),
-               s.streams->admin_reserved());
-  ServingGate::Options gate_options;
-  gate_options.concurrency = options_.serving_concurrency > 0 ? options_.serving_concurrency
-                                                             : 2 * AvailableCpus();
-  gate_options.max_waiting = options_.serving_queue;
-  s.gate = std::make_unique<ServingGate>(gate_options);
-  spdlog::info("serving: {} Assign/Predict computations at once, up to {} more waiting",
-               gate_options.concurrency, gate_options.max_waiting);
-  Batcher::Options batch_options;
-  batch_options.max_rows = options_.batch_max_rows;
-  batch_options.max_delay = options_.batch_max_delay;
-  s.batcher = std::make_unique<Batcher>(batch_options, s.gate.get());
-  if (batch_options.max_rows > 1) {
-    spdlog::info("serving: calls of fewer than {} rows on one model are computed together "
-                 "(waiting at most {} us for company)",
-                 batch_options.max_rows, absl::ToInt64Microseconds(batch_options.max_delay));
-  }
+  builder.AddListeningPort(o.listen, creds, &port);
+  builder.SetMaxReceiveMessageSize(o.max_message_bytes);
+  builder.SetMaxSendMessageSize(o.max_message_bytes);
   ServiceDeps deps;
-  deps.gate = s.gate.get();
-  deps.batcher = s.batcher.get();
-  deps.datasets = s.datasets.get();
-  deps.jobs = s.jobs.get();
-  deps.models = s.models.get();
-  deps.streams = s.streams.get();
-  deps.data_dir = options_.data_dir;
-  deps.max_message_bytes = options_.max_message_bytes;
-  deps.stream_idle_timeout = options_.stream_idle_timeout;
-  deps.metrics = s.metrics.get();
-  deps.auth = s.auth.get();
-  s.services = MakeServices(std::move(deps));
-  for (auto& svc : s.services) builder.RegisterService(svc.get());
-  {
-    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
-    creators.push_back(MakeParseFailureStatusFactory());
-    if (s.metrics) creators.push_back(s.metrics->MakeInterceptorFactory());
-    if (options_.auth_reflection) creators.push_back(MakeReflectionGuardFactory(s.auth.get()));
-    if (!creators.empty()) builder.experimental().SetInterceptorCreators(std::move(creators));
+  deps.gate = gate.get();
+  deps.batcher = batcher.get();
+  deps.datasets = datasets.get();
+  deps.jobs = jobs.get();
+  deps.models = models.get();
+  deps.streams = streams.get();
+  deps.data_dir = o.data_dir;
+  deps.max_message_bytes = o.max_message_bytes;
+  deps.stream_idle_timeout = o.stream_idle_timeout;
+  deps.metrics = metrics.get();
+  deps.auth = auth.get();
+  services = MakeServices(std::move(deps));
+  for (auto& svc : services) builder.RegisterService(svc.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  creators.push_back(MakeParseFailureStatusFactory());
+  if (metrics) creators.push_back(metrics->MakeInterceptorFactory());
+  if (o.auth_reflection) creators.push_back(MakeReflectionGuardFactory(auth.get()));
+  builder.experimental().SetInterceptorCreators(std::move(creators));
+  grpc_server = builder.BuildAndStart();
+  if (!grpc_server || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", o.listen,
+                     " (is another server using the port? see the log above)"));
   }
-  if (s.metrics) {
-    JobManager* jobs = s.jobs.get();
-    ModelRegistry* models = s.models.get();
-    StreamLimiter* streams = s.streams.get();
-    s.metrics->AddProbe("dendro_job_queue_depth", "Jobs waiting in the queue.",
-                        [jobs] { return jobs->GetStats().queued; });
-    s.metrics->AddProbe("dendro_jobs_running", "Jobs running now.",
-                        [jobs] { return jobs->GetStats().running; });
-    s.metrics->AddProbe("dendro_job_threads", "Threads each job may use (--threads).",
-                        [] { return DefaultThreads(); });
-    s.metrics->AddProbe("dendro_model_cache_entries", "Models held in the load cache.",
-                        [models] { return models->CacheStats().entries; });
-    s.metrics->AddProbe("dendro_model_cache_bytes",
-                        "Bytes charged to the models in the load cache (their artifact files).",
-                        [models] { return models->CacheStats().bytes; });
-    s.metrics->AddProbe("dendro_model_cache_capacity_bytes",
-                        "Bound on dendro_model_cache_bytes (--model_cache_mb).",
-                        [models] { return models->CacheStats().capacity; });
-    s.metrics->AddCounterProbe("dendro_model_cache_hits_total",
-                               "Model loads answered from the cache.",
-                               [models] { return models->CacheStats().hits; });
-    s.metrics->AddCounterProbe("dendro_model_cache_misses_total",
-                               "Model loads that read the model's files.",
-                               [models] { return models->CacheStats().misses; });
-    s.metrics->AddCounterProbe("dendro_model_cache_evictions_total",
-                               "Models dropped from the cache to make room for others.",
-                               [models] { return models->CacheStats().evictions; });
-    s.metrics->AddProbe("dendro_open_streams", "Streaming RPCs holding a slot.",
-                        [streams] { return streams->open_streams(); });
-    ServingGate* gate = s.gate.get();
-    Batcher* batcher = s.batcher.get();
-    s.metrics->AddProbe("dendro_serving_computing",
-                        "Assign/Predict computations running now (at most "
-                        "--serving_concurrency).",
-                        [gate] { return gate->stats().computing; });
-    s.metrics->AddProbe("dendro_serving_waiting",
-                        "Assign/Predict calls waiting for a computing slot (at most "
-                        "--serving_queue).",
-                        [gate] { return gate->stats().waiting; });
-    s.metrics->AddCounterProbe("dendro_serving_refused_total",
-                               "Assign/Predict calls refused because the line was full.",
-                               [gate] { return gate->stats().refused; });
-    s.metrics->AddCounterProbe("dendro_serving_expired_total",
-                               "Assign/Predict calls dropped uncomputed: their deadline passed "
-                               "while they waited.",
-                               [gate, batcher] {
-                                 return gate->stats().expired + batcher->stats().expired;
-                               });
-    s.metrics->AddCounterProbe("dendro_serving_batches_total",
-                               "Assign/Predict evaluations that answered two or more calls "
-                               "together (--batch_max_rows).",
-                               [batcher] { return batcher->stats().batches; });
-    s.metrics->AddCounterProbe("dendro_serving_batched_calls_total",
-                               "Assign/Predict calls answered by such an evaluation.",
-                               [batcher] { return batcher->stats().batched_calls; });
-    s.metrics->AddProbe("dendro_serving_batch_waiting",
-                        "Assign/Predict calls in batches that are not computing yet.",
-                        [batcher] { return batcher->stats().waiting; });
-    DENDRO_RETURN_IF_ERROR(s.metrics->Serve(options_.metrics_listen));
-  }
-  s.grpc_server = builder.BuildAndStart();
-  if (!s.grpc_server || s.port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", options_.listen,
-        " (is another server using the port? see the log above)"));
-  }
-  if (!options_.health_listen.empty()) {
-    // A second server with no services of its own: gRPC gives it the
-    // default health service (and reflection, guarded like the main port's),
-    // nothing else.
-    grpc::ServerBuilder hb;
-    if (options_.auth_reflection) {
-      std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> guard;
-      guard.push_back(MakeReflectionGuardFactory(s.auth.get()));
-      hb.experimental().SetInterceptorCreators(std::move(guard));
-    }
-    int health_port = 0;
-    hb.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-    hb.AddListeningPort(options_.health_listen, grpc::InsecureServerCredentials(), &health_port);
-    s.health_server = hb.BuildAndStart();
-    if (!s.health_server || health_port == 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen on ", options_.health_listen, " (--health_listen)"));
-    }
-    spdlog::info("health checks (plaintext) on port {}", health_port);
-  }
-  if (!options_.http_listen.empty()) {  // the web console (server/http_console.h)
-    HttpConsoleOptions hopts;
-    hopts.listen = options_.http_listen;
-    hopts.data_dir = options_.data_dir;
-    hopts.max_message_bytes = options_.max_message_bytes;
-    hopts.limits = options_.http_limits;
-    hopts.tls_cert_file = options_.tls_cert_file;
-    hopts.tls_key_file = options_.tls_key_file;
-    hopts.tls_client_ca_file = options_.tls_client_ca_file;
-    hopts.allow_insecure = options_.allow_insecure;
-    s.http = std::make_unique<HttpConsole>(
-        hopts, HttpConsoleDeps{s.datasets.get(), s.jobs.get(), s.models.get(), s.auth.get(),
-                               s.gate.get(), s.batcher.get()});
-    DENDRO_RETURN_IF_ERROR(s.http->Start());
-  }
-  DENDRO_RETURN_IF_ERROR(s.jobs->Start());
-  SetServing(true);
-  spdlog::info("dendrod serving on port {} (data dir {})", s.port, options_.data_dir);
-  if (s.metrics) spdlog::info("metrics on port {} at /metrics", s.metrics->port());
   return absl::OkStatus();
+}
+
+// With --health_listen: a second, plaintext server with no services of its
+// own: gRPC gives it the default health service (and reflection, guarded
+// like the main port's), nothing else.
+absl::Status DendroServer::State::StartHealthPort(const ServerOptions& o) {
+  if (o.health_listen.empty()) return absl::OkStatus();
+  grpc::ServerBuilder hb;
+  if (o.auth_reflection) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> guard;
+    guard.push_back(MakeReflectionGuardFactory(auth.get()));
+    hb.experimental().SetInterceptorCreators(std::move(guard));
+  }
+  int health_port = 0;
+  hb.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  hb.AddListeningPort(o.health_listen, grpc::InsecureServerCredentials(), &health_port);
+  health_server = hb.BuildAndStart();
+  if (!health_server || health_port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", o.health_listen, " (--health_listen)"));
+  }
+  spdlog::info("health checks (plaintext) on port {}", health_port);
+  return absl::OkStatus();
+}
+
+// With --http_listen: the web console and JSON API (server/http_console.h).
+absl::Status DendroServer::State::StartConsole(const ServerOptions& o) {
+  if (o.http_listen.empty()) return absl::OkStatus();
+  HttpConsoleOptions hopts;
+  hopts.listen = o.http_listen;
+  hopts.data_dir = o.data_dir;
+  hopts.max_message_bytes = o.max_message_bytes;
+  hopts.limits = o.http_limits;
+  hopts.tls_cert_file = o.tls_cert_file;
+  hopts.tls_key_file = o.tls_key_file;
+  hopts.tls_client_ca_file = o.tls_client_ca_file;
+  hopts.allow_insecure = o.allow_insecure;
+  http = std::make_unique<HttpConsole>(
+      hopts, HttpConsoleDeps{datasets.get(), jobs.get(), models.get(), auth.get(), gate.get(),
+                             batcher.get()});
+  return http->Start();
 }
 
 int DendroServer::port() const { return state_->port; }
@@ -495,7 +590,7 @@ void DendroServer::Wait() {
 bool DendroServer::Shutdown() {
   State& s = *state_;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     if (s.shut_down || !s.grpc_server) return !s.abandoned;
     s.shut_down = true;
   }
@@ -523,7 +618,7 @@ bool DendroServer::Shutdown() {
   s.models->StopWatching();
   if (!stopped) {
     // A detached job thread still uses the stores: never free them.
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     s.abandoned = true;
     spdlog::error("shutdown complete with abandoned jobs (recorded as interrupted)");
     return false;

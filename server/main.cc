@@ -21,11 +21,11 @@
 #include "dendro/version.h"
 #include "core/io/atomic_file.h"
 #include "core/common/cpus.h"
-#include "server/auth.h"
-#include "server/logging.h"
-#include "server/memory.h"
+#include "server/security/auth.h"
+#include "server/base/logging.h"
+#include "server/base/memory.h"
 #include "server/server.h"
-#include "server/verify.h"
+#include "server/storage/verify.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "HOST:PORT to serve gRPC on");

@@ -23,23 +23,23 @@
 #include "core/common/mutex.h"
 #include "core/common/status_macros.h"
 #include "core/io/atomic_file.h"
-#include "server/auth.h"
-#include "server/caller.h"
-#include "server/dataset_store.h"
-#include "server/ids.h"
-#include "server/artifact_store.h"
-#include "server/http_console.h"
-#include "server/job_manager.h"
-#include "server/catalogue.h"
-#include "server/open_artifact_store.h"
-#include "server/open_catalogue.h"
-#include "server/metrics.h"
+#include "server/security/auth.h"
+#include "server/security/caller.h"
+#include "server/storage/dataset_store.h"
+#include "server/base/ids.h"
+#include "server/storage/artifact_store.h"
+#include "server/transport/http_console.h"
+#include "server/jobs/job_manager.h"
+#include "server/catalogue/catalogue.h"
+#include "server/storage/open_artifact_store.h"
+#include "server/catalogue/open_catalogue.h"
+#include "server/observability/metrics.h"
 #include "server/methods/method.h"
-#include "server/model_registry.h"
-#include "server/batcher.h"
-#include "server/serving_gate.h"
-#include "server/services.h"
-#include "server/stream_limiter.h"
+#include "server/models/model_registry.h"
+#include "server/api/batcher.h"
+#include "server/api/serving_gate.h"
+#include "server/transport/services.h"
+#include "server/transport/stream_limiter.h"
 #include "spdlog/spdlog.h"
 
 namespace dendro::server {
@@ -305,7 +305,7 @@ absl::Status DendroServer::State::OpenStores(const ServerOptions& o) {
   DENDRO_ASSIGN_OR_RETURN(MinFreeDisk min_free, ParseMinFreeDisk(o.min_free_disk));
   // Replicas sharing the directory may be writing files they have not yet
   // recorded, and reading files another replica deletes: see
-  // server/shared_volume_store.h.
+  // server/storage/shared_volume_store.h.
   artifacts = OpenArtifactStore(o.data_dir, catalogue->shared());
   datasets = std::make_unique<DatasetStore>(artifacts.get(), catalogue.get(),
                                             DiskGuard(o.data_dir, min_free),
@@ -536,7 +536,7 @@ absl::Status DendroServer::State::StartHealthPort(const ServerOptions& o) {
   return absl::OkStatus();
 }
 
-// With --http_listen: the web console and JSON API (server/http_console.h).
+// With --http_listen: the web console and JSON API (server/transport/http_console.h).
 absl::Status DendroServer::State::StartConsole(const ServerOptions& o) {
   if (o.http_listen.empty()) return absl::OkStatus();
   HttpConsoleOptions hopts;

@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "server/http_limits.h"
+#include "server/transport/http_limits.h"
 #include "server/methods/method.h"
 
 namespace dendro::server {
@@ -23,7 +23,7 @@ namespace dendro::server {
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";  // HOST:PORT; port 0 picks a free one
   std::string data_dir = "./dendro-data";
-  // "" (SQLite in data_dir) or a postgresql:// URI; see OpenCatalogue (server/open_catalogue.h).
+  // "" (SQLite in data_dir) or a postgresql:// URI; see OpenCatalogue (server/catalogue/open_catalogue.h).
   std::string catalog;
   int catalog_connections = 4;  // with PostgreSQL: connections of this process
   int workers = 1;
@@ -45,12 +45,12 @@ struct ServerOptions {
   std::string min_free_disk;                    // "5%" or MiB; see DiskGuard
   int max_streams = 64;                         // concurrent streaming RPCs
   // Assign/Predict computations at once (0: twice the CPUs) and calls that
-  // may wait for one (server/serving_gate.h).
+  // may wait for one (server/api/serving_gate.h).
   int serving_concurrency = 0;
   // Nice value of job threads (JobManager::Options::nice).
   int job_nice = 10;
   int serving_queue = 1024;
-  // Dynamic batching of small Assign/Predict calls (server/batcher.h).
+  // Dynamic batching of small Assign/Predict calls (server/api/batcher.h).
   int64_t batch_max_rows = 64;
   absl::Duration batch_max_delay = absl::ZeroDuration();
   int max_streams_per_caller = 0;               // 0: max_streams / 2 (see StreamLimiter)
@@ -65,14 +65,14 @@ struct ServerOptions {
   // HOST:PORT of a plaintext port serving only grpc.health.v1 (and
   // reflection), for probes that cannot present TLS or keys; empty: off.
   std::string health_listen;
-  // HOST:PORT of the web console and JSON endpoints (server/http_console.h;
+  // HOST:PORT of the web console and JSON endpoints (server/transport/http_console.h;
   // port 0 picks one); empty: off.
   std::string http_listen;
   HttpLimits http_limits;  // the --http_* flags
   // TLS: both set to PEM file paths to serve TLS; both empty for plaintext.
   std::string tls_cert_file;
   std::string tls_key_file;
-  // Authentication (see server/auth.h): the keys file, and a PEM CA that
+  // Authentication (see server/security/auth.h): the keys file, and a PEM CA that
   // client certificates must chain to (mutual TLS; needs the two above).
   // With neither, every caller is an anonymous admin, which is allowed only
   // on a loopback address unless allow_insecure.

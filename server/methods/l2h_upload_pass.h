@@ -1,4 +1,4 @@
-// L2H's upload preparation (server/upload_preparation.h): L2hUploadPass runs
+// L2H's upload preparation (server/storage/upload_preparation.h): L2hUploadPass runs
 // L2H's first pass (core/l2h/first_pass.h) over an upload's data while it
 // arrives, on a thread of its own, so that an L2H job on the dataset starts
 // at its merges (DatasetHeader.prepare = "l2h"). L2hUploadPreparer() offers
@@ -30,7 +30,7 @@
 #include "absl/status/statusor.h"
 #include "core/common/mutex.h"
 #include "core/l2h/first_pass.h"
-#include "server/upload_preparation.h"
+#include "server/storage/upload_preparation.h"
 
 namespace dendro::server {
 

@@ -20,8 +20,8 @@
 #include "core/hierarchy/hierarchy.h"
 #include "core/matrix/matrix.h"
 #include "dendro/v1/dendro.pb.h"
-#include "server/dataset_store.h"
-#include "server/upload_preparation.h"
+#include "server/storage/dataset_store.h"
+#include "server/storage/upload_preparation.h"
 
 namespace dendro::server {
 
@@ -80,7 +80,7 @@ class FittedModel {
   virtual absl::StatusOr<ClassTable> Classes() const;
   // Whether a few rows evaluated together cost clearly less per row than
   // each alone (they share a pass over the model's data): concurrent small
-  // calls are then computed in batches (server/batcher.h). `options` is the
+  // calls are then computed in batches (server/api/batcher.h). `options` is the
   // Predict's, or null for AssignLeaves. False unless measured to pay.
   virtual bool BatchingPays(const PredictOptions* options) const {
     (void)options;
@@ -144,7 +144,7 @@ class Method {
 
   // The work this method does on an upload's rows while they arrive, for
   // uploads whose DatasetHeader.prepare is its name() (see
-  // server/upload_preparation.h); null when it has none. Its result reaches
+  // server/storage/upload_preparation.h); null when it has none. Its result reaches
   // Fit as LoadedDataset::prepared().
   virtual const UploadPreparer* upload_preparer() const { return nullptr; }
 

@@ -16,8 +16,8 @@
 #include <functional>
 #include <string>
 
-#include "server/catalogue.h"
-#include "server/open_catalogue.h"
+#include "server/catalogue/catalogue.h"
+#include "server/catalogue/open_catalogue.h"
 #include "tests/server/postgres_harness.h"
 
 namespace {

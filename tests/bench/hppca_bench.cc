@@ -30,7 +30,7 @@
 #include "core/io/npy.h"
 #include "core/metrics/metrics.h"
 #include "nlohmann/json.hpp"
-#include "server/memory.h"
+#include "server/base/memory.h"
 
 namespace {
 

@@ -90,8 +90,8 @@
 #include "core/hppca/synthetic.h"
 #include "dendro/v1/dendro.grpc.pb.h"
 #include "nlohmann/json.hpp"
-#include "server/checksum.h"
-#include "server/memory.h"
+#include "server/storage/checksum.h"
+#include "server/base/memory.h"
 #include "server/methods/method.h"
 #include "tests/bench/synthetic_logits.h"
 
@@ -1143,7 +1143,7 @@ Json Load::Run() {
 // --- The in-process ceiling ---------------------------------------------------
 
 // The directory of `model`'s files under the server's data directory:
-// models/<name>/<id> (server/model_registry.cc), the one whose files match
+// models/<name>/<id> (server/models/model_registry.cc), the one whose files match
 // the version's checksums (or the only one, for a model stored without
 // checksums).
 std::string FindModelDir(const std::string& data_dir, const dendro::v1::Model& model) {

@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "server/upload_validator.h"
+#include "server/storage/upload_validator.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

@@ -1,8 +1,8 @@
-// The request layer (server/api.h) through the gRPC transport: the rules
+// The request layer (server/api/api.h) through the gRPC transport: the rules
 // both transports now share (the HTTP side is covered by
 // tests/blackbox/http_json_test.py, which also passes a gRPC page token to
 // HTTP and back).
-#include "server/api.h"
+#include "server/api/api.h"
 
 #include <string>
 #include <vector>

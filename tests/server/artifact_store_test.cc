@@ -1,6 +1,6 @@
 // The ArtifactStore contract, run against both implementations through one
 // fixture, and what the shared-volume store does beyond it.
-#include "server/artifact_store.h"
+#include "server/storage/artifact_store.h"
 
 #include <unistd.h>
 
@@ -14,9 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "server/checksum.h"
-#include "server/local_artifact_store.h"
-#include "server/shared_volume_store.h"
+#include "server/storage/checksum.h"
+#include "server/storage/local_artifact_store.h"
+#include "server/storage/shared_volume_store.h"
 
 namespace dendro::server {
 namespace {

@@ -1,12 +1,12 @@
 // The keys file, the rule table and the authenticator, without a server
 // (every RPC x role over gRPC is in tests/blackbox/auth_test.py).
-#include "server/auth.h"
+#include "server/security/auth.h"
 
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/services.h"
+#include "server/transport/services.h"
 
 namespace dendro::server {
 namespace {

@@ -1,7 +1,7 @@
-// Dynamic batching (server/batcher.h): calls that wait together are computed
+// Dynamic batching (server/api/batcher.h): calls that wait together are computed
 // together, each gets its own rows' answer, batches respect their row bound
 // and keys, and deadlines, refusals and failures stay per call.
-#include "server/batcher.h"
+#include "server/api/batcher.h"
 
 #include <atomic>
 #include <functional>

@@ -15,8 +15,8 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "server/catalogue.h"
-#include "server/open_catalogue.h"
+#include "server/catalogue/catalogue.h"
+#include "server/catalogue/open_catalogue.h"
 #include "tests/server/postgres_harness.h"
 
 namespace dendro::testing {

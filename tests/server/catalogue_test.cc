@@ -14,9 +14,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/catalogue.h"
-#include "server/open_catalogue.h"
-#include "server/postgres_catalogue.h"
+#include "server/catalogue/catalogue.h"
+#include "server/catalogue/open_catalogue.h"
+#include "server/catalogue/postgres_catalogue.h"
 #include "tests/server/catalogue_fixture.h"
 #include "tests/server/postgres_harness.h"
 

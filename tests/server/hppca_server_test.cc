@@ -323,7 +323,7 @@ double MetricValue(int port, const std::string& name) {
   return -1;
 }
 
-// Dynamic batching (server/batcher.h): single-row flat Predict calls (where
+// Dynamic batching (server/api/batcher.h): single-row flat Predict calls (where
 // hierarchical PPCA says batching pays) from concurrent callers, computed in
 // batches behind a one-slot gate, get the answers each row gets alone: the
 // same classes and classes scored; scores equal up to float rounding (a

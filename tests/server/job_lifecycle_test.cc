@@ -1,6 +1,6 @@
-// The job state machine (server/job_lifecycle.h): the moves that exist,
+// The job state machine (server/base/job_lifecycle.h): the moves that exist,
 // table-driven, and what each move leaves on the record.
-#include "server/job_lifecycle.h"
+#include "server/base/job_lifecycle.h"
 
 #include <map>
 #include <set>

@@ -14,11 +14,11 @@
 #include "core/l2h/first_pass.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/dataset_store.h"
+#include "server/storage/dataset_store.h"
 #include "server/methods/l2h_upload_pass.h"
 #include "server/methods/method.h"
-#include "server/local_artifact_store.h"
-#include "server/sqlite_catalogue.h"
+#include "server/storage/local_artifact_store.h"
+#include "server/catalogue/sqlite_catalogue.h"
 #include "tests/temp_dir.h"
 
 namespace dendro::server {

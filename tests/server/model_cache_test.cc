@@ -1,5 +1,5 @@
 // ModelCache: LRU order, the byte bound, oversize entries, erase, stats.
-#include "server/model_cache.h"
+#include "server/models/model_cache.h"
 
 #include <memory>
 #include <string>

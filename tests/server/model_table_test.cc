@@ -1,9 +1,9 @@
-// The in-memory model table (server/model_table.h) and the registry that
+// The in-memory model table (server/models/model_table.h) and the registry that
 // keeps it: reads ordered by ticket, references resolved without the
 // catalogue, this process's writes seen before they are answered (both
 // catalogues), and other replicas' writes arriving by notification or, when
 // one is lost, by reconciliation (a real PostgreSQL the test starts).
-#include "server/model_table.h"
+#include "server/models/model_table.h"
 
 #include <unistd.h>
 
@@ -17,10 +17,10 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/catalogue.h"
-#include "server/open_catalogue.h"
-#include "server/local_artifact_store.h"
-#include "server/model_registry.h"
+#include "server/catalogue/catalogue.h"
+#include "server/catalogue/open_catalogue.h"
+#include "server/storage/local_artifact_store.h"
+#include "server/models/model_registry.h"
 #include "tests/server/catalogue_fixture.h"
 #include "tests/server/postgres_harness.h"
 

@@ -29,9 +29,9 @@
 #include "dendro/v1/dendro.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/client_status.h"
-#include "server/names.h"
-#include "server/sqlite_catalogue.h"
+#include "server/base/client_status.h"
+#include "server/base/names.h"
+#include "server/catalogue/sqlite_catalogue.h"
 #include "server/server.h"
 #include "tests/server/server_fixture.h"
 

@@ -27,8 +27,8 @@
 #include "core/hierarchy/export.h"
 #include "dendro/v1/dendro.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "server/catalogue.h"
-#include "server/open_catalogue.h"
+#include "server/catalogue/catalogue.h"
+#include "server/catalogue/open_catalogue.h"
 #include "server/server.h"
 #include "tests/server/postgres_harness.h"
 

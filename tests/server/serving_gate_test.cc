@@ -1,6 +1,6 @@
-// The serving gate (server/serving_gate.h): slots, the bounded line, and
+// The serving gate (server/api/serving_gate.h): slots, the bounded line, and
 // calls whose deadline passes while they wait.
-#include "server/serving_gate.h"
+#include "server/api/serving_gate.h"
 
 #include <atomic>
 #include <optional>

@@ -1,4 +1,4 @@
-// The stream caps of a real in-process server (server/stream_limiter.h):
+// The stream caps of a real in-process server (server/transport/stream_limiter.h):
 // one caller cannot take the whole pool, admins keep a reserve, idle
 // prediction streams and job watches are ended by the server, and WaitJob
 // calls count against the same caps (each held a thread, unbounded).
@@ -15,7 +15,7 @@
 #include "dendro/v1/dendro.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/auth.h"
+#include "server/security/auth.h"
 #include "tests/server/server_fixture.h"
 
 namespace dendro::server {

@@ -1,6 +1,6 @@
 // StreamLimiter: the cap on open streams and the idle timeout, including
 // the time the server itself is busy (Slot::Working), which is not idling.
-#include "server/stream_limiter.h"
+#include "server/transport/stream_limiter.h"
 
 #include <atomic>
 #include <chrono>

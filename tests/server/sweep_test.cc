@@ -9,12 +9,12 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "server/catalogue.h"
-#include "server/open_catalogue.h"
-#include "server/dataset_store.h"
-#include "server/local_artifact_store.h"
-#include "server/model_registry.h"
-#include "server/shared_volume_store.h"
+#include "server/catalogue/catalogue.h"
+#include "server/catalogue/open_catalogue.h"
+#include "server/storage/dataset_store.h"
+#include "server/storage/local_artifact_store.h"
+#include "server/models/model_registry.h"
+#include "server/storage/shared_volume_store.h"
 
 namespace dendro::server {
 namespace {

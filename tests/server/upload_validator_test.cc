@@ -1,5 +1,5 @@
-// The upload stream rules on their own (server/upload_validator.h).
-#include "server/upload_validator.h"
+// The upload stream rules on their own (server/storage/upload_validator.h).
+#include "server/storage/upload_validator.h"
 
 #include <cmath>
 #include <cstring>

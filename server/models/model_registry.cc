@@ -1,0 +1,349 @@
+#include "server/models/model_registry.h"
+
+#include <atomic>
+#include <optional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/common/crash_point.h"
+#include "core/common/status_macros.h"
+#include "server/storage/checksum.h"
+#include "server/base/ids.h"
+#include "server/base/names.h"
+#include "spdlog/spdlog.h"
+
+namespace dendro::server {
+namespace {
+
+// Index of the first byte outside [A-Za-z0-9._-], or npos.
+size_t FirstOutsideNameAlphabet(const std::string& s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return i;
+  }
+  return std::string::npos;
+}
+
+}  // namespace
+
+absl::Status ValidateModelName(const std::string& name) {
+  if (name.empty() || name.size() > 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model name must be 1-128 characters, got ", name.size()));
+  }
+  if (name[0] == '.') return absl::InvalidArgumentError("model name must not start with '.'");
+  if (const size_t bad = FirstOutsideNameAlphabet(name); bad != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model name '", name, "' has character ", DescribeCharacter(name, bad),
+        "; allowed are letters, digits, '.', '_' and '-'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLabel(const std::string& label) {
+  if (label.empty() || label.size() > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("label must be 1-64 characters, got ", label.size()));
+  }
+  if (!((label[0] >= 'a' && label[0] <= 'z') || (label[0] >= 'A' && label[0] <= 'Z'))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("label '", label, "' must start with a letter"));
+  }
+  if (label == "latest") {
+    return absl::InvalidArgumentError("'latest' is not a label: it means the newest version");
+  }
+  if (const size_t bad = FirstOutsideNameAlphabet(label); bad != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "label '", label, "' has character ", DescribeCharacter(label, bad),
+        "; allowed are letters, digits, '.', '_' and '-'"));
+  }
+  return absl::OkStatus();
+}
+
+ModelRegistry::ModelRegistry(ArtifactStore* artifacts, Catalogue* catalogue, int64_t cache_bytes)
+    : artifacts_(artifacts), catalogue_(catalogue), cache_(cache_bytes) {}
+
+ModelRegistry::~ModelRegistry() { watch_.reset(); }
+
+void ModelRegistry::StartWatching(absl::Duration reconcile) {
+  watch_ = catalogue_->WatchModelChanges(
+      [this](const std::string& name) {
+        if (name.empty()) {
+          Reconcile();
+        } else {
+          Refresh(name, /*held_only=*/true).IgnoreError();
+        }
+      },
+      reconcile);
+}
+
+absl::StatusOr<std::vector<StoredModel>> ModelRegistry::Refresh(const std::string& name,
+                                                                bool held_only) {
+  if (held_only && !table_.Holds(name)) return std::vector<StoredModel>();
+  const uint64_t ticket = table_.NextTicket();
+  absl::StatusOr<std::vector<StoredModel>> read = catalogue_->ModelVersions(name);
+  if (!read.ok()) {
+    table_.Forget(name, ticket);
+    return read.status();
+  }
+  ModelTable::Dropped dropped;
+  table_.Install(name, *read, ticket, held_only, &dropped);
+  DropFromCache(dropped);
+  return read;
+}
+
+void ModelRegistry::Reconcile() {
+  const uint64_t ticket = table_.NextTicket();
+  absl::StatusOr<std::vector<StoredModel>> all = catalogue_->ModelVersions("");
+  if (!all.ok()) {
+    spdlog::warn("model table: reconciliation with the catalogue failed: {}",
+                 std::string(all.status().message()));
+    return;
+  }
+  ModelTable::Dropped dropped;
+  table_.InstallAll(*std::move(all), ticket, &dropped);
+  DropFromCache(dropped);
+}
+
+void ModelRegistry::DropFromCache(const ModelTable::Dropped& dropped) {
+  for (const auto& key : dropped) cache_.Erase(key);
+}
+
+absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Job job,
+                                                int64_t lease_token) {
+  const std::string name = job.spec().model_name();
+  DENDRO_RETURN_IF_ERROR(ValidateModelName(name));
+  const std::string key = absl::StrCat("models/", name, "/", NewId("m"));
+  ChecksumMap sums;
+  {
+    // Unpublished, the staged directory removes itself.
+    DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<StagedDirectory> staged, artifacts_->Stage(key));
+    DENDRO_RETURN_IF_ERROR(model.Save(staged->path()));
+    DENDRO_ASSIGN_OR_RETURN(sums, ChecksumTree(staged->path()));
+    DENDRO_RETURN_IF_ERROR(staged->Publish());
+  }
+  CrashPoint("model.files_written");
+  v1::Model m;
+  m.set_name(name);
+  m.set_method(std::string(model.method()));
+  m.set_dataset_id(job.spec().dataset_id());
+  m.set_job_id(job.id());
+  m.set_owner(job.owner());
+  m.set_num_leaves(model.tree().num_leaves());
+  m.set_input_dim(model.input_dim());
+  SetNow(m.mutable_create_time());
+  for (const auto& [k, v] : model.metadata()) (*m.mutable_metadata())[k] = v;
+  m.mutable_checksums()->insert(sums.begin(), sums.end());
+  auto committed = catalogue_->CommitModel(m, key, std::move(job), lease_token);
+  if (!committed.ok()) {
+    // (An outcome-unknown commit may have landed: the table re-reads.)
+    Refresh(name).IgnoreError();
+    artifacts_->Remove(key).IgnoreError();
+    return committed.status();
+  }
+  Refresh(name).IgnoreError();
+  m.set_version(committed->version);
+  CrashPoint("model.committed");
+  if (!committed->pruned.empty()) {
+    spdlog::info("model '{}': retention removed {} older version(s)", name,
+                 committed->pruned.size());
+    RemoveFiles(name, committed->pruned);
+  }
+  return m;
+}
+
+namespace {
+absl::Status ValidateVersion(int64_t version) {
+  if (version >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("model version must be >= 0 (0: the latest), got ", version));
+}
+
+absl::Status ValidateRef(const v1::ModelRef& ref) {
+  DENDRO_RETURN_IF_ERROR(ValidateVersion(ref.version()));
+  if (!ref.label().empty()) {
+    if (ref.version() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", ref.name(), "': give a version or a label, not both (version ",
+          ref.version(), ", label '", ref.label(), "')"));
+    }
+    DENDRO_RETURN_IF_ERROR(ValidateLabel(ref.label()));
+  }
+  return absl::OkStatus();
+}
+
+// `ref` among `versions` (every version of its name, ascending), worded as
+// the catalogue words a miss.
+absl::StatusOr<ModelTable::Entry> ResolveIn(const std::vector<StoredModel>& versions,
+                                            const v1::ModelRef& ref) {
+  int64_t version = ref.version();
+  if (!ref.label().empty()) {
+    version = -1;
+    for (const StoredModel& s : versions) {
+      for (const std::string& l : s.model.labels()) {
+        if (l == ref.label()) version = s.model.version();
+      }
+    }
+    if (version < 0) return LabelNotFound(ref.name(), ref.label());
+  }
+  for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
+    if (version == 0 || it->model.version() == version) {
+      return std::make_shared<const StoredModel>(*it);
+    }
+  }
+  return ModelNotFound(ref.name(), version);
+}
+}  // namespace
+
+absl::StatusOr<ModelTable::Entry> ModelRegistry::Resolve(const v1::ModelRef& ref) {
+  DENDRO_RETURN_IF_ERROR(ValidateRef(ref));
+  if (std::optional<absl::StatusOr<ModelTable::Entry>> held =
+          table_.Find(ref.name(), ref.version(), ref.label());
+      held.has_value() && held->ok()) {
+    return *std::move(held);
+  }
+  // Not held, or held without what was asked for: it may have been
+  // committed or labelled by another replica a moment ago. Ask the
+  // catalogue (misses are errors, rare on the serving path).
+  DENDRO_ASSIGN_OR_RETURN(std::vector<StoredModel> versions, Refresh(ref.name()));
+  return ResolveIn(versions, ref);
+}
+
+absl::StatusOr<v1::Model> ModelRegistry::Get(const v1::ModelRef& ref) {
+  DENDRO_ASSIGN_OR_RETURN(ModelTable::Entry entry, Resolve(ref));
+  return entry->model;
+}
+
+absl::StatusOr<LoadedModel> ModelRegistry::Load(const v1::ModelRef& ref) {
+  DENDRO_ASSIGN_OR_RETURN(ModelTable::Entry entry, Resolve(ref));
+  const StoredModel& stored = *entry;
+  const std::string& name = ref.name();
+  const auto key = std::make_pair(name, stored.model.version());
+  if (std::shared_ptr<const FittedModel> hit = cache_.Get(key)) {
+    return LoadedModel{std::move(hit), std::move(entry)};
+  }
+  DENDRO_ASSIGN_OR_RETURN(const Method* method, MethodByName(stored.model.method()));
+  const std::string what = absl::StrCat("model '", name, "' version ", stored.model.version());
+  absl::StatusOr<std::string> path = artifacts_->LocalPath(stored.dir);
+  absl::Status intact = path.status();
+  if (intact.ok() && !stored.model.checksums().empty()) {
+    absl::StatusOr<ChecksumMap> actual = ChecksumTree(*path);
+    intact = actual.ok() ? CompareChecksums(ToChecksumMap(stored.model.checksums()), *actual, what)
+                         : actual.status();
+  }
+  absl::StatusOr<std::unique_ptr<FittedModel>> loaded =
+      intact.ok() ? method->Load(*path) : intact;
+  if (!loaded.ok()) {
+    // This version deleted (here or through another replica) since the
+    // lookup: that is not damage. Look for the version, not the ref: a
+    // "latest" ref may now find a newer one.
+    if (absl::IsNotFound(catalogue_->GetModel(name, stored.model.version()).status())) {
+      Refresh(name).IgnoreError();
+      return absl::NotFoundError(absl::StrCat(what, " was just deleted"));
+    }
+    if (absl::IsDataLoss(intact)) return intact;  // CompareChecksums named the model
+    return absl::DataLossError(
+        absl::StrCat(what, " could not be loaded: ", loaded.status().message()));
+  }
+  std::shared_ptr<const FittedModel> model = *std::move(loaded);
+  const int64_t bytes = artifacts_->Bytes(stored.dir);
+  if (!cache_.Put(key, model, bytes)) {
+    // Such a model is reloaded on every request: say so once, not each time.
+    static std::atomic<bool> warned{false};
+    spdlog::log(warned.exchange(true) ? spdlog::level::debug : spdlog::level::warn,
+                "model '{}' version {} ({} MiB) is larger than the whole model cache; it is "
+                "served but reloaded on every use (raise --model_cache_mb)",
+                name, stored.model.version(), bytes >> 20);
+  }
+  return LoadedModel{std::move(model), std::move(entry)};
+}
+
+absl::StatusOr<int> ModelRegistry::Delete(const std::string& name, int64_t version) {
+  DENDRO_RETURN_IF_ERROR(ValidateVersion(version));
+  absl::StatusOr<std::vector<StoredModel>> removed = catalogue_->DeleteModels(name, version);
+  // Before answering: a version deleted here is not served after this.
+  Refresh(name).IgnoreError();
+  if (!removed.ok()) return removed.status();
+  CrashPoint("model_delete.rows_removed");
+  RemoveFiles(name, *removed);
+  return static_cast<int>(removed->size());
+}
+
+void ModelRegistry::RemoveFiles(const std::string& name, const std::vector<StoredModel>& removed) {
+  for (const auto& r : removed) {
+    cache_.Erase(std::make_pair(name, r.model.version()));
+    // The rows are gone; files left by a failure here are swept at the next
+    // start.
+    artifacts_->Remove(r.dir).IgnoreError();
+  }
+}
+
+absl::StatusOr<std::optional<int64_t>> ModelRegistry::RetentionExemptionLost(
+    const std::string& name, const std::string& label, int64_t new_version) {
+  absl::StatusOr<StoredModel> now = catalogue_->GetModel(name, 0, label);
+  if (absl::IsNotFound(now.status())) return std::nullopt;  // a new label protects more
+  if (!now.ok()) return now.status();
+  if (now->model.keep_versions() <= 0) return std::nullopt;
+  const int64_t from = now->model.version();
+  if (new_version == 0) {
+    DENDRO_ASSIGN_OR_RETURN(StoredModel latest, catalogue_->GetModel(name, 0));
+    new_version = latest.model.version();
+  }
+  if (new_version == from) return std::nullopt;
+  return from;
+}
+
+absl::StatusOr<v1::Model> ModelRegistry::SetLabel(const std::string& name,
+                                                  const std::string& label, int64_t version) {
+  DENDRO_RETURN_IF_ERROR(ValidateVersion(version));
+  DENDRO_RETURN_IF_ERROR(ValidateLabel(label));
+  absl::StatusOr<v1::Model> set = catalogue_->SetModelLabel(name, label, version);
+  Refresh(name).IgnoreError();
+  return set;
+}
+
+absl::StatusOr<int64_t> ModelRegistry::DeleteLabel(const std::string& name,
+                                                   const std::string& label) {
+  DENDRO_RETURN_IF_ERROR(ValidateLabel(label));
+  absl::StatusOr<int64_t> deleted = catalogue_->DeleteModelLabel(name, label);
+  Refresh(name).IgnoreError();
+  return deleted;
+}
+
+absl::StatusOr<int> ModelRegistry::SetRetention(const std::string& name, int64_t keep_versions) {
+  if (keep_versions < 0 || keep_versions > 1000000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "keep_versions must be in [0, 1000000] (0: keep every version), got ", keep_versions));
+  }
+  absl::StatusOr<std::vector<StoredModel>> removed = catalogue_->SetModelRetention(name, keep_versions);
+  Refresh(name).IgnoreError();
+  if (!removed.ok()) return removed.status();
+  RemoveFiles(name, *removed);
+  return static_cast<int>(removed->size());
+}
+
+absl::Status ModelRegistry::RemoveOrphans() {
+  const absl::Duration grace = artifacts_->orphan_grace();
+  // List the files before reading the catalogue: a model committed in
+  // between is then listed, never taken for an orphan.
+  DENDRO_ASSIGN_OR_RETURN(std::vector<ArtifactEntry> names, artifacts_->List("models"));
+  std::vector<ArtifactEntry> versions;
+  for (const ArtifactEntry& name : names) {
+    DENDRO_ASSIGN_OR_RETURN(std::vector<ArtifactEntry> v, artifacts_->List(name.key));
+    versions.insert(versions.end(), v.begin(), v.end());
+  }
+  DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> dirs, catalogue_->AllModelDirs());
+  const std::set<std::string> live(dirs.begin(), dirs.end());
+  const absl::Time cutoff = absl::Now() - grace;
+  for (const ArtifactEntry& v : versions) {
+    if (live.count(v.key)) continue;
+    if (grace > absl::ZeroDuration() && v.modified > cutoff) continue;
+    artifacts_->Remove(v.key).IgnoreError();  // retried at the next start
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dendro::server

@@ -1,0 +1,288 @@
+#include "server/storage/dataset_store.h"
+
+#include <chrono>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+#include "core/common/crash_point.h"
+#include "core/common/status_macros.h"
+#include "server/storage/checksum.h"
+#include "server/base/ids.h"
+#include "server/base/names.h"
+
+namespace dendro::server {
+// --- LoadedDataset ------------------------------------------------------------
+
+MatrixView LoadedDataset::matrix() const {
+  return MatrixView(static_cast<const float*>(x_->data()), info_.rows(), info_.cols());
+}
+
+absl::Span<const int64_t> LoadedDataset::labels() const {
+  if (!y_) return {};
+  return absl::Span<const int64_t>(static_cast<const int64_t*>(y_->data()), info_.rows());
+}
+
+// --- DatasetUpload ------------------------------------------------------------
+
+DatasetUpload::~DatasetUpload() {
+  // An unfinished upload leaves nothing: abandon the unfinished objects, then
+  // remove the dataset's prefix (prefix_ is cleared once published).
+  x_.reset();
+  y_.reset();
+  if (!prefix_.empty()) store_->artifacts_->Remove(prefix_).IgnoreError();
+}
+
+absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
+  DENDRO_RETURN_IF_ERROR(ValidateDisplayName("upload: display_name", header.display_name()));
+  DENDRO_RETURN_IF_ERROR(validator_.Begin(header.rows(), header.cols(), header.has_labels(),
+                                          store_->max_dataset_bytes_));
+  DENDRO_RETURN_IF_ERROR(store_->disk_.Check(validator_.total_bytes(), "upload"));
+  DENDRO_ASSIGN_OR_RETURN(const UploadPreparer* preparer, store_->PreparerFor(header));
+  header_ = header;
+  id_ = NewId("ds");
+  prefix_ = DatasetStore::KeyFor(id_, header.transient());
+  const Durability durability =
+      header.transient() ? Durability::kVolatile : Durability::kDurable;
+  ArtifactStore* artifacts = store_->artifacts_;
+  DENDRO_ASSIGN_OR_RETURN(x_, artifacts->Create(prefix_ + "/X.npy", durability));
+  const int64_t shape[2] = {header.rows(), header.cols()};
+  DENDRO_RETURN_IF_ERROR(x_->Append(MakeNpyHeader(DType::kFloat32, shape)));
+  if (header.has_labels()) {
+    DENDRO_ASSIGN_OR_RETURN(y_, artifacts->Create(prefix_ + "/y.npy", durability));
+    const int64_t yshape[1] = {header.rows()};
+    DENDRO_RETURN_IF_ERROR(y_->Append(MakeNpyHeader(DType::kInt64, yshape)));
+  }
+  if (preparer != nullptr && store_->PreparedFits(preparer->ResultBytes(header))) {
+    preparation_ = preparer->Start(header);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DatasetUpload::AppendData(std::string_view bytes) {
+  DENDRO_RETURN_IF_ERROR(validator_.Data(bytes));
+  if (!x_) return absl::FailedPreconditionError("upload: the header was refused");
+  return x_->Append(bytes);
+}
+
+absl::Status DatasetUpload::TakeData(std::string* bytes) {
+  DENDRO_RETURN_IF_ERROR(AppendData(*bytes));
+  if (preparation_ != nullptr) preparation_->Take(bytes);
+  return absl::OkStatus();
+}
+
+absl::Status DatasetUpload::AppendLabels(std::string_view bytes) {
+  DENDRO_RETURN_IF_ERROR(validator_.Labels(bytes));
+  if (!y_) return absl::FailedPreconditionError("upload: the header was refused");
+  return y_->Append(bytes);
+}
+
+absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
+  DENDRO_RETURN_IF_ERROR(validator_.Finish());
+  if (!x_) return absl::FailedPreconditionError("upload: the header was refused");
+  v1::Dataset d;
+  d.set_id(id_);
+  d.set_display_name(header_.display_name());
+  d.set_owner(owner_);
+  d.set_rows(header_.rows());
+  d.set_cols(header_.cols());
+  d.set_has_labels(header_.has_labels());
+  d.set_transient(header_.transient());
+  d.set_size_bytes(x_->size() + (header_.has_labels() ? y_->size() : 0));
+  SetNow(d.mutable_create_time());
+  (*d.mutable_checksums())["X.npy"] = x_->checksum();
+  if (header_.has_labels()) (*d.mutable_checksums())["y.npy"] = y_->checksum();
+  std::shared_ptr<const PreparedData> prepared;
+  if (preparation_ != nullptr) {
+    // Optional: without it a job computes the same itself.
+    std::string note;
+    absl::StatusOr<std::shared_ptr<const PreparedData>> done = preparation_->Finish(&note);
+    preparation_.reset();
+    if (done.ok()) {
+      prepared = *std::move(done);
+      if (!note.empty()) spdlog::info("upload {}: {}", id_, note);
+    } else {
+      spdlog::warn("upload {}: not prepared ({}): {}", id_, header_.prepare(),
+                   done.status().ToString());
+    }
+  }
+  CrashPoint("upload.data_received");
+  DENDRO_RETURN_IF_ERROR(x_->Commit());
+  if (header_.has_labels()) DENDRO_RETURN_IF_ERROR(y_->Commit());
+  CrashPoint("upload.files_committed");
+  // On an error the destructor removes the files.
+  DENDRO_RETURN_IF_ERROR(store_->catalogue_->PutDataset(d));
+  prefix_.clear();
+  {
+    // Its checksums were computed from the bytes as they were written.
+    MutexLock lock(&store_->mu_);
+    store_->verified_.insert(id_);
+    if (prepared != nullptr && store_->PreparedFitsLocked(prepared->bytes())) {
+      store_->prepared_bytes_ += prepared->bytes();
+      store_->prepared_[id_] = std::move(prepared);
+    }
+  }
+  CrashPoint("upload.catalogued");
+  return d;
+}
+
+// --- DatasetStore -------------------------------------------------------------
+
+DatasetStore::DatasetStore(ArtifactStore* artifacts, Catalogue* catalogue, DiskGuard disk,
+                           int64_t max_dataset_bytes,
+                           std::vector<const UploadPreparer*> preparers)
+    : artifacts_(artifacts),
+      catalogue_(catalogue),
+      max_dataset_bytes_(max_dataset_bytes),
+      disk_(std::move(disk)),
+      preparers_(std::move(preparers)) {}
+
+std::string DatasetStore::KeyFor(const std::string& id, bool transient) {
+  return absl::StrCat(transient ? "transient/" : "datasets/", id);
+}
+
+bool DatasetStore::HasPrepared(const std::string& id) {
+  MutexLock lock(&mu_);
+  return prepared_.count(id) > 0;
+}
+
+bool DatasetStore::PreparedFits(int64_t bytes) {
+  MutexLock lock(&mu_);
+  return PreparedFitsLocked(bytes);
+}
+
+absl::StatusOr<const UploadPreparer*> DatasetStore::PreparerFor(
+    const v1::DatasetHeader& header) const {
+  if (header.prepare().empty()) return nullptr;
+  std::string names;
+  for (const UploadPreparer* p : preparers_) {
+    if (p->name() == header.prepare()) {
+      DENDRO_RETURN_IF_ERROR(p->CheckHeader(header));
+      return p;
+    }
+    absl::StrAppend(&names, " or \"", std::string(p->name()), "\"");
+  }
+  return absl::InvalidArgumentError(absl::StrCat("upload: prepare must be empty", names,
+                                                 ", got \"", header.prepare(), "\""));
+}
+
+absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const std::string& id) {
+  bool verified;
+  {
+    MutexLock lock(&mu_);
+    if (auto it = open_.find(id); it != open_.end()) {
+      if (auto sp = it->second.lock()) return sp;
+    }
+    verified = verified_.count(id) > 0;
+  }
+  // Mapping and checksumming run without the lock, so that a large dataset
+  // being verified does not hold up opens of other datasets. Two first opens
+  // of one dataset may both verify it; the first to finish is kept.
+  DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, catalogue_->GetDataset(id));
+  auto ds = std::make_shared<LoadedDataset>();
+  ds->info_ = info;
+  const std::string prefix = KeyFor(id, info.transient());
+  DENDRO_ASSIGN_OR_RETURN(const std::string x_path, artifacts_->LocalPath(prefix + "/X.npy"));
+  DENDRO_ASSIGN_OR_RETURN(ds->x_, MappedNpy::Open(x_path));
+  if (ds->x_->header().dtype != DType::kFloat32 || ds->x_->header().rows() != info.rows() ||
+      ds->x_->header().cols() != info.cols()) {
+    return absl::DataLossError(absl::StrCat("dataset ", id, ": X.npy does not match metadata"));
+  }
+  if (info.has_labels()) {
+    DENDRO_ASSIGN_OR_RETURN(const std::string y_path, artifacts_->LocalPath(prefix + "/y.npy"));
+    DENDRO_ASSIGN_OR_RETURN(ds->y_, MappedNpy::Open(y_path));
+    if (ds->y_->header().dtype != DType::kInt64 || ds->y_->header().rows() != info.rows()) {
+      return absl::DataLossError(
+          absl::StrCat("dataset ", id, ": y.npy does not match metadata"));
+    }
+  }
+  if (!info.checksums().empty() && !verified) {
+    ChecksumMap actual;
+    for (const auto& [file, recorded] : info.checksums()) {
+      absl::StatusOr<std::string> path = artifacts_->LocalPath(absl::StrCat(prefix, "/", file));
+      if (absl::IsNotFound(path.status())) continue;  // reported as missing below
+      if (!path.ok()) return path.status();
+      DENDRO_ASSIGN_OR_RETURN(actual[file], ChecksumFile(*path));
+    }
+    DENDRO_RETURN_IF_ERROR(
+        CompareChecksums(ToChecksumMap(info.checksums()), actual, absl::StrCat("dataset ", id)));
+  }
+  MutexLock lock(&mu_);
+  if (auto it = open_.find(id); it != open_.end()) {
+    if (auto sp = it->second.lock()) return sp;
+  }
+  verified_.insert(id);
+  if (auto it = prepared_.find(id); it != prepared_.end()) ds->prepared_ = it->second;
+  open_[id] = ds;
+  return std::shared_ptr<const LoadedDataset>(ds);
+}
+
+absl::Status DatasetStore::Delete(const std::string& id, const std::string& except_job) {
+  DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, catalogue_->GetDataset(id));
+  DENDRO_RETURN_IF_ERROR(catalogue_->DeleteUnusedDataset(id, except_job));
+  CrashPoint("dataset_delete.row_removed");
+  {
+    MutexLock lock(&mu_);
+    open_.erase(id);
+    verified_.erase(id);
+    if (auto it = prepared_.find(id); it != prepared_.end()) {
+      prepared_bytes_ -= it->second->bytes();
+      prepared_.erase(it);
+    }
+  }
+  // The row is gone, so the dataset is; files left by a failure here are
+  // swept as orphans at the next start.
+  artifacts_->Remove(KeyFor(id, info.transient())).IgnoreError();
+  return absl::OkStatus();
+}
+
+absl::Status DatasetStore::RemoveOrphans() {
+  const absl::Duration grace = artifacts_->orphan_grace();
+  // List the files first: an upload that finishes after the listing is
+  // then in the catalogue read below, and is never taken for an orphan.
+  std::map<std::string, absl::Time> files;
+  for (const char* root : {"transient", "datasets"}) {
+    DENDRO_ASSIGN_OR_RETURN(std::vector<ArtifactEntry> entries, artifacts_->List(root));
+    for (ArtifactEntry& e : entries) files[std::move(e.key)] = e.modified;
+  }
+  const auto quiet = [&](const std::string& key) {
+    if (grace <= absl::ZeroDuration()) return true;
+    auto it = files.find(key);
+    return it == files.end() || it->second <= absl::Now() - grace;
+  };
+  // Read the whole catalogue before removing anything: a catalogue that
+  // cannot be read must not make every dataset look like an orphan.
+  DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> ids, catalogue_->AllDatasetIds());
+  std::vector<v1::Dataset> infos;
+  for (const std::string& id : ids) {
+    DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, catalogue_->GetDataset(id));
+    infos.push_back(std::move(info));
+  }
+  std::set<std::string> listed;
+  for (const v1::Dataset& info : infos) {
+    const std::string key = KeyFor(info.id(), info.transient());
+    listed.insert(key);
+    if (!info.transient()) continue;
+    if (grace > absl::ZeroDuration()) {
+      // Shared: another replica's job may still read it, or its client may
+      // be about to submit one; the check and the delete are one step
+      // against any replica's SubmitJob.
+      if (!quiet(key)) continue;
+      const absl::Status deleted = catalogue_->DeleteUnusedDataset(info.id(), "");
+      if (absl::IsFailedPrecondition(deleted) || absl::IsNotFound(deleted)) continue;
+      DENDRO_RETURN_IF_ERROR(deleted);
+    } else {
+      DENDRO_RETURN_IF_ERROR(catalogue_->DeleteDataset(info.id()));
+    }
+    listed.erase(key);
+  }
+  for (const auto& [key, modified] : files) {
+    // A file that cannot be removed now is retried at the next start.
+    if (!listed.count(key) && quiet(key)) artifacts_->Remove(key).IgnoreError();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dendro::server

@@ -466,6 +466,485 @@ absl::StatusOr<GhhcResult> FitChoosingPoints(const MatrixView& x, const GhhcOpti
 
 }  // namespace
 
+namespace {
+
+// One fit of FitGhhc, its phases as methods in the order they run: each
+// reads what the earlier ones left in the members (grouped below by the
+// phase that sets them).
+class GhhcFit {
+ public:
+  GhhcFit(const MatrixView& x, const GhhcOptions& options, RunContext& ctx)
+      : x_(x),
+        options_(options),
+        ctx_(ctx),
+        n_(x.rows()),
+        m_(options.internal_nodes),
+        threads_(options.num_threads),
+        progress_(ctx),
+        cancel_(ctx),
+        cancelled_([this] { return cancel_.Poll(); }) {}
+
+  absl::Status PreparePoints();        // 1. centre, project, normalise into the ball
+  absl::Status FindNeighbours();       // 2. kNN table, held-out triples
+  absl::Status InitialiseNodes();      // 3. HAC on a sample
+  absl::Status Train();                // 4. SGD over triples, keep the best
+  absl::StatusOr<GhhcResult> Extract();  // 5. the tree and the model
+
+ private:
+  // Training, one batch.
+  absl::StatusOr<double> BatchObjective(int64_t step, int64_t bsize, int chunks);
+  void StepPoints(int64_t step, int64_t bsize, int chunks);
+  absl::Status MarginSteps();
+  bool Validate(int64_t batches_done);
+  // Extraction.
+  absl::StatusOr<std::vector<int32_t>> NearestNodeOfEachPoint();
+  void WriteMetadata(Hierarchy& tree) const;
+
+  ghhc::Rng AnchorRng(int64_t step) const {
+    return ghhc::Rng(ghhc::StreamSeed(options_.seed, 3, static_cast<uint64_t>(step)));
+  }
+  const RowMat<float>& TrainPoints() const { return options_.learn_points ? emb_ : pts_; }
+
+  static constexpr uint64_t kValidationStream = 0xFA11DA7E;
+
+  const MatrixView& x_;
+  const GhhcOptions& options_;
+  RunContext& ctx_;
+  const int64_t n_;
+  const int32_t m_;
+  ThreadScope threads_;
+  Progress progress_;
+  CancelFlag cancel_;
+  const std::function<bool()> cancelled_;
+  GhhcStats stats_;
+
+  // PreparePoints: the points in the ball, of dimension d_.
+  GhhcModel model_;
+  RowMat<float> pts_;
+  int64_t d_ = 0;
+  // FindNeighbours.
+  int32_t k_ = 0;
+  int64_t batch_ = 0, total_ = 0, steps_ = 0, num_val_ = 0;
+  std::vector<int32_t> knn_;
+  std::vector<Triple> val_triples_;
+  // InitialiseNodes, then Train: the nodes.
+  RowMat<double> z_;
+  // Train. Learned point embeddings (options.learn_points): `emb_` starts
+  // as the fixed points and moves by Adam; `pts_` keeps the data's own
+  // geometry, from which the triples are drawn and ordered.
+  double step_scale_ = 1.0;
+  int64_t seen_ = 0;
+  RowMat<float> emb_, adam_m_, adam_v_, pgrad_;
+  std::vector<uint8_t> touched_mask_;
+  std::vector<int32_t> touched_;
+  std::vector<RowMat<float>> chunk_x_, chunk_noise_, chunk_grad_, chunk_pgrad_;
+  std::vector<ghhc::TripleWorkspace<float>> chunk_ws_;
+  std::vector<double> chunk_loss_;
+  std::vector<Triple> triples_;
+  RowMat<float> zf_;
+  RowMat<double> grad_;
+  // Keep the best (see "Keep the best" in ghhc.h): the latest checked state
+  // (the initial one included) within two standard errors of the best
+  // held-out triple accuracy seen so far.
+  double best_accuracy_ = -1.0, last_accuracy_ = -1.0, kept_accuracy_ = -1.0;
+  int64_t kept_batches_ = 0;
+  RowMat<double> kept_z_;
+  RowMat<float> kept_emb_;
+};
+
+absl::Status GhhcFit::PreparePoints() {
+  progress_.Report(0.0, 0.02, 0.0, "preprocessing");
+  DENDRO_RETURN_IF_ERROR(ValidateFinite(x_));
+  DENDRO_RETURN_IF_ERROR(ctx_.CheckCancelled());
+  const int64_t input_dim = x_.cols();
+  model_.dim = input_dim;
+  model_.center = options_.center;
+  model_.point_norm = options_.point_norm;
+  model_.mean = options_.center ? ColumnMean(x_, threads_.threads())
+                                : std::vector<double>(input_dim, 0.0);
+  if (options_.projection_dim > 0) {
+    model_.projection =
+        options_.projection == GhhcProjection::kPca
+            ? PcaProjection(x_, model_.mean, options_.projection_dim, options_.seed,
+                            threads_.threads(), cancelled_)
+            : RandomProjection(input_dim, options_.projection_dim, options_.seed);
+    if (cancel_.seen()) return absl::CancelledError("job cancelled");
+  }
+  DENDRO_RETURN_IF_ERROR(NormaliseRows(x_, model_, threads_.threads(), &pts_, cancelled_));
+  DENDRO_RETURN_IF_ERROR(ctx_.CheckCancelled());
+  // From here on everything lives in the ball, of dimension d.
+  d_ = pts_.cols();
+  return absl::OkStatus();
+}
+
+absl::Status GhhcFit::FindNeighbours() {
+  const auto t0 = Clock::now();
+  ghhc::KnnOptions knn_options;
+  knn_options.k = options_.neighbors;
+  knn_options.exact_max_points = options_.exact_knn_max_points;
+  knn_options.method =
+      options_.knn_method == GhhcKnn::kHnsw ? ghhc::KnnMethod::kHnsw : ghhc::KnnMethod::kIvf;
+  knn_options.ivf_list_size = options_.ivf_list_size;
+  knn_options.ivf_probes = options_.ivf_probes;
+  knn_options.hnsw_m = options_.hnsw_m;
+  knn_options.hnsw_ef_construction = options_.hnsw_ef_construction;
+  knn_options.hnsw_ef_search = options_.hnsw_ef_search;
+  knn_options.seed = options_.seed;
+  knn_options.num_threads = threads_.threads();
+  k_ = static_cast<int32_t>(std::min<int64_t>(options_.neighbors, n_ - 1));
+  // The anchors x_i of all triples come from their own random stream, so the
+  // points whose neighbours are needed are known before the search.
+  batch_ = options_.batch_size;
+  total_ = options_.triples > 0 ? options_.triples : kGhhcDefaultTriples;
+  steps_ = (total_ + batch_ - 1) / batch_;
+  // Held-out triples for the keep-the-best rule, from their own streams.
+  num_val_ = options_.validation_triples;
+  std::vector<int64_t> val_anchor(num_val_);
+  {
+    ghhc::Rng rv(ghhc::StreamSeed(options_.seed, kValidationStream, 0));
+    for (int64_t& a : val_anchor) a = static_cast<int64_t>(rv.Below(n_));
+  }
+  std::vector<uint8_t> anchor_mask;
+  if (total_ + num_val_ < 2 * n_) {  // otherwise nearly every point is an anchor
+    anchor_mask.assign(n_, 0);
+    for (int64_t step = 0; step < steps_; ++step) {
+      ghhc::Rng ri = AnchorRng(step);
+      const int64_t bsize = std::min(batch_, total_ - step * batch_);
+      for (int64_t t = 0; t < bsize; ++t) anchor_mask[ri.Below(n_)] = 1;
+    }
+    for (int64_t a : val_anchor) anchor_mask[a] = 1;
+  }
+  stats_.neighbors = k_;
+  stats_.exact_knn = n_ <= options_.exact_knn_max_points;
+  DENDRO_ASSIGN_OR_RETURN(
+      knn_, ghhc::NearestNeighborTable(
+                pts_, knn_options, ctx_,
+                [&](double f) { progress_.Report(0.02, 0.30, f, "nearest neighbours"); },
+                anchor_mask));
+  stats_.knn_seconds = Seconds(t0);
+  val_triples_.resize(num_val_);
+  ghhc::Rng rng(ghhc::StreamSeed(options_.seed, kValidationStream, 1));
+  for (int64_t t = 0; t < num_val_; ++t) {
+    val_triples_[t] = DrawTriple(pts_, knn_, k_, val_anchor[t], rng);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GhhcFit::InitialiseNodes() {
+  const auto t0 = Clock::now();
+  progress_.Report(0.30, 0.32, 0.0, "initialisation (HAC on a sample)");
+  int64_t s = options_.init_sample > 0
+                  ? options_.init_sample
+                  : std::max<int64_t>(1000, std::min<int64_t>(kGhhcMaxInitSample, 4 * int64_t{m_}));
+  s = std::min(s, n_);
+  stats_.init_sample = static_cast<int32_t>(s);
+  {
+    const std::vector<int64_t> idx = SampleIndices(n_, s, options_.seed);
+    RowMat<double> sample(s, d_);
+    for (int64_t r = 0; r < s; ++r) sample.row(r) = pts_.row(idx[r]).cast<double>();
+    z_ = ghhc::InitialNodes(sample, m_, options_.max_node_norm, options_.seed, cancelled_);
+  }
+  if (z_.rows() == 0 || cancel_.seen()) return absl::CancelledError("job cancelled");
+  for (Eigen::Index r = 0; r < z_.rows(); ++r) ghhc::Retract(z_.row(r), options_.max_node_norm);
+  stats_.init_seconds = Seconds(t0);
+  return ctx_.CheckCancelled();
+}
+
+// Records the held-out accuracy of the nodes now and keeps them if it is
+// within two standard errors of the best. False when cancelled.
+bool GhhcFit::Validate(int64_t batches_done) {
+  last_accuracy_ = TripleAccuracy(z_, TrainPoints(), val_triples_, threads_.threads(), cancelled_);
+  if (last_accuracy_ < 0.0) return false;
+  ++stats_.validations;
+  best_accuracy_ = std::max(best_accuracy_, last_accuracy_);
+  // Two standard errors of an accuracy near the best, estimated on V
+  // triples (at least that of one triple in V).
+  const double v = static_cast<double>(num_val_);
+  const double tol =
+      2.0 * std::sqrt(std::max(best_accuracy_ * (1.0 - best_accuracy_), 1.0 / v) / v);
+  if (last_accuracy_ >= best_accuracy_ - tol) {
+    kept_accuracy_ = last_accuracy_;
+    kept_batches_ = batches_done;
+    kept_z_ = z_;
+    if (options_.learn_points) kept_emb_ = emb_;
+  }
+  return true;
+}
+
+// Draws the batch's triples and sums the objective's gradient with respect
+// to the nodes into grad_ (and, learning points, each chunk's gradient with
+// respect to its rows into chunk_pgrad_). Returns the summed objective.
+absl::StatusOr<double> GhhcFit::BatchObjective(int64_t step, int64_t bsize, int chunks) {
+  const bool learn = options_.learn_points;
+  const bool noisy = options_.gumbel_temperature > 0.0;
+  const float tau = static_cast<float>(options_.gumbel_temperature);
+  const ghhc::Link link =
+      options_.link == GhhcLink::kSigmoid ? ghhc::Link::kSigmoid : ghhc::Link::kSoftplus;
+  const RowMat<float>& train_pts = TrainPoints();
+  ghhc::Rng rng(ghhc::StreamSeed(options_.seed, 1, static_cast<uint64_t>(step)));
+  ghhc::Rng ri = AnchorRng(step);
+  for (int64_t t = 0; t < bsize; ++t) {
+    triples_[t] = DrawTriple(pts_, knn_, k_, static_cast<int64_t>(ri.Below(n_)), rng);
+  }
+  zf_ = z_.cast<float>();
+  // Small batches run on the calling thread: a parallel region per step
+  // costs more than it saves there (and much more on a busy machine).
+#pragma omp parallel for num_threads(threads_.threads()) \
+    schedule(static, 1) if (bsize * m_ * d_ >= kParallelWork)
+  for (int c = 0; c < chunks; ++c) {
+    // A chunk is bsize / chunks triples against all M nodes: with many
+    // nodes or big batches one batch takes long enough to poll per chunk.
+    if (cancel_.Poll()) continue;
+    const int64_t t0c = bsize * c / chunks;
+    const int64_t t1c = bsize * (c + 1) / chunks;
+    const int64_t cb = t1c - t0c;
+    RowMat<float>& xc = chunk_x_[c];
+    xc.resize(3 * cb, d_);
+    for (int64_t t = 0; t < cb; ++t) {
+      const Triple& tr = triples_[t0c + t];
+      xc.row(3 * t) = train_pts.row(tr.i);
+      xc.row(3 * t + 1) = train_pts.row(tr.j);
+      xc.row(3 * t + 2) = train_pts.row(tr.k);
+    }
+    RowMat<float>& noise = chunk_noise_[c];
+    if (noisy) {
+      noise.resize(cb, 2 * m_);
+      ghhc::Rng nrng(ghhc::StreamSeed(options_.seed, 2 + static_cast<uint64_t>(step),
+                                      static_cast<uint64_t>(c)));
+      float* u = noise.data();
+      for (int64_t q = 0; q < noise.size(); ++q) {
+        // 23 random bits + 1/2: exactly representable, strictly inside (0, 1).
+        u[q] = (static_cast<float>(nrng.Next() >> 41) + 0.5f) * 0x1.0p-23f;
+      }
+      noise.array() = -tau * (-noise.array().log()).log();
+    } else {
+      noise.resize(0, 2 * m_);
+    }
+    chunk_grad_[c].setZero(m_, d_);
+    chunk_loss_[c] = ghhc::TripleObjective<float>(xc, zf_, noise, link, &chunk_grad_[c],
+                                                  &chunk_ws_[c], learn ? &chunk_pgrad_[c] : nullptr);
+  }
+  if (cancel_.seen()) return absl::CancelledError("job cancelled");
+  grad_.setZero();
+  double loss = 0.0;
+  for (int c = 0; c < chunks; ++c) {
+    grad_ += chunk_grad_[c].cast<double>();
+    loss += chunk_loss_[c];
+  }
+  return loss;
+}
+
+// Learned points: one Adam step for every point of the batch, on its
+// gradients summed over its occurrences.
+void GhhcFit::StepPoints(int64_t step, int64_t bsize, int chunks) {
+  touched_.clear();
+  for (int c = 0; c < chunks; ++c) {
+    const int64_t t0c = bsize * c / chunks;
+    const int64_t cb = bsize * (c + 1) / chunks - t0c;
+    for (int64_t t = 0; t < cb; ++t) {
+      const Triple& tr = triples_[t0c + t];
+      const int32_t ids[3] = {tr.i, tr.j, tr.k};
+      for (int r = 0; r < 3; ++r) {
+        if (!touched_mask_[ids[r]]) {
+          touched_mask_[ids[r]] = 1;
+          touched_.push_back(ids[r]);
+        }
+        pgrad_.row(ids[r]) += chunk_pgrad_[c].row(3 * t + r);
+      }
+    }
+  }
+  AdamPointStep(step + 1, touched_, options_.point_learning_rate, options_.point_norm, &pgrad_,
+                &adam_m_, &adam_v_, &emb_);
+  for (int32_t id : touched_) touched_mask_[id] = 0;
+}
+
+// The margin objective's steps on the current parent of every node.
+absl::Status GhhcFit::MarginSteps() {
+  const double margin_lr = (options_.margin_learning_rate > 0.0 ? options_.margin_learning_rate
+                                                                : options_.learning_rate / 10.0) *
+                           step_scale_;
+  const std::vector<int32_t> parents =
+      ghhc::NodeParents(z_, threads_.threads(), /*float_products=*/true, cancelled_);
+  if (parents.empty() || cancel_.seen()) return absl::CancelledError("job cancelled");
+  for (int32_t r = 0; r < options_.margin_steps; ++r) {
+    // Each step is O(M d): polling every step costs nothing and bounds
+    // the wait for a cancel by one step, whatever margin_steps is.
+    if (cancel_.Poll()) return absl::CancelledError("job cancelled");
+    grad_.setZero();
+    ghhc::MarginObjective(z_, parents, options_.margin, &grad_);
+    RsgdStep(z_, grad_, margin_lr, options_.max_node_norm, threads_.threads());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GhhcFit::Train() {
+  const auto t0 = Clock::now();
+  const int num_chunks = static_cast<int>(std::min<int64_t>(batch_, 8));
+  step_scale_ = GhhcStepScale(options_);
+  const double node_lr = options_.learning_rate * step_scale_;
+  chunk_x_.resize(num_chunks);
+  chunk_noise_.resize(num_chunks);
+  chunk_grad_.resize(num_chunks);
+  chunk_pgrad_.resize(num_chunks);
+  chunk_ws_.resize(num_chunks);
+  chunk_loss_.resize(num_chunks);
+  triples_.resize(batch_);
+  grad_.resize(m_, d_);
+  const bool learn = options_.learn_points;
+  if (learn) {
+    emb_ = pts_;
+    adam_m_.setZero(n_, d_);
+    adam_v_.setZero(n_, d_);
+    pgrad_.setZero(n_, d_);
+    touched_mask_.assign(n_, 0);
+  }
+  // Per-batch objectives: the first `window` batches and a ring of the last.
+  const int64_t window = std::clamp<int64_t>(steps_ / 20, 1, 1000);
+  double first_sum = 0.0, batch_objective = 0.0;
+  std::vector<double> last_losses(window, 0.0);
+  const int64_t report_every = std::max<int64_t>(1, steps_ / 1000);
+  const int64_t validate_every =
+      options_.validate_every > 0 ? options_.validate_every : (steps_ + 19) / 20;
+  if (num_val_ > 0 && !Validate(0)) return absl::CancelledError("job cancelled");
+  for (int64_t step = 0; step < steps_; ++step) {
+    if (cancel_.Poll()) return absl::CancelledError("job cancelled");
+    const int64_t bsize = std::min(batch_, total_ - seen_);
+    const int chunks = static_cast<int>(std::min<int64_t>(num_chunks, bsize));
+    DENDRO_ASSIGN_OR_RETURN(const double loss, BatchObjective(step, bsize, chunks));
+    if (learn) StepPoints(step, bsize, chunks);
+    RsgdStep(z_, grad_, node_lr, options_.max_node_norm, threads_.threads());
+    seen_ += bsize;
+    batch_objective = loss / static_cast<double>(bsize);
+    if (step < window) first_sum += batch_objective;
+    last_losses[step % window] = batch_objective;
+    if (options_.margin_every > 0 && options_.margin_steps > 0 &&
+        (step + 1) % options_.margin_every == 0) {
+      DENDRO_RETURN_IF_ERROR(MarginSteps());
+    }
+    if (num_val_ > 0 && ((step + 1) % validate_every == 0 || step + 1 == steps_) &&
+        !Validate(step + 1)) {
+      return absl::CancelledError("job cancelled");
+    }
+    if ((step + 1) % report_every == 0 || step + 1 == steps_) {
+      progress_.Report(0.32, 0.95, static_cast<double>(seen_) / total_,
+                       absl::StrFormat("training: %d/%d triples, objective %.5g", seen_, total_,
+                                       batch_objective));
+    }
+  }
+  stats_.triples = seen_;
+  stats_.batches = steps_;
+  stats_.initial_objective = first_sum / window;
+  for (double v : last_losses) stats_.final_objective += v;
+  stats_.final_objective /= window;
+  if (num_val_ > 0) {
+    stats_.final_validation_accuracy = last_accuracy_;
+    stats_.best_validation_accuracy = best_accuracy_;
+    stats_.kept_validation_accuracy = kept_accuracy_;
+    stats_.kept_batches = kept_batches_;
+    if (kept_batches_ != steps_) {
+      z_ = std::move(kept_z_);
+      if (learn) emb_ = std::move(kept_emb_);
+    }
+  } else {
+    stats_.kept_batches = steps_;
+  }
+  stats_.train_seconds = Seconds(t0);
+  return absl::OkStatus();
+}
+
+// The nearest node of every training point (in the ball, against the kept
+// nodes), in blocks the workers poll for a cancel between.
+absl::StatusOr<std::vector<int32_t>> GhhcFit::NearestNodeOfEachPoint() {
+  constexpr int64_t kBlock = 2048;
+  constexpr int64_t kSuper = 16 * kBlock;
+  const RowMat<float>& train_pts = TrainPoints();
+  zf_ = z_.cast<float>();
+  std::vector<int32_t> point_node(n_);
+  for (int64_t s0 = 0; s0 < n_; s0 += kSuper) {
+    if (cancel_.Poll()) return absl::CancelledError("job cancelled");
+    const int64_t s1 = std::min(n_, s0 + kSuper);
+    // Every row is compared with all M nodes: with many nodes a block of
+    // rows takes a while, so the workers poll per block and NearestNodes
+    // per 512 rows.
+#pragma omp parallel for num_threads(threads_.threads()) schedule(dynamic, 1)
+    for (int64_t b0 = s0; b0 < s1; b0 += kBlock) {
+      if (cancel_.Poll()) continue;
+      const int64_t rn = std::min(kBlock, s1 - b0);
+      ghhc::NearestNodes(train_pts.middleRows(b0, rn), zf_, {}, point_node.data() + b0,
+                         cancelled_);
+    }
+    if (cancel_.seen()) return absl::CancelledError("job cancelled");
+    progress_.Report(0.95, 1.0, 0.9 * static_cast<double>(s1) / n_, "extracting the tree");
+  }
+  return point_node;
+}
+
+void GhhcFit::WriteMetadata(Hierarchy& tree) const {
+  auto& md = tree.mutable_metadata();
+  md["method"] = "ghhc";
+  md["internal_nodes"] = absl::StrCat(m_);
+  md["triples"] = absl::StrCat(seen_);
+  md["batch_size"] = absl::StrCat(options_.batch_size);
+  md["learning_rate"] = absl::StrCat(options_.learning_rate);
+  md["step_scale"] = absl::StrCat(step_scale_);
+  md["neighbors"] = absl::StrCat(k_);
+  md["margin"] = absl::StrCat(options_.margin);
+  md["seed"] = absl::StrCat(options_.seed);
+  md["point_norm"] = absl::StrCat(options_.point_norm);
+  md["ball_dim"] = absl::StrCat(d_);
+  if (options_.projection_dim > 0) {
+    md["projection"] = std::string(GhhcProjectionName(options_.projection));
+  }
+  md["center"] = options_.center ? "true" : "false";
+  md["link"] = std::string(GhhcLinkName(options_.link));
+  md["max_node_norm"] = absl::StrCat(options_.max_node_norm);
+  md["final_objective"] = absl::StrCat(stats_.final_objective);
+  md["pruned_nodes"] = absl::StrCat(stats_.pruned_nodes);
+  md["learn_points"] = options_.learn_points ? "true" : "false";
+  if (options_.learn_points) {
+    md["point_learning_rate"] = absl::StrCat(options_.point_learning_rate);
+  }
+  md["validation_triples"] = absl::StrCat(num_val_);
+  if (num_val_ > 0) {
+    md["kept_batches"] = absl::StrCat(stats_.kept_batches);
+    md["validation_accuracy"] = absl::StrFormat("%.4f", stats_.kept_validation_accuracy);
+  }
+}
+
+absl::StatusOr<GhhcResult> GhhcFit::Extract() {
+  const auto t0 = Clock::now();
+  progress_.Report(0.95, 1.0, 0.0, "extracting the tree");
+  model_.nodes.assign(z_.data(), z_.data() + z_.size());
+  model_.node_parent = ghhc::NodeParents(z_, threads_.threads(), false, cancelled_);
+  if (model_.node_parent.empty() || cancel_.seen()) return absl::CancelledError("job cancelled");
+  DENDRO_ASSIGN_OR_RETURN(const std::vector<int32_t> point_node, NearestNodeOfEachPoint());
+  DENDRO_ASSIGN_OR_RETURN(Hierarchy tree,
+                          ExtractGhhcTree(model_.nodes, d_, options_.point_norm,
+                                          model_.node_parent, point_node, &model_.node_leaf,
+                                          &stats_.pruned_nodes));
+  if (cancel_.Poll()) return absl::CancelledError("job cancelled");
+  std::vector<int32_t> point_leaf(n_);
+  for (int64_t i = 0; i < n_; ++i) point_leaf[i] = model_.node_leaf[point_node[i]];
+  if (options_.learn_points) {
+    model_.train_points.assign(pts_.data(), pts_.data() + pts_.size());
+    model_.train_leaf = point_leaf;
+  }
+  DENDRO_RETURN_IF_ERROR(tree.SetPointLeaf(std::move(point_leaf)));
+  stats_.leaf_clusters = tree.num_leaves();
+  stats_.extract_seconds = Seconds(t0);
+  WriteMetadata(tree);
+  // The refinement is rebuilt from the model alone, as at load time, with
+  // this tree's point_leaf and metadata.
+  DENDRO_ASSIGN_OR_RETURN(GhhcTrees trees, GhhcModelTrees(model_, &tree));
+  progress_.Report(0.95, 1.0, 1.0, "done");
+  GhhcResult result{std::move(model_), std::move(trees.refined), stats_, std::move(trees.coarse),
+                    {}};
+  if (options_.learn_points) result.point_embeddings.assign(emb_.data(), emb_.data() + emb_.size());
+  return result;
+}
+
+}  // namespace
+
 absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& options,
                                    RunContext& ctx) {
   DENDRO_RETURN_IF_ERROR(ValidateGhhcOptions(options));
@@ -485,382 +964,12 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   if (n > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat("too many points: ", n));
   }
-  const int32_t m = options.internal_nodes;
-  ThreadScope threads(options.num_threads);
-  Progress progress(ctx);
-  GhhcStats stats;
-  CancelFlag cancel(ctx);
-  const std::function<bool()> cancelled = [&cancel] { return cancel.Poll(); };
-
-  // 1. Points.
-  progress.Report(0.0, 0.02, 0.0, "preprocessing");
-  DENDRO_RETURN_IF_ERROR(ValidateFinite(x));
-  DENDRO_RETURN_IF_ERROR(ctx.CheckCancelled());
-  GhhcModel model;
-  model.dim = input_dim;
-  model.center = options.center;
-  model.point_norm = options.point_norm;
-  model.mean = options.center ? ColumnMean(x, threads.threads())
-                              : std::vector<double>(input_dim, 0.0);
-  if (options.projection_dim > 0) {
-    model.projection = options.projection == GhhcProjection::kPca
-                           ? PcaProjection(x, model.mean, options.projection_dim, options.seed,
-                                           threads.threads(), cancelled)
-                           : RandomProjection(input_dim, options.projection_dim, options.seed);
-    if (cancel.seen()) return absl::CancelledError("job cancelled");
-  }
-  RowMat<float> pts;
-  DENDRO_RETURN_IF_ERROR(NormaliseRows(x, model, threads.threads(), &pts, cancelled));
-  DENDRO_RETURN_IF_ERROR(ctx.CheckCancelled());
-  // From here on everything lives in the ball, of dimension d.
-  const int64_t d = pts.cols();
-
-  // 2. Neighbours.
-  auto t0 = Clock::now();
-  ghhc::KnnOptions knn_options;
-  knn_options.k = options.neighbors;
-  knn_options.exact_max_points = options.exact_knn_max_points;
-  knn_options.method =
-      options.knn_method == GhhcKnn::kHnsw ? ghhc::KnnMethod::kHnsw : ghhc::KnnMethod::kIvf;
-  knn_options.ivf_list_size = options.ivf_list_size;
-  knn_options.ivf_probes = options.ivf_probes;
-  knn_options.hnsw_m = options.hnsw_m;
-  knn_options.hnsw_ef_construction = options.hnsw_ef_construction;
-  knn_options.hnsw_ef_search = options.hnsw_ef_search;
-  knn_options.seed = options.seed;
-  knn_options.num_threads = threads.threads();
-  const int32_t k = static_cast<int32_t>(std::min<int64_t>(options.neighbors, n - 1));
-  // The anchors x_i of all triples come from their own random stream, so the
-  // points whose neighbours are needed are known before the search.
-  const int64_t batch = options.batch_size;
-  const int64_t total = options.triples > 0 ? options.triples : kGhhcDefaultTriples;
-  const int64_t steps = (total + batch - 1) / batch;
-  auto anchor_rng = [&](int64_t step) {
-    return ghhc::Rng(ghhc::StreamSeed(options.seed, 3, static_cast<uint64_t>(step)));
-  };
-  // Held-out triples for the keep-the-best rule, from their own streams.
-  const int64_t num_val = options.validation_triples;
-  constexpr uint64_t kValidationStream = 0xFA11DA7E;
-  std::vector<int64_t> val_anchor(num_val);
-  {
-    ghhc::Rng rv(ghhc::StreamSeed(options.seed, kValidationStream, 0));
-    for (int64_t& a : val_anchor) a = static_cast<int64_t>(rv.Below(n));
-  }
-  std::vector<uint8_t> anchor_mask;
-  if (total + num_val < 2 * n) {  // otherwise nearly every point is an anchor
-    anchor_mask.assign(n, 0);
-    for (int64_t step = 0; step < steps; ++step) {
-      ghhc::Rng ri = anchor_rng(step);
-      const int64_t bsize = std::min(batch, total - step * batch);
-      for (int64_t t = 0; t < bsize; ++t) anchor_mask[ri.Below(n)] = 1;
-    }
-    for (int64_t a : val_anchor) anchor_mask[a] = 1;
-  }
-  stats.neighbors = k;
-  stats.exact_knn = n <= options.exact_knn_max_points;
-  DENDRO_ASSIGN_OR_RETURN(
-      std::vector<int32_t> knn,
-      ghhc::NearestNeighborTable(
-          pts, knn_options, ctx,
-          [&](double f) { progress.Report(0.02, 0.30, f, "nearest neighbours"); }, anchor_mask));
-  stats.knn_seconds = Seconds(t0);
-  std::vector<Triple> val_triples(num_val);
-  {
-    ghhc::Rng rng(ghhc::StreamSeed(options.seed, kValidationStream, 1));
-    for (int64_t t = 0; t < num_val; ++t) {
-      val_triples[t] = DrawTriple(pts, knn, k, val_anchor[t], rng);
-    }
-  }
-
-  // 3. Initialisation.
-  t0 = Clock::now();
-  progress.Report(0.30, 0.32, 0.0, "initialisation (HAC on a sample)");
-  int64_t s = options.init_sample > 0
-                  ? options.init_sample
-                  : std::max<int64_t>(1000, std::min<int64_t>(kGhhcMaxInitSample, 4 * int64_t{m}));
-  s = std::min(s, n);
-  stats.init_sample = static_cast<int32_t>(s);
-  RowMat<double> z;
-  {
-    const std::vector<int64_t> idx = SampleIndices(n, s, options.seed);
-    RowMat<double> sample(s, d);
-    for (int64_t r = 0; r < s; ++r) sample.row(r) = pts.row(idx[r]).cast<double>();
-    z = ghhc::InitialNodes(sample, m, options.max_node_norm, options.seed, cancelled);
-  }
-  if (z.rows() == 0 || cancel.seen()) return absl::CancelledError("job cancelled");
-  for (Eigen::Index r = 0; r < z.rows(); ++r) ghhc::Retract(z.row(r), options.max_node_norm);
-  stats.init_seconds = Seconds(t0);
-  DENDRO_RETURN_IF_ERROR(ctx.CheckCancelled());
-
-  // 4. Training.
-  t0 = Clock::now();
-  const int num_chunks = static_cast<int>(std::min<int64_t>(batch, 8));
-  const ghhc::Link link =
-      options.link == GhhcLink::kSigmoid ? ghhc::Link::kSigmoid : ghhc::Link::kSoftplus;
-  const bool noisy = options.gumbel_temperature > 0.0;
-  const double step_scale = GhhcStepScale(options);
-  const double node_lr = options.learning_rate * step_scale;
-  const double margin_lr = (options.margin_learning_rate > 0.0 ? options.margin_learning_rate
-                                                               : options.learning_rate / 10.0) *
-                           step_scale;
-  const float tau = static_cast<float>(options.gumbel_temperature);
-  std::vector<RowMat<float>> chunk_x(num_chunks), chunk_noise(num_chunks), chunk_grad(num_chunks),
-      chunk_pgrad(num_chunks);
-  // Learned point embeddings (options.learn_points): `emb` starts as the
-  // fixed points and moves by Adam; `pts` keeps the data's own geometry,
-  // from which the triples are drawn and ordered.
-  const bool learn = options.learn_points;
-  RowMat<float> emb, adam_m, adam_v, pgrad;
-  std::vector<uint8_t> touched_mask;
-  std::vector<int32_t> touched;
-  if (learn) {
-    emb = pts;
-    adam_m.setZero(n, d);
-    adam_v.setZero(n, d);
-    pgrad.setZero(n, d);
-    touched_mask.assign(n, 0);
-  }
-  const RowMat<float>& train_pts = learn ? emb : pts;
-  std::vector<ghhc::TripleWorkspace<float>> chunk_ws(num_chunks);
-  std::vector<double> chunk_loss(num_chunks);
-  std::vector<Triple> triples(batch);
-  // Per-batch objectives: the first `window` batches and a ring of the last.
-  const int64_t window = std::clamp<int64_t>(steps / 20, 1, 1000);
-  double first_sum = 0.0, batch_objective = 0.0;
-  std::vector<double> last_losses(window, 0.0);
-  RowMat<float> zf;
-  RowMat<double> grad(m, d);
-  std::vector<int32_t> parents;
-  const int64_t report_every = std::max<int64_t>(1, steps / 1000);
-  // Keep the best (see "Keep the best" in ghhc.h): the latest checked state
-  // (the initial one included) within two standard errors of the best
-  // held-out triple accuracy seen so far.
-  const int64_t validate_every =
-      options.validate_every > 0 ? options.validate_every : (steps + 19) / 20;
-  double best_accuracy = -1.0, last_accuracy = -1.0, kept_accuracy = -1.0;
-  int64_t kept_batches = 0;
-  RowMat<double> kept_z;
-  RowMat<float> kept_emb;
-  auto validate = [&](int64_t batches_done) -> bool {
-    last_accuracy = TripleAccuracy(z, train_pts, val_triples, threads.threads(), cancelled);
-    if (last_accuracy < 0.0) return false;
-    ++stats.validations;
-    best_accuracy = std::max(best_accuracy, last_accuracy);
-    // Two standard errors of an accuracy near the best, estimated on V
-    // triples (at least that of one triple in V).
-    const double v = static_cast<double>(num_val);
-    const double tol =
-        2.0 * std::sqrt(std::max(best_accuracy * (1.0 - best_accuracy), 1.0 / v) / v);
-    if (last_accuracy >= best_accuracy - tol) {
-      kept_accuracy = last_accuracy;
-      kept_batches = batches_done;
-      kept_z = z;
-      if (learn) kept_emb = emb;
-    }
-    return true;
-  };
-  if (num_val > 0 && !validate(0)) return absl::CancelledError("job cancelled");
-  int64_t seen = 0;
-  for (int64_t step = 0; step < steps; ++step) {
-    if (cancel.Poll()) return absl::CancelledError("job cancelled");
-    const int64_t bsize = std::min(batch, total - seen);
-    ghhc::Rng rng(ghhc::StreamSeed(options.seed, 1, static_cast<uint64_t>(step)));
-    ghhc::Rng ri = anchor_rng(step);
-    for (int64_t t = 0; t < bsize; ++t) {
-      triples[t] = DrawTriple(pts, knn, k, static_cast<int64_t>(ri.Below(n)), rng);
-    }
-    zf = z.cast<float>();
-    const int chunks = static_cast<int>(std::min<int64_t>(num_chunks, bsize));
-    // Small batches run on the calling thread: a parallel region per step
-    // costs more than it saves there (and much more on a busy machine).
-#pragma omp parallel for num_threads(threads.threads()) \
-    schedule(static, 1) if (bsize * m * d >= kParallelWork)
-    for (int c = 0; c < chunks; ++c) {
-      // A chunk is bsize / chunks triples against all M nodes: with many
-      // nodes or big batches one batch takes long enough to poll per chunk.
-      if (cancel.Poll()) continue;
-      const int64_t t0c = bsize * c / chunks;
-      const int64_t t1c = bsize * (c + 1) / chunks;
-      const int64_t cb = t1c - t0c;
-      RowMat<float>& xc = chunk_x[c];
-      xc.resize(3 * cb, d);
-      for (int64_t t = 0; t < cb; ++t) {
-        const Triple& tr = triples[t0c + t];
-        xc.row(3 * t) = train_pts.row(tr.i);
-        xc.row(3 * t + 1) = train_pts.row(tr.j);
-        xc.row(3 * t + 2) = train_pts.row(tr.k);
-      }
-      RowMat<float>& noise = chunk_noise[c];
-      if (noisy) {
-        noise.resize(cb, 2 * m);
-        ghhc::Rng nrng(ghhc::StreamSeed(options.seed, 2 + static_cast<uint64_t>(step),
-                                        static_cast<uint64_t>(c)));
-        float* u = noise.data();
-        for (int64_t q = 0; q < noise.size(); ++q) {
-          // 23 random bits + 1/2: exactly representable, strictly inside (0, 1).
-          u[q] = (static_cast<float>(nrng.Next() >> 41) + 0.5f) * 0x1.0p-23f;
-        }
-        noise.array() = -tau * (-noise.array().log()).log();
-      } else {
-        noise.resize(0, 2 * m);
-      }
-      chunk_grad[c].setZero(m, d);
-      chunk_loss[c] = ghhc::TripleObjective<float>(xc, zf, noise, link, &chunk_grad[c],
-                                                   &chunk_ws[c], learn ? &chunk_pgrad[c] : nullptr);
-    }
-    if (cancel.seen()) return absl::CancelledError("job cancelled");
-    grad.setZero();
-    double loss = 0.0;
-    for (int c = 0; c < chunks; ++c) {
-      grad += chunk_grad[c].cast<double>();
-      loss += chunk_loss[c];
-    }
-    if (learn) {
-      // Gradients of each point summed over its occurrences in the batch.
-      touched.clear();
-      for (int c = 0; c < chunks; ++c) {
-        const int64_t t0c = bsize * c / chunks;
-        const int64_t cb = bsize * (c + 1) / chunks - t0c;
-        for (int64_t t = 0; t < cb; ++t) {
-          const Triple& tr = triples[t0c + t];
-          const int32_t ids[3] = {tr.i, tr.j, tr.k};
-          for (int r = 0; r < 3; ++r) {
-            if (!touched_mask[ids[r]]) {
-              touched_mask[ids[r]] = 1;
-              touched.push_back(ids[r]);
-            }
-            pgrad.row(ids[r]) += chunk_pgrad[c].row(3 * t + r);
-          }
-        }
-      }
-      AdamPointStep(step + 1, touched, options.point_learning_rate, options.point_norm, &pgrad,
-                    &adam_m, &adam_v, &emb);
-      for (int32_t id : touched) touched_mask[id] = 0;
-    }
-    RsgdStep(z, grad, node_lr, options.max_node_norm, threads.threads());
-    seen += bsize;
-    batch_objective = loss / static_cast<double>(bsize);
-    if (step < window) first_sum += batch_objective;
-    last_losses[step % window] = batch_objective;
-
-    if (options.margin_every > 0 && options.margin_steps > 0 &&
-        (step + 1) % options.margin_every == 0) {
-      parents = ghhc::NodeParents(z, threads.threads(), /*float_products=*/true, cancelled);
-      if (parents.empty() || cancel.seen()) return absl::CancelledError("job cancelled");
-      for (int32_t r = 0; r < options.margin_steps; ++r) {
-        // Each step is O(M d): polling every step costs nothing and bounds
-        // the wait for a cancel by one step, whatever margin_steps is.
-        if (cancel.Poll()) return absl::CancelledError("job cancelled");
-        grad.setZero();
-        ghhc::MarginObjective(z, parents, options.margin, &grad);
-        RsgdStep(z, grad, margin_lr, options.max_node_norm, threads.threads());
-      }
-    }
-    if (num_val > 0 && ((step + 1) % validate_every == 0 || step + 1 == steps) &&
-        !validate(step + 1)) {
-      return absl::CancelledError("job cancelled");
-    }
-    if ((step + 1) % report_every == 0 || step + 1 == steps) {
-      progress.Report(
-          0.32, 0.95, static_cast<double>(seen) / total,
-          absl::StrFormat("training: %d/%d triples, objective %.5g", seen, total, batch_objective));
-    }
-  }
-  stats.triples = seen;
-  stats.batches = steps;
-  stats.initial_objective = first_sum / window;
-  for (double v : last_losses) stats.final_objective += v;
-  stats.final_objective /= window;
-  if (num_val > 0) {
-    stats.final_validation_accuracy = last_accuracy;
-    stats.best_validation_accuracy = best_accuracy;
-    stats.kept_validation_accuracy = kept_accuracy;
-    stats.kept_batches = kept_batches;
-    if (kept_batches != steps) {
-      z = std::move(kept_z);
-      if (learn) emb = std::move(kept_emb);
-    }
-  } else {
-    stats.kept_batches = steps;
-  }
-  stats.train_seconds = Seconds(t0);
-
-  // 5. Extraction.
-  t0 = Clock::now();
-  progress.Report(0.95, 1.0, 0.0, "extracting the tree");
-  model.nodes.assign(z.data(), z.data() + z.size());
-  model.node_parent = ghhc::NodeParents(z, threads.threads(), false, cancelled);
-  if (model.node_parent.empty() || cancel.seen()) return absl::CancelledError("job cancelled");
-  zf = z.cast<float>();
-  std::vector<int32_t> point_node(n);
-  {
-    constexpr int64_t kBlock = 2048;
-    constexpr int64_t kSuper = 16 * kBlock;
-    for (int64_t s0 = 0; s0 < n; s0 += kSuper) {
-      if (cancel.Poll()) return absl::CancelledError("job cancelled");
-      const int64_t s1 = std::min(n, s0 + kSuper);
-      // Every row is compared with all M nodes: with many nodes a block of
-      // rows takes a while, so the workers poll per block and NearestNodes
-      // per 512 rows.
-#pragma omp parallel for num_threads(threads.threads()) schedule(dynamic, 1)
-      for (int64_t b0 = s0; b0 < s1; b0 += kBlock) {
-        if (cancel.Poll()) continue;
-        const int64_t rn = std::min(kBlock, s1 - b0);
-        ghhc::NearestNodes(train_pts.middleRows(b0, rn), zf, {}, point_node.data() + b0,
-                           cancelled);
-      }
-      if (cancel.seen()) return absl::CancelledError("job cancelled");
-      progress.Report(0.95, 1.0, 0.9 * static_cast<double>(s1) / n, "extracting the tree");
-    }
-  }
-  DENDRO_ASSIGN_OR_RETURN(Hierarchy tree,
-                          ExtractGhhcTree(model.nodes, d, options.point_norm, model.node_parent,
-                                          point_node, &model.node_leaf, &stats.pruned_nodes));
-  if (cancel.Poll()) return absl::CancelledError("job cancelled");
-  std::vector<int32_t> point_leaf(n);
-  for (int64_t i = 0; i < n; ++i) point_leaf[i] = model.node_leaf[point_node[i]];
-  if (learn) {
-    model.train_points.assign(pts.data(), pts.data() + pts.size());
-    model.train_leaf = point_leaf;
-  }
-  DENDRO_RETURN_IF_ERROR(tree.SetPointLeaf(std::move(point_leaf)));
-  stats.leaf_clusters = tree.num_leaves();
-  stats.extract_seconds = Seconds(t0);
-  auto& md = tree.mutable_metadata();
-  md["method"] = "ghhc";
-  md["internal_nodes"] = absl::StrCat(m);
-  md["triples"] = absl::StrCat(seen);
-  md["batch_size"] = absl::StrCat(options.batch_size);
-  md["learning_rate"] = absl::StrCat(options.learning_rate);
-  md["step_scale"] = absl::StrCat(step_scale);
-  md["neighbors"] = absl::StrCat(k);
-  md["margin"] = absl::StrCat(options.margin);
-  md["seed"] = absl::StrCat(options.seed);
-  md["point_norm"] = absl::StrCat(options.point_norm);
-  md["ball_dim"] = absl::StrCat(d);
-  if (options.projection_dim > 0) {
-    md["projection"] = std::string(GhhcProjectionName(options.projection));
-  }
-  md["center"] = options.center ? "true" : "false";
-  md["link"] = std::string(GhhcLinkName(options.link));
-  md["max_node_norm"] = absl::StrCat(options.max_node_norm);
-  md["final_objective"] = absl::StrCat(stats.final_objective);
-  md["pruned_nodes"] = absl::StrCat(stats.pruned_nodes);
-  md["learn_points"] = learn ? "true" : "false";
-  if (learn) md["point_learning_rate"] = absl::StrCat(options.point_learning_rate);
-  md["validation_triples"] = absl::StrCat(num_val);
-  if (num_val > 0) {
-    md["kept_batches"] = absl::StrCat(stats.kept_batches);
-    md["validation_accuracy"] = absl::StrFormat("%.4f", stats.kept_validation_accuracy);
-  }
-  // The refinement is rebuilt from the model alone, as at load time, with
-  // this tree's point_leaf and metadata.
-  DENDRO_ASSIGN_OR_RETURN(GhhcTrees trees, GhhcModelTrees(model, &tree));
-  progress.Report(0.95, 1.0, 1.0, "done");
-  GhhcResult result{std::move(model), std::move(trees.refined), stats, std::move(trees.coarse),
-                    {}};
-  if (learn) result.point_embeddings.assign(emb.data(), emb.data() + emb.size());
-  return result;
+  GhhcFit fit(x, options, ctx);
+  DENDRO_RETURN_IF_ERROR(fit.PreparePoints());
+  DENDRO_RETURN_IF_ERROR(fit.FindNeighbours());
+  DENDRO_RETURN_IF_ERROR(fit.InitialiseNodes());
+  DENDRO_RETURN_IF_ERROR(fit.Train());
+  return fit.Extract();
 }
 
 absl::StatusOr<std::vector<int32_t>> AssignGhhcLeaves(const GhhcModel& model,

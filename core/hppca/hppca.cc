@@ -234,70 +234,14 @@ absl::StatusOr<HppcaModel> HppcaBuilder::Build(HppcaOptions options, HppcaFitSta
                                                std::vector<int32_t> point_leaf) {
   auto impl = std::make_unique<HppcaModel::Impl>();
   const int32_t k = classes.size();
-  const int64_t d = classes.d;
-  const int32_t q = classes.q;
   const int32_t s = static_cast<int32_t>(centroids.size());
   if (super_of.empty()) super_of.assign(k, -1);
   if (static_cast<int32_t>(super_of.size()) != k) {
     return absl::InternalError("super-class assignment has the wrong length");
   }
-  impl->members.assign(s, {});
-  for (int32_t c = 0; c < k; ++c) {
-    if (s == 0) {
-      super_of[c] = -1;
-      continue;
-    }
-    if (super_of[c] < 0 || super_of[c] >= s) {
-      return absl::InternalError(absl::StrCat("class ", c, " has no super-class"));
-    }
-    impl->members[super_of[c]].push_back(c);
-  }
-  for (int32_t j = 0; j < s; ++j) {
-    if (impl->members[j].empty()) {
-      return absl::InternalError(absl::StrCat("super-class ", j, " has no classes"));
-    }
-  }
-  // Slot order.
-  impl->slot_begin.assign(1, 0);
-  if (s == 0) {
-    impl->slot_class.resize(k);
-    std::iota(impl->slot_class.begin(), impl->slot_class.end(), 0);
-    impl->slot_begin.push_back(k);
-  } else {
-    for (int32_t j = 0; j < s; ++j) {
-      for (int32_t c : impl->members[j]) impl->slot_class.push_back(c);
-      impl->slot_begin.push_back(static_cast<int32_t>(impl->slot_class.size()));
-    }
-  }
-  impl->class_slot.resize(k);
-  for (int32_t j = 0; j < k; ++j) impl->class_slot[impl->slot_class[j]] = j;
-  // Permute the bases into slot order in place (cycle by cycle).
-  {
-    const int64_t block = static_cast<int64_t>(q) * d;
-    std::vector<char> done(k, 0);
-    std::vector<float> tmp(block);
-    float* base = classes.bases.data();
-    for (int32_t j = 0; j < k; ++j) {
-      if (done[j] || impl->slot_class[j] == j) {
-        done[j] = 1;
-        continue;
-      }
-      std::copy(base + j * block, base + (j + 1) * block, tmp.begin());
-      int32_t cur = j;
-      while (true) {
-        const int32_t src = impl->slot_class[cur];
-        done[cur] = 1;
-        if (src == j) {
-          std::copy(tmp.begin(), tmp.end(), base + cur * block);
-          break;
-        }
-        std::copy(base + src * block, base + (src + 1) * block, base + cur * block);
-        cur = src;
-      }
-    }
-    impl->slot_bases = std::move(classes.bases);
-    classes.bases.resize(0, d);
-  }
+  DENDRO_RETURN_IF_ERROR(GroupMembers(s, super_of, *impl));
+  OrderSlots(k, s, *impl);
+  PermuteBasesToSlots(*impl, classes);
   if (classes.cluster_excess.rows() != k || classes.lambda != options.lambda) {
     classes.ComputeClusterExcess(options.lambda);
   }
@@ -307,39 +251,133 @@ absl::StatusOr<HppcaModel> HppcaBuilder::Build(HppcaOptions options, HppcaFitSta
   impl->super_of = std::move(super_of);
   impl->centroids = std::move(centroids);
   impl->classes = std::move(classes);
-  const ClassTable& t = impl->classes;
-  // Scoring caches.
-  impl->center = (t.means.colwise().sum() / static_cast<double>(k)).transpose().cast<float>();
+  DENDRO_RETURN_IF_ERROR(FillScoringCaches(*impl));
+  DENDRO_RETURN_IF_ERROR(BuildTrees(*impl, std::move(point_leaf)));
+  return HppcaModel(std::move(impl));
+}
+
+// members[j]: the classes of super-class j, in class order (none when flat,
+// where every super_of entry becomes -1).
+absl::Status HppcaBuilder::GroupMembers(int32_t s, std::vector<int32_t>& super_of,
+                                        HppcaModel::Impl& impl) {
+  const int32_t k = static_cast<int32_t>(super_of.size());
+  impl.members.assign(s, {});
+  for (int32_t c = 0; c < k; ++c) {
+    if (s == 0) {
+      super_of[c] = -1;
+      continue;
+    }
+    if (super_of[c] < 0 || super_of[c] >= s) {
+      return absl::InternalError(absl::StrCat("class ", c, " has no super-class"));
+    }
+    impl.members[super_of[c]].push_back(c);
+  }
+  for (int32_t j = 0; j < s; ++j) {
+    if (impl.members[j].empty()) {
+      return absl::InternalError(absl::StrCat("super-class ", j, " has no classes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Slot order: the classes of super-class 0, then of 1, ...; identity when
+// flat.
+void HppcaBuilder::OrderSlots(int32_t k, int32_t s, HppcaModel::Impl& impl) {
+  impl.slot_begin.assign(1, 0);
+  if (s == 0) {
+    impl.slot_class.resize(k);
+    std::iota(impl.slot_class.begin(), impl.slot_class.end(), 0);
+    impl.slot_begin.push_back(k);
+  } else {
+    for (int32_t j = 0; j < s; ++j) {
+      for (int32_t c : impl.members[j]) impl.slot_class.push_back(c);
+      impl.slot_begin.push_back(static_cast<int32_t>(impl.slot_class.size()));
+    }
+  }
+  impl.class_slot.resize(k);
+  for (int32_t j = 0; j < k; ++j) impl.class_slot[impl.slot_class[j]] = j;
+}
+
+// Moves `classes.bases` into impl.slot_bases, permuted into slot order in
+// place (cycle by cycle): no second copy of the K q x d bases.
+void HppcaBuilder::PermuteBasesToSlots(HppcaModel::Impl& impl, ClassTable& classes) {
+  const int32_t k = classes.size();
+  const int64_t block = static_cast<int64_t>(classes.q) * classes.d;
+  std::vector<char> done(k, 0);
+  std::vector<float> tmp(block);
+  float* base = classes.bases.data();
+  for (int32_t j = 0; j < k; ++j) {
+    if (done[j] || impl.slot_class[j] == j) {
+      done[j] = 1;
+      continue;
+    }
+    std::copy(base + j * block, base + (j + 1) * block, tmp.begin());
+    int32_t cur = j;
+    while (true) {
+      const int32_t src = impl.slot_class[cur];
+      done[cur] = 1;
+      if (src == j) {
+        std::copy(tmp.begin(), tmp.end(), base + cur * block);
+        break;
+      }
+      std::copy(base + src * block, base + (src + 1) * block, base + cur * block);
+      cur = src;
+    }
+  }
+  impl.slot_bases = std::move(classes.bases);
+  classes.bases.resize(0, classes.d);
+}
+
+// The scorer banks of the classes (slot order) and super-classes, about the
+// mean of the class means.
+absl::Status HppcaBuilder::FillScoringCaches(HppcaModel::Impl& impl) {
+  const ClassTable& t = impl.classes;
+  const int32_t k = t.size();
+  const int64_t d = t.d;
+  const int32_t q = t.q;
+  const int32_t s = impl.num_superclasses;
+  const HppcaOptions& options = impl.options;
+  impl.center = (t.means.colwise().sum() / static_cast<double>(k)).transpose().cast<float>();
   {
     RowMatrixD means_slot(k, d), eig_slot(k, q);
     for (int32_t j = 0; j < k; ++j) {
-      means_slot.row(j) = t.means.row(impl->slot_class[j]);
-      eig_slot.row(j) = t.eigvals.row(impl->slot_class[j]);
+      means_slot.row(j) = t.means.row(impl.slot_class[j]);
+      eig_slot.row(j) = t.eigvals.row(impl.slot_class[j]);
     }
-    FillBank(impl->class_bank, impl->slot_bases.data(), k, q, d, means_slot, eig_slot,
-             impl->center, options.lambda, options.score);
-  }
-  if (s > 0) {
-    const int32_t r = static_cast<int32_t>(impl->centroids[0].eigvals.size());
-    impl->super_bases.resize(static_cast<int64_t>(s) * r, d);
-    RowMatrixD means_s(s, d), eig_s(s, r);
-    for (int32_t j = 0; j < s; ++j) {
-      const Centroid& c = impl->centroids[j];
-      if (c.eigvals.size() != r || c.mean.size() != d) {
-        return absl::InternalError("super-class centroids disagree on rank or dimension");
-      }
-      impl->super_bases.middleRows(static_cast<int64_t>(j) * r, r) = c.eigvecs;
-      means_s.row(j) = c.mean.transpose();
-      eig_s.row(j) = c.eigvals.transpose();
-    }
-    FillBank(impl->super_bank, impl->super_bases.data(), s, r, d, means_s, eig_s, impl->center,
+    FillBank(impl.class_bank, impl.slot_bases.data(), k, q, d, means_slot, eig_slot, impl.center,
              options.lambda, options.score);
   }
-  // The hierarchy: classes -> super-classes (>= 2 classes) -> root.
+  if (s == 0) return absl::OkStatus();
+  const int32_t r = static_cast<int32_t>(impl.centroids[0].eigvals.size());
+  impl.super_bases.resize(static_cast<int64_t>(s) * r, d);
+  RowMatrixD means_s(s, d), eig_s(s, r);
+  for (int32_t j = 0; j < s; ++j) {
+    const Centroid& c = impl.centroids[j];
+    if (c.eigvals.size() != r || c.mean.size() != d) {
+      return absl::InternalError("super-class centroids disagree on rank or dimension");
+    }
+    impl.super_bases.middleRows(static_cast<int64_t>(j) * r, r) = c.eigvecs;
+    means_s.row(j) = c.mean.transpose();
+    eig_s.row(j) = c.eigvals.transpose();
+  }
+  FillBank(impl.super_bank, impl.super_bases.data(), s, r, d, means_s, eig_s, impl.center,
+           options.lambda, options.score);
+  return absl::OkStatus();
+}
+
+// The coarse tree (classes -> super-classes of >= 2 classes -> root) with
+// its leaf names, point assignment and metadata, and its refinement to a
+// binary tree.
+absl::Status HppcaBuilder::BuildTrees(HppcaModel::Impl& impl, std::vector<int32_t> point_leaf) {
+  const ClassTable& t = impl.classes;
+  const int32_t k = t.size();
+  const int64_t d = t.d;
+  const int32_t s = impl.num_superclasses;
+  const HppcaOptions& options = impl.options;
   std::vector<int32_t> multi;
   int32_t singles = 0;
   for (int32_t j = 0; j < s; ++j) {
-    if (impl->members[j].size() >= 2) {
+    if (impl.members[j].size() >= 2) {
       multi.push_back(j);
     } else {
       ++singles;
@@ -347,7 +385,7 @@ absl::StatusOr<HppcaModel> HppcaBuilder::Build(HppcaOptions options, HppcaFitSta
   }
   std::vector<int32_t> parent;
   std::vector<double> height(k, 0.0);
-  impl->super_node.assign(s, -1);
+  impl.super_node.assign(s, -1);
   std::vector<int32_t> super_old_id(s, -1);
   if (s == 0 || (multi.size() == 1 && singles == 0)) {
     parent.assign(k + 1, k);
@@ -361,24 +399,23 @@ absl::StatusOr<HppcaModel> HppcaBuilder::Build(HppcaOptions options, HppcaFitSta
     for (size_t i = 0; i < multi.size(); ++i) {
       const int32_t node = k + static_cast<int32_t>(i);
       super_old_id[multi[i]] = node;
-      for (int32_t c : impl->members[multi[i]]) parent[c] = node;
+      for (int32_t c : impl.members[multi[i]]) parent[c] = node;
       height.push_back(1.0);
     }
     height.push_back(2.0);
   }
   std::vector<int32_t> old_to_new;
-  DENDRO_ASSIGN_OR_RETURN(Hierarchy tree,
-                          Hierarchy::FromParents(k, parent, height, &old_to_new));
-  impl->super_coarse_node.assign(s, -1);
+  DENDRO_ASSIGN_OR_RETURN(Hierarchy tree, Hierarchy::FromParents(k, parent, height, &old_to_new));
+  impl.super_coarse_node.assign(s, -1);
   for (int32_t j = 0; j < s; ++j) {
-    if (super_old_id[j] >= 0) impl->super_coarse_node[j] = old_to_new[super_old_id[j]];
+    if (super_old_id[j] >= 0) impl.super_coarse_node[j] = old_to_new[super_old_id[j]];
   }
   if (!point_leaf.empty()) DENDRO_RETURN_IF_ERROR(tree.SetPointLeaf(std::move(point_leaf)));
   // Leaves are named by their class labels.
   {
     std::vector<std::string> names;
     names.reserve(k);
-    for (int64_t label : impl->classes.labels) names.push_back(absl::StrCat(label));
+    for (int64_t label : t.labels) names.push_back(absl::StrCat(label));
     DENDRO_RETURN_IF_ERROR(tree.SetLeafNames(std::move(names)));
   }
   auto& md = tree.mutable_metadata();
@@ -393,36 +430,32 @@ absl::StatusOr<HppcaModel> HppcaBuilder::Build(HppcaOptions options, HppcaFitSta
   md["score"] = std::string(PpcaScoreName(options.score));
   md["clustering"] = s == 0 ? "flat" : (options.raw_data_clustering ? "raw_data" : "gaussian");
   md["default_top_t"] = absl::StrCat(options.default_top_t);
-  md["kmeans_iterations"] = absl::StrCat(stats.kmeans_iterations);
-  md["kmeans_converged"] = stats.kmeans_converged ? "true" : "false";
-  md["reduced_rank_classes"] = absl::StrCat(stats.reduced_rank_classes);
+  md["kmeans_iterations"] = absl::StrCat(impl.stats.kmeans_iterations);
+  md["kmeans_converged"] = impl.stats.kmeans_converged ? "true" : "false";
+  md["reduced_rank_classes"] = absl::StrCat(impl.stats.reduced_rank_classes);
   // The refinement: representatives are the class means (leaves) and the
   // super-class centroid means; the root's row is never read.
-  {
-    std::vector<double> features(static_cast<size_t>(tree.num_nodes()) * d, 0.0);
-    Eigen::Map<RowMatrixD> f(features.data(), tree.num_nodes(), d);
-    f.topRows(k) = t.means;
-    for (int32_t j = 0; j < s; ++j) {
-      if (impl->super_coarse_node[j] >= 0) {
-        f.row(impl->super_coarse_node[j]) = impl->centroids[j].mean.transpose();
-      }
+  std::vector<double> features(static_cast<size_t>(tree.num_nodes()) * d, 0.0);
+  Eigen::Map<RowMatrixD> f(features.data(), tree.num_nodes(), d);
+  f.topRows(k) = t.means;
+  for (int32_t j = 0; j < s; ++j) {
+    if (impl.super_coarse_node[j] >= 0) {
+      f.row(impl.super_coarse_node[j]) = impl.centroids[j].mean.transpose();
     }
-    RefineOptions refine;
-    refine.distance_name =
-        "the squared Euclidean distance between class means and super-class centroid means";
-    std::vector<int32_t> node_map;
-    DENDRO_ASSIGN_OR_RETURN(
-        Hierarchy refined,
-        RefineToBinary(tree, features, d, RefineMetric::kSquaredEuclidean, refine, &node_map));
-    for (int32_t j = 0; j < s; ++j) {
-      if (impl->super_coarse_node[j] >= 0) {
-        impl->super_node[j] = node_map[impl->super_coarse_node[j]];
-      }
-    }
-    impl->tree.emplace(std::move(refined));
   }
-  impl->coarse_tree.emplace(std::move(tree));
-  return HppcaModel(std::move(impl));
+  RefineOptions refine;
+  refine.distance_name =
+      "the squared Euclidean distance between class means and super-class centroid means";
+  std::vector<int32_t> node_map;
+  DENDRO_ASSIGN_OR_RETURN(
+      Hierarchy refined,
+      RefineToBinary(tree, features, d, RefineMetric::kSquaredEuclidean, refine, &node_map));
+  for (int32_t j = 0; j < s; ++j) {
+    if (impl.super_coarse_node[j] >= 0) impl.super_node[j] = node_map[impl.super_coarse_node[j]];
+  }
+  impl.tree.emplace(std::move(refined));
+  impl.coarse_tree.emplace(std::move(tree));
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------

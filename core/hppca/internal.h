@@ -249,6 +249,15 @@ class HppcaBuilder {
                                           std::vector<Centroid> centroids,
                                           std::vector<int32_t> point_leaf);
   static const HppcaModel::Impl& impl(const HppcaModel& m) { return *m.impl_; }
+
+ private:
+  // The steps of Build, in order.
+  static absl::Status GroupMembers(int32_t s, std::vector<int32_t>& super_of,
+                                   HppcaModel::Impl& impl);
+  static void OrderSlots(int32_t k, int32_t s, HppcaModel::Impl& impl);
+  static void PermuteBasesToSlots(HppcaModel::Impl& impl, hppca_internal::ClassTable& classes);
+  static absl::Status FillScoringCaches(HppcaModel::Impl& impl);
+  static absl::Status BuildTrees(HppcaModel::Impl& impl, std::vector<int32_t> point_leaf);
 };
 
 }  // namespace dendro

@@ -48,112 +48,176 @@ std::vector<std::vector<int32_t>> Groups(absl::Span<const int32_t> assignment, i
 
 namespace {
 
-// Greedy k-means++ over all of `classes` with the generator `rng`.
-absl::StatusOr<std::vector<int32_t>> GreedySeeds(absl::Span<const GaussianRef> classes,
-                                                 int32_t s, std::mt19937_64& rng, int threads,
-                                                 RunContext* ctx) {
-  const int64_t k = static_cast<int64_t>(classes.size());
-  const int64_t d = classes[0].dim();
-  // For pruning: by Cauchy-Schwarz, dmu^T Sigma^{-1} dmu >= |dmu|^4 / dmu^T Sigma dmu,
-  // and dmu^T Sigma dmu needs only the projections of dmu on both bases,
-  // which two GEMVs per seed give for all classes at once. The log-det term
-  // is >= 0.
-  Eigen::VectorXd center = Eigen::VectorXd::Zero(d);
-  for (const GaussianRef& g : classes) center += g.mean;
-  center /= static_cast<double>(k);
-  RowMatrixF means(k, d);
-  for (int64_t i = 0; i < k; ++i) means.row(i) = (classes[i].mean - center).transpose().cast<float>();
-  std::vector<Eigen::VectorXf> own_proj(k);  // V_i (mu_i - center)
-  for (int64_t i = 0; i < k; ++i) own_proj[i] = classes[i].basis * means.row(i).transpose();
+// Each class's Bhattacharyya distance to its nearest seed, updated as seeds
+// are added (GreedySeeds). Update(c, cur, out) sets out[i] = min(cur[i],
+// B(i, c)) for every class i not yet chosen, exact where it matters: bounds
+// first, then exact distances for the classes whose bound is below their
+// current minimum.
+//
+// For pruning: by Cauchy-Schwarz, dmu^T Sigma^{-1} dmu >= |dmu|^4 / dmu^T
+// Sigma dmu, and dmu^T Sigma dmu needs only the projections of dmu on both
+// bases, which two GEMVs per seed give for all classes at once. The log-det
+// term is >= 0.
+class SeedDistances {
+ public:
+  SeedDistances(absl::Span<const GaussianRef> classes, int threads, RunContext* ctx)
+      : classes_(classes),
+        k_(static_cast<int64_t>(classes.size())),
+        threads_(threads),
+        ctx_(ctx),
+        chosen_(k_, 0),
+        need_(k_) {
+    const int64_t d = classes[0].dim();
+    Eigen::VectorXd center = Eigen::VectorXd::Zero(d);
+    for (const GaussianRef& g : classes) center += g.mean;
+    center /= static_cast<double>(k_);
+    means_.resize(k_, d);
+    for (int64_t i = 0; i < k_; ++i) {
+      means_.row(i) = (classes[i].mean - center).transpose().cast<float>();
+    }
+    own_proj_.resize(k_);
+    for (int64_t i = 0; i < k_; ++i) own_proj_[i] = classes[i].basis * means_.row(i).transpose();
+  }
 
-  std::vector<char> chosen(k, 0);
-  // out[i] = min(cur[i], B(i, c)) for every class i, exact where it matters:
-  // bounds first, then exact distances for the classes whose bound is below
-  // their current minimum.
-  std::vector<char> need(k);
+  bool chosen(int64_t i) const { return chosen_[i] != 0; }
+  void Choose(int32_t c) { chosen_[c] = 1; }
+
+  // `only` (optional) restricts the evaluation to the flagged classes.
+  absl::Status Update(int32_t c, const std::vector<double>& cur, std::vector<double>* out,
+                      const std::vector<char>* only = nullptr);
+
+ private:
   // Whether the bounds pruned enough in the last full update ([0]) and the
   // last update on the candidates' sample ([1]).
   struct BoundsUse {
     bool pays = true;
     int64_t skipped = 0;
   };
-  constexpr double kMinPruned = 0.05;
-  constexpr int64_t kRecheckBounds = 8;
-  BoundsUse bounds_use[2];
-  // `only` (optional) restricts the evaluation to the flagged classes.
-  auto update = [&](int32_t c, const std::vector<double>& cur, std::vector<double>* out,
-                    const std::vector<char>* only = nullptr) -> absl::Status {
-    *out = cur;
-    (*out)[c] = 0.0;
-    const GaussianRef& gc = classes[c];
-    const Eigen::VectorXf mc = means.row(c).transpose();
-    const Eigen::VectorXf bc = gc.basis * mc;
-    // V_c (mu_i - center) for every evaluated class: one GEMM over all
-    // classes, or one GEMV per flagged class when `only` is given (a
-    // candidate is compared on a small sample).
-    RowMatrixF b;
-    if (only == nullptr) b.noalias() = means * gc.basis.transpose();
-    auto proj_c = [&](int64_t i) -> Eigen::VectorXd {
-      if (only == nullptr) return (b.row(i).transpose() - bc).cast<double>();
-      return (gc.basis * means.row(i).transpose() - bc).cast<double>();
-    };
-    // Bounds are skipped (every evaluated class is computed exactly, which
-    // gives the same minimum) while they do not pay: after an update of the
-    // same kind that pruned under kMinPruned of its classes, except on every
-    // kRecheckBounds-th update. At K = 10,000 (docs/benchmarks.md) they
-    // pruned no class at all.
-    BoundsUse& use = bounds_use[only == nullptr ? 0 : 1];
-    const bool bounds = use.pays || ++use.skipped % kRecheckBounds == 0;
-    int64_t evaluated = 0;
-    DENDRO_RETURN_IF_ERROR(ParallelFor((k + 255) / 256, threads, ctx, [&](int64_t blk) {
-      for (int64_t i = blk * 256; i < std::min(k, (blk + 1) * 256); ++i) {
-        need[i] = 0;
-        if (chosen[i] || i == c || (only != nullptr && !(*only)[i])) continue;
-        if (!bounds) {
-          need[i] = 1;
-          continue;
-        }
-        const GaussianRef& gi = classes[i];
-        const double dist2 = (means.row(i) - mc.transpose()).cast<double>().squaredNorm();
-        double quad = 0.5 * (gi.noise + gc.noise) * dist2;
-        const Eigen::VectorXf a = own_proj[i] - gi.basis * mc;  // V_i (mu_i - mu_c)
-        for (int32_t j = 0; j < gi.rank(); ++j) quad += 0.5 * gi.excess[j] * double(a[j]) * a[j];
-        const Eigen::VectorXd t = proj_c(i);
-        for (int32_t j = 0; j < gc.rank(); ++j) quad += 0.5 * gc.excess[j] * t[j] * t[j];
-        double lb = BhattacharyyaLowerBound(gi, gc);
-        if (quad > 0.0) lb = std::max(lb, (1.0 - 1e-4) * dist2 * dist2 / (8.0 * quad));
-        // Only an exact distance below the current minimum can change it.
-        need[i] = lb < cur[i];
-      }
-    }));
-    std::vector<int64_t> todo;
-    for (int64_t i = 0; i < k; ++i) {
-      if (need[i]) todo.push_back(i);
-      if (!chosen[i] && i != c && (only == nullptr || (*only)[i])) ++evaluated;
-    }
-    if (bounds) {
-      use.pays = static_cast<double>(evaluated - static_cast<int64_t>(todo.size())) >=
-                 kMinPruned * static_cast<double>(evaluated);
-    }
-    // Each exact distance forms its own q_i x q_c cross product of the bases
-    // (read in place: the class bases are not copied) on the thread that
-    // uses it, so the whole step runs on all threads.
-    return ParallelFor(static_cast<int64_t>(todo.size()), threads, ctx, [&](int64_t t) {
-      const int64_t i = todo[t];
-      const GaussianRef& gi = classes[i];
-      double v;
-      if (gi.rank() > 0 && gc.rank() > 0) {
-        const Eigen::MatrixXf cross = gi.basis * gc.basis.transpose();
-        const Eigen::VectorXd pi = (own_proj[i] - gi.basis * mc).cast<double>();
-        const double dist2 = (means.row(i) - mc.transpose()).cast<double>().squaredNorm();
-        v = BhattacharyyaFromParts(gi, gc, cross, pi, proj_c(i), dist2);
-      } else {
-        v = BhattacharyyaDistance(gi, gc);
-      }
-      (*out)[i] = std::min(cur[i], std::max(v, 0.0));
-    });
-  };
+  static constexpr double kMinPruned = 0.05;
+  static constexpr int64_t kRecheckBounds = 8;
 
+  const absl::Span<const GaussianRef> classes_;
+  const int64_t k_;
+  const int threads_;
+  RunContext* const ctx_;
+  RowMatrixF means_;                     // mu_i - center
+  std::vector<Eigen::VectorXf> own_proj_;  // V_i (mu_i - center)
+  std::vector<char> chosen_;
+  std::vector<char> need_;
+  BoundsUse bounds_use_[2];
+};
+
+absl::Status SeedDistances::Update(int32_t c, const std::vector<double>& cur,
+                                   std::vector<double>* out, const std::vector<char>* only) {
+  *out = cur;
+  (*out)[c] = 0.0;
+  const GaussianRef& gc = classes_[c];
+  const Eigen::VectorXf mc = means_.row(c).transpose();
+  const Eigen::VectorXf bc = gc.basis * mc;
+  // V_c (mu_i - center) for every evaluated class: one GEMM over all
+  // classes, or one GEMV per flagged class when `only` is given (a
+  // candidate is compared on a small sample).
+  RowMatrixF b;
+  if (only == nullptr) b.noalias() = means_ * gc.basis.transpose();
+  auto proj_c = [&](int64_t i) -> Eigen::VectorXd {
+    if (only == nullptr) return (b.row(i).transpose() - bc).cast<double>();
+    return (gc.basis * means_.row(i).transpose() - bc).cast<double>();
+  };
+  // Bounds are skipped (every evaluated class is computed exactly, which
+  // gives the same minimum) while they do not pay: after an update of the
+  // same kind that pruned under kMinPruned of its classes, except on every
+  // kRecheckBounds-th update. At K = 10,000 (docs/benchmarks.md) they
+  // pruned no class at all.
+  BoundsUse& use = bounds_use_[only == nullptr ? 0 : 1];
+  const bool bounds = use.pays || ++use.skipped % kRecheckBounds == 0;
+  int64_t evaluated = 0;
+  DENDRO_RETURN_IF_ERROR(ParallelFor((k_ + 255) / 256, threads_, ctx_, [&](int64_t blk) {
+    for (int64_t i = blk * 256; i < std::min(k_, (blk + 1) * 256); ++i) {
+      need_[i] = 0;
+      if (chosen_[i] || i == c || (only != nullptr && !(*only)[i])) continue;
+      if (!bounds) {
+        need_[i] = 1;
+        continue;
+      }
+      const GaussianRef& gi = classes_[i];
+      const double dist2 = (means_.row(i) - mc.transpose()).cast<double>().squaredNorm();
+      double quad = 0.5 * (gi.noise + gc.noise) * dist2;
+      const Eigen::VectorXf a = own_proj_[i] - gi.basis * mc;  // V_i (mu_i - mu_c)
+      for (int32_t j = 0; j < gi.rank(); ++j) quad += 0.5 * gi.excess[j] * double(a[j]) * a[j];
+      const Eigen::VectorXd t = proj_c(i);
+      for (int32_t j = 0; j < gc.rank(); ++j) quad += 0.5 * gc.excess[j] * t[j] * t[j];
+      double lb = BhattacharyyaLowerBound(gi, gc);
+      if (quad > 0.0) lb = std::max(lb, (1.0 - 1e-4) * dist2 * dist2 / (8.0 * quad));
+      // Only an exact distance below the current minimum can change it.
+      need_[i] = lb < cur[i];
+    }
+  }));
+  std::vector<int64_t> todo;
+  for (int64_t i = 0; i < k_; ++i) {
+    if (need_[i]) todo.push_back(i);
+    if (!chosen_[i] && i != c && (only == nullptr || (*only)[i])) ++evaluated;
+  }
+  if (bounds) {
+    use.pays = static_cast<double>(evaluated - static_cast<int64_t>(todo.size())) >=
+               kMinPruned * static_cast<double>(evaluated);
+  }
+  // Each exact distance forms its own q_i x q_c cross product of the bases
+  // (read in place: the class bases are not copied) on the thread that
+  // uses it, so the whole step runs on all threads.
+  return ParallelFor(static_cast<int64_t>(todo.size()), threads_, ctx_, [&](int64_t t) {
+    const int64_t i = todo[t];
+    const GaussianRef& gi = classes_[i];
+    double v;
+    if (gi.rank() > 0 && gc.rank() > 0) {
+      const Eigen::MatrixXf cross = gi.basis * gc.basis.transpose();
+      const Eigen::VectorXd pi = (own_proj_[i] - gi.basis * mc).cast<double>();
+      const double dist2 = (means_.row(i) - mc.transpose()).cast<double>().squaredNorm();
+      v = BhattacharyyaFromParts(gi, gc, cross, pi, proj_c(i), dist2);
+    } else {
+      v = BhattacharyyaDistance(gi, gc);
+    }
+    (*out)[i] = std::min(cur[i], std::max(v, 0.0));
+  });
+}
+
+// Up to `trials` distinct unchosen classes drawn with probability
+// proportional to their distance to the nearest seed; one drawn uniformly
+// among the unchosen when every remaining class coincides with a seed.
+std::vector<int32_t> DrawCandidates(const SeedDistances& seeds, const std::vector<double>& mind,
+                                    int32_t trials, std::mt19937_64& rng) {
+  const int64_t k = static_cast<int64_t>(mind.size());
+  std::vector<double> w(k);
+  double total = 0.0;
+  for (int64_t i = 0; i < k; ++i) {
+    w[i] = seeds.chosen(i) ? 0.0 : mind[i];
+    total += w[i];
+  }
+  std::vector<int32_t> cands;
+  if (total > 0.0 && std::isfinite(total)) {
+    for (int32_t t = 0; t < trials; ++t) {
+      const int64_t c = SampleProportional(w, rng);
+      if (c >= 0 && !seeds.chosen(c) &&
+          std::find(cands.begin(), cands.end(), static_cast<int32_t>(c)) == cands.end()) {
+        cands.push_back(static_cast<int32_t>(c));
+      }
+    }
+  }
+  if (cands.empty()) {
+    std::vector<int32_t> rest;
+    for (int64_t i = 0; i < k; ++i) {
+      if (!seeds.chosen(i)) rest.push_back(static_cast<int32_t>(i));
+    }
+    cands.push_back(rest[std::uniform_int_distribution<size_t>(0, rest.size() - 1)(rng)]);
+  }
+  return cands;
+}
+
+// Greedy k-means++ over all of `classes` with the generator `rng`.
+absl::StatusOr<std::vector<int32_t>> GreedySeeds(absl::Span<const GaussianRef> classes,
+                                                 int32_t s, std::mt19937_64& rng, int threads,
+                                                 RunContext* ctx) {
+  const int64_t k = static_cast<int64_t>(classes.size());
+  SeedDistances distances(classes, threads, ctx);
   // Greedy k-means++ (as in scikit-learn): each step draws 2 + ln(S)
   // candidates with probability proportional to their distance to the
   // nearest seed and keeps the one that lowers the summed distance most.
@@ -173,38 +237,15 @@ absl::StatusOr<std::vector<int32_t>> GreedySeeds(absl::Span<const GaussianRef> c
   std::vector<int32_t> seeds;
   std::vector<double> mind(k, std::numeric_limits<double>::infinity()), trial;
   const int32_t first = static_cast<int32_t>(std::uniform_int_distribution<int64_t>(0, k - 1)(rng));
-  DENDRO_RETURN_IF_ERROR(update(first, mind, &trial));
+  DENDRO_RETURN_IF_ERROR(distances.Update(first, mind, &trial));
   mind.swap(trial);
-  chosen[first] = 1;
+  distances.Choose(first);
   seeds.push_back(first);
   while (static_cast<int32_t>(seeds.size()) < s) {
     // A step also costs a K x d by d x q product per candidate outside the
     // polled ParallelFor calls; poll once per seed as well.
     if (ctx != nullptr && ctx->Cancelled()) return absl::CancelledError("job cancelled");
-    std::vector<double> w(k);
-    double total = 0.0;
-    for (int64_t i = 0; i < k; ++i) {
-      w[i] = chosen[i] ? 0.0 : mind[i];
-      total += w[i];
-    }
-    std::vector<int32_t> cands;
-    if (total > 0.0 && std::isfinite(total)) {
-      for (int32_t t = 0; t < trials; ++t) {
-        const int64_t c = SampleProportional(w, rng);
-        if (c >= 0 && !chosen[c] &&
-            std::find(cands.begin(), cands.end(), static_cast<int32_t>(c)) == cands.end()) {
-          cands.push_back(static_cast<int32_t>(c));
-        }
-      }
-    }
-    if (cands.empty()) {
-      // Every remaining class coincides with a seed: pick uniformly.
-      std::vector<int32_t> rest;
-      for (int64_t i = 0; i < k; ++i) {
-        if (!chosen[i]) rest.push_back(static_cast<int32_t>(i));
-      }
-      cands.push_back(rest[std::uniform_int_distribution<size_t>(0, rest.size() - 1)(rng)]);
-    }
+    const std::vector<int32_t> cands = DrawCandidates(distances, mind, trials, rng);
     int32_t best = -1;
     double best_pot = std::numeric_limits<double>::infinity();
     std::vector<double> best_mind;
@@ -213,10 +254,10 @@ absl::StatusOr<std::vector<int32_t>> GreedySeeds(absl::Span<const GaussianRef> c
         best = c;
         break;
       }
-      DENDRO_RETURN_IF_ERROR(update(c, mind, &trial, only));
+      DENDRO_RETURN_IF_ERROR(distances.Update(c, mind, &trial, only));
       double pot = 0.0;
       for (int64_t i = 0; i < k; ++i) {
-        if (!chosen[i] && (only == nullptr || (*only)[i])) pot += trial[i];
+        if (!distances.chosen(i) && (only == nullptr || (*only)[i])) pot += trial[i];
       }
       if (best < 0 || pot < best_pot) {
         best = c;
@@ -225,10 +266,10 @@ absl::StatusOr<std::vector<int32_t>> GreedySeeds(absl::Span<const GaussianRef> c
       }
     }
     if (only != nullptr || cands.size() == 1) {
-      DENDRO_RETURN_IF_ERROR(update(best, mind, &best_mind));
+      DENDRO_RETURN_IF_ERROR(distances.Update(best, mind, &best_mind));
     }
     mind.swap(best_mind);
-    chosen[best] = 1;
+    distances.Choose(best);
     seeds.push_back(best);
   }
   return seeds;
@@ -372,6 +413,261 @@ absl::StatusOr<RowMatrixDX> GramCrossTerms(absl::Span<const GaussianRef> classes
   return f;
 }
 
+// Per centroid Q, the terms of 2 KL(P || Q) = base(P, Q) - F(P, Q) / noise_Q
+// that depend on Q alone (AssignByKl has the formula): its basis stacked
+// with the others' (rows off[j] .. off[j + 1] of u), the weights omega of
+// its directions, and its mean about the centroids' centre.
+struct KlCentroidTerms {
+  std::vector<int32_t> rank;
+  std::vector<int64_t> off;
+  RowMatrixDX u;  // stacked centroid bases (double)
+  Eigen::VectorXd omega;
+  std::vector<double> logdet_q, trinv_q, noise_q, omega_max, mu_norm2;
+  std::vector<Eigen::VectorXd> mu_proj;
+  Eigen::VectorXd center;
+  RowMatrixDX mu_q;
+};
+
+KlCentroidTerms CentroidTerms(absl::Span<const LowRankGaussian> centroids, int64_t d) {
+  const int32_t s = static_cast<int32_t>(centroids.size());
+  KlCentroidTerms q;
+  q.rank.resize(s);
+  q.off.assign(s + 1, 0);
+  for (int32_t j = 0; j < s; ++j) {
+    q.rank[j] = static_cast<int32_t>(centroids[j].excess.size());
+    q.off[j + 1] = q.off[j] + q.rank[j];
+  }
+  q.u.resize(q.off[s], d);
+  q.omega.resize(q.off[s]);
+  q.logdet_q.resize(s);
+  q.trinv_q.resize(s);
+  q.noise_q.resize(s);
+  q.omega_max.resize(s);
+  q.mu_norm2.resize(s);
+  q.mu_proj.resize(s);
+  q.center = Eigen::VectorXd::Zero(d);
+  for (int32_t j = 0; j < s; ++j) q.center += centroids[j].mean;
+  q.center /= static_cast<double>(s);
+  q.mu_q.resize(s, d);
+  for (int32_t j = 0; j < s; ++j) {
+    const LowRankGaussian& c = centroids[j];
+    const GaussianRef g = c.ref();
+    const int32_t r = q.rank[j];
+    q.logdet_q[j] = LogDet(g);
+    q.trinv_q[j] = TraceInverse(g);
+    q.noise_q[j] = c.noise;
+    q.u.middleRows(q.off[j], r) = c.basis.cast<double>();
+    q.omega.segment(q.off[j], r) = c.excess.array() / (c.excess.array() + c.noise);
+    q.omega_max[j] = r > 0 ? q.omega.segment(q.off[j], r).maxCoeff() : 0.0;
+    q.mu_q.row(j) = (c.mean - q.center).transpose();
+    q.mu_norm2[j] = q.mu_q.row(j).squaredNorm();
+    q.mu_proj[j] = q.u.middleRows(q.off[j], r) * q.mu_q.row(j).transpose();
+  }
+  return q;
+}
+
+// The bases and weights of the centroids `cols`, stacked (rows off[t] ..
+// off[t + 1] for cols[t]): the full stack when `cols` is every centroid, a
+// copy of their rows otherwise.
+struct ColumnBases {
+  std::vector<int64_t> off;
+  RowMatrixDX u_copy;
+  Eigen::VectorXd omega_copy;
+  const RowMatrixDX* u = nullptr;
+  const Eigen::VectorXd* omega = nullptr;
+};
+
+void StackColumnBases(const KlCentroidTerms& q, const std::vector<int32_t>& cols,
+                      ColumnBases* out) {
+  const int32_t s = static_cast<int32_t>(q.rank.size());
+  const int32_t nc = static_cast<int32_t>(cols.size());
+  out->off.assign(nc + 1, 0);
+  for (int32_t t = 0; t < nc; ++t) out->off[t + 1] = out->off[t] + q.rank[cols[t]];
+  if (nc == s) {
+    out->u = &q.u;
+    out->omega = &q.omega;
+    return;
+  }
+  out->u_copy.resize(out->off[nc], q.u.cols());
+  out->omega_copy.resize(out->off[nc]);
+  for (int32_t t = 0; t < nc; ++t) {
+    const int32_t j = cols[t];
+    out->u_copy.middleRows(out->off[t], q.rank[j]) = q.u.middleRows(q.off[j], q.rank[j]);
+    out->omega_copy.segment(out->off[t], q.rank[j]) = q.omega.segment(q.off[j], q.rank[j]);
+  }
+  out->u = &out->u_copy;
+  out->omega = &out->omega_copy;
+}
+
+// A centroid a class is compared with exactly: base(P, Q) and, once
+// computed, KL(P || Q).
+struct KlCandidate {
+  int32_t j;
+  double base;
+  double kl;
+};
+
+// Phase 1 of AssignByKl: bounds for every (class, centroid in `cols`); the
+// candidates of a class are the centroids whose lower bound beats its best
+// upper bound (all of them when `keep_all`).
+absl::StatusOr<std::vector<std::vector<KlCandidate>>> BoundCandidates(
+    absl::Span<const GaussianRef> classes, const KlCentroidTerms& q,
+    const std::vector<int32_t>& cols, const ColumnBases& bases, bool keep_all, int threads,
+    RunContext* ctx) {
+  const int64_t k = static_cast<int64_t>(classes.size());
+  const int32_t s = static_cast<int32_t>(q.rank.size());
+  const int32_t nc = static_cast<int32_t>(cols.size());
+  const int64_t d = q.u.cols();
+  std::vector<std::vector<KlCandidate>> cands(k);
+  constexpr int64_t kChunk = 128;
+  const int64_t chunks = (k + kChunk - 1) / kChunk;
+  DENDRO_RETURN_IF_ERROR(ParallelFor(chunks, threads, ctx, [&](int64_t ch) {
+    const int64_t i0 = ch * kChunk, i1 = std::min(k, i0 + kChunk);
+    RowMatrixDX mu(i1 - i0, d);
+    for (int64_t i = i0; i < i1; ++i) mu.row(i - i0) = (classes[i].mean - q.center).transpose();
+    const RowMatrixDX proj = mu * bases.u->transpose();  // classes x sum of cols' ranks
+    const RowMatrixDX dots = mu * q.mu_q.transpose();     // classes x s
+    std::vector<double> base(s), lower(s);
+    for (int64_t i = i0; i < i1; ++i) {
+      const GaussianRef& p = classes[i];
+      const int64_t row = i - i0;
+      const double logdet_p = LogDet(p);
+      const double tr_e = p.excess.sum();
+      const double mn2 = mu.row(row).squaredNorm();
+      double best_ub = std::numeric_limits<double>::infinity();
+      for (int32_t t = 0; t < nc; ++t) {
+        const int32_t j = cols[t];
+        double m = 0.0;
+        for (int64_t l = 0; l < q.rank[j]; ++l) {
+          const double a = proj(row, bases.off[t] + l) - q.mu_proj[j][l];
+          m += q.omega[q.off[j] + l] * a * a;
+        }
+        const double dist2 = mn2 - 2.0 * dots(row, j) + q.mu_norm2[j];
+        const double mahal = (dist2 - m) / q.noise_q[j];
+        base[j] = q.logdet_q[j] - logdet_p - static_cast<double>(d) + p.noise * q.trinv_q[j] +
+                  tr_e / q.noise_q[j] + mahal;
+        lower[j] = base[j] - q.omega_max[j] * tr_e / q.noise_q[j];
+        best_ub = std::min(best_ub, base[j]);
+      }
+      const double slack = 1e-6 * (std::fabs(best_ub) + 1.0);
+      for (int32_t j : cols) {
+        if (keep_all || lower[j] <= best_ub + slack) cands[i].push_back({j, base[j], 0.0});
+      }
+    }
+  }));
+  return cands;
+}
+
+// Phase 2 of AssignByKl by basis products: per centroid, GEMMs of its basis
+// against the bases of its candidate classes, kPhase2Classes classes at a
+// time into per-thread buffers (one buffer for all candidates would be
+// K q x d floats per centroid, allocated and zeroed S times a round).
+absl::Status KlByBasisProducts(absl::Span<const GaussianRef> classes,
+                               absl::Span<const LowRankGaussian> centroids,
+                               const KlCentroidTerms& q, int32_t max_rank,
+                               int32_t max_centroid_rank,
+                               std::vector<std::vector<KlCandidate>>& cands, int threads,
+                               RunContext* ctx) {
+  const int64_t k = static_cast<int64_t>(classes.size());
+  const int32_t s = static_cast<int32_t>(centroids.size());
+  const int64_t d = q.u.cols();
+  std::vector<std::vector<std::pair<int64_t, size_t>>> by_centroid(s);
+  for (int64_t i = 0; i < k; ++i) {
+    for (size_t a = 0; a < cands[i].size(); ++a) by_centroid[cands[i][a].j].push_back({i, a});
+  }
+  constexpr size_t kPhase2Classes = 256;
+  struct Item {
+    int32_t j;
+    size_t begin, end;  // range of by_centroid[j]
+  };
+  std::vector<Item> items;
+  for (int32_t j = 0; j < s; ++j) {
+    for (size_t b = 0; b < by_centroid[j].size(); b += kPhase2Classes) {
+      items.push_back({j, b, std::min(by_centroid[j].size(), b + kPhase2Classes)});
+    }
+  }
+  const int pool = std::max(1, threads);
+  std::vector<RowMatrixF> v_buf(pool), g_buf(pool);
+  return ParallelFor(static_cast<int64_t>(items.size()), threads, ctx, [&](int64_t item) {
+    const Item& it = items[item];
+    const int32_t j = it.j;
+    const auto& list = by_centroid[j];
+    const size_t n = it.end - it.begin;
+    std::vector<int64_t> row0(n + 1, 0);
+    for (size_t t = 0; t < n; ++t) {
+      row0[t + 1] = row0[t] + classes[list[it.begin + t].first].rank();
+    }
+    RowMatrixF& v = v_buf[omp_get_thread_num() % pool];
+    RowMatrixF& g = g_buf[omp_get_thread_num() % pool];
+    if (v.rows() < static_cast<int64_t>(kPhase2Classes) * max_rank || v.cols() != d) {
+      v.resize(static_cast<int64_t>(kPhase2Classes) * max_rank, d);
+    }
+    for (size_t t = 0; t < n; ++t) {
+      const GaussianRef& p = classes[list[it.begin + t].first];
+      v.middleRows(row0[t], p.rank()) = p.basis;
+    }
+    const LowRankGaussian& c = centroids[j];
+    if (g.rows() < v.rows() || g.cols() < std::max(max_centroid_rank, 1)) {
+      g.resize(v.rows(), std::max(max_centroid_rank, 1));
+    }
+    if (q.rank[j] > 0 && row0.back() > 0) {
+      g.topLeftCorner(row0.back(), q.rank[j]).noalias() =
+          v.topRows(row0.back()) * c.basis.transpose();
+    }
+    for (size_t t = 0; t < n; ++t) {
+      const GaussianRef& p = classes[list[it.begin + t].first];
+      double f = 0.0;
+      for (int32_t m = 0; m < p.rank(); ++m) {
+        double inner = 0.0;
+        for (int32_t l = 0; l < q.rank[j]; ++l) {
+          const double x = g(row0[t] + m, l);
+          inner += q.omega[q.off[j] + l] * x * x;
+        }
+        f += p.excess[m] * inner;
+      }
+      KlCandidate& cand = cands[list[it.begin + t].first][list[it.begin + t].second];
+      cand.kl = 0.5 * (cand.base - f / q.noise_q[j]);
+    }
+  });
+}
+
+// Phase 3 of AssignByKl: each class's best centroid (ties to the lower
+// index) among its candidates, or among every cached column.
+std::vector<int32_t> BestCentroids(const std::vector<std::vector<KlCandidate>>& cands,
+                                   const std::vector<int32_t>& cols, int32_t s, KlCache* cache,
+                                   std::vector<double>* kl) {
+  const int64_t k = static_cast<int64_t>(cands.size());
+  std::vector<int32_t> best(k, 0);
+  std::vector<double> best_kl(k, 0.0);
+  if (cache != nullptr) {
+    for (int64_t i = 0; i < k; ++i) {
+      for (const KlCandidate& c : cands[i]) cache->values(i, c.j) = c.kl;
+    }
+    for (int32_t j : cols) cache->valid[j] = 1;
+  }
+  for (int64_t i = 0; i < k; ++i) {
+    double best_val = std::numeric_limits<double>::infinity();
+    if (cache != nullptr) {
+      for (int32_t j = 0; j < s; ++j) {
+        if (cache->values(i, j) < best_val) {
+          best_val = cache->values(i, j);
+          best[i] = j;
+        }
+      }
+    } else {
+      for (const KlCandidate& c : cands[i]) {
+        if (c.kl < best_val) {
+          best_val = c.kl;
+          best[i] = c.j;
+        }
+      }
+    }
+    best_kl[i] = best_val;
+  }
+  if (kl != nullptr) *kl = std::move(best_kl);
+  return best;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> classes,
@@ -400,95 +696,14 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
   // so base is an upper bound and base - omega_max tr(E_P) / noise_Q a lower
   // bound. Only centroids whose lower bound beats the best upper bound are
   // evaluated exactly.
-  std::vector<int32_t> rank(s);
-  std::vector<int64_t> off(s + 1, 0);
-  for (int32_t j = 0; j < s; ++j) {
-    rank[j] = static_cast<int32_t>(centroids[j].excess.size());
-    off[j + 1] = off[j] + rank[j];
-  }
-  RowMatrixDX u(off[s], d);        // stacked centroid bases (double)
-  Eigen::VectorXd omega(off[s]);
-  std::vector<double> logdet_q(s), trinv_q(s), noise_q(s), omega_max(s), mu_norm2(s);
-  std::vector<Eigen::VectorXd> mu_proj(s);
-  Eigen::VectorXd center = Eigen::VectorXd::Zero(d);
-  for (int32_t j = 0; j < s; ++j) center += centroids[j].mean;
-  center /= static_cast<double>(s);
-  RowMatrixDX mu_q(s, d);
-  for (int32_t j = 0; j < s; ++j) {
-    const LowRankGaussian& c = centroids[j];
-    const GaussianRef g = c.ref();
-    logdet_q[j] = LogDet(g);
-    trinv_q[j] = TraceInverse(g);
-    noise_q[j] = c.noise;
-    u.middleRows(off[j], rank[j]) = c.basis.cast<double>();
-    omega.segment(off[j], rank[j]) = c.excess.array() / (c.excess.array() + c.noise);
-    omega_max[j] = rank[j] > 0 ? omega.segment(off[j], rank[j]).maxCoeff() : 0.0;
-    mu_q.row(j) = (c.mean - center).transpose();
-    mu_norm2[j] = mu_q.row(j).squaredNorm();
-    mu_proj[j] = u.middleRows(off[j], rank[j]) * mu_q.row(j).transpose();
-  }
-  // The bases of the centroids computed here, stacked (sub_off: row offsets).
-  std::vector<int64_t> sub_off(nc + 1, 0);
-  for (int32_t t = 0; t < nc; ++t) sub_off[t + 1] = sub_off[t] + rank[cols[t]];
-  RowMatrixDX sub_u_copy;
-  Eigen::VectorXd sub_omega_copy;
-  if (nc < s) {
-    sub_u_copy.resize(sub_off[nc], d);
-    sub_omega_copy.resize(sub_off[nc]);
-    for (int32_t t = 0; t < nc; ++t) {
-      const int32_t j = cols[t];
-      sub_u_copy.middleRows(sub_off[t], rank[j]) = u.middleRows(off[j], rank[j]);
-      sub_omega_copy.segment(sub_off[t], rank[j]) = omega.segment(off[j], rank[j]);
-    }
-  }
-  const RowMatrixDX& sub_u = nc < s ? sub_u_copy : u;
-  const Eigen::VectorXd& sub_omega = nc < s ? sub_omega_copy : omega;
-  // Phase 1: bounds for every (class, centroid); candidates are the
-  // centroids whose lower bound beats the class's best upper bound.
-  struct Cand {
-    int32_t j;
-    double base;
-    double kl;
-  };
-  std::vector<std::vector<Cand>> cands(k);
-  constexpr int64_t kChunk = 128;
-  const int64_t chunks = (k + kChunk - 1) / kChunk;
-  DENDRO_RETURN_IF_ERROR(ParallelFor(chunks, threads, ctx, [&](int64_t ch) {
-    const int64_t i0 = ch * kChunk, i1 = std::min(k, i0 + kChunk);
-    RowMatrixDX mu(i1 - i0, d);
-    for (int64_t i = i0; i < i1; ++i) mu.row(i - i0) = (classes[i].mean - center).transpose();
-    const RowMatrixDX proj = mu * sub_u.transpose();   // classes x sum of cols' ranks
-    const RowMatrixDX dots = mu * mu_q.transpose();  // classes x s
-    std::vector<double> base(s), lower(s);
-    for (int64_t i = i0; i < i1; ++i) {
-      const GaussianRef& p = classes[i];
-      const int64_t row = i - i0;
-      const double logdet_p = LogDet(p);
-      const double tr_e = p.excess.sum();
-      const double mn2 = mu.row(row).squaredNorm();
-      double best_ub = std::numeric_limits<double>::infinity();
-      for (int32_t t = 0; t < nc; ++t) {
-        const int32_t j = cols[t];
-        double m = 0.0;
-        for (int64_t l = 0; l < rank[j]; ++l) {
-          const double a = proj(row, sub_off[t] + l) - mu_proj[j][l];
-          m += omega[off[j] + l] * a * a;
-        }
-        const double dist2 = mn2 - 2.0 * dots(row, j) + mu_norm2[j];
-        const double mahal = (dist2 - m) / noise_q[j];
-        base[j] = logdet_q[j] - logdet_p - static_cast<double>(d) + p.noise * trinv_q[j] +
-                  tr_e / noise_q[j] + mahal;
-        lower[j] = base[j] - omega_max[j] * tr_e / noise_q[j];
-        best_ub = std::min(best_ub, base[j]);
-      }
-      // With a cache every computed pair is kept (its exact value is stored
-      // for later rounds), so nothing is pruned.
-      const double slack = 1e-6 * (std::fabs(best_ub) + 1.0);
-      for (int32_t j : cols) {
-        if (cache != nullptr || lower[j] <= best_ub + slack) cands[i].push_back({j, base[j], 0.0});
-      }
-    }
-  }));
+  const KlCentroidTerms q = CentroidTerms(centroids, d);
+  ColumnBases bases;
+  StackColumnBases(q, cols, &bases);
+  // Phase 1. With a cache every computed pair is kept (its exact value is
+  // stored for later rounds), so nothing is pruned.
+  DENDRO_ASSIGN_OR_RETURN(
+      std::vector<std::vector<KlCandidate>> cands,
+      BoundCandidates(classes, q, cols, bases, /*keep_all=*/cache != nullptr, threads, ctx));
   // Phase 2: 2 KL = base - F / noise_q with F = sum_{l,m} omega_l e_m (u_l . v_m)^2
   // for every surviving (class, centroid) pair. Two exact ways to get F:
   //  * basis products: per centroid, GEMMs of its basis against the bases of
@@ -502,7 +717,7 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
   int32_t max_rank = 0, max_centroid_rank = 0;
   for (const auto& c : cands) pairs += static_cast<int64_t>(c.size());
   for (const GaussianRef& p : classes) max_rank = std::max(max_rank, p.rank());
-  for (int32_t j : cols) max_centroid_rank = std::max(max_centroid_rank, rank[j]);
+  for (int32_t j : cols) max_centroid_rank = std::max(max_centroid_rank, q.rank[j]);
   const int64_t packed = d * (d + 1) / 2;
   const double basis_ops = static_cast<double>(pairs) * max_rank * max_centroid_rank * d;
   const double gram_ops = static_cast<double>(k) * (static_cast<double>(max_rank) * d * d / 2 +
@@ -516,105 +731,17 @@ absl::StatusOr<std::vector<int32_t>> AssignByKl(absl::Span<const GaussianRef> cl
     // Column t of F is centroid cols[t].
     std::vector<int32_t> pos(s, -1);
     for (int32_t t = 0; t < nc; ++t) pos[cols[t]] = t;
-    DENDRO_ASSIGN_OR_RETURN(RowMatrixDX f,
-                            GramCrossTerms(classes, sub_u, sub_omega, sub_off, threads, ctx));
+    DENDRO_ASSIGN_OR_RETURN(
+        RowMatrixDX f, GramCrossTerms(classes, *bases.u, *bases.omega, bases.off, threads, ctx));
     for (int64_t i = 0; i < k; ++i) {
-      for (Cand& c : cands[i]) c.kl = 0.5 * (c.base - f(i, pos[c.j]) / noise_q[c.j]);
+      for (KlCandidate& c : cands[i]) c.kl = 0.5 * (c.base - f(i, pos[c.j]) / q.noise_q[c.j]);
     }
   } else {
-    // Basis products, kPhase2Classes classes at a time into per-thread
-    // buffers (one buffer for all candidates would be K q x d floats per
-    // centroid, allocated and zeroed S times a round).
-    std::vector<std::vector<std::pair<int64_t, size_t>>> by_centroid(s);
-    for (int64_t i = 0; i < k; ++i) {
-      for (size_t a = 0; a < cands[i].size(); ++a) by_centroid[cands[i][a].j].push_back({i, a});
-    }
-    constexpr size_t kPhase2Classes = 256;
-    struct Item {
-      int32_t j;
-      size_t begin, end;  // range of by_centroid[j]
-    };
-    std::vector<Item> items;
-    for (int32_t j = 0; j < s; ++j) {
-      for (size_t b = 0; b < by_centroid[j].size(); b += kPhase2Classes) {
-        items.push_back({j, b, std::min(by_centroid[j].size(), b + kPhase2Classes)});
-      }
-    }
-    const int pool = std::max(1, threads);
-    std::vector<RowMatrixF> v_buf(pool), g_buf(pool);
-    DENDRO_RETURN_IF_ERROR(ParallelFor(static_cast<int64_t>(items.size()), threads, ctx,
-                                       [&](int64_t item) {
-      const Item& it = items[item];
-      const int32_t j = it.j;
-      const auto& list = by_centroid[j];
-      const size_t n = it.end - it.begin;
-      std::vector<int64_t> row0(n + 1, 0);
-      for (size_t t = 0; t < n; ++t) {
-        row0[t + 1] = row0[t] + classes[list[it.begin + t].first].rank();
-      }
-      RowMatrixF& v = v_buf[omp_get_thread_num() % pool];
-      RowMatrixF& g = g_buf[omp_get_thread_num() % pool];
-      if (v.rows() < static_cast<int64_t>(kPhase2Classes) * max_rank || v.cols() != d) {
-        v.resize(static_cast<int64_t>(kPhase2Classes) * max_rank, d);
-      }
-      for (size_t t = 0; t < n; ++t) {
-        const GaussianRef& p = classes[list[it.begin + t].first];
-        v.middleRows(row0[t], p.rank()) = p.basis;
-      }
-      const LowRankGaussian& c = centroids[j];
-      if (g.rows() < v.rows() || g.cols() < std::max(max_centroid_rank, 1)) {
-        g.resize(v.rows(), std::max(max_centroid_rank, 1));
-      }
-      if (rank[j] > 0 && row0.back() > 0) {
-        g.topLeftCorner(row0.back(), rank[j]).noalias() =
-            v.topRows(row0.back()) * c.basis.transpose();
-      }
-      for (size_t t = 0; t < n; ++t) {
-        const GaussianRef& p = classes[list[it.begin + t].first];
-        double f = 0.0;
-        for (int32_t m = 0; m < p.rank(); ++m) {
-          double inner = 0.0;
-          for (int32_t l = 0; l < rank[j]; ++l) {
-            const double x = g(row0[t] + m, l);
-            inner += omega[off[j] + l] * x * x;
-          }
-          f += p.excess[m] * inner;
-        }
-        Cand& cand = cands[list[it.begin + t].first][list[it.begin + t].second];
-        cand.kl = 0.5 * (cand.base - f / noise_q[j]);
-      }
-    }));
+    DENDRO_RETURN_IF_ERROR(KlByBasisProducts(classes, centroids, q, max_rank, max_centroid_rank,
+                                             cands, threads, ctx));
   }
-  // Phase 3: the best candidate (ties to the lower centroid index).
-  std::vector<int32_t> best(k, 0);
-  std::vector<double> best_kl(k, 0.0);
-  if (cache != nullptr) {
-    for (int64_t i = 0; i < k; ++i) {
-      for (const Cand& c : cands[i]) cache->values(i, c.j) = c.kl;
-    }
-    for (int32_t j : cols) cache->valid[j] = 1;
-  }
-  for (int64_t i = 0; i < k; ++i) {
-    double best_val = std::numeric_limits<double>::infinity();
-    if (cache != nullptr) {
-      for (int32_t j = 0; j < s; ++j) {
-        if (cache->values(i, j) < best_val) {
-          best_val = cache->values(i, j);
-          best[i] = j;
-        }
-      }
-    } else {
-      for (const Cand& c : cands[i]) {
-        if (c.kl < best_val) {
-          best_val = c.kl;
-          best[i] = c.j;
-        }
-      }
-    }
-    best_kl[i] = best_val;
-  }
-  if (kl != nullptr) *kl = std::move(best_kl);
-  return best;
+  // Phase 3.
+  return BestCentroids(cands, cols, s, cache, kl);
 }
 
 absl::StatusOr<std::vector<Centroid>> GroupCentroids(absl::Span<const GaussianRef> classes,

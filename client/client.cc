@@ -521,6 +521,10 @@ absl::StatusOr<v1::ListJobsResponse> Client::ListJobs(int32_t page_size,
   v1::ListJobsRequest req;
   req.set_page_size(page_size);
   req.set_page_token(page_token);
+  return ListJobs(req);
+}
+
+absl::StatusOr<v1::ListJobsResponse> Client::ListJobs(const v1::ListJobsRequest& req) {
   v1::ListJobsResponse resp;
   DENDRO_RETURN_IF_ERROR(impl_->Unary([&](grpc::ClientContext* c) { return impl_->jobs->ListJobs(c, req, &resp); }));
   return resp;

@@ -145,6 +145,8 @@ class Client {
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(int32_t page_size = 0,
                                                 const std::string& page_token = "");
+  // The same with the request's order and state filter.
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& req);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id);
   // Removes a finished job's record (admin).
   absl::Status DeleteJob(const std::string& id);

@@ -1,13 +1,16 @@
 // Inspection and housekeeping verbs: jobs, models, datasets.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <optional>
 
-#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "client/cli/cli.h"
 #include "core/common/status_macros.h"
 
@@ -78,13 +81,66 @@ std::string JobModel(const v1::Job& job) {
 
 // --- jobs ---------------------------------------------------------------------
 
+namespace {
+
+// --state queued,running: the states named, in the words the table prints.
+absl::StatusOr<std::vector<v1::JobState>> ParseJobStates(const std::string& text) {
+  std::vector<v1::JobState> states;
+  for (absl::string_view name : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    bool found = false;
+    for (int s = v1::JOB_STATE_QUEUED; s <= v1::JobState_MAX; ++s) {
+      const auto state = static_cast<v1::JobState>(s);
+      if (absl::EqualsIgnoreCase(name, JobStateName(state))) {
+        states.push_back(state);
+        found = true;
+      }
+    }
+    if (!found) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--state: '", std::string(name),
+          "' is not a job state (queued, running, succeeded, failed or cancelled)"));
+    }
+  }
+  if (states.empty()) return absl::InvalidArgumentError("--state: name at least one state");
+  return states;
+}
+
+}  // namespace
+
 absl::Status RunJobsList(Context& ctx, const Args& args) {
   DENDRO_ASSIGN_OR_RETURN(PageArgs page, GetPageArgs(args));
+  DENDRO_ASSIGN_OR_RETURN(const int64_t limit, args.GetInt("limit", 0, 1, 1000000));
+  if (limit > 0 && (page.all || page.size > 0)) {
+    return absl::InvalidArgumentError("--limit does not go with --all or --page-size");
+  }
+  v1::ListJobsRequest req;
+  req.set_newest_first(!args.Has("oldest-first"));
+  if (std::optional<std::string> states = args.Get("state")) {
+    DENDRO_ASSIGN_OR_RETURN(std::vector<v1::JobState> parsed, ParseJobStates(*states));
+    for (v1::JobState s : parsed) req.add_states(s);
+  }
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
-  DENDRO_ASSIGN_OR_RETURN(v1::ListJobsResponse resp,
-                          FetchList<v1::ListJobsResponse>(page, [&](int32_t n, const std::string& t) {
-                            return client->ListJobs(n, t);
-                          }));
+  auto fetch = [&](int32_t n, const std::string& t) {
+    req.set_page_size(n);
+    req.set_page_token(t);
+    return client->ListJobs(req);
+  };
+  v1::ListJobsResponse resp;
+  if (limit > 0) {
+    // Pages of exactly what is still wanted, so the last page's token
+    // continues right after the last job printed.
+    std::string token = page.token;
+    do {
+      const int64_t want = std::min<int64_t>(limit - resp.jobs_size(), 1000);
+      DENDRO_ASSIGN_OR_RETURN(v1::ListJobsResponse next,
+                              fetch(static_cast<int32_t>(want), token));
+      token = next.next_page_token();
+      resp.MergeFrom(next);
+      resp.set_next_page_token(token);
+    } while (resp.jobs_size() < limit && !token.empty());
+  } else {
+    DENDRO_ASSIGN_OR_RETURN(resp, FetchList<v1::ListJobsResponse>(page, fetch));
+  }
   if (args.Has("json")) return PrintMessageJson(resp);
   std::vector<std::vector<std::string>> rows;
   for (const v1::Job& j : resp.jobs()) {

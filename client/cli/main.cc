@@ -313,9 +313,18 @@ const std::vector<Verb>& Verbs() {
        "                  values)\n",
        {{"labels", true}, {"assignments", true}, {"level", true}},
        1, 1, RunEval},
-      {"jobs", "list", "list jobs",
-       "dendro jobs list [--page-size N] [--page-token T] [--all] [--json]\n" + kListFlagsHelp,
-       {kPageSize, kPageToken, kAll, kJson}, 0, 0, RunJobsList},
+      {"jobs", "list", "list jobs, the most recently submitted first",
+       "dendro jobs list [--state S[,S...]] [--limit N] [--oldest-first] [--page-size N]\n"
+       "                 [--page-token T] [--all] [--json]\n"
+       "  --state S       only jobs in these states: queued, running, succeeded, failed,\n"
+       "                  cancelled (default: every state)\n"
+       "  --limit N       the first N jobs, over as many pages as that takes (default: one\n"
+       "                  page)\n"
+       "  --oldest-first  the first submitted first (default: the latest first)\n" +
+           kListFlagsHelp,
+       {{"state", true}, {"limit", true}, {"oldest-first", false}, kPageSize, kPageToken, kAll,
+        kJson},
+       0, 0, RunJobsList},
       {"jobs", "get", "show a job", "dendro jobs get JOB_ID [--json]\n" + kJsonHelp, {kJson}, 1,
        1, RunJobsGet},
       {"jobs", "cancel", "cancel a queued or running job",

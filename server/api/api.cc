@@ -119,10 +119,34 @@ absl::StatusOr<v1::ListDatasetsResponse> Api::ListDatasets(
   return resp;
 }
 
+namespace {
+
+// The catalogue's listing for a request: its order, and its states as a
+// mask (INVALID_ARGUMENT for a value that is not a state).
+absl::StatusOr<JobListing> JobListingOf(const v1::ListJobsRequest& req) {
+  JobListing listing;
+  listing.newest_first = req.newest_first();
+  for (int state : req.states()) {
+    if (state <= v1::JOB_STATE_UNSPECIFIED || state > v1::JobState_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "states: ", state, " is not a job state (QUEUED, RUNNING, SUCCEEDED, FAILED or "
+          "CANCELLED)"));
+    }
+    listing.state_mask |= 1u << state;
+  }
+  return listing;
+}
+
+}  // namespace
+
 absl::StatusOr<v1::ListJobsResponse> Api::ListJobs(const v1::ListJobsRequest& req) const {
-  DENDRO_ASSIGN_OR_RETURN(int64_t after, ParseToken(req.page_token(), "job", ""));
+  DENDRO_ASSIGN_OR_RETURN(const JobListing listing, JobListingOf(req));
+  // A token continues only the listing it came from: same order, same states.
+  const std::string scope =
+      absl::StrCat(listing.newest_first ? "new" : "old", ".", listing.state_mask);
+  DENDRO_ASSIGN_OR_RETURN(int64_t cursor, ParseToken(req.page_token(), "job", scope));
   DENDRO_ASSIGN_OR_RETURN(int limit, PageLimit(req.page_size()));
-  DENDRO_ASSIGN_OR_RETURN(Page<v1::Job> page, deps_.jobs->List(after, limit));
+  DENDRO_ASSIGN_OR_RETURN(Page<v1::Job> page, deps_.jobs->List(cursor, limit, listing));
   for (v1::Job& job : page.items) {
     // The catalogue holds states, not progress: the manager has the live
     // record of an unfinished job.
@@ -132,7 +156,7 @@ absl::StatusOr<v1::ListJobsResponse> Api::ListJobs(const v1::ListJobsRequest& re
     }
   }
   v1::ListJobsResponse resp;
-  FillPage(page, "job", "", &resp, [](auto* r) { return r->add_jobs(); });
+  FillPage(page, "job", scope, &resp, [](auto* r) { return r->add_jobs(); });
   return resp;
 }
 

@@ -1,6 +1,7 @@
 #include "server/catalogue/catalogue.h"
 
 #include <chrono>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -39,6 +40,14 @@ absl::Status CancelledBeforeCommit(const std::string& id) {
 absl::Status DatasetInUseError(const std::string& id) {
   return absl::FailedPreconditionError(
       absl::StrCat("dataset '", id, "' is used by a queued or running job"));
+}
+
+JobSeqRange JobSeqRange::Of(int64_t cursor, const JobListing& listing) {
+  JobSeqRange r;
+  r.above = listing.newest_first ? 0 : cursor;
+  r.below = listing.newest_first && cursor > 0 ? cursor : std::numeric_limits<int64_t>::max();
+  r.state_mask = listing.state_mask != 0 ? listing.state_mask : 0x7fffffff;
+  return r;
 }
 
 absl::Status DatasetGoneError(const std::string& id) {

@@ -46,6 +46,18 @@ struct Page {
   bool more = false;     // rows remain after this page
 };
 
+// Which jobs ListJobs returns, in which order. The cursor of a page is the
+// seq of the last job of the page before (0: the first page): listing goes
+// on above it oldest first, below it newest first.
+struct JobListing {
+  bool newest_first = false;
+  uint32_t state_mask = 0;  // bit s: v1::JobState s is listed; 0: every state
+
+  bool Lists(v1::JobState state) const {
+    return state_mask == 0 || (state_mask >> static_cast<int>(state) & 1u) != 0;
+  }
+};
+
 struct StoredModel {
   v1::Model model;
   std::string dir;  // artifact directory, relative to the data dir
@@ -103,7 +115,8 @@ class Catalogue {
   // PutJob refuses (ALREADY_EXISTS) a second job with the same pair.
   virtual absl::StatusOr<std::optional<v1::Job>> FindJobByRequest(const std::string& owner,
                                                                   const std::string& request_id) = 0;
-  virtual absl::StatusOr<Page<v1::Job>> ListJobs(int64_t after_seq, int limit) = 0;
+  virtual absl::StatusOr<Page<v1::Job>> ListJobs(int64_t cursor, int limit,
+                                                 const JobListing& listing) = 0;
   // Jobs in QUEUED or RUNNING state, oldest first.
   virtual absl::StatusOr<std::vector<v1::Job>> UnfinishedJobs() = 0;
 
@@ -222,6 +235,16 @@ class Catalogue {
 
  private:
   std::function<void(const char*, double)> observer_;
+};
+
+// The seqs a ListJobs page may hold, as both implementations query them:
+// above < seq < below, and state's bit in state_mask.
+struct JobSeqRange {
+  int64_t above = 0;
+  int64_t below = 0;
+  int64_t state_mask = 0;
+
+  static JobSeqRange Of(int64_t cursor, const JobListing& listing);
 };
 
 // Errors both implementations return, worded once.

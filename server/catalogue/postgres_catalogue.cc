@@ -512,12 +512,19 @@ absl::StatusOr<std::optional<v1::Job>> PostgresCatalogue::FindJobByRequest(
   });
 }
 
-absl::StatusOr<Page<v1::Job>> PostgresCatalogue::ListJobs(int64_t after_seq, int limit) {
+absl::StatusOr<Page<v1::Job>> PostgresCatalogue::ListJobs(int64_t cursor, int limit,
+                                                          const JobListing& listing) {
   const Timed t(this, "list_jobs");
+  const JobSeqRange range = JobSeqRange::Of(cursor, listing);
   return InTxn(*conn_, [&](pqxx::work& txn) {
     return ReadPage<v1::Job>(
-        txn.exec_params("SELECT seq, record FROM jobs WHERE seq > $1 ORDER BY seq LIMIT $2",
-                        after_seq, static_cast<int64_t>(limit) + 1),
+        txn.exec_params(listing.newest_first
+                            ? "SELECT seq, record FROM jobs WHERE seq > $1 AND seq < $2 "
+                              "AND ((1 << state) & $3) <> 0 ORDER BY seq DESC LIMIT $4"
+                            : "SELECT seq, record FROM jobs WHERE seq > $1 AND seq < $2 "
+                              "AND ((1 << state) & $3) <> 0 ORDER BY seq LIMIT $4",
+                        range.above, range.below, range.state_mask,
+                        static_cast<int64_t>(limit) + 1),
         limit, "job");
   });
 }

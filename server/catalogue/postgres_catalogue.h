@@ -51,7 +51,8 @@ class PostgresCatalogue final : public Catalogue {
   absl::StatusOr<int> DeleteJobsEndedBefore(int64_t epoch_seconds) override;
   absl::StatusOr<std::optional<v1::Job>> FindJobByRequest(const std::string& owner,
                                                           const std::string& request_id) override;
-  absl::StatusOr<Page<v1::Job>> ListJobs(int64_t after_seq, int limit) override;
+  absl::StatusOr<Page<v1::Job>> ListJobs(int64_t cursor, int limit,
+                                         const JobListing& listing) override;
   absl::StatusOr<std::vector<v1::Job>> UnfinishedJobs() override;
   absl::Status EnqueueJob(const v1::Job& job, int capacity) override;
   absl::StatusOr<std::optional<ClaimedJob>> ClaimJob(const std::string& holder,

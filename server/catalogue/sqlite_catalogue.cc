@@ -513,11 +513,20 @@ absl::StatusOr<v1::Job> SqliteCatalogue::GetJob(const std::string& id) {
   return Decode<v1::Job>(st.Text(0), "job");
 }
 
-absl::StatusOr<Page<v1::Job>> SqliteCatalogue::ListJobs(int64_t after_seq, int limit) {
+absl::StatusOr<Page<v1::Job>> SqliteCatalogue::ListJobs(int64_t cursor, int limit,
+                                                        const JobListing& listing) {
   const Op op(this, "list_jobs");
-  Stmt st(db_, "SELECT seq, record FROM jobs WHERE seq > ? ORDER BY seq LIMIT ?");
+  const JobSeqRange range = JobSeqRange::Of(cursor, listing);
+  Stmt st(db_, listing.newest_first
+                   ? "SELECT seq, record FROM jobs WHERE seq > ? AND seq < ? "
+                     "AND ((1 << state) & ?) != 0 ORDER BY seq DESC LIMIT ?"
+                   : "SELECT seq, record FROM jobs WHERE seq > ? AND seq < ? "
+                     "AND ((1 << state) & ?) != 0 ORDER BY seq LIMIT ?");
   DENDRO_RETURN_IF_ERROR(st.prepared());
-  st.Bind(1, after_seq).Bind(2, static_cast<int64_t>(limit) + 1);
+  st.Bind(1, range.above)
+      .Bind(2, range.below)
+      .Bind(3, range.state_mask)
+      .Bind(4, static_cast<int64_t>(limit) + 1);
   return ReadPage<v1::Job>(st, limit, "job");
 }
 

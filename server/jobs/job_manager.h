@@ -127,8 +127,8 @@ class JobManager {
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& owner = "",
                                  const std::string& request_id = "") ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<v1::Job> Get(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<Page<v1::Job>> List(int64_t after_seq, int limit) {
-    return catalogue_->ListJobs(after_seq, limit);
+  absl::StatusOr<Page<v1::Job>> List(int64_t cursor, int limit, const JobListing& listing) {
+    return catalogue_->ListJobs(cursor, limit, listing);
   }
   absl::StatusOr<v1::Job> Cancel(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
   // Removes a finished job's record; FAILED_PRECONDITION while it is queued

@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/common/status_macros.h"
 #include "core/hierarchy/export.h"
 #include "core/hierarchy/svg.h"
@@ -444,6 +445,23 @@ absl::StatusOr<HttpBody> JsonApi::GetDataset(const std::string& id) const {
 
 absl::StatusOr<HttpBody> JsonApi::ListJobs(const QueryParams& query) const {
   DENDRO_ASSIGN_OR_RETURN(auto req, PageRequest<v1::ListJobsRequest>(query));
+  DENDRO_ASSIGN_OR_RETURN(bool newest_first, BoolParam(query, "newest_first"));
+  req.set_newest_first(newest_first);
+  // state=queued,running (names as in the JSON records, with or without
+  // the JOB_STATE_ prefix, any case).
+  if (const std::string* states = FindParam(query, "state"); states != nullptr) {
+    for (absl::string_view name : absl::StrSplit(*states, ',', absl::SkipEmpty())) {
+      std::string upper = absl::AsciiStrToUpper(name);
+      if (!absl::StartsWith(upper, "JOB_STATE_")) upper = absl::StrCat("JOB_STATE_", upper);
+      v1::JobState state;
+      if (!v1::JobState_Parse(upper, &state) || state == v1::JOB_STATE_UNSPECIFIED) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "query parameter state: '", absl::CHexEscape(name.substr(0, 64)),
+            "' is not a job state (queued, running, succeeded, failed or cancelled)"));
+      }
+      req.add_states(state);
+    }
+  }
   DENDRO_ASSIGN_OR_RETURN(v1::ListJobsResponse resp, api_.ListJobs(req));
   return ProtoJson(resp);
 }

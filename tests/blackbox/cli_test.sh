@@ -266,6 +266,40 @@ run datasets delete "$KEPT_DS"
 [[ $RC -eq 0 ]] || fail "datasets delete $KEPT_DS: $(cat err.txt)"
 pass "fit verbs' --json: one object on stdout"
 
+# jobs list: the latest first by default; --limit, --state, --oldest-first.
+run jobs list --json
+[[ $RC -eq 0 ]] || fail "jobs list --json exited $RC: $(cat err.txt)"
+"$PY" -c '
+import datetime, json
+jobs = json.load(open("out.txt"))["jobs"]
+times = [datetime.datetime.fromisoformat(j["create_time"].replace("Z", "+00:00")) for j in jobs]
+assert len(jobs) >= 5, jobs
+assert times == sorted(times, reverse=True), times
+' || fail "jobs list is not newest first: $(cat out.txt)"
+LATEST=$("$PY" -c 'import json; print(json.load(open("out.txt"))["jobs"][0]["id"])')
+FIRST=$("$PY" -c 'import json; print(json.load(open("out.txt"))["jobs"][-1]["id"])')
+ALL_JOBS=$("$PY" -c 'import json; print(len(json.load(open("out.txt"))["jobs"]))')
+run jobs list --limit 2 --json
+"$PY" -c '
+import json, sys
+r = json.load(open("out.txt"))
+assert [j["id"] for j in r["jobs"]][:1] == [sys.argv[1]] and len(r["jobs"]) == 2, r
+assert r.get("next_page_token"), r
+' "$LATEST" || fail "jobs list --limit 2: $(cat out.txt)"
+run jobs list --oldest-first --limit 1
+[[ $RC -eq 0 ]] && grep -q "^$FIRST " out.txt || fail "jobs list --oldest-first --limit 1: $(cat out.txt)"
+grep -q "more results" err.txt || fail "jobs list --limit 1 gave no hint of more: $(cat err.txt)"
+run jobs list --state succeeded,failed --json
+"$PY" -c '
+import json, sys
+jobs = json.load(open("out.txt")).get("jobs", [])
+assert jobs and all(j["state"] in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED") for j in jobs), jobs
+assert len(jobs) <= int(sys.argv[1])
+' "$ALL_JOBS" || fail "jobs list --state: $(cat out.txt)"
+expect_error 1 "--state: 'done' is not a job state" jobs list --state done
+expect_error 1 "--limit does not go with --all" jobs list --limit 3 --all
+pass "jobs list: newest first, --limit, --state, --oldest-first"
+
 # --- errors: one line "dendro: ...", non-zero exit -------------------------------
 expect_error 1 "missing\.npy" l2h missing.npy --out x.npy
 expect_error any "row 17.*column 5" l2h nan.npy --out x.npy

@@ -194,6 +194,9 @@ class ConsoleBrowserTest(unittest.TestCase):
         live = get_json(f"{self.server.base}/api/v1/jobs/{self.running.id}")
         self.assertLessEqual(float(bar.attrs["value"]), float(live["progress"]))
         self.assertGreaterEqual(float(bar.attrs["value"]), 0.0)
+        # The latest job first, as `dendro jobs list` shows them.
+        order = [r.attrs.get("data-job-id") for r in root.find_all("tr", cls="job")]
+        self.assertLess(order.index(self.running.id), order.index(self.done.id), order)
         self.assertIn("endless", running.all_text())
         self.assertIn("ghhc", running.all_text())
 

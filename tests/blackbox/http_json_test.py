@@ -190,6 +190,25 @@ class JsonEndpointsTest(unittest.TestCase):
                                                          page_token=first["next_page_token"]),
                                       metadata=md("reader"), timeout=10)
         self.assertEqual([j.id for j in g.jobs], [j["id"] for j in rest["jobs"]][:2])
+        # Newest first and by state, as gRPC lists them; a token is bound to
+        # its listing.
+        newest = get_json(self.url("/api/v1/jobs?newest_first=true&page_size=2"))
+        g = self.server.jobs.ListJobs(pb.ListJobsRequest(page_size=2, newest_first=True),
+                                      metadata=md("reader"), timeout=10)
+        self.assertEqual([j["id"] for j in newest["jobs"]], [j.id for j in g.jobs])
+        every = get_json(self.url("/api/v1/jobs?page_size=1000"))["jobs"]
+        self.assertEqual([j["id"] for j in newest["jobs"]],
+                         [j["id"] for j in reversed(every)][:2])
+        done = get_json(self.url("/api/v1/jobs?state=succeeded,JOB_STATE_FAILED"))["jobs"]
+        self.assertEqual([j["id"] for j in done],
+                         [j["id"] for j in every
+                          if j["state"] in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED")])
+        status, _, body = request(self.url("/api/v1/jobs?page_token=" +
+                                           urllib.parse.quote(newest["next_page_token"])),
+                                  "reader")
+        self.assert_error(status, body, 400, "page_token")
+        status, _, body = request(self.url("/api/v1/jobs?state=done"), "reader")
+        self.assert_error(status, body, 400, "not a job state")
 
     def infer(self, model, payload, role="reader"):
         status, _, body = request(self.url(f"/v2/models/{model}/infer"), role, "POST",

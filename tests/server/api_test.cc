@@ -90,5 +90,63 @@ TEST_F(ApiTest, ListJobsShowsARunningJobAsItIsNow) {
   EXPECT_EQ(Wait(job.id()).state(), v1::JOB_STATE_CANCELLED);
 }
 
+TEST_F(ApiTest, ListJobsNewestFirstByStateWithTokensBoundToTheirListing) {
+  BlockingMethod method;
+  StartServerWithMethod(&method);
+  std::vector<std::string> submitted;
+  for (int i = 0; i < 3; ++i) submitted.push_back(SubmitOnSmallDataset("j" + std::to_string(i)).id());
+  for (const std::string& id : submitted) ASSERT_FALSE(id.empty());
+  auto list = [&](const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) {
+    grpc::ClientContext ctx;
+    return jobs_->ListJobs(&ctx, req, resp);
+  };
+  v1::ListJobsRequest newest;
+  newest.set_newest_first(true);
+  newest.set_page_size(2);
+  v1::ListJobsResponse first, second;
+  ASSERT_TRUE(list(newest, &first).ok());
+  ASSERT_EQ(first.jobs_size(), 2);
+  EXPECT_EQ(first.jobs(0).id(), submitted[2]);
+  EXPECT_EQ(first.jobs(1).id(), submitted[1]);
+  ASSERT_FALSE(first.next_page_token().empty());
+  newest.set_page_token(first.next_page_token());
+  ASSERT_TRUE(list(newest, &second).ok());
+  ASSERT_EQ(second.jobs_size(), 1);
+  EXPECT_EQ(second.jobs(0).id(), submitted[0]);
+  EXPECT_TRUE(second.next_page_token().empty());
+
+  // The token of a newest-first listing continues no other listing.
+  v1::ListJobsRequest oldest;
+  oldest.set_page_token(first.next_page_token());
+  v1::ListJobsResponse refused;
+  grpc::Status s = list(oldest, &refused);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("page_token"));
+
+  // States: the first job runs (and blocks), the others wait.
+  v1::ListJobsRequest queued;
+  queued.add_states(v1::JOB_STATE_QUEUED);
+  queued.add_states(v1::JOB_STATE_SUCCEEDED);
+  v1::ListJobsResponse waiting;
+  ASSERT_TRUE(list(queued, &waiting).ok());
+  for (const v1::Job& j : waiting.jobs()) EXPECT_EQ(j.state(), v1::JOB_STATE_QUEUED) << j.id();
+  EXPECT_GE(waiting.jobs_size(), 2);  // one worker: at most the first runs
+
+  v1::ListJobsRequest bad;
+  bad.add_states(v1::JOB_STATE_UNSPECIFIED);
+  s = list(bad, &refused);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("not a job state"));
+
+  for (const std::string& id : submitted) {
+    grpc::ClientContext cctx;
+    v1::CancelJobRequest creq;
+    creq.set_id(id);
+    v1::Job cancelled;
+    ASSERT_TRUE(jobs_->CancelJob(&cctx, creq, &cancelled).ok());
+  }
+  for (const std::string& id : submitted) EXPECT_EQ(Wait(id).state(), v1::JOB_STATE_CANCELLED);
+}
+
 }  // namespace
 }  // namespace dendro::server

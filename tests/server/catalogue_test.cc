@@ -126,11 +126,66 @@ TEST_P(CatalogueTest, JobsUpsertRequestKeysUnfinishedAndExpiry) {
   EXPECT_EQ(cat_->GetJob("job-c").status().code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(cat_->DeleteJob("job-a").ok());
   EXPECT_EQ(cat_->DeleteJob("job-a").code(), absl::StatusCode::kNotFound);
-  auto page = cat_->ListJobs(0, 10);
+  auto page = cat_->ListJobs(0, 10, JobListing());
   ASSERT_TRUE(page.ok());
   std::vector<std::string> ids;
   for (const auto& j : page->items) ids.push_back(j.id());
   EXPECT_THAT(ids, ElementsAre("job-b", "job-r"));
+}
+
+// Newest first, a state filter, and pages that continue where the last
+// ended in both orders.
+TEST_P(CatalogueTest, ListJobsInEitherOrderFilteredByState) {
+  const v1::JobState states[] = {v1::JOB_STATE_QUEUED, v1::JOB_STATE_SUCCEEDED,
+                                 v1::JOB_STATE_FAILED, v1::JOB_STATE_SUCCEEDED,
+                                 v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED};
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(cat_->PutJob(Job("job-" + std::to_string(i), states[i])).ok());
+  }
+  // A later upsert keeps a job's place in the order.
+  ASSERT_TRUE(cat_->PutJob(Job("job-0", v1::JOB_STATE_CANCELLED)).ok());
+  auto ids_of = [](const Page<v1::Job>& page) {
+    std::vector<std::string> ids;
+    for (const auto& j : page.items) ids.push_back(j.id());
+    return ids;
+  };
+  JobListing newest;
+  newest.newest_first = true;
+  auto all = cat_->ListJobs(0, 10, newest);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_THAT(ids_of(*all), ElementsAre("job-5", "job-4", "job-3", "job-2", "job-1", "job-0"));
+  EXPECT_FALSE(all->more);
+
+  // Pages of two, newest first: each continues below the last seq.
+  std::vector<std::string> paged;
+  int64_t cursor = 0;
+  for (int pages = 0; pages < 5; ++pages) {
+    auto page = cat_->ListJobs(cursor, 2, newest);
+    ASSERT_TRUE(page.ok()) << page.status();
+    for (const auto& id : ids_of(*page)) paged.push_back(id);
+    if (!page->more) break;
+    cursor = page->last_seq;
+  }
+  EXPECT_EQ(paged, ids_of(*all));
+
+  JobListing succeeded = newest;
+  succeeded.state_mask = 1u << v1::JOB_STATE_SUCCEEDED;
+  auto first = cat_->ListJobs(0, 2, succeeded);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_THAT(ids_of(*first), ElementsAre("job-5", "job-3"));
+  EXPECT_TRUE(first->more);
+  auto rest = cat_->ListJobs(first->last_seq, 2, succeeded);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_THAT(ids_of(*rest), ElementsAre("job-1"));
+  EXPECT_FALSE(rest->more);
+
+  JobListing oldest_two;
+  oldest_two.state_mask = (1u << v1::JOB_STATE_CANCELLED) | (1u << v1::JOB_STATE_RUNNING);
+  auto oldest = cat_->ListJobs(0, 10, oldest_two);
+  ASSERT_TRUE(oldest.ok()) << oldest.status();
+  EXPECT_THAT(ids_of(*oldest), ElementsAre("job-0", "job-4"));
+  EXPECT_TRUE(oldest_two.Lists(v1::JOB_STATE_RUNNING));
+  EXPECT_FALSE(oldest_two.Lists(v1::JOB_STATE_QUEUED));
 }
 
 TEST_P(CatalogueTest, ModelVersionsLabelsAndDeletes) {

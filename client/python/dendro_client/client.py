@@ -226,12 +226,34 @@ class Client:
         """Looks up one job by id."""
         return Job(self, self._unary(self._jobs.GetJob, self._pb.GetJobRequest(id=job_id)))
 
-    def jobs(self) -> List[Job]:
-        """Every job record (all pages)."""
+    def jobs(self, states: Optional[Sequence[str]] = None, newest_first: bool = False,
+             limit: Optional[int] = None) -> List[Job]:
+        """Job records, oldest first unless ``newest_first``.
+
+        ``states``: only jobs in these states ("queued", "running", "succeeded",
+        "failed", "cancelled"); ``limit``: at most this many (default: all).
+        """
         pb = self._pb
-        return [Job(self, j) for j in self._pages(
-            self._jobs.ListJobs, lambda t: pb.ListJobsRequest(page_size=1000, page_token=t),
-            "jobs")]
+        wanted = []
+        for name in states or ():
+            key = "JOB_STATE_" + str(name).upper()
+            if key not in pb.JobState.keys() or key == "JOB_STATE_UNSPECIFIED":
+                raise ValueError(f"states: {name!r} is not a job state (queued, running, "
+                                 "succeeded, failed or cancelled)")
+            wanted.append(pb.JobState.Value(key))
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        out: List[Job] = []
+        for j in self._pages(
+                self._jobs.ListJobs,
+                lambda t: pb.ListJobsRequest(
+                    page_size=1000 if limit is None else min(1000, limit - len(out)),
+                    page_token=t, newest_first=newest_first, states=wanted),
+                "jobs"):
+            out.append(Job(self, j))
+            if limit is not None and len(out) >= limit:
+                break
+        return out
 
     def _params(self, message: Any, params: Dict[str, Any], method: str) -> Any:
         """Fills a *Params message from keyword arguments (None = the default)."""

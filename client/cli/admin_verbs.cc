@@ -193,6 +193,13 @@ absl::Status RunJobsGet(Context& ctx, const Args& args) {
 absl::Status RunJobsCancel(Context& ctx, const Args& args) {
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
   DENDRO_ASSIGN_OR_RETURN(v1::Job job, client->CancelJob(args.positional()[0]));
+  if (job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED) {
+    // A cancel is idempotent on the server; a user asking to stop a job that
+    // already ended is told so, and a script sees it in the exit code.
+    return absl::FailedPreconditionError(absl::StrCat("job ", job.id(), " had already ",
+                                                      JobStateName(job.state()),
+                                                      "; nothing to cancel"));
+  }
   if (args.Has("json")) return PrintMessageJson(job);
   std::cout << DescribeJob(job) << std::endl;
   return absl::OkStatus();

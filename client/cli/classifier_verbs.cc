@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
 #include "core/common/status_macros.h"
@@ -159,7 +160,7 @@ absl::Status RunPredict(Context& ctx, const Args& args) {
   if (!ref.ok()) return UsageError(std::string(ref.status().message()));
   const std::optional<std::string> out = args.Get("out");
   if (!out.has_value()) return UsageError("'predict' needs --out PRED.npy");
-  DENDRO_RETURN_IF_ERROR(CheckOutputs({*out}));
+  DENDRO_RETURN_IF_ERROR(CheckNpyOutput("predict", *out));
   client::PredictOptions options;
   DENDRO_ASSIGN_OR_RETURN(int64_t t, args.GetInt("top-t", 0, 0, 1000000));
   DENDRO_ASSIGN_OR_RETURN(int64_t k, args.GetInt("top-k", 1, 1, 1000000));
@@ -180,7 +181,16 @@ absl::Status RunPredict(Context& ctx, const Args& args) {
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
   const MatrixView rows(f.data, f.rows, f.cols);
   const auto start = std::chrono::steady_clock::now();
-  DENDRO_ASSIGN_OR_RETURN(client::PredictResult pred, client->Predict(*ref, rows, options));
+  absl::StatusOr<client::PredictResult> predicted = client->Predict(*ref, rows, options);
+  if (absl::IsFailedPrecondition(predicted.status()) &&
+      absl::StrContains(predicted.status().message(), "not a classifier")) {
+    // The server names the RPCs; here the verbs.
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", *model_flag,
+                     "' is a clustering, not a classifier: 'dendro assign' places rows in its "
+                     "clusters"));
+  }
+  DENDRO_ASSIGN_OR_RETURN(client::PredictResult pred, std::move(predicted));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 

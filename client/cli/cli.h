@@ -144,6 +144,9 @@ enum class OutputKind { kLinkageNpy, kNewick, kJson, kSvg };
 absl::StatusOr<OutputKind> OutputKindFor(const std::string& path);
 // Checks every --out: known extension and an existing, writable directory.
 absl::Status CheckOutputs(const std::vector<std::string>& outs);
+// --out of a verb that writes one .npy array (assign, predict): a usage
+// error naming the verb for any other name.
+absl::Status CheckNpyOutput(const std::string& verb, const std::string& path);
 // 1-D (or N x 1) int32/int64 labels from a .npy file.
 absl::StatusOr<std::vector<int64_t>> ReadLabels(const std::string& path);
 

@@ -380,11 +380,7 @@ absl::Status RunAssign(Context& ctx, const Args& args) {
   if (!ref.ok()) return UsageError(std::string(ref.status().message()));
   const std::optional<std::string> out = args.Get("out");
   if (!out.has_value()) return UsageError("'assign' needs --out A.npy");
-  DENDRO_ASSIGN_OR_RETURN(OutputKind kind, OutputKindFor(*out));
-  if (kind != OutputKind::kLinkageNpy) {
-    return UsageError(absl::StrCat("--out ", *out, ": assignments are written as .npy"));
-  }
-  DENDRO_RETURN_IF_ERROR(CheckOutputs({*out}));
+  DENDRO_RETURN_IF_ERROR(CheckNpyOutput("assign", *out));
   DENDRO_ASSIGN_OR_RETURN(int32_t level, LevelFlag(args));
 
   const std::string path = args.positional()[0];

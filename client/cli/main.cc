@@ -414,6 +414,9 @@ void PrintMainHelp() {
     std::cout << "  " << name << std::string(name.size() < 18 ? 18 - name.size() : 1, ' ')
               << v.summary << "\n";
   }
+  std::cout << "\nshell completion:\n"
+               "  completion bash   print a bash completion script of every verb and flag\n"
+               "                    (load it with: source <(dendro completion bash))\n";
   std::cout << "\n" << kGlobalHelp
             << "  --version           print the version and git revision, then exit\n"
                "\nRun 'dendro VERB --help' for a verb's flags and their defaults.\n";

@@ -443,6 +443,15 @@ absl::StatusOr<OutputKind> OutputKindFor(const std::string& path) {
                                  ".json or .svg for a picture)"));
 }
 
+absl::Status CheckNpyOutput(const std::string& verb, const std::string& path) {
+  absl::StatusOr<OutputKind> kind = OutputKindFor(path);
+  if (!kind.ok() || *kind != OutputKind::kLinkageNpy) {
+    return UsageError(absl::StrCat("--out ", path, ": '", verb,
+                                   "' writes one .npy array; give a file name ending in .npy"));
+  }
+  return CheckOutputs({path});
+}
+
 absl::Status CheckOutputs(const std::vector<std::string>& outs) {
   for (const std::string& out : outs) {
     DENDRO_RETURN_IF_ERROR(OutputKindFor(out).status());

@@ -77,6 +77,8 @@ def main():
         failures.append(f"'dendro --help' lists {sorted(verbs)} but the completion script "
                         f"has {sorted(per_verb)}")
     assert len(verbs) >= 20, verbs  # the table, not a parsing accident
+    if "completion bash" not in run(dendro, "--help"):
+        failures.append("'dendro --help' does not mention 'dendro completion bash'")
     assert global_flags >= {"--server", "--timeout", "--api-key-file"}, global_flags
     checked = 0
     for verb in verbs:

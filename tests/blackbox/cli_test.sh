@@ -296,6 +296,9 @@ jobs = json.load(open("out.txt")).get("jobs", [])
 assert jobs and all(j["state"] in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED") for j in jobs), jobs
 assert len(jobs) <= int(sys.argv[1])
 ' "$ALL_JOBS" || fail "jobs list --state: $(cat out.txt)"
+expect_error 1 "had already succeeded; nothing to cancel" jobs cancel "$JOB"
+expect_error 2 "'assign' writes one \.npy array" assign --model logits logits.npy --out -
+expect_error 1 "clustering, not a classifier: 'dendro assign'" predict --model logits logits.npy --out p.npy
 expect_error 1 "--state: 'done' is not a job state" jobs list --state done
 expect_error 1 "--limit does not go with --all" jobs list --limit 3 --all
 pass "jobs list: newest first, --limit, --state, --oldest-first"

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/common/status_macros.h"
@@ -453,6 +454,198 @@ absl::StatusOr<Hierarchy> ParseJson(std::string_view json) {
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("hierarchy JSON: ", e.what()));
   }
+}
+
+namespace {
+
+// One node of a Newick text as it is read: internal nodes get their leaf
+// count once closed.
+struct NewickNode {
+  int32_t parent = -1;
+  double length = 1.0;  // to the parent; 1 when the text gives none
+  bool leaf = false;
+  int32_t children = 0;
+  std::string name;
+};
+
+absl::Status NewickError(size_t pos, std::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("Newick: ", std::string(what), " at character ", pos + 1));
+}
+
+}  // namespace
+
+absl::StatusOr<Hierarchy> ParseNewick(std::string_view text) {
+  std::vector<NewickNode> nodes;
+  std::vector<int32_t> open;  // internal nodes whose ')' is still to come
+  int32_t last = -1;          // the node a following name or ':' belongs to
+  bool expect_node = true;    // after '(' or ',' (or at the start)
+  bool done = false;
+  size_t i = 0;
+  auto skip_blank = [&] {
+    while (i < text.size()) {
+      const char c = text[i];
+      if (c == '[') {  // a comment
+        const size_t end = text.find(']', i);
+        if (end == std::string_view::npos) return false;
+        i = end + 1;
+      } else if (absl::ascii_isspace(static_cast<unsigned char>(c))) {
+        ++i;
+      } else {
+        break;
+      }
+    }
+    return true;
+  };
+  // A label: quoted ('' is a quote) or bare (an unquoted '_' reads as a blank).
+  auto read_label = [&](std::string* out) -> absl::Status {
+    if (i < text.size() && text[i] == '\'') {
+      const size_t start = i++;
+      for (;;) {
+        if (i >= text.size()) return NewickError(start, "an unclosed quote");
+        if (text[i] == '\'') {
+          if (i + 1 < text.size() && text[i + 1] == '\'') {
+            out->push_back('\'');
+            i += 2;
+            continue;
+          }
+          ++i;
+          return absl::OkStatus();
+        }
+        out->push_back(text[i++]);
+      }
+    }
+    while (i < text.size() && std::string_view("()[]':;,").find(text[i]) == std::string_view::npos &&
+           !absl::ascii_isspace(static_cast<unsigned char>(text[i]))) {
+      out->push_back(text[i] == '_' ? ' ' : text[i]);
+      ++i;
+    }
+    return absl::OkStatus();
+  };
+  while (!done) {
+    if (!skip_blank()) return NewickError(i, "an unclosed comment");
+    if (i >= text.size()) return NewickError(i, "the end of the text before ';'");
+    const char c = text[i];
+    if (c == '(') {
+      if (!expect_node) return NewickError(i, "'(' where a ',' or ')' belongs");
+      nodes.push_back({open.empty() ? -1 : open.back(), 1.0, false, 0, ""});
+      if (!open.empty()) ++nodes[open.back()].children;
+      open.push_back(static_cast<int32_t>(nodes.size()) - 1);
+      ++i;
+      continue;
+    }
+    if (c == ',' || c == ')') {
+      if (expect_node) {
+        return NewickError(i, c == ',' ? "an empty leaf before ','" : "an empty leaf before ')'");
+      }
+      if (open.empty()) return NewickError(i, "an unmatched ')'");
+      ++i;
+      if (c == ')') {
+        last = open.back();
+        open.pop_back();
+        expect_node = false;
+      } else {
+        expect_node = true;
+      }
+      continue;
+    }
+    if (c == ':') {
+      if (last < 0 || expect_node) return NewickError(i, "a branch length with no node");
+      ++i;
+      if (!skip_blank()) return NewickError(i, "an unclosed comment");
+      size_t end = i;
+      while (end < text.size() &&
+             std::string_view("0123456789+-.eE").find(text[end]) != std::string_view::npos) {
+        ++end;
+      }
+      double length = 0.0;
+      if (!absl::SimpleAtod(std::string(text.substr(i, end - i)), &length) || !std::isfinite(length) ||
+          length < 0.0) {
+        return NewickError(i, "a branch length that is not a finite number >= 0");
+      }
+      nodes[last].length = length;
+      i = end;
+      continue;
+    }
+    if (c == ';') {
+      if (!open.empty()) return NewickError(i, "';' before every '(' was closed");
+      if (expect_node || last != 0) return NewickError(i, "';' with no tree before it");
+      done = true;
+      continue;
+    }
+    // A label: a new leaf, or the name of the node just closed.
+    std::string name;
+    const size_t start = i;
+    DENDRO_RETURN_IF_ERROR(read_label(&name));
+    if (i == start) return NewickError(i, absl::StrCat("an unexpected '", std::string(1, c), "'"));
+    if (expect_node) {
+      nodes.push_back({open.empty() ? -1 : open.back(), 1.0, true, 0, std::move(name)});
+      if (!open.empty()) ++nodes[open.back()].children;
+      last = static_cast<int32_t>(nodes.size()) - 1;
+      expect_node = false;
+    } else if (last >= 0 && !nodes[last].leaf && nodes[last].name.empty()) {
+      nodes[last].name = std::move(name);  // an internal node's label: not kept
+    } else {
+      return NewickError(start, "a second label for one node");
+    }
+  }
+  if (!skip_blank() || i != text.size()) return NewickError(i, "text after ';'");
+  // Leaves first, in the order they appear; internal nodes after them.
+  std::vector<int32_t> id(nodes.size(), -1);
+  std::vector<std::string> names;
+  for (size_t v = 0; v < nodes.size(); ++v) {
+    if (nodes[v].leaf) {
+      id[v] = static_cast<int32_t>(names.size());
+      names.push_back(nodes[v].name);
+    }
+  }
+  const int32_t num_leaves = static_cast<int32_t>(names.size());
+  if (num_leaves < 1) return absl::InvalidArgumentError("Newick: the tree has no leaf");
+  int32_t next = num_leaves;
+  for (size_t v = 0; v < nodes.size(); ++v) {
+    if (nodes[v].leaf) continue;
+    if (nodes[v].children < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Newick: an internal node with ", nodes[v].children,
+          " child; every internal node needs two or more"));
+    }
+    id[v] = next++;
+  }
+  // Leaf names that are exactly 0..L-1 are leaf-cluster ids (as ToNewick
+  // writes a tree without names): the leaves take those ids.
+  std::vector<int32_t> leaf_id(num_leaves);
+  bool numbered = true;
+  std::vector<char> seen(num_leaves, 0);
+  for (int32_t l = 0; l < num_leaves && numbered; ++l) {
+    int32_t k = -1;
+    numbered = absl::SimpleAtoi(names[l], &k) && absl::StrCat(k) == names[l] && k >= 0 &&
+               k < num_leaves && !seen[k];
+    if (numbered) {
+      seen[k] = 1;
+      leaf_id[l] = k;
+    }
+  }
+  for (size_t v = 0; v < nodes.size(); ++v) {
+    if (nodes[v].leaf && numbered) id[v] = leaf_id[id[v]];
+  }
+  // Heights: leaves 0; a node the longest way down to a leaf (branch lengths
+  // of an ultrametric tree, as ToNewick writes, give its heights back).
+  std::vector<int32_t> parent(next, -1);
+  std::vector<double> height(next, 0.0);
+  for (size_t v = nodes.size(); v-- > 0;) {  // children come after their parent
+    if (nodes[v].parent < 0) continue;
+    const int32_t p = id[nodes[v].parent];
+    parent[id[v]] = p;
+    height[p] = std::max(height[p], height[id[v]] + nodes[v].length);
+  }
+  DENDRO_ASSIGN_OR_RETURN(Hierarchy tree, Hierarchy::FromParents(num_leaves, parent, height));
+  if (!numbered) {
+    for (std::string& n : names) {
+      if (n.empty()) return absl::InvalidArgumentError("Newick: a leaf without a name");
+    }
+    DENDRO_RETURN_IF_ERROR(tree.SetLeafNames(std::move(names)));
+  }
+  return tree;
 }
 
 }  // namespace dendro

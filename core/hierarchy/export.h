@@ -12,7 +12,8 @@
 //  * Newick: leaves named by their leaf names when the tree has them (quoted
 //    with '...' unless only letters, digits, '.' and '-'), else by their
 //    leaf-cluster id; n-ary nodes kept, branch length = parent height -
-//    child height. Ends with ";".
+//    child height. Ends with ";". ParseNewick reads it back (and Newick
+//    from other tools).
 //  * JSON: the full tree, metadata and (if present) point assignments:
 //      {"format": "dendro.hierarchy", "version": 1,
 //       "num_leaves": L, "metadata": {...},
@@ -42,6 +43,15 @@ absl::StatusOr<Hierarchy> FromLinkage(int32_t num_leaves,
                                       const std::vector<double>& rows);
 
 std::string ToNewick(const Hierarchy& h);
+// A tree in Newick, as ToNewick or other tools write it: quoted or bare
+// labels, [comments], optional branch lengths (absent: 1), internal labels
+// (ignored). Leaves are numbered in the order they appear, unless their
+// labels are exactly the ids 0..L-1 (ToNewick's form without names), which
+// they then keep; other labels become leaf names. A node's height is its
+// longest branch-length path down to a leaf, so an ultrametric tree keeps
+// its heights. Every internal node needs two or more children.
+// InvalidArgument names the first problem and its character position.
+absl::StatusOr<Hierarchy> ParseNewick(std::string_view text);
 
 // `include_points`: whether to embed point_leaf (can be large).
 std::string ToJson(const Hierarchy& h, bool include_points = true);

@@ -278,6 +278,100 @@ TEST(NewickTest, DeepTreeDoesNotRecurse) {
   EXPECT_EQ(std::count(text.begin(), text.end(), '('), L - 1);
 }
 
+// The clusters (leaf sets) of every internal node with its height.
+std::map<std::set<int32_t>, double> Clusters(const Hierarchy& h) {
+  std::vector<std::set<int32_t>> sets(h.num_nodes());
+  std::map<std::set<int32_t>, double> out;
+  for (int32_t v = 0; v < h.num_nodes(); ++v) {
+    if (h.is_leaf(v)) sets[v].insert(v);
+    for (int32_t c : h.children(v)) sets[v].insert(sets[c].begin(), sets[c].end());
+    if (!h.is_leaf(v)) out[sets[v]] = h.height(v);
+  }
+  return out;
+}
+
+TEST(ParseNewickTest, ReadsBackWhatToNewickWrites) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int32_t L = 2 + static_cast<int32_t>(rng() % 40);
+    Hierarchy h = trial % 2 ? RandomNary(L, rng) : RandomBinary(L, rng, trial % 4 == 2);
+    const std::string text = ToNewick(h);
+    absl::StatusOr<Hierarchy> back = ParseNewick(text);
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << text;
+    ASSERT_EQ(back->num_leaves(), h.num_leaves());
+    EXPECT_TRUE(back->leaf_names().empty());  // ids 0..L-1 stay ids
+    const auto want = Clusters(h);
+    const auto got = Clusters(*back);
+    ASSERT_EQ(got.size(), want.size()) << text;
+    for (const auto& [leaves, height] : want) {
+      auto it = got.find(leaves);
+      ASSERT_NE(it, got.end()) << text;
+      EXPECT_NEAR(it->second, height, 1e-9 * (1 + height));
+    }
+  }
+}
+
+TEST(ParseNewickTest, NamesLengthsCommentsAndOtherToolsTrees) {
+  // Names in order of appearance; quoted names with blanks and quotes; an
+  // internal label and a comment ignored; lengths that are not ultrametric.
+  absl::StatusOr<Hierarchy> h =
+      ParseNewick(" ( ( 'it''s a':1 , b_c:1.5 )inner:2 [note], 'd;e':0.5 ) root ; ");
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_EQ(h->num_leaves(), 3);
+  EXPECT_THAT(h->leaf_names(), ::testing::ElementsAre("it's a", "b c", "d;e"));
+  const auto clusters = Clusters(*h);
+  ASSERT_EQ(clusters.size(), 2u);
+  EXPECT_DOUBLE_EQ(clusters.at({0, 1}), 1.5);       // the longer way down
+  EXPECT_DOUBLE_EQ(clusters.at({0, 1, 2}), 3.5);    // 2 + 1.5
+  // No lengths: every branch counts 1.
+  h = ParseNewick("((a,b),(c,(d,e)));");
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_DOUBLE_EQ(Clusters(*h).at({0, 1, 2, 3, 4}), 3.0);
+  // Names ToNewick writes out of order keep their ids.
+  h = ParseNewick("((2:1,0:1):1,1:2);");
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(Clusters(*h).count({0, 2}), 1u);
+}
+
+TEST(ParseNewickTest, RefusesWhatIsNotATreeNamingWhere) {
+  struct Case {
+    const char* text;
+    const char* says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"", "before ';'"},
+           {"(a,b)", "before ';'"},
+           {"(a,b));", "unmatched ')'"},
+           {"((a,b);", "every '(' was closed"},
+           {"(a,,b);", "empty leaf before ','"},
+           {"(a,b):x;", "branch length"},
+           {"(a:-1,b);", "branch length"},
+           {"(a,'b);", "unclosed quote"},
+           {"(a,b) [x;", "unclosed comment"},
+           {"((a),b);", "1 child"},
+           {"(a,b); c", "text after ';'"},
+           {"(a b,c);", "second label"},
+       }) {
+    absl::StatusOr<Hierarchy> h = ParseNewick(c.text);
+    EXPECT_TRUE(absl::IsInvalidArgument(h.status())) << c.text;
+    EXPECT_THAT(std::string(h.status().message()), HasSubstr(c.says)) << c.text;
+  }
+  EXPECT_THAT(std::string(ParseNewick("(a,b):x;").status().message()),
+              HasSubstr("at character 7"));
+}
+
+TEST(ParseNewickTest, DeepTreeDoesNotRecurse) {
+  const int32_t L = 200000;
+  std::vector<Merge> merges = {{0, 1, 1.0}};
+  for (int32_t t = 1; t + 1 < L; ++t) merges.push_back({L + t - 1, t + 1, 1.0 + t});
+  auto h = Hierarchy::FromMerges(L, merges);
+  ASSERT_TRUE(h.ok());
+  absl::StatusOr<Hierarchy> back = ParseNewick(ToNewick(*h));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->num_leaves(), L);
+  EXPECT_EQ(ToLinkage(*back), ToLinkage(*h));
+}
+
 TEST(JsonTest, RoundTripsTreesMetadataAndPoints) {
   std::mt19937 rng(33);
   for (int trial = 0; trial < 30; ++trial) {

@@ -1,11 +1,13 @@
 // Verbs that move data: upload, the fit verbs (l2h, tneb, ghhc), tree, assign,
 // eval.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <numeric>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -418,19 +420,56 @@ absl::Status RunAssign(Context& ctx, const Args& args) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The tree `eval` scores: a file by its extension (.json as 'dendro tree'
+// writes it, .nwk/.newick, a SciPy linkage .npy), or a model reference,
+// whose tree (with its training points' leaves) comes from the server.
+absl::StatusOr<Hierarchy> TreeForEval(Context& ctx, const std::string& source) {
+  std::error_code ec;
+  if (!std::filesystem::exists(source, ec)) {
+    absl::StatusOr<v1::ModelRef> ref = client::ParseModelRef(source);
+    if (!ref.ok() || absl::StrContains(source, "/") || absl::EndsWith(source, ".json") ||
+        absl::EndsWith(source, ".nwk") || absl::EndsWith(source, ".npy")) {
+      return absl::NotFoundError(absl::StrCat(
+          source, ": no such file, and not a model reference (NAME[:VERSION|@LABEL])"));
+    }
+    DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+    DENDRO_ASSIGN_OR_RETURN(std::string json,
+                            client->GetTree(*ref, v1::TREE_FORMAT_JSON, /*include_points=*/true));
+    return ParseJson(json);
+  }
+  absl::StatusOr<Hierarchy> tree;
+  std::string ext = std::filesystem::path(source).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (ext == ".npy") {
+    DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 z, ReadNpyFloat64(source));
+    if (z.shape.size() != 2 || z.shape[1] != 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": a SciPy linkage matrix has 4 columns (shape (L-1, 4))"));
+    }
+    tree = FromLinkage(static_cast<int32_t>(z.shape[0] + 1), z.data);
+  } else {
+    std::string text;
+    DENDRO_RETURN_IF_ERROR(ReadFileToString(source, &text));
+    tree = ext == ".nwk" || ext == ".newick" ? ParseNewick(text) : ParseJson(text);
+  }
+  if (!tree.ok()) {
+    return absl::Status(tree.status().code(), absl::StrCat(source, ": ", tree.status().message()));
+  }
+  return tree;
+}
+
+}  // namespace
+
 absl::Status RunEval(Context& ctx, const Args& args) {
   const std::string tree_path = args.positional()[0];
   const std::optional<std::string> labels_path = args.Get("labels");
   if (!labels_path.has_value()) return UsageError("'eval' needs --labels Y.npy");
   DENDRO_ASSIGN_OR_RETURN(int32_t level, LevelFlag(args));
-
-  std::string json;
-  DENDRO_RETURN_IF_ERROR(ReadFileToString(tree_path, &json));
-  absl::StatusOr<Hierarchy> tree = ParseJson(json);
-  if (!tree.ok()) {
-    return absl::Status(tree.status().code(),
-                        absl::StrCat(tree_path, ": ", tree.status().message()));
-  }
+  absl::StatusOr<Hierarchy> tree = TreeForEval(ctx, tree_path);
+  if (!tree.ok()) return tree.status();
   DENDRO_ASSIGN_OR_RETURN(std::vector<int64_t> labels, ReadLabels(*labels_path));
 
   std::vector<int32_t> leaves;
@@ -445,12 +484,17 @@ absl::Status RunEval(Context& ctx, const Args& args) {
       }
       leaves.push_back(static_cast<int32_t>(raw[i]));
     }
-  } else {
+  } else if (!tree->point_leaf().empty()) {
     leaves = tree->point_leaf();
-    if (leaves.empty()) {
-      return UsageError(absl::StrCat(tree_path,
-                                     " has no point assignments; pass --assignments A.npy"));
-    }
+  } else if (static_cast<int64_t>(labels.size()) == tree->num_leaves()) {
+    // A tree over the points themselves (a SciPy linkage of the rows, or a
+    // Newick with a leaf per row): point i is leaf i.
+    leaves.resize(labels.size());
+    std::iota(leaves.begin(), leaves.end(), 0);
+  } else {
+    return UsageError(absl::StrCat(tree_path, " has no point assignments and ",
+                                   tree->num_leaves(), " leaves for ", labels.size(),
+                                   " labels; pass --assignments A.npy"));
   }
   if (leaves.size() != labels.size()) {
     return absl::InvalidArgumentError(absl::StrCat(

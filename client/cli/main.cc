@@ -302,10 +302,13 @@ const std::vector<Verb>& Verbs() {
        "                  clusters (default: its leaf-cluster id)\n",
        {{"model", true}, {"level", true}, {"out", true}},
        1, 1, RunAssign},
-      {"", "eval", "score a hierarchy against true labels (local, no server)",
-       "dendro eval TREE.json --labels Y.npy [--assignments A.npy] [--level K]\n"
+      {"", "eval", "score a hierarchy against true labels",
+       "dendro eval TREE --labels Y.npy [--assignments A.npy] [--level K]\n"
        "  Prints NMI, ARI, ACC, leaf purity (at K clusters), dendrogram purity and LHD as\n"
-       "  JSON.\n"
+       "  JSON. TREE is a file, read locally: .json as 'dendro tree' writes it, .nwk/.newick,\n"
+       "  or a SciPy linkage .npy; or a model NAME[:VERSION|@LABEL], whose tree the server\n"
+       "  sends. A tree without point assignments whose leaves are the points (a linkage\n"
+       "  of the rows) is scored as such.\n"
        "  --labels Y.npy  the true label of each point (required)\n"
        "  --assignments A.npy  leaf-cluster id per point, as 'dendro assign' writes without\n"
        "                  --level (default: the training points' leaves in TREE.json)\n"

@@ -128,6 +128,44 @@ run eval t.json --labels labels.npy --level 3
 [[ $RC -eq 0 ]] || fail "eval --level 3 exited $RC: $(cat err.txt)"
 grep -q '"level":3' out.txt || fail "eval --level 3 printed $(cat out.txt)"
 pass "eval matches l2h's metrics and sklearn's NMI/ARI"
+# The same tree as Newick and as a linkage, and from the server by reference.
+for tree in t.nwk t.npy; do
+  run eval "$tree" --assignments leaf.npy --labels labels.npy
+  [[ $RC -eq 0 ]] || fail "eval $tree exited $RC: $(cat err.txt)"
+  "$PY" -c '
+import json, sys
+e = json.load(open("out.txt")); want = json.load(open("eval.json"))
+for k in ("nmi", "ari", "acc", "dendrogram_purity", "level"):
+    assert abs(e[k] - want[k]) < 1e-9, (sys.argv[1], k, e, want)
+' "$tree" || fail "eval $tree disagrees with eval t.json: $(cat out.txt)"
+done
+run eval t.json --labels labels.npy
+cp out.txt eval_points.json
+run eval logits:1 --labels labels.npy
+[[ $RC -eq 0 ]] && cmp -s out.txt eval_points.json ||
+  fail "eval logits:1 ($RC): $(cat out.txt) $(cat err.txt) vs $(cat eval_points.json)"
+# A SciPy linkage of the rows themselves: point i is leaf i.
+"$PY" - <<'EOF'
+import numpy as np
+from scipy.cluster.hierarchy import linkage
+rng = np.random.default_rng(3)
+x = np.concatenate([rng.normal(c, 0.3, size=(20, 2)) for c in (0, 3, 6)])
+np.save("rows_z.npy", linkage(x, "ward"))
+np.save("rows_y.npy", np.repeat(np.arange(3), 20))
+EOF
+run eval rows_z.npy --labels rows_y.npy --level 3
+[[ $RC -eq 0 ]] || fail "eval of a row linkage exited $RC: $(cat err.txt)"
+"$PY" - <<'EOF' || fail "eval of a row linkage disagrees with scipy's cut: $(cat out.txt)"
+import json
+import numpy as np
+from scipy.cluster.hierarchy import fcluster
+from sklearn.metrics import adjusted_rand_score
+e = json.load(open("out.txt"))
+cut = fcluster(np.load("rows_z.npy"), 3, criterion="maxclust")
+assert abs(e["ari"] - adjusted_rand_score(np.load("rows_y.npy"), cut)) < 1e-9, e
+EOF
+expect_error 1 "no such file, and not a model reference" eval missing.nwk --labels labels.npy
+pass "eval reads Newick, linkage and model references"
 
 # --- ghhc with its dimension and schedule flags ------------------------------------
 run ghhc logits.npy --name hyper --labels labels.npy --internal-nodes 24 --triples 3000 \

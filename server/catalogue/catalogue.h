@@ -217,6 +217,12 @@ class Catalogue {
   };
   virtual std::unique_ptr<ChangeWatch> WatchModelChanges(
       std::function<void(const std::string& name)> changed, absl::Duration reconcile) = 0;
+  // Where other processes may queue jobs (shared()), calls `queued()` from
+  // a thread of the catalogue's soon after any of them commits a job in
+  // state QUEUED (new, released or re-queued), and whenever such a commit
+  // may have been missed (the channel is up again); nullptr where only this
+  // process queues jobs. Like WatchModelChanges otherwise.
+  virtual std::unique_ptr<ChangeWatch> WatchQueue(std::function<void()> queued) = 0;
 
   // Whether other dendrod processes may share this catalogue (and so the
   // data directory): then each replica may sweep only what it owns.

@@ -63,6 +63,8 @@ constexpr int64_t kQueueLock = 0x64656e64726f71;    // "dendroq"
 
 // The LISTEN/NOTIFY channel of model changes; the payload is the name.
 constexpr const char* kModelChannel = "dendro_models";
+// The channel of the job queue: a job became QUEUED (no payload).
+constexpr const char* kQueueChannel = "dendro_queue";
 
 constexpr int kQueued = static_cast<int>(v1::JOB_STATE_QUEUED);
 constexpr int kRunning = static_cast<int>(v1::JOB_STATE_RUNNING);
@@ -260,6 +262,11 @@ void UpsertJob(pqxx::work& txn, const v1::Job& job) {
       job.id(), static_cast<int>(job.state()), job.spec().dataset_id(), Blob(job),
       RequestKey(job.owner(), job.request_id()), static_cast<int64_t>(job.end_time().seconds()),
       kRunning);
+  // Idle workers of every replica wake when this commits (a released or
+  // re-queued job included), instead of at their next poll.
+  if (job.state() == v1::JOB_STATE_QUEUED) {
+    txn.exec_params("SELECT pg_notify($1, '')", kQueueChannel);
+  }
 }
 
 // The stored record of job `id`, row-locked, if lease `token` still holds
@@ -569,6 +576,7 @@ absl::Status PostgresCatalogue::EnqueueJob(const v1::Job& job, int capacity) {
         "VALUES ($1, $2, $3, $4, NULLIF($5, ''))",
         job.id(), static_cast<int>(job.state()), job.spec().dataset_id(), Blob(job),
         RequestKey(job.owner(), job.request_id()));
+    txn.exec_params("SELECT pg_notify($1, '')", kQueueChannel);
     return absl::OkStatus();
   });
 }
@@ -850,18 +858,21 @@ absl::StatusOr<std::vector<StoredModel>> PostgresCatalogue::ModelVersions(
 
 namespace {
 
-// A connection of its own that LISTENs on kModelChannel and hands each
-// payload to `changed`, and calls changed("") whenever notifications may
-// have been missed: after (re)connecting and every `reconcile`. One thread;
-// it notices the destructor within kPoll.
-class PostgresModelWatch final : public Catalogue::ChangeWatch {
+// A connection of its own that LISTENs on `channel` and hands each
+// notification's payload to `changed`, and calls changed("") whenever
+// notifications may have been missed: after (re)connecting and every
+// `reconcile`. One thread; it notices the destructor within kPoll.
+class PostgresChannelWatch final : public Catalogue::ChangeWatch {
  public:
-  PostgresModelWatch(std::string uri, std::function<void(const std::string&)> changed,
-                     absl::Duration reconcile)
-      : uri_(std::move(uri)), changed_(std::move(changed)), reconcile_(reconcile) {
+  PostgresChannelWatch(std::string uri, const char* channel,
+                       std::function<void(const std::string&)> changed, absl::Duration reconcile)
+      : uri_(std::move(uri)),
+        channel_(channel),
+        changed_(std::move(changed)),
+        reconcile_(reconcile) {
     thread_ = std::thread([this] { Run(); });
   }
-  ~PostgresModelWatch() override {
+  ~PostgresChannelWatch() override {
     stop_.store(true);
     thread_.join();
   }
@@ -871,10 +882,11 @@ class PostgresModelWatch final : public Catalogue::ChangeWatch {
 
   class Receiver final : public pqxx::notification_receiver {
    public:
-    Receiver(pqxx::connection_base& c, const std::function<void(const std::string&)>& changed)
-        : pqxx::notification_receiver(c, kModelChannel), changed_(changed) {}
+    Receiver(pqxx::connection_base& c, const char* channel,
+             const std::function<void(const std::string&)>& changed)
+        : pqxx::notification_receiver(c, channel), changed_(changed) {}
     void operator()(const std::string& payload, int /*backend_pid*/) override {
-      if (!payload.empty()) changed_(payload);
+      changed_(payload);
     }
 
    private:
@@ -892,18 +904,16 @@ class PostgresModelWatch final : public Catalogue::ChangeWatch {
       if (conn == nullptr && now >= next_connect) {
         try {
           conn = std::make_unique<pqxx::connection>(uri_);
-          receiver = std::make_unique<Receiver>(*conn, changed_);
+          receiver = std::make_unique<Receiver>(*conn, channel_, changed_);
           next_reconcile = absl::InfinitePast();  // what happened while not listening
-          if (warned) spdlog::info("catalogue: model change notifications resumed");
+          if (warned) spdlog::info("catalogue: notifications on {} resumed", channel_);
           warned = false;
         } catch (const std::exception& e) {
           Drop(receiver, conn);
           next_connect = now + absl::Seconds(1);
           if (!warned) {
-            spdlog::warn(
-                "catalogue: cannot listen for model changes ({}); until it can, changes made "
-                "by other replicas are seen within {}s",
-                e.what(), absl::ToDoubleSeconds(reconcile_));
+            spdlog::warn("catalogue: cannot listen on {} ({}); retrying every second", channel_,
+                         e.what());
           }
           warned = true;
         }
@@ -919,8 +929,8 @@ class PostgresModelWatch final : public Catalogue::ChangeWatch {
       try {
         conn->await_notification(0, kPollMicros);
       } catch (const std::exception& e) {
-        spdlog::warn("catalogue: the model change listener lost its connection ({}); "
-                     "reconnecting", e.what());
+        spdlog::warn("catalogue: the listener on {} lost its connection ({}); reconnecting",
+                     channel_, e.what());
         warned = true;
         Drop(receiver, conn);
       }
@@ -938,6 +948,7 @@ class PostgresModelWatch final : public Catalogue::ChangeWatch {
   }
 
   const std::string uri_;
+  const char* const channel_;
   const std::function<void(const std::string&)> changed_;
   const absl::Duration reconcile_;
   std::atomic<bool> stop_{false};
@@ -948,7 +959,18 @@ class PostgresModelWatch final : public Catalogue::ChangeWatch {
 
 std::unique_ptr<Catalogue::ChangeWatch> PostgresCatalogue::WatchModelChanges(
     std::function<void(const std::string&)> changed, absl::Duration reconcile) {
-  return std::make_unique<PostgresModelWatch>(conn_->uri, std::move(changed), reconcile);
+  // The model table ignores an empty name only as "reconcile": a model
+  // notification always names its model.
+  return std::make_unique<PostgresChannelWatch>(conn_->uri, kModelChannel, std::move(changed),
+                                                reconcile);
+}
+
+std::unique_ptr<Catalogue::ChangeWatch> PostgresCatalogue::WatchQueue(
+    std::function<void()> queued) {
+  // No reconciliation: the workers' own poll is the fallback.
+  return std::make_unique<PostgresChannelWatch>(
+      conn_->uri, kQueueChannel, [queued = std::move(queued)](const std::string&) { queued(); },
+      absl::InfiniteDuration());
 }
 
 absl::StatusOr<std::vector<std::string>> PostgresCatalogue::AllModelDirs() {

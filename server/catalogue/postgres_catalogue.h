@@ -84,6 +84,9 @@ class PostgresCatalogue final : public Catalogue {
   // transaction that changes a model NOTIFYs its name when it commits.
   std::unique_ptr<ChangeWatch> WatchModelChanges(std::function<void(const std::string&)> changed,
                                                  absl::Duration reconcile) override;
+  // The same on the queue's channel, which every write of a QUEUED job
+  // NOTIFYs when it commits.
+  std::unique_ptr<ChangeWatch> WatchQueue(std::function<void()> queued) override;
   bool shared() const override { return true; }
 
   // The connection pool (defined in the .cc: libpqxx stays out of this

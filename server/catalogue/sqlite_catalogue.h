@@ -74,6 +74,9 @@ class SqliteCatalogue final : public Catalogue {
                                                  absl::Duration) override {
     return nullptr;
   }
+  // Jobs are queued only by this process, whose job manager wakes its own
+  // workers.
+  std::unique_ptr<ChangeWatch> WatchQueue(std::function<void()>) override { return nullptr; }
   bool shared() const override { return false; }
 
  private:

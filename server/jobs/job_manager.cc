@@ -81,11 +81,20 @@ absl::Status JobManager::Start() {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
   maintenance_thread_ = std::thread([this] { MaintenanceLoop(); });
+  // A job queued through another replica wakes an idle worker here at once
+  // (PostgreSQL's NOTIFY), not at its next poll.
+  queue_watch_ = catalogue_->WatchQueue([this] {
+    MutexLock lock(&mu_);
+    ++submissions_;
+    wake_cv_.SignalAll();
+  });
   return absl::OkStatus();
 }
 
 bool JobManager::Shutdown(absl::Duration grace) {
   bool clean = true;
+  // Before mu_ is taken: the watch's thread takes it to wake the workers.
+  queue_watch_.reset();
   {
     MutexLock lock(&mu_);
     accepting_ = false;

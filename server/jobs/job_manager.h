@@ -229,7 +229,8 @@ class JobManager {
   Mutex mu_;
   CondVar wake_cv_;                                // a job was submitted here, or draining
   CondVar changed_cv_;                             // a local entry changed
-  uint64_t submissions_ ABSL_GUARDED_BY(mu_) = 0;  // bumps on each local submission
+  // Bumps on each local submission and each job another replica queues.
+  uint64_t submissions_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::shared_ptr<Entry>> active_ ABSL_GUARDED_BY(mu_);  // claimed here
   int running_ ABSL_GUARDED_BY(mu_) = 0;
   int claiming_ ABSL_GUARDED_BY(mu_) = 0;        // workers between ClaimJob and registering its job
@@ -240,6 +241,7 @@ class JobManager {
   CondVar maintenance_cv_;  // maintenance_stop_
   bool maintenance_stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread maintenance_thread_;
+  std::unique_ptr<Catalogue::ChangeWatch> queue_watch_;  // set by Start, reset by Shutdown
 };
 
 }  // namespace dendro::server

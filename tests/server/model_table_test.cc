@@ -313,5 +313,36 @@ TEST_F(ReplicaTableTest, ReconciliationRepairsAChangeWhoseNotificationWasLost) {
   }));
 }
 
+// Idle workers of one replica are woken by a job another replica queues
+// (JobManager wakes on WatchQueue), whether new or released back.
+TEST_F(ReplicaTableTest, AJobQueuedThroughOneReplicaIsNotifiedToTheOther) {
+  std::atomic<int> woken{0};
+  auto watch = cat_a_->WatchQueue([&] { woken.fetch_add(1); });
+  ASSERT_NE(watch, nullptr);
+  // The channel is up once the watch has called once ("may have missed").
+  ASSERT_TRUE(Eventually("listening", [&] { return woken.load() >= 1; }));
+  v1::Dataset ds;
+  ds.set_id("ds-q");
+  ds.set_rows(1);
+  ds.set_cols(1);
+  ASSERT_TRUE(cat_b_->PutDataset(ds).ok());
+  v1::Job job;
+  job.set_id("job-q");
+  job.set_state(v1::JOB_STATE_QUEUED);
+  job.mutable_spec()->set_dataset_id("ds-q");
+  const int before = woken.load();
+  ASSERT_TRUE(cat_b_->EnqueueJob(job, 10).ok());
+  EXPECT_TRUE(Eventually("queued job", [&] { return woken.load() > before; }));
+  // Claimed and released back to the queue by B: A hears of it again.
+  auto claimed = cat_b_->ClaimJob("replica-b", absl::Seconds(30));
+  ASSERT_TRUE(claimed.ok() && claimed->has_value()) << claimed.status();
+  const int after_claim = woken.load();
+  v1::Job back = (*claimed)->job;
+  back.set_state(v1::JOB_STATE_QUEUED);
+  ASSERT_TRUE(cat_b_->ReleaseJob(back, (*claimed)->token).ok());
+  EXPECT_TRUE(Eventually("released job", [&] { return woken.load() > after_claim; }));
+  watch.reset();  // the calls stop with the watch
+}
+
 }  // namespace
 }  // namespace dendro::server

@@ -4,6 +4,11 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -51,6 +56,44 @@ def _model_name_from(text: str) -> str:
     """A valid model name derived from a file stem or display name."""
     name = re.sub(r"[^A-Za-z0-9._-]", "_", text)[:128].lstrip(".")
     return name or "model"
+
+
+def _find_dendrod() -> str:
+    """$DENDRO_DENDROD, else dendrod on PATH, else this checkout's build tree."""
+    env = os.environ.get("DENDRO_DENDROD")
+    if env:
+        if not os.access(env, os.X_OK):
+            raise FileNotFoundError(f"DENDRO_DENDROD={env} is not an executable file")
+        return env
+    found = shutil.which("dendrod")
+    if found:
+        return found
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+    built = os.path.join(root, "build", "server", "dendrod")
+    if os.access(built, os.X_OK):
+        return built
+    raise FileNotFoundError("Client.local() needs the dendrod binary: set DENDRO_DENDROD to its "
+                            "path, or put dendrod on PATH (none at " + built + " either)")
+
+
+def _tail(workdir: str, limit: int = 4000) -> str:
+    try:
+        with open(os.path.join(workdir, "dendrod.log"), "rb") as f:
+            return f.read()[-limit:].decode(errors="replace")
+    except OSError:
+        return "(no log)"
+
+
+def _stop_process(proc: "subprocess.Popen[bytes]", timeout: float = 30) -> None:
+    """SIGTERM, wait up to ``timeout`` seconds, then SIGKILL."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class Client:
@@ -119,10 +162,86 @@ class Client:
         self._jobs = self._rpc.JobServiceStub(self._channel)
         self._models = self._rpc.ModelServiceStub(self._channel)
 
+    @classmethod
+    def local(cls, timeout: float = 60, start_timeout: float = 60,
+              **server_flags: Any) -> "Client":
+        """A Client of a private dendrod started for it, for notebooks and tests.
+
+        The server listens on a free loopback port (``--listen 127.0.0.1:0``)
+        with a temporary data directory; ``server_flags`` are further dendrod
+        flags (``workers=2`` gives ``--workers 2``). The binary is
+        ``$DENDRO_DENDROD``, else ``dendrod`` on PATH, else the build tree's
+        ``build/server/dendrod`` of a source checkout. Returns once the health
+        check says SERVING. :meth:`close` (or leaving a ``with`` block) stops
+        the server (SIGTERM, then SIGKILL after 30 s) and removes the directory.
+        """
+        binary = _find_dendrod()
+        workdir = tempfile.mkdtemp(prefix="dendro-local-")
+        port_file = os.path.join(workdir, "port")
+        args = [binary, "--listen", "127.0.0.1:0", "--port_file", port_file,
+                "--data_dir", os.path.join(workdir, "data"), "--drain_seconds", "1"]
+        for key, value in server_flags.items():
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            args += [f"--{key}", str(value)]
+        log = open(os.path.join(workdir, "dendrod.log"), "ab")
+        try:
+            proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        finally:
+            log.close()
+        client = None
+        try:
+            deadline = time.monotonic() + start_timeout
+            port = ""
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"dendrod ({binary}) exited with code {proc.returncode} "
+                                       f"at start; its log:\n{_tail(workdir)}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"dendrod ({binary}) did not serve within "
+                                       f"{start_timeout} s; its log:\n{_tail(workdir)}")
+                if not port and os.path.exists(port_file):
+                    with open(port_file) as f:
+                        port = f.read().strip()
+                    if port:
+                        client = cls(f"127.0.0.1:{port}", api_key="", timeout=timeout)
+                if client is not None:
+                    try:
+                        if client.health() == "SERVING":
+                            break
+                    except DendroError:
+                        pass
+                time.sleep(0.05)
+        except BaseException:
+            if client is not None:
+                client._channel.close()
+            _stop_process(proc)
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        client._process = proc
+        client._workdir = workdir
+        return client
+
     # --- plumbing ---------------------------------------------------------------
     def close(self) -> None:
-        """Closes the channel; the Client cannot be used afterwards."""
+        """Closes the channel; the Client cannot be used afterwards. A
+        :meth:`local` Client also stops its server and removes its directory."""
         self._channel.close()
+        proc = getattr(self, "_process", None)
+        if proc is not None:
+            self._process = None
+            _stop_process(proc)
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+    @property
+    def process(self) -> Optional["subprocess.Popen[bytes]"]:
+        """The dendrod process of a :meth:`local` Client (None otherwise, or once closed)."""
+        return getattr(self, "_process", None)
+
+    @property
+    def local_dir(self) -> Optional[str]:
+        """The temporary directory of a :meth:`local` Client's server, else None."""
+        return getattr(self, "_workdir", None)
 
     def __enter__(self) -> "Client":
         return self

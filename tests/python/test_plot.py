@@ -76,3 +76,26 @@ def test_plot_without_matplotlib_says_what_to_install(named_tree, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     with pytest.raises(ImportError, match="python3-matplotlib"):
         tree.plot()
+
+
+def test_plot_truncates_large_trees_like_scipy_lastp(client):
+    x, _ = hierarchical_logits(1500, 10, 10, seed=7)  # 100 leaf classes
+    tree = client.fit_l2h(x, name="py_plot_large").wait(progress=False).tree()
+    assert tree.num_leaves == 100
+    fig, ax = plt.subplots()
+    drawn = tree.plot(ax=ax)  # > 60 leaves: the last 30 clusters only
+    assert len(drawn["ivl"]) == 30
+    sizes = [int(label[1:-1]) if label.startswith("(") else 1 for label in drawn["ivl"]]
+    assert sum(sizes) == 100
+    fig.canvas.draw()
+    assert len(ax.get_xticklabels()) == 30
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    assert len(tree.plot(ax=ax, p=12)["ivl"]) == 12
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    assert len(tree.plot(ax=ax, truncate_mode=None)["ivl"]) == 100  # the whole tree
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    assert len(tree.plot(ax=ax, truncate_above=200)["ivl"]) == 100
+    plt.close(fig)

@@ -165,13 +165,20 @@ class Tree:
             labels[leaf] = numbering.setdefault(int(rep[leaf]), len(numbering))
         return labels
 
-    def plot(self, ax: Any = None, **kwargs: Any) -> Dict[str, Any]:
+    def plot(self, ax: Any = None, p: Optional[int] = None, truncate_above: int = 60,
+             **kwargs: Any) -> Dict[str, Any]:
         """Draws the dendrogram with matplotlib (an optional dependency).
 
-        ``ax``: the matplotlib Axes to draw on (default: the current one);
-        ``kwargs`` go to ``scipy.cluster.hierarchy.dendrogram`` (leaf names
-        label the leaves unless ``labels`` is given). Returns dendrogram's
-        dict. Raises ImportError when matplotlib is not installed.
+        ``ax``: the matplotlib Axes to draw on (default: the current one).
+        A tree of more than ``truncate_above`` leaves is drawn truncated as
+        SciPy's ``truncate_mode="lastp"`` does, showing only the last ``p``
+        merged clusters (default 30; a cluster of n leaves is labelled
+        "(n)"), so the labels stay readable; ``p`` given explicitly truncates
+        at any size, and ``truncate_mode`` in ``kwargs`` (None for the whole
+        tree) overrides both. Other ``kwargs`` go to
+        ``scipy.cluster.hierarchy.dendrogram`` (leaf names label the leaves
+        unless ``labels`` is given). Returns dendrogram's dict. Raises
+        ImportError when matplotlib is not installed.
         """
         try:
             import matplotlib.pyplot as plt
@@ -185,6 +192,12 @@ class Tree:
             ax = plt.gca()
         if "labels" not in kwargs and self.leaf_names:
             kwargs["labels"] = self.leaf_names
+        if "truncate_mode" not in kwargs and (p is not None or
+                                              self.num_leaves > truncate_above):
+            kwargs["truncate_mode"] = "lastp"
+            kwargs["p"] = 30 if p is None else int(p)
+        elif p is not None:
+            kwargs["p"] = int(p)
         return dendrogram(self.linkage, ax=ax, **kwargs)
 
     def __repr__(self) -> str:

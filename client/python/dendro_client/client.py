@@ -243,6 +243,10 @@ class Client:
         """The temporary directory of a :meth:`local` Client's server, else None."""
         return getattr(self, "_workdir", None)
 
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "Client":
+        """A Client is a connection: copies (e.g. sklearn's clone) share it."""
+        return self
+
     def __enter__(self) -> "Client":
         return self
 

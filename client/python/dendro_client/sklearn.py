@@ -40,6 +40,7 @@ def _close_owned(holder: Dict[str, Any]) -> None:
 
 class _DendroBase(BaseEstimator):
     _method = ""
+    _min_features = 1
     _params_map: Dict[str, str] = {}
 
     # --- the connection -------------------------------------------------------
@@ -72,7 +73,7 @@ class _DendroBase(BaseEstimator):
 
     def _validate(self, X: Any, reset: bool) -> np.ndarray:
         X = check_array(X, dtype=[np.float64, np.float32], force_all_finite=True,
-                        ensure_min_samples=2)
+                        ensure_min_samples=2, ensure_min_features=self._min_features)
         if reset:
             self.n_features_in_ = X.shape[1]
         elif X.shape[1] != self.n_features_in_:
@@ -162,6 +163,7 @@ class TNEB(_Clusterer):
     """t-NEB (mixture of t components merged along nudged elastic band paths).
     Parameters left None take the server's defaults (docs/methods.md)."""
     _method = "tneb"
+    _min_features = 2
     _params_map = {"components": "components", "restarts": "restarts", "seed": "seed",
                    "standardize": "standardize", "path_points": "path_points",
                    "path_steps": "path_steps", "eval_points": "eval_points",
@@ -216,24 +218,24 @@ class GHHC(_Clusterer):
 
 class HPPCAClassifier(ClassifierMixin, _DendroBase):
     """Hierarchical PPCA classifier. ``y`` may hold any labels (kept in
-    ``classes_``). ``predict`` follows the hierarchy (``top_t`` super-classes
+    ``classes_``); ``lam`` is the method's λ. ``predict`` follows the hierarchy (``top_t`` super-classes
     opened, 0 = the model's default); ``predict_proba`` scores every class
     and returns softmax(-score / 2), the Gaussian posterior under equal
     priors for ``log_det_score=True`` (with the default Mahalanobis score it
     leaves out each class's covariance volume)."""
     _method = "hppca"
-    _params_map = {"superclasses": "superclasses", "q": "q", "r": "r", "lambda_": "lambda",
+    _params_map = {"superclasses": "superclasses", "q": "q", "r": "r", "lam": "lambda",
                    "log_det_score": "log_det_score", "seed": "seed"}
 
     def __init__(self, *, superclasses: Optional[int] = None, q: Optional[int] = None,
-                 r: Optional[int] = None, lambda_: Optional[float] = None,
+                 r: Optional[int] = None, lam: Optional[float] = None,
                  log_det_score: Optional[bool] = None, seed: Optional[int] = 0,
                  top_t: int = 0, client: Optional[Client] = None,
                  model_name: Optional[str] = None) -> None:
         self.superclasses = superclasses
         self.q = q
         self.r = r
-        self.lambda_ = lambda_
+        self.lam = lam
         self.log_det_score = log_det_score
         self.seed = seed
         self.top_t = top_t

@@ -570,6 +570,7 @@ absl::StatusOr<Hierarchy> ParseNewick(std::string_view text) {
     if (c == ';') {
       if (!open.empty()) return NewickError(i, "';' before every '(' was closed");
       if (expect_node || last != 0) return NewickError(i, "';' with no tree before it");
+      ++i;
       done = true;
       continue;
     }

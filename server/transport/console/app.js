@@ -254,7 +254,7 @@
     pollTimer = setTimeout(async function tick() {
       if (gen !== generation) return;
       try {
-        jobs = await fetchAll("/api/v1/jobs?newest_first=true", "jobs");
+        jobs = await fetchAll("/api/v1/jobs", "jobs");
       } catch (e) {
         if (gen === generation) showError(e);
         return;
@@ -491,14 +491,14 @@
     try {
       if (parts.length === 0) {
         const [jobs, models, datasets] = await Promise.all([
-          fetchAll("/api/v1/jobs?newest_first=true", "jobs"), fetchAll("/api/v1/models", "models"),
+          fetchAll("/api/v1/jobs", "jobs"), fetchAll("/api/v1/models", "models"),
           fetchAll("/api/v1/datasets", "datasets")]);
         if (gen !== generation) return;
         render("", el("h2", {}, "Jobs"), jobsSection(gen, jobs), el("h2", {}, "Models"),
                modelsTable(models), el("h2", {}, "Datasets"), datasetsTable(datasets));
         loaded("overview");
       } else if (parts[0] === "jobs" && parts.length === 1) {
-        const jobs = await fetchAll("/api/v1/jobs?newest_first=true", "jobs");
+        const jobs = await fetchAll("/api/v1/jobs", "jobs");
         if (gen !== generation) return;
         render("Jobs", el("h2", {}, "Jobs"), jobsSection(gen, jobs));
         loaded("jobs");

@@ -29,8 +29,18 @@ ENV DENDRO_SERVER=127.0.0.1:50051
 # the container, so it works whatever TLS or keys the main port requires.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
   CMD ["dendro", "--server", "127.0.0.1:8081", "health"]
+# Prometheus metrics on 9464 (/metrics, plain HTTP without keys: counts and
+# timings, no data): publish it only where the scraper is, e.g.
+# -p 127.0.0.1:9464:9464.
 ENTRYPOINT ["dendrod", "--listen", "0.0.0.0:50051", "--data_dir", "/var/lib/dendro", \
-            "--health_listen", "127.0.0.1:8081"]
-# Keys come from a mounted file (see README, "Securing Dendro"). Replacing
-# these arguments with --allow_insecure serves without authentication.
-CMD ["--auth_keys", "/etc/dendro/keys"]
+            "--health_listen", "127.0.0.1:8081", "--metrics_listen", "0.0.0.0:9464"]
+# API keys cross the network, so the default serves TLS: mount the keys file
+# (README, "Securing Dendro") and a directory with the certificate and key,
+# both readable by uid 10001 (tls/ holding server.pem and server.key):
+#   docker run -p 50051:50051 -v dendro-data:/var/lib/dendro
+#     -v "$PWD/keys:/etc/dendro/keys:ro" -v "$PWD/tls:/etc/dendro/tls:ro" dendro
+# Replacing these arguments with --allow_insecure serves without
+# authentication or TLS: only for a port published on loopback
+# (-p 127.0.0.1:50051:50051).
+CMD ["--auth_keys", "/etc/dendro/keys", \
+     "--tls_cert", "/etc/dendro/tls/server.pem", "--tls_key", "/etc/dendro/tls/server.key"]

@@ -201,10 +201,19 @@ class LivePrometheusTest(unittest.TestCase):
     def setUpClass(cls):
         cls.prom = None
         cls.server = None
-        cls.work = tempfile.mkdtemp(prefix="dendro_monitoring_")
         prometheus = need("prometheus")
         if DENDROD in (None, "-"):
             raise AssertionError("LivePrometheusTest needs the dendrod binary as argument")
+        cls.work = tempfile.mkdtemp(prefix="dendro_monitoring_")
+        try:
+            cls.start(prometheus)
+        except BaseException:
+            # unittest skips tearDownClass when setUpClass fails: stop what started.
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def start(cls, prometheus):
         sys.path.insert(0, HERE)
         global bb
         import grpc_blackbox_test as bb  # noqa: F401  (generates the stubs)
@@ -330,7 +339,9 @@ class LivePrometheusTest(unittest.TestCase):
             for r in g["rules"]:
                 with self.subTest(r["name"]):
                     self.assertEqual(r["health"], "ok", r.get("lastError"))
-                    self.assertEqual(r["state"], "inactive", r)
+                    # Pending is allowed (a slow call under a loaded sanitizer
+                    # build may start a 10-minute latency clock); firing is not.
+                    self.assertNotEqual(r["state"], "firing", r)
 
 
 if __name__ == "__main__":

@@ -272,74 +272,74 @@ absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransf
   VectorXd count = VectorXd::Zero(m);
   const double tol = kKMeansTolerance * mean_variance;
   auto lloyd = [&]() -> bool {
-  for (int iter = 0; iter < kKMeansMaxIterations; ++iter) {
-    if (cancel.Poll()) return false;
-    VectorXd cn = centers.rowwise().squaredNorm();
-    struct Acc {
-      MatrixXd sum;
-      VectorXd count;
+    for (int iter = 0; iter < kKMeansMaxIterations; ++iter) {
+      if (cancel.Poll()) return false;
+      VectorXd cn = centers.rowwise().squaredNorm();
+      struct Acc {
+        MatrixXd sum;
+        VectorXd count;
+        int64_t changed = 0;
+        double far_dist = -1.0;
+        int64_t far_row = 0;
+        double inertia = 0.0;
+      };
+      std::vector<Acc> acc(threads);
+      ForChunks(n, threads, 4.0 * d * m, [&](int64_t begin, int64_t end, int part) {
+        Acc& a = acc[part];
+        a.sum = MatrixXd::Zero(m, d);
+        a.count = VectorXd::Zero(m);
+        MatrixXd xb, dist;
+        for (int64_t b = begin; b < end; b += kBlockRows) {
+          if (cancel.Poll()) return;
+          xb.resize(std::min(kBlockRows, end - b), d);
+          LoadRows(x, t, b, &xb);
+          SquaredDistances(xb, centers, cn, &dist);
+          for (int64_t i = 0; i < xb.rows(); ++i) {
+            Eigen::Index k;
+            const double dk = dist.row(i).minCoeff(&k);
+            if (label[b + i] != k) ++a.changed;
+            label[b + i] = static_cast<int32_t>(k);
+            a.sum.row(k) += xb.row(i);
+            a.count(k) += 1.0;
+            a.inertia += dk;
+            if (dk > a.far_dist) {
+              a.far_dist = dk;
+              a.far_row = b + i;
+            }
+          }
+        }
+      });
+      if (cancel.seen()) return false;
+      MatrixXd sum = MatrixXd::Zero(m, d);
+      count = VectorXd::Zero(m);
       int64_t changed = 0;
       double far_dist = -1.0;
       int64_t far_row = 0;
-      double inertia = 0.0;
-    };
-    std::vector<Acc> acc(threads);
-    ForChunks(n, threads, 4.0 * d * m, [&](int64_t begin, int64_t end, int part) {
-      Acc& a = acc[part];
-      a.sum = MatrixXd::Zero(m, d);
-      a.count = VectorXd::Zero(m);
-      MatrixXd xb, dist;
-      for (int64_t b = begin; b < end; b += kBlockRows) {
-        if (cancel.Poll()) return;
-        xb.resize(std::min(kBlockRows, end - b), d);
-        LoadRows(x, t, b, &xb);
-        SquaredDistances(xb, centers, cn, &dist);
-        for (int64_t i = 0; i < xb.rows(); ++i) {
-          Eigen::Index k;
-          const double dk = dist.row(i).minCoeff(&k);
-          if (label[b + i] != k) ++a.changed;
-          label[b + i] = static_cast<int32_t>(k);
-          a.sum.row(k) += xb.row(i);
-          a.count(k) += 1.0;
-          a.inertia += dk;
-          if (dk > a.far_dist) {
-            a.far_dist = dk;
-            a.far_row = b + i;
-          }
+      inertia = 0.0;
+      for (const Acc& a : acc) {
+        if (a.sum.size() == 0) continue;
+        sum += a.sum;
+        count += a.count;
+        changed += a.changed;
+        inertia += a.inertia;
+        if (a.far_dist > far_dist) {
+          far_dist = a.far_dist;
+          far_row = a.far_row;
         }
       }
-    });
-    if (cancel.seen()) return false;
-    MatrixXd sum = MatrixXd::Zero(m, d);
-    count = VectorXd::Zero(m);
-    int64_t changed = 0;
-    double far_dist = -1.0;
-    int64_t far_row = 0;
-    inertia = 0.0;
-    for (const Acc& a : acc) {
-      if (a.sum.size() == 0) continue;
-      sum += a.sum;
-      count += a.count;
-      changed += a.changed;
-      inertia += a.inertia;
-      if (a.far_dist > far_dist) {
-        far_dist = a.far_dist;
-        far_row = a.far_row;
+      MatrixXd next(m, d);
+      for (int k = 0; k < m; ++k) {
+        if (count(k) > 0) {
+          next.row(k) = sum.row(k) / count(k);
+        } else {  // empty cluster: restart it at the worst-fitted point
+          next.row(k) = RowOf(x, t, far_row);
+        }
       }
+      const double shift = (next - centers).squaredNorm();
+      centers = std::move(next);
+      if (changed == 0 || shift <= tol) break;
     }
-    MatrixXd next(m, d);
-    for (int k = 0; k < m; ++k) {
-      if (count(k) > 0) {
-        next.row(k) = sum.row(k) / count(k);
-      } else {  // empty cluster: restart it at the worst-fitted point
-        next.row(k) = RowOf(x, t, far_row);
-      }
-    }
-    const double shift = (next - centers).squaredNorm();
-    centers = std::move(next);
-    if (changed == 0 || shift <= tol) break;
-  }
-  return true;
+    return true;
   };
   if (!lloyd()) return cancelled;
   // Centres owning fewer than min_rows rows: re-drawn at uniformly drawn

@@ -155,8 +155,8 @@ absl::StatusOr<TnebModel> LoadTnebModel(const std::string& dir) {
     }
   }
   DENDRO_ASSIGN_OR_RETURN(TnebDiagnostics diagnostics, ReadDiagnostics(r));
-  return TnebModel{*std::move(mix), std::move(t), std::move(m.original_component),
-                   m.height_offset, std::move(diagnostics)};
+  return TnebModel{*std::move(mix), std::move(t), std::move(m.original_component), m.height_offset,
+                   std::move(diagnostics)};
 }
 
 }  // namespace dendro

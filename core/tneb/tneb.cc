@@ -127,8 +127,8 @@ absl::StatusOr<TnebMerge> ParseTnebMerge(const std::string& name) {
   if (name == "density") return TnebMerge::kDensity;
   if (name == "persistence") return TnebMerge::kPersistence;
   if (name == "graph") return TnebMerge::kGraph;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "t-NEB merge must be 'density', 'persistence' or 'graph', got '", name, "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("t-NEB merge must be 'density', 'persistence' or 'graph', got '", name, "'"));
 }
 
 const char* TnebMergeName(TnebMerge merge) {
@@ -155,8 +155,7 @@ double TnebScalePriorRows(const TnebOptions& options, int64_t d) {
 
 double TnebDegenerateShare(int32_t k) { return std::max(0.5, 1.0 - 0.1 * k); }
 
-TnebDiagnostics TnebDiagnosticsAt(const Hierarchy& tree, const TnebDiagnostics& base,
-                                  int32_t k) {
+TnebDiagnostics TnebDiagnosticsAt(const Hierarchy& tree, const TnebDiagnostics& base, int32_t k) {
   TnebDiagnostics d = base;
   const int32_t l = tree.num_leaves();
   d.k = std::clamp(k, 1, std::max(1, l));
@@ -184,11 +183,11 @@ TnebDiagnostics TnebDiagnosticsAt(const Hierarchy& tree, const TnebDiagnostics& 
 }
 
 std::string TnebDiagnosticsSummary(const TnebDiagnostics& d) {
-  std::string out = absl::StrFormat("k=%d largest_share=%.3f sizes=[%s] surviving=%d/%d "
-                                    "filtered small=%d elongated=%d merge=%s",
-                                    d.k, d.largest_share, absl::StrJoin(d.cluster_sizes, ","),
-                                    d.surviving, d.components, d.filtered_small,
-                                    d.filtered_elongated, d.merge);
+  std::string out = absl::StrFormat(
+      "k=%d largest_share=%.3f sizes=[%s] surviving=%d/%d "
+      "filtered small=%d elongated=%d merge=%s",
+      d.k, d.largest_share, absl::StrJoin(d.cluster_sizes, ","), d.surviving, d.components,
+      d.filtered_small, d.filtered_elongated, d.merge);
   if (!d.candidates.empty()) {
     absl::StrAppend(&out, " bic=");
     for (size_t i = 0; i < d.candidates.size(); ++i) {
@@ -472,8 +471,7 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
         NearestNeighborGraph(x, transform, rows, kGraphNeighbors, threads, cancelled));
     std::vector<int32_t> leaf_of_row(rows.size());
     for (size_t r = 0; r < rows.size(); ++r) leaf_of_row[r] = point_leaf[rows[r]];
-    const int32_t k_used =
-        static_cast<int32_t>(rows.empty() ? 0 : nn.size() / rows.size());
+    const int32_t k_used = static_cast<int32_t>(rows.empty() ? 0 : nn.size() / rows.size());
     edges = GraphSimilarities(l, leaf_of_row, nn, k_used, mix.means());
   } else {
     std::vector<ComponentPair> pairs = NearestComponentPairs(mix.means(), o.neighbors, cancelled);

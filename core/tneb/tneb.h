@@ -193,7 +193,7 @@ double TnebScalePriorRows(const TnebOptions& options, int64_t d);
 // A fit's own account of the cut at k (issue 46): is one cluster holding
 // (nearly) everything?
 struct TnebDiagnostics {
-  int32_t k = 0;  // 0: none (e.g. a model saved before diagnostics existed)
+  int32_t k = 0;                       // 0: none (e.g. a model saved before diagnostics existed)
   std::vector<int64_t> cluster_sizes;  // training rows per cluster at k
   double largest_share = 0.0;          // largest cluster / training rows
   int32_t components = 0;              // fitted

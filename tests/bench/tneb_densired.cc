@@ -42,14 +42,15 @@
 namespace {
 
 int Usage() {
-  std::fprintf(stderr,
-               "usage: tneb_densired [--seeds S] [--first-seed F] [--gaussian] "
-               "[--learn-dof | --auto-dof] [--dof NU] "
-               "[--no-standardize] [--components M] [--restarts R] [--threads T] [--dump PREFIX] "
-               "[--tolerance TOL] [--max-iterations N] [--merge density|persistence|graph] [--edges] "
-               "[--legacy-high-dim] "
-               "[--rank-restarts-by-loglik] "
-               "X.npy Y.npy [...]\n");
+  std::fprintf(
+      stderr,
+      "usage: tneb_densired [--seeds S] [--first-seed F] [--gaussian] "
+      "[--learn-dof | --auto-dof] [--dof NU] "
+      "[--no-standardize] [--components M] [--restarts R] [--threads T] [--dump PREFIX] "
+      "[--tolerance TOL] [--max-iterations N] [--merge density|persistence|graph] [--edges] "
+      "[--legacy-high-dim] "
+      "[--rank-restarts-by-loglik] "
+      "X.npy Y.npy [...]\n");
   return 2;
 }
 
@@ -284,14 +285,12 @@ int main(int argc, char** argv) {
       std::printf(
           "%s\t%d\t%.4f\t%.4f\t%d\t%d/%d\t%lld\t%s\t%.1f\t%.1f\t%.1f\t%.4f\t%s\t%.6f\t%.6f\t%.4f\t"
           "%lld\t%.3f\t%d\n",
-                  name.c_str(), s,
-                  ari, nmi, tree.num_leaves(), r->converged_restarts, r->restarts,
-                  static_cast<long long>(r->em_iterations),
-                  r->gaussian ? "inf" : (r->learned_dof ? "learned" : "fixed"), r->em_seconds,
-                  r->path_seconds, total, other, dendro::TnebMergeName(used),
-                  r->log_likelihood, r->kept_log_likelihood, ari_fewer,
-                  static_cast<long long>(smallest), r->diagnostics.largest_share,
-                  r->diagnostics.degenerate ? 1 : 0);
+          name.c_str(), s, ari, nmi, tree.num_leaves(), r->converged_restarts, r->restarts,
+          static_cast<long long>(r->em_iterations),
+          r->gaussian ? "inf" : (r->learned_dof ? "learned" : "fixed"), r->em_seconds,
+          r->path_seconds, total, other, dendro::TnebMergeName(used), r->log_likelihood,
+          r->kept_log_likelihood, ari_fewer, static_cast<long long>(smallest),
+          r->diagnostics.largest_share, r->diagnostics.degenerate ? 1 : 0);
       std::fflush(stdout);
     }
     if (aris.empty()) continue;

@@ -301,8 +301,7 @@ TEST(TnebGraph, SeparatedBlobsMergeWithinBlobsFirst) {
       EXPECT_EQ(blob[j], blob[i]);  // no edge crosses the wide gaps
     }
   }
-  const std::vector<SimilarityEdge> edges =
-      GraphSimilarities(6, leaf, *nn, kGraphNeighbors, means);
+  const std::vector<SimilarityEdge> edges = GraphSimilarities(6, leaf, *nn, kGraphNeighbors, means);
   ASSERT_EQ(edges.size(), 15u);
   for (const SimilarityEdge& e : edges) {
     if (e.a / 2 == e.b / 2) {
@@ -314,8 +313,7 @@ TEST(TnebGraph, SeparatedBlobsMergeWithinBlobsFirst) {
     EXPECT_LE(e.similarity, 1.0);
   }
   double offset = 0.0;
-  auto mt = ComponentMerges(6, edges, std::vector<double>(6, 1.0), /*persistence=*/false,
-                            &offset);
+  auto mt = ComponentMerges(6, edges, std::vector<double>(6, 1.0), /*persistence=*/false, &offset);
   ASSERT_TRUE(mt.ok()) << mt.status();
   EXPECT_EQ(offset, 1.0);
   auto h = Hierarchy::FromMerges(6, mt->merges);

@@ -148,9 +148,10 @@ int32_t TnebInitMinRows(const TnebOptions& options, int64_t d) {
   return d > kTnebLowDimension ? static_cast<int32_t>(d + 1) : 0;
 }
 
-double TnebScalePriorRows(const TnebOptions& options, int64_t d) {
-  if (options.scale_prior_rows >= 0.0) return options.scale_prior_rows;
-  return d > kTnebLowDimension ? static_cast<double>(d) : 0.0;
+double TnebScalePriorRows(const TnebOptions& options, int64_t /*d*/) {
+  // Off by default: with S0 = data covariance / m^(2/d) it lowered the
+  // Densired medians at 16 and 32 dimensions (docs/methods.md).
+  return options.scale_prior_rows >= 0.0 ? options.scale_prior_rows : 0.0;
 }
 
 double TnebDegenerateShare(int32_t k) { return std::max(0.5, 1.0 - 0.1 * k); }

@@ -32,10 +32,9 @@
 //      the share of k-nearest-neighbour edges between their training rows
 //      as similarity (core/tneb/graph.h), height = 1 - similarity.
 //   Above kTnebLowDimension the EM also starts every component on at least
-//   d + 1 rows and shrinks scale matrices towards the data's scale with d
-//   pseudo-rows (TnebOptions::init_min_rows / scale_prior_rows; the cause
-//   and the numbers are in docs/methods.md, "t-NEB in 16 to 64
-//   dimensions").
+//   d + 1 rows (TnebOptions::init_min_rows; an optional scale prior,
+//   scale_prior_rows, is off by default). The cause and the numbers are in
+//   docs/methods.md, "t-NEB in 16 to 64 dimensions (issue 46)".
 //
 // New points (TnebModel::AssignLeaves) go through the stored
 // standardisation and then to their most likely surviving component
@@ -146,9 +145,11 @@ struct TnebOptions {
   TnebMerge merge = TnebMerge::kPersistence;
   bool merge_by_dimension = true;
   // Beyond the paper, against the high-dimensional collapse (MixtureOptions
-  // has the details; docs/methods.md the numbers). -1: by dimension, d + 1
-  // rows per initial component and d pseudo-rows of scale prior when
-  // d > kTnebLowDimension, 0 (the authors' EM exactly) up to it.
+  // has the details; docs/methods.md the numbers). init_min_rows = -1: d + 1
+  // rows per initial component when d > kTnebLowDimension, 0 (the authors'
+  // EM exactly) up to it. scale_prior_rows = -1: 0 (no prior) in every
+  // dimension; the prior is an option, measured to hurt at 16 and 32
+  // dimensions in the form MixtureOptions describes.
   int32_t init_min_rows = -1;
   double scale_prior_rows = -1.0;
   // The cut TnebResult::diagnostics describes: 0 for the auto k (auto_k,

@@ -10,7 +10,7 @@
 //   tneb_densired [--seeds S] [--first-seed F] [--gaussian] [--learn-dof | --auto-dof]
 //                 [--dof NU] [--no-standardize] [--components M] [--restarts R] [--threads T]
 //                 [--tolerance TOL] [--max-iterations N] [--merge density|persistence|graph]
-//                 [--legacy-high-dim]
+//                 [--legacy-high-dim] [--init-min-rows R] [--scale-prior-rows P]
 //                 [--dump PREFIX] X.npy Y.npy [X.npy Y.npy ...]
 // Without --dof, --learn-dof or --auto-dof, nu follows the default (chosen by
 // BIC among 1, learned and Gaussian when d <= 10, fixed at 1 above); --dof 1
@@ -48,7 +48,7 @@ int Usage() {
       "[--learn-dof | --auto-dof] [--dof NU] "
       "[--no-standardize] [--components M] [--restarts R] [--threads T] [--dump PREFIX] "
       "[--tolerance TOL] [--max-iterations N] [--merge density|persistence|graph] [--edges] "
-      "[--legacy-high-dim] "
+      "[--legacy-high-dim] [--init-min-rows R] [--scale-prior-rows P] "
       "[--rank-restarts-by-loglik] "
       "X.npy Y.npy [...]\n");
   return 2;
@@ -167,6 +167,14 @@ int main(int argc, char** argv) {
       base.scale_prior_rows = 0.0;
       base.merge = dendro::TnebMerge::kDensity;
       base.merge_by_dimension = false;
+    } else if (a == "--init-min-rows") {
+      const char* v = next();
+      if (!v) return Usage();
+      base.init_min_rows = std::atoi(v);
+    } else if (a == "--scale-prior-rows") {
+      const char* v = next();
+      if (!v) return Usage();
+      base.scale_prior_rows = std::atof(v);
     } else if (a == "--rank-restarts-by-loglik") {
       base.rank_restarts_by = dendro::TnebRestartRanking::kLogLikelihood;
     } else if (a == "--auto-dof") {

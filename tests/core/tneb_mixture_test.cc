@@ -247,8 +247,7 @@ TEST(TnebMixtureEm, InitMinRowsAndScalePrior) {
     for (int c = 0; c < 3; ++c) xd(i, c) = s.x[3 * i + c];
   }
   const Eigen::MatrixXd centred = xd.rowwise() - xd.colwise().mean();
-  const Eigen::MatrixXd s0 =
-      (centred.transpose() * centred) / n / std::pow(3.0, 2.0 / 3.0);
+  const Eigen::MatrixXd s0 = (centred.transpose() * centred) / n / std::pow(3.0, 2.0 / 3.0);
   o.scale_prior_rows = 1e9;
   auto prior = FitStudentMixture(x, FeatureTransform{}, o, ctx);
   ASSERT_TRUE(prior.ok()) << prior.status();

@@ -295,9 +295,9 @@ absl::Status RunTneb(Context& ctx, const Args& args) {
   DENDRO_ASSIGN_OR_RETURN(double ridge, PositiveFlag(args, "ridge"));
   p->set_ridge(ridge);
   if (std::optional<std::string> merge = args.Get("merge")) {
-    if (*merge != "density" && *merge != "persistence") {
+    if (*merge != "density" && *merge != "persistence" && *merge != "graph") {
       return UsageError(
-          absl::StrCat("--merge must be density or persistence, got '", *merge, "'"));
+          absl::StrCat("--merge must be density, persistence or graph, got '", *merge, "'"));
     }
     p->set_merge(*merge);
   }

@@ -120,7 +120,7 @@ const std::vector<Verb>& Verbs() {
        "dendro tneb EMBEDDINGS.npy|DATASET_ID [--out FILE ...] [--labels Y.npy]\n"
        "           [--name NAME] [--components M] [--restarts R] [--standardize]\n"
        "           [--gaussian] [--dof NU | --dof auto | --learn-dof] [--ridge R]\n"
-       "           [--neighbors K] [--merge density|persistence]\n"
+       "           [--neighbors K] [--merge density|persistence|graph]\n"
        "           [--rank-restarts-by kept_log_likelihood|log_likelihood]\n"
        "           [--seed S] [--level K] [--no-wait] [--keep-dataset]\n"
        "           [--allow-method-change] [--color-level K] [--layout L] [--json]\n"
@@ -147,9 +147,11 @@ const std::vector<Verb>& Verbs() {
        "  --neighbors K   nearest components to link by paths (default: 10)\n"
        "  --merge M       density: the paper's merge order (decreasing min density along\n"
        "                  the path); persistence: lower peak minus saddle, increasing, so\n"
-       "                  low-density tails merge first (beyond the paper); a value given\n"
-       "                  is used in every dimension (default: persistence when the data\n"
-       "                  have d <= 10 columns, density above)\n"
+       "                  low-density tails merge first (beyond the paper); graph: the\n"
+       "                  share of 10-nearest-neighbour edges between two components'\n"
+       "                  rows, no paths (beyond the paper); a value given is used in\n"
+       "                  every dimension (default: persistence when the data have\n"
+       "                  d <= 10 columns, graph above)\n"
        "  --seed S        random seed (default: 0)\n" +
            kFitFlagsHelp,
        {{"labels", true}, {"name", true}, {"out", true, true}, {"level", true},

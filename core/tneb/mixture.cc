@@ -34,6 +34,7 @@ constexpr int kMaxRidgeEscalations = 8;  // ridge x10 each, up to 1e8 x
 constexpr int kKMeansMaxIterations = 100;
 constexpr int kKMeansInits = 3;            // k-means runs per restart, as the authors' package
 constexpr double kKMeansTolerance = 1e-4;  // sklearn's: relative to mean variance
+constexpr int kInitRedraws = 5;            // rounds of re-drawing small k-means centres
 
 int ResolveThreads(int n) { return n > 0 ? n : DefaultThreads(); }
 
@@ -183,7 +184,7 @@ struct KMeansResult {
 // then Lloyd iterations.
 absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransform& t, int m,
                                         std::mt19937_64* rng, int threads, double mean_variance,
-                                        const RunContext& ctx) {
+                                        int64_t min_rows, const RunContext& ctx) {
   const int64_t n = x.rows();
   const int d = static_cast<int>(x.cols());
   MatrixXd centers(m, d);
@@ -264,76 +265,97 @@ absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransf
     if (!add_center(cand.row(best))) return cancelled;
   }
 
-  // Lloyd iterations.
+  // Lloyd iterations; `count` ends as the rows of each centre in the last
+  // assignment.
   std::vector<int32_t> label(n, -1);
   double inertia = 0.0;
+  VectorXd count = VectorXd::Zero(m);
   const double tol = kKMeansTolerance * mean_variance;
-  for (int iter = 0; iter < kKMeansMaxIterations; ++iter) {
-    if (cancel.Poll()) return cancelled;
-    VectorXd cn = centers.rowwise().squaredNorm();
-    struct Acc {
-      MatrixXd sum;
-      VectorXd count;
+  auto lloyd = [&]() -> bool {
+    for (int iter = 0; iter < kKMeansMaxIterations; ++iter) {
+      if (cancel.Poll()) return false;
+      VectorXd cn = centers.rowwise().squaredNorm();
+      struct Acc {
+        MatrixXd sum;
+        VectorXd count;
+        int64_t changed = 0;
+        double far_dist = -1.0;
+        int64_t far_row = 0;
+        double inertia = 0.0;
+      };
+      std::vector<Acc> acc(threads);
+      ForChunks(n, threads, 4.0 * d * m, [&](int64_t begin, int64_t end, int part) {
+        Acc& a = acc[part];
+        a.sum = MatrixXd::Zero(m, d);
+        a.count = VectorXd::Zero(m);
+        MatrixXd xb, dist;
+        for (int64_t b = begin; b < end; b += kBlockRows) {
+          if (cancel.Poll()) return;
+          xb.resize(std::min(kBlockRows, end - b), d);
+          LoadRows(x, t, b, &xb);
+          SquaredDistances(xb, centers, cn, &dist);
+          for (int64_t i = 0; i < xb.rows(); ++i) {
+            Eigen::Index k;
+            const double dk = dist.row(i).minCoeff(&k);
+            if (label[b + i] != k) ++a.changed;
+            label[b + i] = static_cast<int32_t>(k);
+            a.sum.row(k) += xb.row(i);
+            a.count(k) += 1.0;
+            a.inertia += dk;
+            if (dk > a.far_dist) {
+              a.far_dist = dk;
+              a.far_row = b + i;
+            }
+          }
+        }
+      });
+      if (cancel.seen()) return false;
+      MatrixXd sum = MatrixXd::Zero(m, d);
+      count = VectorXd::Zero(m);
       int64_t changed = 0;
       double far_dist = -1.0;
       int64_t far_row = 0;
-      double inertia = 0.0;
-    };
-    std::vector<Acc> acc(threads);
-    ForChunks(n, threads, 4.0 * d * m, [&](int64_t begin, int64_t end, int part) {
-      Acc& a = acc[part];
-      a.sum = MatrixXd::Zero(m, d);
-      a.count = VectorXd::Zero(m);
-      MatrixXd xb, dist;
-      for (int64_t b = begin; b < end; b += kBlockRows) {
-        if (cancel.Poll()) return;
-        xb.resize(std::min(kBlockRows, end - b), d);
-        LoadRows(x, t, b, &xb);
-        SquaredDistances(xb, centers, cn, &dist);
-        for (int64_t i = 0; i < xb.rows(); ++i) {
-          Eigen::Index k;
-          const double dk = dist.row(i).minCoeff(&k);
-          if (label[b + i] != k) ++a.changed;
-          label[b + i] = static_cast<int32_t>(k);
-          a.sum.row(k) += xb.row(i);
-          a.count(k) += 1.0;
-          a.inertia += dk;
-          if (dk > a.far_dist) {
-            a.far_dist = dk;
-            a.far_row = b + i;
-          }
+      inertia = 0.0;
+      for (const Acc& a : acc) {
+        if (a.sum.size() == 0) continue;
+        sum += a.sum;
+        count += a.count;
+        changed += a.changed;
+        inertia += a.inertia;
+        if (a.far_dist > far_dist) {
+          far_dist = a.far_dist;
+          far_row = a.far_row;
         }
       }
-    });
-    if (cancel.seen()) return cancelled;
-    MatrixXd sum = MatrixXd::Zero(m, d);
-    VectorXd count = VectorXd::Zero(m);
-    int64_t changed = 0;
-    double far_dist = -1.0;
-    int64_t far_row = 0;
-    inertia = 0.0;
-    for (const Acc& a : acc) {
-      if (a.sum.size() == 0) continue;
-      sum += a.sum;
-      count += a.count;
-      changed += a.changed;
-      inertia += a.inertia;
-      if (a.far_dist > far_dist) {
-        far_dist = a.far_dist;
-        far_row = a.far_row;
+      MatrixXd next(m, d);
+      for (int k = 0; k < m; ++k) {
+        if (count(k) > 0) {
+          next.row(k) = sum.row(k) / count(k);
+        } else {  // empty cluster: restart it at the worst-fitted point
+          next.row(k) = RowOf(x, t, far_row);
+        }
       }
+      const double shift = (next - centers).squaredNorm();
+      centers = std::move(next);
+      if (changed == 0 || shift <= tol) break;
     }
-    MatrixXd next(m, d);
+    return true;
+  };
+  if (!lloyd()) return cancelled;
+  // Centres owning fewer than min_rows rows: re-drawn at uniformly drawn
+  // rows (which lie where the data are dense, unlike the far rows that
+  // k-means++ favours), then Lloyd again.
+  for (int round = 0; min_rows > 0 && round < kInitRedraws; ++round) {
+    bool redrawn = false;
     for (int k = 0; k < m; ++k) {
-      if (count(k) > 0) {
-        next.row(k) = sum.row(k) / count(k);
-      } else {  // empty cluster: restart it at the worst-fitted point
-        next.row(k) = RowOf(x, t, far_row);
+      if (count(k) < static_cast<double>(min_rows)) {
+        centers.row(k) = RowOf(x, t, pick(*rng));
+        redrawn = true;
       }
     }
-    const double shift = (next - centers).squaredNorm();
-    centers = std::move(next);
-    if (changed == 0 || shift <= tol) break;
+    if (!redrawn) break;
+    std::fill(label.begin(), label.end(), -1);
+    if (!lloyd()) return cancelled;
   }
   return KMeansResult{std::move(centers), inertia};
 }
@@ -341,10 +363,11 @@ absl::StatusOr<KMeansResult> KMeansOnce(const MatrixView& x, const FeatureTransf
 // The best (lowest inertia) of kKMeansInits k-means runs; m x d centers.
 absl::StatusOr<MatrixXd> KMeans(const MatrixView& x, const FeatureTransform& t, int m,
                                 std::mt19937_64* rng, int threads, double mean_variance,
-                                const RunContext& ctx) {
+                                int64_t min_rows, const RunContext& ctx) {
   KMeansResult best;
   for (int i = 0; i < kKMeansInits; ++i) {
-    DENDRO_ASSIGN_OR_RETURN(KMeansResult r, KMeansOnce(x, t, m, rng, threads, mean_variance, ctx));
+    DENDRO_ASSIGN_OR_RETURN(KMeansResult r,
+                            KMeansOnce(x, t, m, rng, threads, mean_variance, min_rows, ctx));
     if (i == 0 || r.inertia < best.inertia) best = std::move(r);
   }
   return std::move(best.centers);
@@ -497,7 +520,8 @@ bool Pass(const MatrixView& x, const FeatureTransform& t, const EmState& st, boo
 // and inverse), so the cancel is polled per component; a cancel sets
 // *cancelled and returns an empty string with `st` partly updated.
 std::string MStep(const Stats& stats, int64_t n, const MixtureOptions& o, double data_variance,
-                  EmState* st, const RunContext& ctx, std::atomic<bool>* cancelled) {
+                  const MatrixXd* prior_scale, EmState* st, const RunContext& ctx,
+                  std::atomic<bool>* cancelled) {
   const int d = static_cast<int>(st->mu.rows());
   const int m = static_cast<int>(st->mu.cols());
   for (int k = 0; k < m; ++k) {
@@ -517,6 +541,10 @@ std::string MStep(const Stats& stats, int64_t n, const MixtureOptions& o, double
     MatrixXd s = stats.s2[k].selfadjointView<Eigen::Lower>();
     s /= sw;
     s.noalias() -= delta * delta.transpose();
+    if (prior_scale != nullptr) {  // (sum r u D D^T + p S0) / (sum r u + p)
+      const double p = o.scale_prior_rows;
+      s = (sw * s + p * *prior_scale) / (sw + p);
+    }
     s = 0.5 * (s + s.transpose()).eval();
     s.diagonal().array() += o.ridge;
     st->mu.col(k) += delta;
@@ -596,7 +624,9 @@ RestartResult RunRestart(const MatrixView& x, const FeatureTransform& t, const M
   const int m = o.components;
   progress->Start();
   std::mt19937_64 rng(RestartSeed(o.seed, restart));
-  absl::StatusOr<MatrixXd> centers = KMeans(x, t, m, &rng, threads, moments.mean_variance, ctx);
+  const int64_t min_rows = std::min<int64_t>(o.init_min_rows, n / m);
+  absl::StatusOr<MatrixXd> centers =
+      KMeans(x, t, m, &rng, threads, moments.mean_variance, min_rows, ctx);
   if (!centers.ok()) {
     res.cancelled = true;
     cancelled->store(true);
@@ -625,6 +655,13 @@ RestartResult RunRestart(const MatrixView& x, const FeatureTransform& t, const M
     st.log_coef[k] = std::log(st.weight[k]) + LogNormaliser(st.dof[k], d, ld0);
   }
 
+  // The scale prior's S0 (MixtureOptions::scale_prior_rows).
+  MatrixXd prior_scale;
+  const MatrixXd* prior_scale_ptr = nullptr;
+  if (o.scale_prior_rows > 0.0) {
+    prior_scale = moments.cov / std::pow(static_cast<double>(m), 2.0 / d);
+    prior_scale_ptr = &prior_scale;
+  }
   const int parts = std::max(1, threads);
   std::vector<Stats> part_stats(parts);
   Stats stats;
@@ -662,7 +699,8 @@ RestartResult RunRestart(const MatrixView& x, const FeatureTransform& t, const M
       progress->Step(1);
       break;
     }
-    const std::string err = MStep(stats, n, o, moments.mean_variance, &st, ctx, cancelled);
+    const std::string err =
+        MStep(stats, n, o, moments.mean_variance, prior_scale_ptr, &st, ctx, cancelled);
     if (cancelled->load()) {
       res.cancelled = true;
       return res;
@@ -746,6 +784,14 @@ absl::Status ValidateMixtureOptions(const MixtureOptions& o, int64_t n, int64_t 
   }
   if (o.restarts < 1) {
     return absl::InvalidArgumentError(absl::StrCat("restarts must be >= 1, got ", o.restarts));
+  }
+  if (o.init_min_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("init_min_rows must be >= 0, got ", o.init_min_rows));
+  }
+  if (!(o.scale_prior_rows >= 0.0 && std::isfinite(o.scale_prior_rows))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scale_prior_rows must be finite and >= 0, got ", o.scale_prior_rows));
   }
   if (o.max_iterations < 1) {
     return absl::InvalidArgumentError(

@@ -148,6 +148,21 @@ struct MixtureOptions {
   double tolerance = 0.01;       // on the change of the mean log-likelihood
   uint64_t seed = 0;
   int num_threads = 0;  // 0: all cores
+  // Beyond the authors' package (t-NEB sets both above kTnebLowDimension;
+  // 0 keeps the package's behaviour exactly):
+  // init_min_rows: after each k-means run, a centre that owns fewer than
+  // this many rows (k-means++ puts centres on single far rows in high
+  // dimensions) is re-drawn at a uniformly drawn row and Lloyd runs again,
+  // up to kInitRedraws rounds; clamped to n / m.
+  int32_t init_min_rows = 0;
+  // scale_prior_rows = p > 0: a conjugate (inverse-Wishart style) prior on
+  // every scale matrix, worth p pseudo-rows at the data-scale matrix
+  // S0 = data covariance / m^(2/d) (Fraley & Raftery's default scale for
+  // a MAP Gaussian mixture). The M-step becomes
+  //   Sigma_k = (sum r u D D^T + p S0) / (sum r u + p) + ridge I,
+  // so a component holding a few rows stays near the data's scale instead
+  // of shrinking onto them (only the ridge would stop it otherwise).
+  double scale_prior_rows = 0.0;
   // Ranks the restarts in place of their mean log-likelihood when set
   // (higher is better). Called after all restarts ran, on the calling
   // thread, once per restart that did not fail, with its mixture; a non-OK

@@ -6,8 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
+#include "core/io/atomic_file.h"
 #include "core/io/model_artifact.h"
 #include "core/tneb/tneb.h"
+#include "nlohmann/json.hpp"
 
 namespace dendro {
 namespace {
@@ -33,6 +35,59 @@ struct TnebManifest final : ArtifactManifest {
   }
 };
 
+constexpr char kDiagnosticsFile[] = "tneb_diagnostics.json";
+
+std::string DiagnosticsJson(const TnebDiagnostics& d) {
+  nlohmann::json j;
+  j["k"] = d.k;
+  j["cluster_sizes"] = d.cluster_sizes;
+  j["largest_share"] = d.largest_share;
+  j["components"] = d.components;
+  j["surviving"] = d.surviving;
+  j["filtered_small"] = d.filtered_small;
+  j["filtered_elongated"] = d.filtered_elongated;
+  j["candidates"] = d.candidates;
+  j["candidate_bic"] = d.candidate_bic;
+  j["kept_candidate"] = d.kept_candidate;
+  j["merge"] = d.merge;
+  j["degenerate"] = d.degenerate;
+  j["degenerate_reason"] = d.degenerate_reason;
+  return j.dump(2);
+}
+
+// The diagnostics file of a saved model; k = 0 (none) when it is absent
+// (models saved before diagnostics existed).
+absl::StatusOr<TnebDiagnostics> ReadDiagnostics(const ModelArtifactReader& r) {
+  TnebDiagnostics d;
+  if (!r.Has(kDiagnosticsFile)) return d;
+  std::string text;
+  DENDRO_RETURN_IF_ERROR(ReadFileToString(absl::StrCat(r.dir(), "/", kDiagnosticsFile), &text));
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return r.Error(kDiagnosticsFile, "is not a JSON object");
+  try {
+    d.k = j.at("k").get<int32_t>();
+    d.cluster_sizes = j.at("cluster_sizes").get<std::vector<int64_t>>();
+    d.largest_share = j.at("largest_share").get<double>();
+    d.components = j.at("components").get<int32_t>();
+    d.surviving = j.at("surviving").get<int32_t>();
+    d.filtered_small = j.at("filtered_small").get<int32_t>();
+    d.filtered_elongated = j.at("filtered_elongated").get<int32_t>();
+    d.candidates = j.at("candidates").get<std::vector<std::string>>();
+    d.candidate_bic = j.at("candidate_bic").get<std::vector<double>>();
+    d.kept_candidate = j.at("kept_candidate").get<std::string>();
+    d.merge = j.at("merge").get<std::string>();
+    d.degenerate = j.at("degenerate").get<bool>();
+    d.degenerate_reason = j.at("degenerate_reason").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    return r.Error(kDiagnosticsFile, absl::StrCat("bad field: ", std::string(e.what())));
+  }
+  if (d.k < 0 || static_cast<int64_t>(d.cluster_sizes.size()) != d.k ||
+      d.candidates.size() != d.candidate_bic.size()) {
+    return r.Error(kDiagnosticsFile, "inconsistent sizes");
+  }
+  return d;
+}
+
 }  // namespace
 
 absl::Status SaveTnebModel(const TnebModel& model, const std::string& dir) {
@@ -57,6 +112,10 @@ absl::Status SaveTnebModel(const TnebModel& model, const std::string& dir) {
   if (m.standardize) {
     w.Add("tneb_center.npy", model.transform.center, {d});
     w.Add("tneb_scale.npy", model.transform.scale, {d});
+  }
+  if (model.diagnostics.k > 0) {  // before the manifest, which is written last
+    DENDRO_RETURN_IF_ERROR(WriteFileAtomic(absl::StrCat(dir, "/", kDiagnosticsFile),
+                                           DiagnosticsJson(model.diagnostics)));
   }
   return w.Write(m);
 }
@@ -95,8 +154,9 @@ absl::StatusOr<TnebModel> LoadTnebModel(const std::string& dir) {
       }
     }
   }
-  return TnebModel{*std::move(mix), std::move(t), std::move(m.original_component),
-                   m.height_offset};
+  DENDRO_ASSIGN_OR_RETURN(TnebDiagnostics diagnostics, ReadDiagnostics(r));
+  return TnebModel{*std::move(mix), std::move(t), std::move(m.original_component), m.height_offset,
+                   std::move(diagnostics)};
 }
 
 }  // namespace dendro

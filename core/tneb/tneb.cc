@@ -16,6 +16,7 @@
 #include "core/common/omp_threads.h"
 #include "core/common/status_macros.h"
 #include "core/common/sub_range_context.h"
+#include "core/tneb/graph.h"
 
 namespace dendro {
 namespace {
@@ -125,12 +126,79 @@ absl::StatusOr<ComponentFilter> FilterComponents(const StudentMixture& full, con
 absl::StatusOr<TnebMerge> ParseTnebMerge(const std::string& name) {
   if (name == "density") return TnebMerge::kDensity;
   if (name == "persistence") return TnebMerge::kPersistence;
+  if (name == "graph") return TnebMerge::kGraph;
   return absl::InvalidArgumentError(
-      absl::StrCat("t-NEB merge must be 'density' or 'persistence', got '", name, "'"));
+      absl::StrCat("t-NEB merge must be 'density', 'persistence' or 'graph', got '", name, "'"));
 }
 
 const char* TnebMergeName(TnebMerge merge) {
-  return merge == TnebMerge::kDensity ? "density" : "persistence";
+  switch (merge) {
+    case TnebMerge::kDensity:
+      return "density";
+    case TnebMerge::kPersistence:
+      return "persistence";
+    case TnebMerge::kGraph:
+      return "graph";
+  }
+  return "density";
+}
+
+int32_t TnebInitMinRows(const TnebOptions& options, int64_t d) {
+  if (options.init_min_rows >= 0) return options.init_min_rows;
+  return d > kTnebLowDimension ? static_cast<int32_t>(d + 1) : 0;
+}
+
+double TnebScalePriorRows(const TnebOptions& options, int64_t /*d*/) {
+  // Off by default: with S0 = data covariance / m^(2/d) it lowered the
+  // Densired medians at 16 and 32 dimensions (docs/methods.md).
+  return options.scale_prior_rows >= 0.0 ? options.scale_prior_rows : 0.0;
+}
+
+double TnebDegenerateShare(int32_t k) { return std::max(0.5, 1.0 - 0.1 * k); }
+
+TnebDiagnostics TnebDiagnosticsAt(const Hierarchy& tree, const TnebDiagnostics& base, int32_t k) {
+  TnebDiagnostics d = base;
+  const int32_t l = tree.num_leaves();
+  d.k = std::clamp(k, 1, std::max(1, l));
+  d.cluster_sizes.assign(d.k, 0);
+  d.largest_share = 0.0;
+  d.degenerate = false;
+  d.degenerate_reason.clear();
+  absl::StatusOr<std::vector<int32_t>> cut = tree.CutToK(d.k);
+  if (!cut.ok()) return d;
+  const std::vector<int32_t>& point_leaf = tree.point_leaf();
+  for (int32_t leaf : point_leaf) ++d.cluster_sizes[(*cut)[leaf]];
+  if (point_leaf.empty()) return d;
+  const int64_t largest = *std::max_element(d.cluster_sizes.begin(), d.cluster_sizes.end());
+  d.largest_share = static_cast<double>(largest) / static_cast<double>(point_leaf.size());
+  if (d.k >= 2 && d.largest_share > TnebDegenerateShare(d.k)) {
+    d.degenerate = true;
+    d.degenerate_reason = absl::StrFormat(
+        "at k = %d the largest cluster holds %.1f%% of the %d training rows (more than "
+        "max(0.5, 1 - 0.1 k) = %.0f%%): the tree is degenerate; try another merge, more "
+        "components or standardisation",
+        d.k, 100.0 * d.largest_share, static_cast<int64_t>(point_leaf.size()),
+        100.0 * TnebDegenerateShare(d.k));
+  }
+  return d;
+}
+
+std::string TnebDiagnosticsSummary(const TnebDiagnostics& d) {
+  std::string out = absl::StrFormat(
+      "k=%d largest_share=%.3f sizes=[%s] surviving=%d/%d "
+      "filtered small=%d elongated=%d merge=%s",
+      d.k, d.largest_share, absl::StrJoin(d.cluster_sizes, ","), d.surviving, d.components,
+      d.filtered_small, d.filtered_elongated, d.merge);
+  if (!d.candidates.empty()) {
+    absl::StrAppend(&out, " bic=");
+    for (size_t i = 0; i < d.candidates.size(); ++i) {
+      absl::StrAppend(&out, i ? "," : "", d.candidates[i], ":",
+                      absl::StrFormat("%.6g", d.candidate_bic[i]));
+    }
+    absl::StrAppend(&out, " kept=", d.kept_candidate);
+  }
+  if (d.degenerate) absl::StrAppend(&out, "; DEGENERATE: ", d.degenerate_reason);
+  return out;
 }
 
 absl::StatusOr<TnebRestartRanking> ParseTnebRestartRanking(const std::string& name) {
@@ -151,8 +219,7 @@ int32_t TnebRestarts(const TnebOptions& options, int64_t d) {
 }
 
 TnebMerge TnebMergeOrder(const TnebOptions& options, int64_t d) {
-  return options.merge_by_dimension && d > kTnebLowDimension ? TnebMerge::kDensity
-                                                             : options.merge;
+  return options.merge_by_dimension && d > kTnebLowDimension ? TnebMerge::kGraph : options.merge;
 }
 
 bool TnebAutoDof(const TnebOptions& options, int64_t d) {
@@ -196,6 +263,19 @@ absl::Status ValidateTnebOptions(const TnebOptions& o) {
   }
   if (!(o.tolerance > 0.0)) {
     return absl::InvalidArgumentError(absl::StrCat("tolerance must be > 0, got ", o.tolerance));
+  }
+  if (o.init_min_rows < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("init_min_rows must be >= 0 (or -1 for the default), got ", o.init_min_rows));
+  }
+  if (!(o.scale_prior_rows >= 0.0 || o.scale_prior_rows == -1.0) ||
+      !std::isfinite(o.scale_prior_rows)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scale_prior_rows must be >= 0 (or -1 for the default), got ", o.scale_prior_rows));
+  }
+  if (o.diagnose_k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("diagnose_k must be >= 0 (0: the auto k), got ", o.diagnose_k));
   }
   if (o.num_threads < 0) {
     return absl::InvalidArgumentError(
@@ -291,6 +371,8 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   mo.tolerance = o.tolerance;
   mo.seed = o.seed;
   mo.num_threads = threads;
+  mo.init_min_rows = TnebInitMinRows(o, d);
+  mo.scale_prior_rows = TnebScalePriorRows(o, d);
   const bool by_kept = o.rank_restarts_by == TnebRestartRanking::kKeptLogLikelihood;
   if (by_kept) {
     // A component that collapsed onto a few rows raises the whole mixture's
@@ -376,34 +458,52 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
                           AssignInChunks(mix, x, transform, threads, ctx));
   const double filter_seconds = Seconds(t0);
 
-  // 3. Paths.
+  // 3. Paths (or, with the graph merge, the neighbour graph).
   t0 = std::chrono::steady_clock::now();
   const std::function<bool()> cancelled = [&ctx] { return ctx.Cancelled(); };
-  std::vector<ComponentPair> pairs = NearestComponentPairs(mix.means(), o.neighbors, cancelled);
-  if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
-  const std::vector<ComponentPair> bridges = BridgingPairs(mix.means(), pairs, cancelled);
-  if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
-  pairs.insert(pairs.end(), bridges.begin(), bridges.end());
-  NebOptions no = NebOptionsOf(o);
-  no.num_threads = threads;
-  NebPaths paths;
-  {
-    SubRangeContext sub(ctx, 0.6, 0.98);
-    DENDRO_ASSIGN_OR_RETURN(paths, OptimizePaths(mix, pairs, no, sub));
+  const TnebMerge merge = TnebMergeOrder(o, d);
+  std::vector<SimilarityEdge> edges;
+  std::vector<ComponentPair> bridges;
+  if (merge == TnebMerge::kGraph) {
+    ctx.Report(0.6, "neighbour graph");
+    const std::vector<int64_t> rows = GraphSampleRows(n);
+    DENDRO_ASSIGN_OR_RETURN(
+        const std::vector<int32_t> nn,
+        NearestNeighborGraph(x, transform, rows, kGraphNeighbors, threads, cancelled));
+    std::vector<int32_t> leaf_of_row(rows.size());
+    for (size_t r = 0; r < rows.size(); ++r) leaf_of_row[r] = point_leaf[rows[r]];
+    const int32_t k_used = static_cast<int32_t>(rows.empty() ? 0 : nn.size() / rows.size());
+    edges = GraphSimilarities(l, leaf_of_row, nn, k_used, mix.means());
+  } else {
+    std::vector<ComponentPair> pairs = NearestComponentPairs(mix.means(), o.neighbors, cancelled);
+    if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+    bridges = BridgingPairs(mix.means(), pairs, cancelled);
+    if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
+    pairs.insert(pairs.end(), bridges.begin(), bridges.end());
+    NebOptions no = NebOptionsOf(o);
+    no.num_threads = threads;
+    NebPaths paths;
+    {
+      SubRangeContext sub(ctx, 0.6, 0.98);
+      DENDRO_ASSIGN_OR_RETURN(paths, OptimizePaths(mix, pairs, no, sub));
+    }
+    edges.reserve(pairs.size());
+    for (size_t p = 0; p < pairs.size(); ++p) {
+      edges.push_back(SimilarityEdge{pairs[p].first, pairs[p].second, paths.similarity[p]});
+    }
   }
   const double path_seconds = Seconds(t0);
-  const TnebMerge merge = TnebMergeOrder(o, d);
 
   // 4. Tree.
   t0 = std::chrono::steady_clock::now();
   ctx.Report(0.98, "spanning tree");
-  std::vector<SimilarityEdge> edges;
-  edges.reserve(pairs.size());
-  for (size_t p = 0; p < pairs.size(); ++p) {
-    edges.push_back(SimilarityEdge{pairs[p].first, pairs[p].second, paths.similarity[p]});
+  Eigen::VectorXd peak;
+  if (merge == TnebMerge::kGraph) {
+    peak = Eigen::VectorXd::Ones(l);  // similarities are <= 1: height = 1 - similarity
+  } else {
+    const Eigen::MatrixXd means_d = mix.means();
+    peak = mix.LogDensity(means_d, threads);
   }
-  const Eigen::MatrixXd means_d = mix.means();
-  const Eigen::VectorXd peak = mix.LogDensity(means_d, threads);
   double offset = 0.0;
   DENDRO_ASSIGN_OR_RETURN(
       MergeTree mt,
@@ -440,18 +540,55 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   md["seed"] = absl::StrCat(o.seed);
   md["standardize"] = o.standardize ? "true" : "false";
   md["height_offset"] = absl::StrFormat("%.17g", offset);
+  int32_t auto_k = l;
   if (l >= 3) {
     absl::StatusOr<AutoK> ak = ChooseK(mt.similarity);
     if (ak.ok()) {
+      auto_k = ak->k;
       md["auto_k"] = absl::StrCat(ak->k);
       md["auto_k_jump"] = absl::StrFormat("%.6g", ak->jump);
     }
   }
+  if (mo.init_min_rows > 0) md["init_min_rows"] = absl::StrCat(mo.init_min_rows);
+  if (mo.scale_prior_rows > 0.0) md["scale_prior_rows"] = absl::StrCat(mo.scale_prior_rows);
+
+  // Diagnostics at the asked cut.
+  static constexpr const char* kTailNames[kNumTails] = {"fixed_dof", "learned_dof", "gaussian"};
+  TnebDiagnostics base;
+  base.components = m;
+  base.surviving = l;
+  base.filtered_small = filter.too_small;
+  base.filtered_elongated = filter.too_elongated;
+  if (auto_dof) {
+    for (int i = 0; i < kNumTails; ++i) {
+      base.candidates.push_back(kTailNames[i]);
+      base.candidate_bic.push_back(bic_of[i]);
+    }
+  }
+  base.kept_candidate = kTailNames[tails];
+  base.merge = TnebMergeName(merge);
+  TnebDiagnostics diagnostics =
+      TnebDiagnosticsAt(tree, base, o.diagnose_k > 0 ? std::min(o.diagnose_k, l) : auto_k);
+  md["diag_k"] = absl::StrCat(diagnostics.k);
+  md["diag_cluster_sizes"] = absl::StrJoin(diagnostics.cluster_sizes, ",");
+  md["diag_largest_share"] = absl::StrFormat("%.6g", diagnostics.largest_share);
+  md["diag_filtered_small"] = absl::StrCat(diagnostics.filtered_small);
+  md["diag_filtered_elongated"] = absl::StrCat(diagnostics.filtered_elongated);
+  if (!diagnostics.candidates.empty()) {
+    std::string bics;
+    for (size_t i = 0; i < diagnostics.candidates.size(); ++i) {
+      absl::StrAppend(&bics, i ? "," : "", diagnostics.candidates[i], ":",
+                      absl::StrFormat("%.10g", diagnostics.candidate_bic[i]));
+    }
+    md["diag_candidate_bic"] = bics;
+  }
+  md["diag_degenerate"] = diagnostics.degenerate ? "true" : "false";
+  if (diagnostics.degenerate) md["diag_degenerate_reason"] = diagnostics.degenerate_reason;
   const double tree_seconds = Seconds(t0);
   ctx.Report(1.0, "done");
 
   TnebResult res{std::move(tree),
-                 TnebModel{std::move(mix), std::move(transform), keep, offset},
+                 TnebModel{std::move(mix), std::move(transform), keep, offset, diagnostics},
                  {},
                  {},
                  0,
@@ -460,6 +597,7 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   res.edges = std::move(edges);
   res.bridging_pairs = static_cast<int32_t>(bridges.size());
   res.components = std::move(info);
+  res.diagnostics = std::move(diagnostics);
   res.log_likelihood = fit.log_likelihood;
   res.kept_log_likelihood = kept_log_likelihood;
   res.restarts = mo.restarts;

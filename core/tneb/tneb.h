@@ -27,6 +27,14 @@
 //      kTnebLowDimension, see merge_by_dimension) the same tree's edges are
 //      merged in increasing persistence instead (see PersistenceMerges in
 //      merge.h), and height = persistence.
+//      With merge = kGraph (beyond the paper; the default above
+//      kTnebLowDimension) no paths are computed: every pair of leaves gets
+//      the share of k-nearest-neighbour edges between their training rows
+//      as similarity (core/tneb/graph.h), height = 1 - similarity.
+//   Above kTnebLowDimension the EM also starts every component on at least
+//   d + 1 rows (TnebOptions::init_min_rows; an optional scale prior,
+//   scale_prior_rows, is off by default). The cause and the numbers are in
+//   docs/methods.md, "t-NEB in 16 to 64 dimensions (issue 46)".
 //
 // New points (TnebModel::AssignLeaves) go through the stored
 // standardisation and then to their most likely surviving component
@@ -40,7 +48,11 @@
 // method is "gneb" only when they were asked for),
 // ridge, restarts, rank_restarts_by, converged_restarts, em_tolerance,
 // em_max_iterations, log_likelihood, kept_log_likelihood, seed, standardize,
-// merge, height_offset, auto_k and auto_k_jump (when L >= 3).
+// merge, height_offset, auto_k and auto_k_jump (when L >= 3), and the
+// diagnostics (TnebDiagnostics) as diag_k, diag_cluster_sizes,
+// diag_largest_share, diag_filtered_small, diag_filtered_elongated,
+// diag_candidate_bic (name:bic,...), diag_degenerate and, when degenerate,
+// diag_degenerate_reason.
 #ifndef DENDRO_CORE_TNEB_TNEB_H_
 #define DENDRO_CORE_TNEB_TNEB_H_
 
@@ -67,9 +79,14 @@ enum class TnebMerge {
   // (PersistenceMerges in merge.h): the lower of the two peaks minus the
   // saddle, so components that are not density modes merge first.
   kPersistence,
+  // Beyond the paper: similarities from a k-nearest-neighbour graph of the
+  // training rows (the share of graph edges between two components' rows,
+  // core/tneb/graph.h) instead of density paths; the same spanning tree and
+  // merges. No paths are optimised. The default above kTnebLowDimension.
+  kGraph,
 };
 
-// "density" / "persistence"; InvalidArgument otherwise.
+// "density" / "persistence" / "graph"; InvalidArgument otherwise.
 absl::StatusOr<TnebMerge> ParseTnebMerge(const std::string& name);
 const char* TnebMergeName(TnebMerge merge);
 
@@ -122,11 +139,22 @@ struct TnebOptions {
   int32_t min_component_points = 10;  // drop components with <= this many points
   double max_elongation = 500.0;      // drop if eigenvalue ratio >= this * d
   // The merge order where it applies: with merge_by_dimension (the
-  // default, beyond the paper) only when d <= kTnebLowDimension, the paper's
-  // density order above (TnebMergeOrder); false: in every dimension.
+  // default, beyond the paper) only when d <= kTnebLowDimension, the graph
+  // merge above (TnebMergeOrder); false: in every dimension.
   // docs/methods.md has the numbers.
   TnebMerge merge = TnebMerge::kPersistence;
   bool merge_by_dimension = true;
+  // Beyond the paper, against the high-dimensional collapse (MixtureOptions
+  // has the details; docs/methods.md the numbers). init_min_rows = -1: d + 1
+  // rows per initial component when d > kTnebLowDimension, 0 (the authors'
+  // EM exactly) up to it. scale_prior_rows = -1: 0 (no prior) in every
+  // dimension; the prior is an option, measured to hurt at 16 and 32
+  // dimensions in the form MixtureOptions describes.
+  int32_t init_min_rows = -1;
+  double scale_prior_rows = -1.0;
+  // The cut TnebResult::diagnostics describes: 0 for the auto k (auto_k,
+  // or the number of leaves when L < 3), else min(diagnose_k, L).
+  int32_t diagnose_k = 0;
   int num_threads = 0;                // 0: all cores
 };
 
@@ -135,7 +163,7 @@ struct TnebOptions {
 // restarts (kTnebHighDimensionRestarts above) and auto_dof_low_dimension
 // chooses nu by BIC (the paper, appendix, found learned nu to help in low
 // dimensions and to hurt in high ones); above it merge_by_dimension uses the
-// density order.
+// graph merge and the EM its high-dimensional safeguards.
 inline constexpr int64_t kTnebLowDimension = 10;
 
 // EM restarts above kTnebLowDimension by default. The authors run one; with
@@ -153,8 +181,50 @@ int32_t TnebRestarts(const TnebOptions& options, int64_t d);
 bool TnebAutoDof(const TnebOptions& options, int64_t d);
 
 // The merge order a fit of d-dimensional data uses: options.merge, or with
-// merge_by_dimension the density order when d > kTnebLowDimension.
+// merge_by_dimension the graph merge when d > kTnebLowDimension (chosen by
+// dimension, which needs no labels: above it density paths isolate
+// components of a few far rows, docs/methods.md).
 TnebMerge TnebMergeOrder(const TnebOptions& options, int64_t d);
+
+// The EM safeguards a fit of d-dimensional data uses (options value, or the
+// -1 rule above).
+int32_t TnebInitMinRows(const TnebOptions& options, int64_t d);
+double TnebScalePriorRows(const TnebOptions& options, int64_t d);
+
+// A fit's own account of the cut at k (issue 46): is one cluster holding
+// (nearly) everything?
+struct TnebDiagnostics {
+  int32_t k = 0;                       // 0: none (e.g. a model saved before diagnostics existed)
+  std::vector<int64_t> cluster_sizes;  // training rows per cluster at k
+  double largest_share = 0.0;          // largest cluster / training rows
+  int32_t components = 0;              // fitted
+  int32_t surviving = 0;               // leaves
+  int32_t filtered_small = 0;
+  int32_t filtered_elongated = 0;
+  // The tails the auto mode compared ("fixed_dof", "learned_dof",
+  // "gaussian") with their BIC; empty without auto_dof.
+  std::vector<std::string> candidates;
+  std::vector<double> candidate_bic;
+  std::string kept_candidate;  // as fitted: "fixed_dof", "learned_dof", "gaussian"
+  std::string merge;           // TnebMergeName of the merge used
+  bool degenerate = false;     // largest_share > TnebDegenerateShare(k)
+  std::string degenerate_reason;
+};
+
+// The documented rule: the tree at k is degenerate when its largest cluster
+// holds more than max(0.5, 1 - 0.1 k) of the training rows (k = 2: 0.8,
+// k = 5: 0.5). Balanced data never come close; the high-dimensional
+// collapse (one cluster with ~99% of the rows) always trips it. Never
+// degenerate at k = 1.
+double TnebDegenerateShare(int32_t k);
+
+// `base` (the fit-level fields) recomputed at cut k (clamped to [1, L]) of
+// `tree` from its point_leaf.
+TnebDiagnostics TnebDiagnosticsAt(const Hierarchy& tree, const TnebDiagnostics& base, int32_t k);
+
+// One line: "k=5 largest_share=0.412 sizes=[...] surviving=19/25 filtered
+// small=4 elongated=2 merge=graph" plus "; DEGENERATE: <reason>".
+std::string TnebDiagnosticsSummary(const TnebDiagnostics& d);
 
 // Everything needed to place new points. Leaf i of the tree is component i
 // of `mixture`.
@@ -165,6 +235,8 @@ struct TnebModel {
   // height = height_offset - similarity (density merging; 0 with
   // persistence merging, where "similarity" is -persistence).
   double height_offset = 0.0;
+  // At the fit's diagnose_k; k == 0 when loaded from a model saved without.
+  TnebDiagnostics diagnostics;
 
   int64_t input_dim() const { return mixture.dim(); }
   // Leaf of every row of x (x.cols() == input_dim(), finite: both checked,
@@ -206,6 +278,7 @@ struct TnebResult {
   double bic_fixed_dof = 0.0;
   double bic_learned_dof = 0.0;
   double bic_gaussian = 0.0;
+  TnebDiagnostics diagnostics;  // the same as model.diagnostics
   bool em_converged = false;  // whether the kept restart converged
   int64_t em_iterations = 0;  // M-steps over all restarts
   // Wall-clock seconds per phase.
@@ -235,7 +308,9 @@ absl::StatusOr<std::vector<int32_t>> TnebCutToK(const Hierarchy& tree, int32_t k
 // original_component, height_offset, standardize), tneb_weights.npy (L),
 // tneb_means.npy (L x d), tneb_scales.npy (L*d x d, one d x d block per
 // leaf) and, when standardising, tneb_center.npy / tneb_scale.npy (d), all
-// float64, each written atomically, the manifest last. Load's errors about
+// float64, and tneb_diagnostics.json (TnebModel::diagnostics, when k > 0),
+// each written atomically, the manifest last. A model saved without
+// diagnostics loads with diagnostics.k = 0. Load's errors about
 // damaged files are InvalidArgument. The hierarchy is saved separately
 // (export.h). Defined in model_io.cc, which needs dendro_io.
 absl::Status SaveTnebModel(const TnebModel& model, const std::string& dir);

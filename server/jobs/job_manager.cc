@@ -602,6 +602,12 @@ void JobManager::Run(const std::shared_ptr<Entry>& entry) {
   }
   if (fitted.ok() && !cancel_requested && !lost) {
     MarkSucceeded(done);
+    // A method's warning about its own result (e.g. a degenerate t-NEB
+    // tree) goes into the job's final stage.
+    if (const auto md = (*fitted)->metadata(); md.count("warning") != 0) {
+      done.set_stage(absl::StrCat("done; warning: ", md.at("warning")));
+      spdlog::warn("job {}: {}", id, md.at("warning"));
+    }
     auto model = models_->Commit(**fitted, done, entry->token);
     if (model.ok()) {
       MutexLock lock(&mu_);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "core/common/status_macros.h"
 #include "core/metrics/metrics.h"
+#include "core/tneb/graph.h"
 #include "core/tneb/tneb.h"
 #include "server/methods/method.h"
 
@@ -108,7 +109,9 @@ absl::Status CheckMerge(const v1::TnebParams& p) {
 //     component's `neighbors` nearest (deduplicated, so at most m (m - 1) /
 //     2) and at most m - 1 bridges;
 //   * per thread: the gradient's m blocks of 256 x d, and one evaluation
-//     chunk of kMaxPollRows rows.
+//     chunk of kMaxPollRows rows;
+//   * with the graph merge (the default above 10 columns): the neighbour
+//     graph's sampled rows, lists and distance blocks (GraphPeakBytes).
 double PeakBytes(const TnebOptions& o, const v1::Dataset& dataset) {
   const double n = static_cast<double>(dataset.rows());
   const double d = static_cast<double>(dataset.cols());
@@ -120,7 +123,12 @@ double PeakBytes(const TnebOptions& o, const v1::Dataset& dataset) {
   const double em = 8 * (4 * n * m + 4 * m * d * d);
   const double paths = 4 * 8 * pairs * o.path_points * d;
   const double per_thread = 8 * (m * 256 * d + 2 * 256 * m) + 8 * 16384 * (d + m);
-  return data + em + paths + threads * per_thread;
+  const double graph =
+      TnebMergeOrder(o, dataset.cols()) == TnebMerge::kGraph
+          ? static_cast<double>(GraphPeakBytes(dataset.rows(), dataset.cols())) +
+                threads * 8.0 * 256.0 * std::min<double>(n, kGraphMaxRows)
+          : 0.0;
+  return data + em + paths + threads * per_thread + graph;
 }
 
 // Upper bounds on the parameters whose size drives time or memory. Each is
@@ -202,6 +210,10 @@ class Tneb final : public Method {
     md["em_seconds"] = absl::StrFormat("%.3f", r.em_seconds);
     md["path_seconds"] = absl::StrFormat("%.3f", r.path_seconds);
     md["paths"] = absl::StrCat(r.edges.size());
+    // The job's result says when the tree at the diagnosed cut is degenerate
+    // (TnebDegenerateShare); the diag_* keys carry the rest.
+    md["diagnostics"] = TnebDiagnosticsSummary(r.diagnostics);
+    if (r.diagnostics.degenerate) md["warning"] = r.diagnostics.degenerate_reason;
     const absl::Span<const int64_t> labels = dataset.labels();
     if (!labels.empty()) {
       const int32_t true_k =

@@ -9,7 +9,8 @@
 // Usage:
 //   tneb_densired [--seeds S] [--first-seed F] [--gaussian] [--learn-dof | --auto-dof]
 //                 [--dof NU] [--no-standardize] [--components M] [--restarts R] [--threads T]
-//                 [--tolerance TOL] [--max-iterations N] [--merge density|persistence]
+//                 [--tolerance TOL] [--max-iterations N] [--merge density|persistence|graph]
+//                 [--legacy-high-dim] [--init-min-rows R] [--scale-prior-rows P]
 //                 [--dump PREFIX] X.npy Y.npy [X.npy Y.npy ...]
 // Without --dof, --learn-dof or --auto-dof, nu follows the default (chosen by
 // BIC among 1, learned and Gaussian when d <= 10, fixed at 1 above); --dof 1
@@ -41,13 +42,15 @@
 namespace {
 
 int Usage() {
-  std::fprintf(stderr,
-               "usage: tneb_densired [--seeds S] [--first-seed F] [--gaussian] "
-               "[--learn-dof | --auto-dof] [--dof NU] "
-               "[--no-standardize] [--components M] [--restarts R] [--threads T] [--dump PREFIX] "
-               "[--tolerance TOL] [--max-iterations N] [--merge density|persistence] [--edges] "
-               "[--rank-restarts-by-loglik] "
-               "X.npy Y.npy [...]\n");
+  std::fprintf(
+      stderr,
+      "usage: tneb_densired [--seeds S] [--first-seed F] [--gaussian] "
+      "[--learn-dof | --auto-dof] [--dof NU] "
+      "[--no-standardize] [--components M] [--restarts R] [--threads T] [--dump PREFIX] "
+      "[--tolerance TOL] [--max-iterations N] [--merge density|persistence|graph] [--edges] "
+      "[--legacy-high-dim] [--init-min-rows R] [--scale-prior-rows P] "
+      "[--rank-restarts-by-loglik] "
+      "X.npy Y.npy [...]\n");
   return 2;
 }
 
@@ -157,6 +160,21 @@ int main(int argc, char** argv) {
       base.learn_dof = true;
     } else if (a == "--edges") {
       print_edges = true;
+    } else if (a == "--legacy-high-dim") {
+      // The fit before issue 46 above 10-D: no minimum rows per initial
+      // component, no scale prior, density merging.
+      base.init_min_rows = 0;
+      base.scale_prior_rows = 0.0;
+      base.merge = dendro::TnebMerge::kDensity;
+      base.merge_by_dimension = false;
+    } else if (a == "--init-min-rows") {
+      const char* v = next();
+      if (!v) return Usage();
+      base.init_min_rows = std::atoi(v);
+    } else if (a == "--scale-prior-rows") {
+      const char* v = next();
+      if (!v) return Usage();
+      base.scale_prior_rows = std::atof(v);
     } else if (a == "--rank-restarts-by-loglik") {
       base.rank_restarts_by = dendro::TnebRestartRanking::kLogLikelihood;
     } else if (a == "--auto-dof") {
@@ -208,7 +226,7 @@ int main(int argc, char** argv) {
   // order behind `ari`.
   std::printf(
       "dataset\tseed\tari\tnmi\tleaves\tconverged\tem_its\tnu\tem_s\tpaths_s\ttotal_s\t"
-      "ari_other\tmerge\tloglik\tkept_loglik\tari_k-1\tsmallest\n");
+      "ari_other\tmerge\tloglik\tkept_loglik\tari_k-1\tsmallest\tlargest_share\tdegenerate\n");
   for (size_t f = 0; f < files.size(); f += 2) {
     auto x = dendro::ReadNpyFloat32(files[f]);
     auto y = dendro::ReadNpyInt(files[f + 1]);
@@ -234,6 +252,7 @@ int main(int argc, char** argv) {
     for (int s = first_seed; s < first_seed + seeds; ++s) {
       dendro::TnebOptions o = base;
       o.seed = static_cast<uint64_t>(s);
+      o.diagnose_k = true_k;
       dendro::NullRunContext ctx;
       const auto t0 = std::chrono::steady_clock::now();
       auto r = dendro::FitTneb(xv, o, ctx);
@@ -273,14 +292,13 @@ int main(int argc, char** argv) {
       if (print_edges) PrintTreeEdges(name, s, *r, y->data);
       std::printf(
           "%s\t%d\t%.4f\t%.4f\t%d\t%d/%d\t%lld\t%s\t%.1f\t%.1f\t%.1f\t%.4f\t%s\t%.6f\t%.6f\t%.4f\t"
-          "%lld\n",
-                  name.c_str(), s,
-                  ari, nmi, tree.num_leaves(), r->converged_restarts, r->restarts,
-                  static_cast<long long>(r->em_iterations),
-                  r->gaussian ? "inf" : (r->learned_dof ? "learned" : "fixed"), r->em_seconds,
-                  r->path_seconds, total, other, dendro::TnebMergeName(used),
-                  r->log_likelihood, r->kept_log_likelihood, ari_fewer,
-                  static_cast<long long>(smallest));
+          "%lld\t%.3f\t%d\n",
+          name.c_str(), s, ari, nmi, tree.num_leaves(), r->converged_restarts, r->restarts,
+          static_cast<long long>(r->em_iterations),
+          r->gaussian ? "inf" : (r->learned_dof ? "learned" : "fixed"), r->em_seconds,
+          r->path_seconds, total, other, dendro::TnebMergeName(used), r->log_likelihood,
+          r->kept_log_likelihood, ari_fewer, static_cast<long long>(smallest),
+          r->diagnostics.largest_share, r->diagnostics.degenerate ? 1 : 0);
       std::fflush(stdout);
     }
     if (aris.empty()) continue;

@@ -190,7 +190,7 @@ run assign --model hyper logits.npy --out ghhc_leaf.npy
   fail "assign does not place the training rows in their training leaves"
 expect_error 1 "projection_dim must be below" ghhc logits.npy --projection-dim 12 --out x.json
 expect_error 2 "--link" ghhc logits.npy --link relu --out x.json
-expect_error 2 "--merge must be density or persistence" tneb logits.npy --merge single --out x.json
+expect_error 2 "--merge must be density, persistence or graph" tneb logits.npy --merge single --out x.json
 expect_error 2 "--dof auto and --learn-dof" tneb logits.npy --dof auto --learn-dof --out x.json
 pass "ghhc: projection, schedule and link flags reach the model; assign projects new rows"
 

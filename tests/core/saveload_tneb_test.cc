@@ -96,6 +96,48 @@ TEST(TnebSaveLoad, RoundTripIsExact) {
   }
 }
 
+// The diagnostics travel in tneb_diagnostics.json; a model saved without
+// them (as before they existed) loads with k = 0, and a damaged file is a
+// clear error.
+TEST(TnebSaveLoad, DiagnosticsRoundTrip) {
+  const int64_t n = 600;
+  const std::vector<float> x = Data(n);
+  const TnebResult r = Fit(x, n, /*standardize=*/true, /*gaussian=*/false);
+  const TnebDiagnostics& d = r.model.diagnostics;
+  ASSERT_GT(d.k, 0);
+  EXPECT_EQ(d.surviving, r.hierarchy.num_leaves());
+  const ScopedTempDir tmp("tneb_saveload_diag_");
+  const std::string& dir = tmp.path();
+  ASSERT_TRUE(SaveTnebModel(r.model, dir).ok());
+  EXPECT_TRUE(std::filesystem::exists(dir + "/tneb_diagnostics.json"));
+  auto back = LoadTnebModel(dir);
+  ASSERT_TRUE(back.ok()) << back.status();
+  const TnebDiagnostics& b = back->diagnostics;
+  EXPECT_EQ(b.k, d.k);
+  EXPECT_EQ(b.cluster_sizes, d.cluster_sizes);
+  EXPECT_EQ(b.largest_share, d.largest_share);
+  EXPECT_EQ(b.components, d.components);
+  EXPECT_EQ(b.surviving, d.surviving);
+  EXPECT_EQ(b.filtered_small, d.filtered_small);
+  EXPECT_EQ(b.filtered_elongated, d.filtered_elongated);
+  EXPECT_EQ(b.candidates, d.candidates);
+  EXPECT_EQ(b.candidate_bic, d.candidate_bic);
+  EXPECT_EQ(b.kept_candidate, d.kept_candidate);
+  EXPECT_EQ(b.merge, d.merge);
+  EXPECT_EQ(b.degenerate, d.degenerate);
+  EXPECT_EQ(b.degenerate_reason, d.degenerate_reason);
+  EXPECT_EQ(TnebDiagnosticsSummary(b), TnebDiagnosticsSummary(d));
+
+  ASSERT_TRUE(WriteFileAtomic(dir + "/tneb_diagnostics.json", "{\"k\": 2}").ok());
+  EXPECT_THAT(std::string(LoadTnebModel(dir).status().message()),
+              HasSubstr("tneb_diagnostics.json"));
+  std::filesystem::remove(dir + "/tneb_diagnostics.json");
+  auto old = LoadTnebModel(dir);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->diagnostics.k, 0);
+  EXPECT_TRUE(old->diagnostics.cluster_sizes.empty());
+}
+
 TEST(TnebSaveLoad, DamagedFilesAreClearErrors) {
   const int64_t n = 300;
   const std::vector<float> x = Data(n);

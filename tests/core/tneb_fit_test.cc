@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -179,6 +180,10 @@ TEST(TnebFit, DensityMergeIsThePapers) {
   }
   EXPECT_EQ(ParseTnebMerge("density").value(), TnebMerge::kDensity);
   EXPECT_EQ(ParseTnebMerge("persistence").value(), TnebMerge::kPersistence);
+  EXPECT_EQ(ParseTnebMerge("graph").value(), TnebMerge::kGraph);
+  for (TnebMerge m : {TnebMerge::kDensity, TnebMerge::kPersistence, TnebMerge::kGraph}) {
+    EXPECT_EQ(ParseTnebMerge(TnebMergeName(m)).value(), m);
+  }
   EXPECT_FALSE(ParseTnebMerge("single").ok());
   for (TnebRestartRanking r :
        {TnebRestartRanking::kKeptLogLikelihood, TnebRestartRanking::kLogLikelihood}) {
@@ -188,14 +193,14 @@ TEST(TnebFit, DensityMergeIsThePapers) {
 }
 
 // By default the merge order is persistence up to kTnebLowDimension columns
-// and the paper's density order above; a fit records the one it used. With
+// and the graph merge above; a fit records the one it used. With
 // merge_by_dimension off, `merge` holds in every dimension.
 TEST(TnebFit, MergeOrderFollowsTheDimensionByDefault) {
   TnebOptions o;
   EXPECT_TRUE(o.merge_by_dimension);
   EXPECT_EQ(TnebMergeOrder(o, 2), TnebMerge::kPersistence);
   EXPECT_EQ(TnebMergeOrder(o, kTnebLowDimension), TnebMerge::kPersistence);
-  EXPECT_EQ(TnebMergeOrder(o, kTnebLowDimension + 1), TnebMerge::kDensity);
+  EXPECT_EQ(TnebMergeOrder(o, kTnebLowDimension + 1), TnebMerge::kGraph);
   o.merge_by_dimension = false;
   EXPECT_EQ(TnebMergeOrder(o, 64), TnebMerge::kPersistence);
   o.merge = TnebMerge::kDensity;
@@ -218,7 +223,8 @@ TEST(TnebFit, MergeOrderFollowsTheDimensionByDefault) {
   TnebOptions high = SmallOptions();
   auto by_default = FitTneb(view, high, ctx);
   ASSERT_TRUE(by_default.ok()) << by_default.status();
-  EXPECT_EQ(by_default->hierarchy.metadata().at("merge"), "density");
+  EXPECT_EQ(by_default->hierarchy.metadata().at("merge"), "graph");
+  EXPECT_TRUE(SamePartition(ClustersAt(*by_default, 3), blobs.y));
   high.merge_by_dimension = false;
   auto given = FitTneb(view, high, ctx);
   ASSERT_TRUE(given.ok()) << given.status();
@@ -228,6 +234,116 @@ TEST(TnebFit, MergeOrderFollowsTheDimensionByDefault) {
   auto low = FitTneb(blobs.view(), SmallOptions(), ctx);
   ASSERT_TRUE(low.ok()) << low.status();
   EXPECT_EQ(low->hierarchy.metadata().at("merge"), "persistence");
+}
+
+// The documented degenerate rule and the diagnostics of a fit: sizes add up
+// to the rows, the share is the largest size's, the filter counts match the
+// components' fates.
+TEST(TnebFit, DiagnosticsDescribeTheCut) {
+  EXPECT_DOUBLE_EQ(TnebDegenerateShare(1), 0.9);
+  EXPECT_DOUBLE_EQ(TnebDegenerateShare(2), 0.8);
+  EXPECT_DOUBLE_EQ(TnebDegenerateShare(5), 0.5);
+  EXPECT_DOUBLE_EQ(TnebDegenerateShare(20), 0.5);
+
+  const Data s = Blobs({{0, 0}, {12, 0}, {6, 11}}, 200, 1);
+  NullRunContext ctx;
+  TnebOptions o = SmallOptions();
+  o.diagnose_k = 3;
+  auto r = FitTneb(s.view(), o, ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const TnebDiagnostics& d = r->diagnostics;
+  EXPECT_EQ(d.k, 3);
+  ASSERT_EQ(d.cluster_sizes.size(), 3u);
+  int64_t total = 0, largest = 0;
+  for (int64_t c : d.cluster_sizes) total += c, largest = std::max(largest, c);
+  EXPECT_EQ(total, s.n);
+  EXPECT_DOUBLE_EQ(d.largest_share, static_cast<double>(largest) / s.n);
+  EXPECT_FALSE(d.degenerate);
+  EXPECT_EQ(d.surviving, r->hierarchy.num_leaves());
+  EXPECT_EQ(d.components, o.components);
+  int small = 0, elongated = 0;
+  for (const ComponentInfo& c : r->components) {
+    if (c.kept) continue;
+    (c.points <= o.min_component_points ? small : elongated)++;
+  }
+  EXPECT_EQ(d.filtered_small, small);
+  EXPECT_EQ(d.filtered_elongated, elongated);
+  EXPECT_EQ(d.merge, "persistence");
+  // Low-dimensional default: auto_dof compared three candidates.
+  EXPECT_EQ(d.candidates.size(), 3u);
+  EXPECT_EQ(d.candidate_bic.size(), 3u);
+  EXPECT_EQ(r->model.diagnostics.k, 3);
+  EXPECT_EQ(r->hierarchy.metadata().at("diag_k"), "3");
+  EXPECT_EQ(r->hierarchy.metadata().at("diag_degenerate"), "false");
+  EXPECT_THAT(TnebDiagnosticsSummary(d), HasSubstr("k=3"));
+
+  // At k = 2 on this tree, a cut of one cluster that holds nearly all rows
+  // is degenerate: rebuild the diagnostics with point_leaf moved onto one
+  // leaf.
+  Hierarchy h = r->hierarchy;
+  std::vector<int32_t> leaves(s.n, 0);
+  leaves[0] = h.num_leaves() - 1;
+  ASSERT_TRUE(h.SetPointLeaf(leaves).ok());
+  const TnebDiagnostics bad = TnebDiagnosticsAt(h, d, 2);
+  EXPECT_TRUE(bad.degenerate);
+  EXPECT_GT(bad.largest_share, 0.8);
+  EXPECT_THAT(TnebDiagnosticsSummary(bad), HasSubstr("DEGENERATE"));
+}
+
+// Above kTnebLowDimension: three blobs in 24 dimensions and a few far single
+// rows. The defaults (at least d + 1 rows per initial component, the scale
+// prior, the graph merge) keep the outliers from becoming top-level
+// branches: at k = 3 no cluster holds (nearly) everything, and the blobs
+// are recovered.
+TEST(TnebFit, FarOutliersInHighDimensionsDoNotCollapseTheTree) {
+  constexpr int kDim = 24;
+  constexpr int kPer = 250;
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> nd;
+  std::student_t_distribution<double> td(3.0);
+  std::vector<float> x;
+  std::vector<int> y;
+  for (int i = 0; i < 3 * kPer; ++i) {
+    const int b = i % 3;
+    for (int c = 0; c < kDim; ++c) {
+      x.push_back(static_cast<float>((c < 3 && c == b ? 9.0 : 0.0) + td(rng)));
+    }
+    y.push_back(b);
+  }
+  for (int i = 0; i < 6; ++i) {  // far rows
+    for (int c = 0; c < kDim; ++c) x.push_back(static_cast<float>(40.0 * nd(rng)));
+    y.push_back(3 + i);
+  }
+  const int64_t n = static_cast<int64_t>(y.size());
+  const MatrixView view(x.data(), n, kDim);
+  NullRunContext ctx;
+  TnebOptions o;
+  o.components = 12;
+  o.standardize = true;
+  o.seed = 2;
+  o.diagnose_k = 3;
+  auto r = FitTneb(view, o, ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->hierarchy.metadata().at("merge"), "graph");
+  EXPECT_EQ(r->hierarchy.metadata().at("init_min_rows"), absl::StrCat(kDim + 1));
+  EXPECT_FALSE(r->diagnostics.degenerate) << TnebDiagnosticsSummary(r->diagnostics);
+  EXPECT_LT(r->diagnostics.largest_share, TnebDegenerateShare(3));
+  // Most rows of every blob share a cluster of their own.
+  const std::vector<int> got = ClustersAt(*r, 3);
+  std::set<int> majority;
+  for (int b = 0; b < 3; ++b) {
+    std::map<int, int> votes;
+    for (int64_t i = 0; i < 3 * kPer; ++i) {
+      if (y[i] == b) ++votes[got[i]];
+    }
+    int best = -1, best_n = 0;
+    for (const auto& [c, v] : votes) {
+      if (v > best_n) best = c, best_n = v;
+    }
+    EXPECT_GT(best_n, kPer * 8 / 10);
+    majority.insert(best);
+  }
+  EXPECT_EQ(majority.size(), 3u);
 }
 
 // auto_dof fits nu fixed, nu learned and Gaussian components and keeps the

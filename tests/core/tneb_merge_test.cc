@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/tneb/graph.h"
 #include "core/tneb/merge.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -257,6 +258,76 @@ TEST(TnebMerge, PersistenceMergesTailsFirst) {
   EXPECT_FALSE(PersistenceMerges(unordered, peak).ok());
   EXPECT_FALSE(
       PersistenceMerges(dens->tree_edges, {0.0, 0.0, std::nan(""), 0.0, 0.0}).ok());
+}
+
+// The graph merge on three well-separated 20-D blobs split into six
+// components (two per blob): components of one blob share many kNN edges,
+// components of different blobs none, so the cut at 3 recovers the blobs.
+TEST(TnebGraph, SeparatedBlobsMergeWithinBlobsFirst) {
+  constexpr int kDim = 20;
+  constexpr int kPer = 120;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> nd;
+  std::vector<float> x;
+  std::vector<int32_t> leaf, blob;
+  for (int i = 0; i < 3 * kPer; ++i) {
+    const int b = i % 3;
+    for (int c = 0; c < kDim; ++c) {
+      x.push_back(static_cast<float>((c == b ? 30.0 : 0.0) + nd(rng)));
+    }
+    blob.push_back(b);
+    // Two components per blob, split on the sign of the last coordinate.
+    leaf.push_back(2 * b + (x.back() > 0.0f ? 1 : 0));
+  }
+  const int64_t n = static_cast<int64_t>(blob.size());
+  RowMatrixD means = RowMatrixD::Zero(6, kDim);
+  std::vector<double> count(6, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int c = 0; c < kDim; ++c) means(leaf[i], c) += x[i * kDim + c];
+    count[leaf[i]] += 1.0;
+  }
+  for (int k = 0; k < 6; ++k) means.row(k) /= count[k];
+
+  const std::vector<int64_t> rows = GraphSampleRows(n);
+  ASSERT_EQ(static_cast<int64_t>(rows.size()), n);
+  auto nn = NearestNeighborGraph(MatrixView(x.data(), n, kDim), FeatureTransform{}, rows,
+                                 kGraphNeighbors, 2);
+  ASSERT_TRUE(nn.ok()) << nn.status();
+  ASSERT_EQ(nn->size(), static_cast<size_t>(n * kGraphNeighbors));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int c = 0; c < kGraphNeighbors; ++c) {
+      const int32_t j = (*nn)[i * kGraphNeighbors + c];
+      EXPECT_NE(j, i);
+      EXPECT_EQ(blob[j], blob[i]);  // no edge crosses the wide gaps
+    }
+  }
+  const std::vector<SimilarityEdge> edges = GraphSimilarities(6, leaf, *nn, kGraphNeighbors, means);
+  ASSERT_EQ(edges.size(), 15u);
+  for (const SimilarityEdge& e : edges) {
+    if (e.a / 2 == e.b / 2) {
+      EXPECT_GT(e.similarity, 0.0);
+    } else {
+      EXPECT_LT(e.similarity, 0.0);
+      EXPECT_GT(e.similarity, -1.0);
+    }
+    EXPECT_LE(e.similarity, 1.0);
+  }
+  double offset = 0.0;
+  auto mt = ComponentMerges(6, edges, std::vector<double>(6, 1.0), /*persistence=*/false, &offset);
+  ASSERT_TRUE(mt.ok()) << mt.status();
+  EXPECT_EQ(offset, 1.0);
+  auto h = Hierarchy::FromMerges(6, mt->merges);
+  ASSERT_TRUE(h.ok()) << h.status();
+  const std::vector<int32_t> cut = *h->CutToK(3);
+  EXPECT_EQ(cut[0], cut[1]);
+  EXPECT_EQ(cut[2], cut[3]);
+  EXPECT_EQ(cut[4], cut[5]);
+  EXPECT_EQ(std::set<int32_t>(cut.begin(), cut.end()).size(), 3u);
+
+  // Above kGraphMaxRows the graph takes every ceil(n / max)-th row.
+  const std::vector<int64_t> sub = GraphSampleRows(10, 4);
+  EXPECT_EQ(sub, (std::vector<int64_t>{0, 3, 6, 9}));
+  EXPECT_GT(GraphPeakBytes(100000, 64), GraphPeakBytes(1000, 64));
 }
 
 }  // namespace

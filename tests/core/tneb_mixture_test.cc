@@ -219,6 +219,45 @@ TEST(TnebMixtureEm, RecoversSampledStudentMixture) {
   }
 }
 
+// The safeguards of MixtureOptions: with init_min_rows the fit still finds
+// the components; a scale prior worth far more rows than the data pulls
+// every scale matrix onto S0 = data covariance / m^(2/d) (Gaussian
+// components, so u = 1 and the weights are the rows).
+TEST(TnebMixtureEm, InitMinRowsAndScalePrior) {
+  const TrueMixture t;
+  const int n = 3000;
+  const Sample s = SampleMixture(t.w, t.mu, t.scale, 5.0, n, 21);
+  MatrixView x(s.x.data(), n, 3);
+  MixtureOptions o;
+  o.components = 3;
+  o.gaussian = true;
+  o.ridge = 0.0;
+  o.restarts = 2;
+  o.max_iterations = 200;
+  o.init_min_rows = 4;
+  NullRunContext ctx;
+  auto fit = FitStudentMixture(x, FeatureTransform{}, o, ctx);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_LT((fit->mixture.means().row(Nearest(fit->mixture, t.mu.row(k))) - t.mu.row(k)).norm(),
+              0.3);
+  }
+  Eigen::MatrixXd xd(n, 3);
+  for (int i = 0; i < n; ++i) {
+    for (int c = 0; c < 3; ++c) xd(i, c) = s.x[3 * i + c];
+  }
+  const Eigen::MatrixXd centred = xd.rowwise() - xd.colwise().mean();
+  const Eigen::MatrixXd s0 = (centred.transpose() * centred) / n / std::pow(3.0, 2.0 / 3.0);
+  o.scale_prior_rows = 1e9;
+  auto prior = FitStudentMixture(x, FeatureTransform{}, o, ctx);
+  ASSERT_TRUE(prior.ok()) << prior.status();
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_LT((prior->mixture.scale(k) - s0).norm() / s0.norm(), 1e-3) << prior->mixture.scale(k);
+  }
+  o.scale_prior_rows = -1.0;
+  EXPECT_FALSE(FitStudentMixture(x, FeatureTransform{}, o, ctx).ok());
+}
+
 TEST(TnebMixtureEm, LearnsDegreesOfFreedom) {
   const TrueMixture t;
   const int n = 9000;

@@ -125,6 +125,12 @@ TEST_F(TnebServerTest, FitAssignAndReload) {
   EXPECT_EQ(md.at("auto_k"), "3");
   EXPECT_EQ(md.at("standardize"), "true");
   EXPECT_EQ(md.at("merge"), "persistence");
+  // The diagnostics at the auto k: three balanced blobs are not degenerate.
+  EXPECT_EQ(md.at("diag_k"), "3");
+  EXPECT_EQ(md.at("diag_degenerate"), "false");
+  EXPECT_EQ(md.count("warning"), 0u);
+  EXPECT_EQ(md.at("diagnostics").rfind("k=3 ", 0), 0u);
+  EXPECT_EQ(job.stage(), "done");
   EXPECT_GT(std::stod(md.at("ari_at_true_k")), 0.99);
   EXPECT_GT(std::stod(md.at("nmi_at_true_k")), 0.97);
 
@@ -219,9 +225,8 @@ TEST_F(TnebServerTest, AGivenDofIsFixedAndNoneIsChosenByBic) {
   EXPECT_EQ(fixed->metadata().at("dof"), "1");
 }
 
-// Without a merge order, 12-column data merge in the paper's density order
-// (the default above 10 columns); an order given is used in every
-// dimension.
+// Without a merge order, 12-column data merge by the neighbour graph (the
+// default above 10 columns); an order given is used in every dimension.
 TEST_F(TnebServerTest, AGivenMergeOrderHoldsInHighDimensions) {
   StartServer();
   const int n = 450;
@@ -241,7 +246,7 @@ TEST_F(TnebServerTest, AGivenMergeOrderHoldsInHighDimensions) {
   v1::TnebParams p = SmallParams();
   auto by_default = FitServed(ds.id(), "default-merge", p);
   ASSERT_TRUE(by_default.ok()) << by_default.status();
-  EXPECT_EQ(by_default->metadata().at("merge"), "density");
+  EXPECT_EQ(by_default->metadata().at("merge"), "graph");
   p.set_merge("persistence");
   auto given = FitServed(ds.id(), "persistence", p);
   ASSERT_TRUE(given.ok()) << given.status();

@@ -429,8 +429,7 @@ absl::StatusOr<Hierarchy> TreeForEval(Context& ctx, const std::string& source) {
   std::error_code ec;
   if (!std::filesystem::exists(source, ec)) {
     absl::StatusOr<v1::ModelRef> ref = client::ParseModelRef(source);
-    if (!ref.ok() || absl::StrContains(source, "/") || absl::EndsWith(source, ".json") ||
-        absl::EndsWith(source, ".nwk") || absl::EndsWith(source, ".npy")) {
+    if (!ref.ok() || absl::StrContains(source, "/") || OutputKindFor(source).ok()) {
       return absl::NotFoundError(absl::StrCat(
           source, ": no such file, and not a model reference (NAME[:VERSION|@LABEL])"));
     }
@@ -440,10 +439,9 @@ absl::StatusOr<Hierarchy> TreeForEval(Context& ctx, const std::string& source) {
     return ParseJson(json);
   }
   absl::StatusOr<Hierarchy> tree;
-  std::string ext = std::filesystem::path(source).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (ext == ".npy") {
+  // The extensions 'dendro tree' writes; anything else is read as JSON.
+  const OutputKind kind = OutputKindFor(source).value_or(OutputKind::kJson);
+  if (kind == OutputKind::kLinkageNpy) {
     DENDRO_ASSIGN_OR_RETURN(NpyArrayF64 z, ReadNpyFloat64(source));
     if (z.shape.size() != 2 || z.shape[1] != 4) {
       return absl::InvalidArgumentError(
@@ -453,7 +451,7 @@ absl::StatusOr<Hierarchy> TreeForEval(Context& ctx, const std::string& source) {
   } else {
     std::string text;
     DENDRO_RETURN_IF_ERROR(ReadFileToString(source, &text));
-    tree = ext == ".nwk" || ext == ".newick" ? ParseNewick(text) : ParseJson(text);
+    tree = kind == OutputKind::kNewick ? ParseNewick(text) : ParseJson(text);
   }
   if (!tree.ok()) {
     return absl::Status(tree.status().code(), absl::StrCat(source, ": ", tree.status().message()));

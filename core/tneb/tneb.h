@@ -278,7 +278,7 @@ struct TnebResult {
   double bic_fixed_dof = 0.0;
   double bic_learned_dof = 0.0;
   double bic_gaussian = 0.0;
-  TnebDiagnostics diagnostics;  // the same as model.diagnostics
+  TnebDiagnostics diagnostics{};  // the same as model.diagnostics
   bool em_converged = false;  // whether the kept restart converged
   int64_t em_iterations = 0;  // M-steps over all restarts
   // Wall-clock seconds per phase.

@@ -281,11 +281,11 @@ std::string_view NumpyTypeName(std::string_view code) {
   return "";
 }
 
-absl::StatusOr<DType> ParseDescr(const PyValue& descr) {
+absl::StatusOr<NpyElementType> ParseElementType(const PyValue& descr) {
   if (descr.kind == PyValue::Kind::kList) {
     return absl::InvalidArgumentError(absl::StrCat(
         "structured dtype ", Repr(descr),
-        " is not supported; Dendro reads plain float32, float64, int32 or int64 arrays"));
+        " is not supported; save a plain numeric array (one dtype for every column)"));
   }
   if (descr.kind != PyValue::Kind::kString) {
     return absl::InvalidArgumentError(
@@ -293,30 +293,91 @@ absl::StatusOr<DType> ParseDescr(const PyValue& descr) {
   }
   const std::string& d = descr.str;
   const char order = d.empty() ? '\0' : d[0];
-  const std::string_view code =
-      (order == '<' || order == '>' || order == '|' || order == '=')
-          ? std::string_view(d).substr(1)
-          : std::string_view(d);
-  std::optional<DType> type;
-  if (code == "f4") type = DType::kFloat32;
-  if (code == "f8") type = DType::kFloat64;
-  if (code == "i4") type = DType::kInt32;
-  if (code == "i8") type = DType::kInt64;
-  if (type.has_value() && (order == '<' || order == '|' || order == '=')) return *type;
-  if (type.has_value() && order == '>') {
+  const bool has_order = order == '<' || order == '>' || order == '|' || order == '=';
+  const std::string_view code = has_order ? std::string_view(d).substr(1) : std::string_view(d);
+  NpyElementType t;
+  t.descr = d;
+  t.big_endian = order == '>';
+  const char letter = code.empty() ? '\0' : code[0];
+  int64_t width = -1;
+  if (code.size() > 1) {
+    width = 0;
+    for (char c : code.substr(1)) {
+      if (!std::isdigit(static_cast<unsigned char>(c)) || width > 1000000) {
+        width = -1;
+        break;
+      }
+      width = width * 10 + (c - '0');
+    }
+  }
+  bool ok = false;
+  switch (letter) {
+    case 'f':
+      t.kind = NpyElementType::Kind::kFloat;
+      ok = width == 2 || width == 4 || width == 8;
+      break;
+    case 'i':
+      t.kind = NpyElementType::Kind::kSignedInt;
+      ok = width == 1 || width == 2 || width == 4 || width == 8;
+      break;
+    case 'u':
+      t.kind = NpyElementType::Kind::kUnsignedInt;
+      ok = width == 1 || width == 2 || width == 4 || width == 8;
+      break;
+    case 'b':
+      t.kind = NpyElementType::Kind::kBool;
+      ok = width == 1;
+      break;
+    case '?':
+      t.kind = NpyElementType::Kind::kBool;
+      ok = code.size() == 1;
+      width = 1;
+      break;
+    case 'U':
+      t.kind = NpyElementType::Kind::kUnicode;
+      ok = width >= 1;
+      width *= 4;
+      break;
+    case 'S':
+      t.kind = NpyElementType::Kind::kBytes;
+      ok = width >= 1;
+      break;
+    default:
+      break;
+  }
+  if (ok) {
+    t.size = static_cast<int>(width);
+    if (t.size == 1 || t.kind == NpyElementType::Kind::kBytes) t.big_endian = false;
+    return t;
+  }
+  if (code == "O" || code == "O8") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "big-endian dtype '", d, "' is not supported; convert with arr.astype('<",
-        ToAbsl(code), "')"));
+        "object arrays (dtype '", d,
+        "') are not supported; convert to a numeric dtype, e.g. arr.astype('float32')"));
   }
   std::string name(NumpyTypeName(code));
-  if (code == "O" || code == "O8") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("object arrays (dtype '", d, "') are not supported"));
-  }
   return absl::InvalidArgumentError(absl::StrCat(
       "unsupported dtype '", absl::CHexEscape(d), "'", name.empty() ? "" : " (", name,
       name.empty() ? "" : ")",
-      "; Dendro reads float32, float64, int32 and int64 ('<f4', '<f8', '<i4', '<i8')"));
+      "; Dendro reads floats, integers and booleans (and strings for labels)"));
+}
+
+// The strict subset the server stores: little-endian float32/64, int32/64.
+absl::StatusOr<DType> StrictDType(const NpyElementType& t) {
+  std::optional<DType> type;
+  if (t.kind == NpyElementType::Kind::kFloat && t.size == 4) type = DType::kFloat32;
+  if (t.kind == NpyElementType::Kind::kFloat && t.size == 8) type = DType::kFloat64;
+  if (t.kind == NpyElementType::Kind::kSignedInt && t.size == 4) type = DType::kInt32;
+  if (t.kind == NpyElementType::Kind::kSignedInt && t.size == 8) type = DType::kInt64;
+  if (type.has_value() && !t.big_endian) return *type;
+  if (type.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "big-endian dtype '", t.descr, "' is not supported; convert with arr.astype('<",
+        t.descr.substr(1), "')"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unsupported dtype '", absl::CHexEscape(t.descr), "' (", t.Name(),
+      "); Dendro reads float32, float64, int32 and int64 ('<f4', '<f8', '<i4', '<i8')"));
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseShape(const PyValue& shape) {
@@ -448,7 +509,28 @@ int64_t NpyHeader::num_bytes() const {
   return num_elements() * static_cast<int64_t>(DTypeSize(dtype));
 }
 
-absl::StatusOr<NpyHeader> ParseNpyHeader(std::string_view bytes) {
+std::string NpyElementType::Name() const {
+  switch (kind) {
+    case Kind::kFloat: return absl::StrCat("float", 8 * size);
+    case Kind::kSignedInt: return absl::StrCat("int", 8 * size);
+    case Kind::kUnsignedInt: return absl::StrCat("uint", 8 * size);
+    case Kind::kBool: return "bool";
+    case Kind::kUnicode: return absl::StrCat("<U", size / 4, " (unicode string)");
+    case Kind::kBytes: return absl::StrCat("|S", size, " (byte string)");
+  }
+  return "unknown";
+}
+
+int64_t NpyLayout::num_elements() const {
+  if (shape.empty()) return 0;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t NpyLayout::num_bytes() const { return num_elements() * element.size; }
+
+absl::StatusOr<NpyLayout> ParseNpyLayout(std::string_view bytes) {
   const std::string_view magic = bytes.substr(0, kMagicLen);
   if (magic != std::string_view(kMagic, kMagicLen).substr(0, magic.size()) ||
       magic.empty()) {
@@ -512,20 +594,30 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(std::string_view bytes) {
       return absl::InvalidArgumentError(absl::StrCat("header has no '", name, "' key"));
     }
   }
-  NpyHeader header;
-  DENDRO_ASSIGN_OR_RETURN(header.dtype, ParseDescr(*descr));
+  NpyLayout layout;
+  DENDRO_ASSIGN_OR_RETURN(layout.element, ParseElementType(*descr));
   if (fortran->kind != PyValue::Kind::kBool) {
     return absl::InvalidArgumentError(
         absl::StrCat("'fortran_order' must be True or False, got ", Repr(*fortran)));
   }
-  if (fortran->flag) {
+  layout.fortran_order = fortran->flag;
+  DENDRO_ASSIGN_OR_RETURN(layout.shape, ParseShape(*shape));
+  DENDRO_RETURN_IF_ERROR(CheckSize(layout.shape, static_cast<size_t>(layout.element.size)));
+  layout.data_offset = prefix + header_len;
+  return layout;
+}
+
+absl::StatusOr<NpyHeader> ParseNpyHeader(std::string_view bytes) {
+  DENDRO_ASSIGN_OR_RETURN(NpyLayout layout, ParseNpyLayout(bytes));
+  NpyHeader header;
+  DENDRO_ASSIGN_OR_RETURN(header.dtype, StrictDType(layout.element));
+  if (layout.fortran_order) {
     return absl::InvalidArgumentError(
         "Fortran-order (column-major) arrays are not supported; save a C-order copy, "
         "e.g. np.save(path, np.ascontiguousarray(arr))");
   }
-  DENDRO_ASSIGN_OR_RETURN(header.shape, ParseShape(*shape));
-  DENDRO_RETURN_IF_ERROR(CheckSize(header.shape, DTypeSize(header.dtype)));
-  header.data_offset = prefix + header_len;
+  header.shape = std::move(layout.shape);
+  header.data_offset = layout.data_offset;
   return header;
 }
 

@@ -1,10 +1,13 @@
 // NumPy .npy files: the array format Dendro reads and writes.
 //
-// Supported: format versions 1.0, 2.0 and 3.0; dtypes '<f4', '<f8', '<i4',
-// '<i8' (and '|'/'=' spellings that mean the same on little-endian hosts);
-// C order only; 1-D or 2-D shapes. Everything else (Fortran order, big
-// endian, object arrays, other dtypes, truncated data) is an
-// InvalidArgument error that names the problem and the file.
+// MappedNpy and the Read* functions are what the server stores and loads:
+// format versions 1.0, 2.0 and 3.0; dtypes '<f4', '<f8', '<i4', '<i8' (and
+// '|'/'=' spellings that mean the same on little-endian hosts); C order
+// only; 1-D or 2-D shapes. Everything else (Fortran order, big endian,
+// object arrays, other dtypes, truncated data) is an InvalidArgument error
+// that names the problem and the file. Files as users have them (any
+// numeric dtype, either order) go through ParseNpyLayout and
+// core/input/matrix_file.h, which convert.
 #ifndef DENDRO_CORE_IO_NPY_H_
 #define DENDRO_CORE_IO_NPY_H_
 
@@ -39,6 +42,37 @@ struct NpyHeader {
 // may extend past the header (e.g. the whole file); the data size is not
 // checked here. Errors are InvalidArgument and do not name a file.
 absl::StatusOr<NpyHeader> ParseNpyHeader(std::string_view bytes);
+
+// The element type of any array numpy writes with a plain dtype string
+// ('<f2', '>i8', '|u1', '|b1', '<U12', '|S5'), for readers that convert.
+struct NpyElementType {
+  enum class Kind { kFloat, kSignedInt, kUnsignedInt, kBool, kUnicode, kBytes };
+  Kind kind = Kind::kFloat;
+  int size = 4;             // bytes per element (kUnicode: 4 per character)
+  bool big_endian = false;  // always false for 1-byte types
+  std::string descr;        // as written in the header
+  // numpy's name: "float16", "uint8", "bool", "<U12 (unicode string)".
+  std::string Name() const;
+};
+
+// Everything a header says, before any restriction on dtype or order.
+struct NpyLayout {
+  NpyElementType element;
+  bool fortran_order = false;
+  std::vector<int64_t> shape;  // 1 or 2 entries
+  size_t data_offset = 0;
+  int64_t num_elements() const;
+  int64_t num_bytes() const;  // the parser guarantees no overflow
+  int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
+  int64_t cols() const { return shape.size() < 2 ? 1 : shape[1]; }
+};
+
+// Like ParseNpyHeader, but accepts float16/32/64, signed and unsigned
+// integers of 1-8 bytes, bool, fixed-width unicode and byte strings, either
+// byte order, and Fortran order. Still refused: object, complex, datetime,
+// float128, structured and sub-array dtypes, and more than two dimensions.
+absl::StatusOr<NpyLayout> ParseNpyLayout(std::string_view bytes);
+
 // Serialises a header for `shape` (version 1.0, or 2.0 if it is long),
 // padded so that data starts on a 64-byte boundary. The bytes are identical
 // to what numpy (1.24) writes for the same dtype and shape, including its

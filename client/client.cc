@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "core/common/status_macros.h"
 #include "core/io/atomic_file.h"
+#include "core/input/matrix_file.h"
 #include "core/io/npy.h"
 #include "dendro/v1/dendro.grpc.pb.h"
 
@@ -359,88 +360,53 @@ absl::StatusOr<v1::Dataset> Client::Impl::Upload(const v1::DatasetHeader& header
   return response;
 }
 
+absl::StatusOr<v1::Dataset> Client::UploadFile(MatrixFile& file,
+                                               absl::Span<const int64_t> labels,
+                                               std::string_view display_name,
+                                               const UploadProgress& progress, bool transient,
+                                               std::string_view prepare) {
+  if (!labels.empty() && static_cast<int64_t>(labels.size()) != file.rows()) {
+    return absl::InvalidArgumentError(absl::StrCat("there are ", labels.size(),
+                                                   " labels but ", file.path(), " has ",
+                                                   file.rows(), " rows"));
+  }
+  v1::DatasetHeader header;
+  header.set_display_name(std::string(display_name));
+  header.set_rows(file.rows());
+  header.set_cols(file.cols());
+  header.set_has_labels(!labels.empty());
+  header.set_transient(transient);
+  header.set_prepare(std::string(prepare));
+
+  const int64_t cols = file.cols();
+  // Blocks are asked for once each, in order: the rows before a block have
+  // been sent, and their pages are released as the upload goes, so that
+  // unmapping a file of gigabytes does not hold up what comes after it (for
+  // `dendro l2h`, the job). A file that is not float32 rows already is
+  // converted one block at a time.
+  std::vector<float> converted;
+  RowSource source = [&file, &converted, cols](int64_t begin,
+                                               int64_t end) -> absl::StatusOr<const float*> {
+    file.ReleaseRowsBefore(begin);
+    if (const float* direct = file.Float32Rows(begin, end); direct != nullptr) return direct;
+    converted.resize(static_cast<size_t>((end - begin) * cols));
+    DENDRO_RETURN_IF_ERROR(file.ReadRows(begin, end, converted.data()));
+    return converted.data();
+  };
+  return impl_->Upload(header, source, file.path(), labels, progress);
+}
+
 absl::StatusOr<v1::Dataset> Client::UploadNpy(const std::string& path,
                                               const std::optional<std::string>& labels_path,
                                               std::string_view display_name,
                                               const UploadProgress& progress, bool transient,
                                               std::string_view prepare) {
-  DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(path));
-  const NpyHeader& h = npy->header();
-  if (h.dtype != DType::kFloat32 && h.dtype != DType::kFloat64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": expected a float32 or float64 array, got ", std::string(DTypeName(h.dtype))));
-  }
-  if (h.shape.size() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": expected a 2-D array (rows x columns), got a 1-D array of ", h.rows(),
-        " values"));
-  }
-  if (h.rows() < 1 || h.cols() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": the array is empty (", h.rows(), " x ", h.cols(), ")"));
-  }
-  std::vector<int64_t> labels;
+  DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MatrixFile> file, MatrixFile::Open(path));
+  LabelColumn labels;
   if (labels_path.has_value()) {
-    DENDRO_ASSIGN_OR_RETURN(NpyArrayI64 y, ReadNpyInt(*labels_path));
-    const bool column = y.shape.size() == 2 && y.shape[1] == 1;
-    if (y.shape.size() != 1 && !column) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          *labels_path, ": labels must be a 1-D array, got shape (", y.shape[0], ", ",
-          y.shape[1], ")"));
-    }
-    if (static_cast<int64_t>(y.data.size()) != h.rows()) {
-      return absl::InvalidArgumentError(absl::StrCat(*labels_path, ": has ", y.data.size(),
-                                                     " labels but ", path, " has ", h.rows(),
-                                                     " rows"));
-    }
-    labels = std::move(y.data);
+    DENDRO_ASSIGN_OR_RETURN(labels, ReadLabelFile(*labels_path));
   }
-
-  v1::DatasetHeader header;
-  header.set_display_name(std::string(display_name));
-  header.set_rows(h.rows());
-  header.set_cols(h.cols());
-  header.set_has_labels(labels_path.has_value());
-  header.set_transient(transient);
-  header.set_prepare(std::string(prepare));
-
-  const int64_t cols = h.cols();
-  RowSource source;
-  std::vector<float> converted;  // one block of float64 input as float32
-  // Blocks are asked for once each, in order: the rows before a block have
-  // been sent, and their pages are dropped as the upload goes, so that
-  // unmapping a file of gigabytes does not hold up what comes after it (for
-  // `dendro l2h`, the job).
-  MappedNpy* file = npy.get();
-  if (h.dtype == DType::kFloat32) {
-    const float* base = static_cast<const float*>(npy->data());
-    source = [file, base, cols](int64_t begin, int64_t) -> absl::StatusOr<const float*> {
-      file->DropPagesBefore(base + begin * cols);
-      return base + begin * cols;
-    };
-  } else {
-    const double* base = static_cast<const double*>(npy->data());
-    source = [&converted, file, base, cols, &path](
-                 int64_t begin, int64_t end) -> absl::StatusOr<const float*> {
-      file->DropPagesBefore(base + begin * cols);
-      const int64_t n = (end - begin) * cols;
-      converted.resize(n);
-      const double* in = base + begin * cols;
-      for (int64_t i = 0; i < n; ++i) {
-        const double v = in[i];
-        const float f = static_cast<float>(v);
-        if (std::isfinite(v) && !std::isfinite(f)) {
-          const int64_t index = begin * cols + i;
-          return absl::InvalidArgumentError(absl::StrCat(
-              path, ": value ", v, " at row ", index / cols, ", column ", index % cols,
-              " is outside the float32 range"));
-        }
-        converted[i] = f;
-      }
-      return converted.data();
-    };
-  }
-  return impl_->Upload(header, source, path, labels, progress);
+  return UploadFile(*file, labels.ids, display_name, progress, transient, prepare);
 }
 
 absl::StatusOr<v1::Dataset> Client::UploadMatrix(const MatrixView& matrix,

@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/input/matrix_file.h"
 #include "core/matrix/matrix.h"
 #include "dendro/v1/dendro.pb.h"
 
@@ -113,17 +114,22 @@ class Client {
 
   // --- Datasets -------------------------------------------------------------
 
-  // Uploads a 2-D float32 .npy file (float64 is converted to float32 chunk by
-  // chunk; a finite value outside float32's range is an error). The file is
-  // memory-mapped and streamed chunk by chunk, never copied whole. Optional
-  // labels: a 1-D int32/int64 .npy with one entry per row. Every value is
-  // checked to be finite before its chunk is sent (the error names the row
-  // and column); header problems (missing file, wrong dtype or shape,
-  // truncation) are reported before the server is contacted. A `transient`
-  // dataset is not written durably and is dropped when the server restarts
-  // (see DatasetHeader.transient): right for one-shot fits. `prepare` names
-  // a method whose first pass the server runs while the rows arrive
-  // (DatasetHeader.prepare: "" or "l2h").
+  // Uploads a matrix file opened with MatrixFile::Open (.npy of any numeric
+  // dtype and order, .npz, .csv/.tsv/.txt; see core/input/matrix_file.h),
+  // streamed block by block: float32 C-order rows straight from the mapped
+  // file, anything else converted one block at a time, never copied whole.
+  // `labels` is empty or has one entry per row. Every value is checked to be
+  // finite before its chunk is sent (the error names the row and column). A
+  // `transient` dataset is not written durably and is dropped when the
+  // server restarts (see DatasetHeader.transient): right for one-shot fits.
+  // `prepare` names a method whose first pass the server runs while the
+  // rows arrive (DatasetHeader.prepare: "" or "l2h").
+  absl::StatusOr<v1::Dataset> UploadFile(MatrixFile& file, absl::Span<const int64_t> labels,
+                                         std::string_view display_name,
+                                         const UploadProgress& progress = nullptr,
+                                         bool transient = false, std::string_view prepare = "");
+  // UploadFile for a path, with labels read by ReadLabelFile (string labels
+  // become ids in sorted order; their names are not sent).
   absl::StatusOr<v1::Dataset> UploadNpy(const std::string& path,
                                         const std::optional<std::string>& labels_path,
                                         std::string_view display_name,

@@ -1,34 +1,97 @@
 // Verbs for classifier models: hppca train, hppca add, predict.
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
 #include "core/common/status_macros.h"
+#include "core/io/atomic_file.h"
 #include "core/io/npy.h"
 #include "nlohmann/json.hpp"
 
 namespace dendro::cli {
 namespace {
 
+// String labels for `hppca add`: the base model's classes keep their labels
+// (matched by name), names it does not have get labels after its largest.
+// Rewrites y.ids to those labels and returns the names by label.
+absl::StatusOr<std::vector<std::string>> MapToBaseClasses(client::Client& client,
+                                                          const v1::ModelRef& base,
+                                                          LabelColumn& y) {
+  DENDRO_ASSIGN_OR_RETURN(v1::GetClassesResponse classes, client.GetClasses(base));
+  absl::flat_hash_map<std::string, int64_t> label_of;
+  int64_t next = 0;
+  for (int i = 0; i < classes.labels_size(); ++i) {
+    if (i < classes.names_size()) label_of.emplace(classes.names(i), classes.labels(i));
+    next = std::max(next, classes.labels(i) + 1);
+  }
+  std::vector<int64_t> label_of_id(y.names.size());
+  for (size_t id = 0; id < y.names.size(); ++id) {
+    auto [it, added] = label_of.emplace(y.names[id], next);
+    if (added) ++next;
+    label_of_id[id] = it->second;
+  }
+  constexpr int64_t kMaxNamedLabel = 1000000;
+  if (next > kMaxNamedLabel) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the base model's labels reach ", next - 1, "; string labels can extend models whose "
+        "labels are below ", kMaxNamedLabel));
+  }
+  for (int64_t& id : y.ids) id = label_of_id[id];
+  std::vector<std::string> names(static_cast<size_t>(next));
+  for (int64_t v = 0; v < next; ++v) names[v] = absl::StrCat(v);
+  for (const auto& [name, label] : label_of) names[label] = name;
+  return names;
+}
+
 // Uploads features + labels (transient unless --keep-dataset) or looks up
 // the existing dataset, submits `spec`, waits, and prints the registered
-// model. `labels` is the labels file of an upload.
+// model. `labels` is the labels file of an upload. Classes are named by
+// --class-names (line v names label v) or by string labels.
 absl::Status TrainAndReport(Context& ctx, const Args& args, const FitInput& input,
                             const std::optional<std::string>& labels, v1::JobSpec spec) {
   spec.set_allow_method_change(args.Has("allow-method-change"));
+  std::unique_ptr<MatrixFile> file;
+  LabelColumn y;
+  if (!input.existing()) {
+    DENDRO_ASSIGN_OR_RETURN(file, OpenMatrix(args, input.path));
+    DENDRO_ASSIGN_OR_RETURN(y, ReadLabels(args, *labels));
+    if (static_cast<int64_t>(y.ids.size()) != file->rows()) {
+      return absl::InvalidArgumentError(absl::StrCat(*labels, " has ", y.ids.size(),
+                                                     " labels but ", input.path, " has ",
+                                                     file->rows(), " rows"));
+    }
+  }
+  std::vector<std::string> names;
+  if (std::optional<std::string> path = args.Get("class-names")) {
+    if (!y.names.empty()) {
+      return UsageError(absl::StrCat(*labels, " holds strings, which name the classes "
+                                     "themselves; drop --class-names"));
+    }
+    DENDRO_ASSIGN_OR_RETURN(names, ReadNamesFile("--class-names", *path));
+  }
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  if (!y.names.empty()) {
+    if (spec.has_hppca_add()) {
+      DENDRO_ASSIGN_OR_RETURN(names, MapToBaseClasses(*client, spec.hppca_add().base(), y));
+    } else {
+      names = y.names;
+    }
+  }
+  for (std::string& n : names) spec.add_leaf_names(std::move(n));
   v1::Dataset ds;
   if (input.existing()) {
     DENDRO_ASSIGN_OR_RETURN(ds, GetExistingDataset(*client, input.dataset_id));
   } else {
-    DENDRO_ASSIGN_OR_RETURN(ds, client->UploadNpy(input.path, labels, spec.model_name(), nullptr,
-                                                  !args.Has("keep-dataset")));
+    DENDRO_ASSIGN_OR_RETURN(ds, client->UploadFile(*file, y.ids, spec.model_name(), nullptr,
+                                                   !args.Has("keep-dataset")));
   }
   spec.set_dataset_id(ds.id());
   DENDRO_ASSIGN_OR_RETURN(v1::Job job,
@@ -79,36 +142,53 @@ absl::StatusOr<TrainingData> TrainingDataFrom(const Args& args,
   return TrainingData{std::move(input), data_args[1]};
 }
 
-// A 2-D float32 view of a .npy file (float64 converted), kept alive by the
-// returned holder.
+// Rows to predict, as float32: the file's own pages when it holds exactly
+// that, else a converted copy.
 struct Features {
-  std::unique_ptr<MappedNpy> mapped;
+  std::unique_ptr<MatrixFile> file;
   std::vector<float> converted;
   const float* data = nullptr;
   int64_t rows = 0, cols = 0;
 };
 
-absl::StatusOr<Features> ReadFeatures(const std::string& path) {
+absl::StatusOr<Features> ReadFeatures(const Args& args, const std::string& path) {
   Features f;
-  DENDRO_ASSIGN_OR_RETURN(f.mapped, MappedNpy::Open(path));
-  const NpyHeader& h = f.mapped->header();
-  if (h.shape.size() != 2 || h.rows() < 1 || h.cols() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": expected a non-empty 2-D array (rows x features)"));
-  }
-  if (h.dtype == DType::kFloat32) {
-    f.data = static_cast<const float*>(f.mapped->data());
-  } else if (h.dtype == DType::kFloat64) {
-    DENDRO_ASSIGN_OR_RETURN(NpyArrayF32 a, ReadNpyFloat32(path));
-    f.converted = std::move(a.data);
+  DENDRO_ASSIGN_OR_RETURN(f.file, OpenMatrix(args, path));
+  f.rows = f.file->rows();
+  f.cols = f.file->cols();
+  f.data = f.file->Float32Rows(0, f.rows);
+  if (f.data == nullptr) {
+    DENDRO_ASSIGN_OR_RETURN(f.converted, ReadAllRows(*f.file));
     f.data = f.converted.data();
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": expected a float32 or float64 array, got ", std::string(DTypeName(h.dtype))));
   }
-  f.rows = h.rows();
-  f.cols = h.cols();
   return f;
+}
+
+// Writes predictions by --out's extension: .npy the labels (rows, or rows x
+// top-k), .txt/.csv the class names, one row per line (top-k separated by
+// commas).
+absl::Status WritePredictions(const std::string& out, const client::PredictResult& pred,
+                              int64_t rows, const v1::GetClassesResponse* classes) {
+  if (classes == nullptr) {
+    std::vector<int64_t> shape = {rows};
+    if (pred.top_k > 1) shape.push_back(pred.top_k);
+    return WriteNpy(out, absl::MakeConstSpan(pred.labels), shape);
+  }
+  absl::flat_hash_map<int64_t, std::string> name_of;
+  for (int i = 0; i < classes->labels_size() && i < classes->names_size(); ++i) {
+    name_of.emplace(classes->labels(i), classes->names(i));
+  }
+  std::string text;
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int32_t j = 0; j < pred.top_k; ++j) {
+      const int64_t label = pred.labels[i * pred.top_k + j];
+      auto it = name_of.find(label);
+      absl::StrAppend(&text, j > 0 ? "," : "", it != name_of.end() ? it->second
+                                                                     : absl::StrCat(label));
+    }
+    text.push_back('\n');
+  }
+  return WriteFileAtomic(out, text);
 }
 
 }  // namespace
@@ -159,8 +239,14 @@ absl::Status RunPredict(Context& ctx, const Args& args) {
   absl::StatusOr<v1::ModelRef> ref = client::ParseModelRef(*model_flag);
   if (!ref.ok()) return UsageError(std::string(ref.status().message()));
   const std::optional<std::string> out = args.Get("out");
-  if (!out.has_value()) return UsageError("'predict' needs --out PRED.npy");
-  DENDRO_RETURN_IF_ERROR(CheckNpyOutput("predict", *out));
+  if (!out.has_value()) return UsageError("'predict' needs --out PRED.npy (or PRED.txt)");
+  const std::string out_ext =
+      absl::AsciiStrToLower(std::filesystem::path(*out).extension().string());
+  const bool names_out = out_ext == ".txt" || out_ext == ".csv";
+  if (!names_out && !CheckNpyOutput("predict", *out).ok()) {
+    return UsageError(absl::StrCat("--out ", *out, ": 'predict' writes labels to a .npy file or "
+                                   "class names to a .txt or .csv file"));
+  }
   client::PredictOptions options;
   DENDRO_ASSIGN_OR_RETURN(int64_t t, args.GetInt("top-t", 0, 0, 1000000));
   DENDRO_ASSIGN_OR_RETURN(int64_t k, args.GetInt("top-k", 1, 1, 1000000));
@@ -169,16 +255,41 @@ absl::Status RunPredict(Context& ctx, const Args& args) {
   options.flat = args.Has("flat");
 
   const std::string path = args.positional()[0];
-  DENDRO_ASSIGN_OR_RETURN(Features f, ReadFeatures(path));
-  std::vector<int64_t> truth;
+  DENDRO_ASSIGN_OR_RETURN(Features f, ReadFeatures(args, path));
+  LabelColumn truth_column;
   if (std::optional<std::string> y = args.Get("labels")) {
-    DENDRO_ASSIGN_OR_RETURN(truth, ReadLabels(*y));
-    if (static_cast<int64_t>(truth.size()) != f.rows) {
-      return absl::InvalidArgumentError(absl::StrCat(*y, " has ", truth.size(), " labels but ",
-                                                     path, " has ", f.rows, " rows"));
+    DENDRO_ASSIGN_OR_RETURN(truth_column, ReadLabels(args, *y));
+    if (static_cast<int64_t>(truth_column.ids.size()) != f.rows) {
+      return absl::InvalidArgumentError(absl::StrCat(*y, " has ", truth_column.ids.size(),
+                                                     " labels but ", path, " has ", f.rows,
+                                                     " rows"));
     }
   }
+  std::vector<int64_t>& truth = truth_column.ids;
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
+  // Class names, when the output or the labels are names.
+  std::optional<v1::GetClassesResponse> classes;
+  if (names_out || !truth_column.names.empty()) {
+    absl::StatusOr<v1::GetClassesResponse> c = client->GetClasses(*ref);
+    if (absl::IsFailedPrecondition(c.status())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model '", *model_flag, "' has no classes to name: ", c.status().message()));
+    }
+    DENDRO_RETURN_IF_ERROR(c.status());
+    classes = *std::move(c);
+  }
+  if (!truth_column.names.empty()) {
+    // String labels are class names: compare them by the model's labels; a
+    // name the model does not know never matches.
+    absl::flat_hash_map<std::string, int64_t> label_of;
+    for (int i = 0; i < classes->labels_size() && i < classes->names_size(); ++i) {
+      label_of.emplace(classes->names(i), classes->labels(i));
+    }
+    for (int64_t& id : truth) {
+      auto it = label_of.find(truth_column.names[id]);
+      id = it != label_of.end() ? it->second : std::numeric_limits<int64_t>::min();
+    }
+  }
   const MatrixView rows(f.data, f.rows, f.cols);
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<client::PredictResult> predicted = client->Predict(*ref, rows, options);
@@ -194,9 +305,8 @@ absl::Status RunPredict(Context& ctx, const Args& args) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  std::vector<int64_t> shape = {f.rows};
-  if (options.top_k > 1) shape.push_back(pred.top_k);
-  DENDRO_RETURN_IF_ERROR(WriteNpy(*out, absl::MakeConstSpan(pred.labels), shape));
+  DENDRO_RETURN_IF_ERROR(
+      WritePredictions(*out, pred, f.rows, names_out ? &*classes : nullptr));
   std::cout << "model " << ref->name() << " version " << pred.model_version << std::endl;
   if (truth.empty()) return absl::OkStatus();
 

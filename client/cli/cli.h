@@ -147,8 +147,18 @@ absl::Status CheckOutputs(const std::vector<std::string>& outs);
 // --out of a verb that writes one .npy array (assign, predict): a usage
 // error naming the verb for any other name.
 absl::Status CheckNpyOutput(const std::string& verb, const std::string& path);
-// 1-D (or N x 1) int32/int64 labels from a .npy file.
-absl::StatusOr<std::vector<int64_t>> ReadLabels(const std::string& path);
+// A data file named on the command line (.npy of any numeric dtype, .npz
+// with --key, .csv/.tsv/.txt; see core/input/matrix_file.h).
+absl::StatusOr<std::unique_ptr<MatrixFile>> OpenMatrix(const Args& args, const std::string& path);
+// Labels (numbers or strings; .npz with --labels-key), by ReadLabelFile.
+absl::StatusOr<LabelColumn> ReadLabels(const Args& args, const std::string& path);
+// Names, one per line (a final newline and CRLF line ends allowed; a blank
+// line is an error, since it would shift every later name). `flag` names
+// the option in messages ("--leaf-names").
+absl::StatusOr<std::vector<std::string>> ReadNamesFile(const std::string& flag,
+                                                      const std::string& path);
+// Every row of `file` as row-major float32.
+absl::StatusOr<std::vector<float>> ReadAllRows(MatrixFile& file);
 
 // Optional positive, finite number flag --NAME; 0 (the proto's "use the
 // default") when absent, a usage error when not a positive number.

@@ -74,20 +74,33 @@ absl::Status RunUpload(Context& ctx, const Args& args) {
   if (!prepare.empty() && prepare != "l2h") {
     return UsageError(absl::StrCat("--prepare '", prepare, "': the one choice is l2h"));
   }
+  DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MatrixFile> file, OpenMatrix(args, path));
+  LabelColumn y;
+  if (labels.has_value()) {
+    DENDRO_ASSIGN_OR_RETURN(y, ReadLabels(args, *labels));
+  }
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
   const auto start = std::chrono::steady_clock::now();
   ProgressBar bar;
   DENDRO_ASSIGN_OR_RETURN(v1::Dataset ds,
-                          client->UploadNpy(path, labels, name, UploadBar(&bar, path),
-                                            args.Has("transient"), prepare));
+                          client->UploadFile(*file, y.ids, name, UploadBar(&bar, path),
+                                             args.Has("transient"), prepare));
   bar.Done();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << ds.id() << std::endl;
-  std::fprintf(stderr, "uploaded %s as %s: %lld x %lld float32%s, %s in %.1f s\n", path.c_str(),
-               ds.id().c_str(), static_cast<long long>(ds.rows()),
-               static_cast<long long>(ds.cols()), ds.has_labels() ? " with labels" : "",
-               FormatBytes(ds.size_bytes()).c_str(), seconds);
+  std::fprintf(stderr, "uploaded %s (%s) as %s: %lld x %lld float32%s, %s in %.1f s\n",
+               path.c_str(), file->description().c_str(), ds.id().c_str(),
+               static_cast<long long>(ds.rows()), static_cast<long long>(ds.cols()),
+               ds.has_labels() ? " with labels" : "", FormatBytes(ds.size_bytes()).c_str(),
+               seconds);
+  if (!y.names.empty()) {
+    std::fprintf(stderr,
+                 "the %zu label strings were sent as 0..%zu in sorted order (%s = 0); to name a "
+                 "classifier's classes after them, train with --class-names FILE (one per "
+                 "line, in that order)\n",
+                 y.names.size(), y.names.size() - 1, y.names[0].c_str());
+  }
   return absl::OkStatus();
 }
 
@@ -128,17 +141,23 @@ absl::Status FitAndReport(Context& ctx, const Args& args, v1::JobSpec spec,
   }
   if (wait) DENDRO_RETURN_IF_ERROR(CheckOutputs(outs));
   DENDRO_ASSIGN_OR_RETURN(const TreeOutputOptions tree_options, TreeOutputOptionsFrom(args));
+  std::unique_ptr<MatrixFile> file;
   if (!input.existing()) {
-    DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(input.path));
-    const NpyHeader& h = npy->header();
-    if (h.shape.size() == 2 && h.cols() < min_cols) {
+    DENDRO_ASSIGN_OR_RETURN(file, OpenMatrix(args, input.path));
+    if (file->cols() < min_cols) {
       return absl::InvalidArgumentError(absl::StrCat(input.path, ": ", what, " at least ",
-                                                     min_cols, " columns, got ", h.cols()));
+                                                     min_cols, " columns, got ", file->cols()));
     }
   }
   std::vector<int64_t> labels;
   if (labels_path.has_value()) {
-    DENDRO_ASSIGN_OR_RETURN(labels, ReadLabels(*labels_path));
+    DENDRO_ASSIGN_OR_RETURN(LabelColumn y, ReadLabels(args, *labels_path));
+    labels = std::move(y.ids);
+    if (file != nullptr && static_cast<int64_t>(labels.size()) != file->rows()) {
+      return absl::InvalidArgumentError(absl::StrCat(*labels_path, " has ", labels.size(),
+                                                     " labels but ", input.path, " has ",
+                                                     file->rows(), " rows"));
+    }
   }
 
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
@@ -158,10 +177,10 @@ absl::Status FitAndReport(Context& ctx, const Args& args, v1::JobSpec spec,
     // The input only matters until the model exists: upload it as a
     // transient dataset unless asked to keep it.
     // L2H's first pass runs on the server while the logits arrive.
-    DENDRO_ASSIGN_OR_RETURN(ds, client->UploadNpy(input.path, labels_path, *model_name,
-                                                  UploadBar(&bar, input.path),
-                                                  !args.Has("keep-dataset"),
-                                                  spec.has_l2h() ? "l2h" : ""));
+    DENDRO_ASSIGN_OR_RETURN(ds, client->UploadFile(*file, labels, *model_name,
+                                                   UploadBar(&bar, input.path),
+                                                   !args.Has("keep-dataset"),
+                                                   spec.has_l2h() ? "l2h" : ""));
   }
   spec.set_model_name(*model_name);
   spec.set_dataset_id(ds.id());
@@ -230,29 +249,6 @@ absl::StatusOr<int64_t> IntFlag(const Args& args, const char* name, int64_t lo, 
 
 }  // namespace
 
-// One name per line (a final newline and CRLF line ends allowed); a blank
-// line is an error, since it would shift every later name.
-absl::StatusOr<std::vector<std::string>> ReadLeafNames(const std::string& path) {
-  std::string text;
-  if (absl::Status s = ReadFileToString(path, &text); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--leaf-names ", path, ": ", s.message()));
-  }
-  std::vector<std::string> names = absl::StrSplit(text, '\n');
-  if (!names.empty() && names.back().empty()) names.pop_back();
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (!names[i].empty() && names[i].back() == '\r') names[i].pop_back();
-    if (names[i].empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--leaf-names ", path, ": line ", i + 1, " is empty (one name per line)"));
-    }
-  }
-  if (names.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--leaf-names ", path, ": no names"));
-  }
-  return names;
-}
-
 absl::Status RunL2h(Context& ctx, const Args& args) {
   v1::JobSpec spec;
   if (std::optional<std::string> agg = args.Get("aggregation")) {
@@ -265,7 +261,7 @@ absl::Status RunL2h(Context& ctx, const Args& args) {
     spec.mutable_l2h();
   }
   if (std::optional<std::string> path = args.Get("leaf-names")) {
-    DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> names, ReadLeafNames(*path));
+    DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> names, ReadNamesFile("--leaf-names", *path));
     for (std::string& n : names) spec.add_leaf_names(std::move(n));
   }
   return FitAndReport(ctx, args, std::move(spec), 2, "l2h needs logits with", "LOGITS.npy");
@@ -386,24 +382,14 @@ absl::Status RunAssign(Context& ctx, const Args& args) {
   DENDRO_ASSIGN_OR_RETURN(int32_t level, LevelFlag(args));
 
   const std::string path = args.positional()[0];
-  DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MappedNpy> npy, MappedNpy::Open(path));
-  const NpyHeader& h = npy->header();
-  if (h.dtype != DType::kFloat32 && h.dtype != DType::kFloat64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": expected a float32 or float64 array, got ", std::string(DTypeName(h.dtype))));
-  }
-  if (h.shape.size() != 2 || h.rows() < 1 || h.cols() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": expected a non-empty 2-D array (rows x columns)"));
-  }
+  DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MatrixFile> file, OpenMatrix(args, path));
   std::vector<float> converted;
-  const float* data = static_cast<const float*>(npy->data());
-  if (h.dtype == DType::kFloat64) {
-    DENDRO_ASSIGN_OR_RETURN(NpyArrayF32 f, ReadNpyFloat32(path));
-    converted = std::move(f.data);
+  const float* data = file->Float32Rows(0, file->rows());
+  if (data == nullptr) {
+    DENDRO_ASSIGN_OR_RETURN(converted, ReadAllRows(*file));
     data = converted.data();
   }
-  const MatrixView rows(data, h.rows(), h.cols());
+  const MatrixView rows(data, file->rows(), file->cols());
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
   absl::StatusOr<client::AssignResult> result = client->Assign(*ref, rows, level);
   if (!result.ok()) {
@@ -414,7 +400,7 @@ absl::Status RunAssign(Context& ctx, const Args& args) {
     }
     return result.status();
   }
-  const int64_t shape[1] = {h.rows()};
+  const int64_t shape[1] = {file->rows()};
   DENDRO_RETURN_IF_ERROR(WriteNpy(*out, result->cluster, shape));
   std::cout << "model " << ref->name() << " version " << result->model_version << std::endl;
   return absl::OkStatus();
@@ -468,11 +454,18 @@ absl::Status RunEval(Context& ctx, const Args& args) {
   DENDRO_ASSIGN_OR_RETURN(int32_t level, LevelFlag(args));
   absl::StatusOr<Hierarchy> tree = TreeForEval(ctx, tree_path);
   if (!tree.ok()) return tree.status();
-  DENDRO_ASSIGN_OR_RETURN(std::vector<int64_t> labels, ReadLabels(*labels_path));
+  DENDRO_ASSIGN_OR_RETURN(LabelColumn y, ReadLabels(args, *labels_path));
+  const std::vector<int64_t>& labels = y.ids;
 
   std::vector<int32_t> leaves;
   if (std::optional<std::string> a = args.Get("assignments")) {
-    DENDRO_ASSIGN_OR_RETURN(std::vector<int64_t> raw, ReadLabels(*a));
+    InputFileOptions whole_file;
+    DENDRO_ASSIGN_OR_RETURN(LabelColumn assigned, ReadLabelFile(*a, whole_file));
+    if (!assigned.names.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(*a, ": assignments are leaf-cluster ids (integers), not strings"));
+    }
+    const std::vector<int64_t>& raw = assigned.ids;
     leaves.reserve(raw.size());
     for (size_t i = 0; i < raw.size(); ++i) {
       if (raw[i] < 0 || raw[i] >= tree->num_leaves()) {

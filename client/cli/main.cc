@@ -44,6 +44,25 @@ const FlagSpec kJson{"json", false, false};
 const FlagSpec kPageSize{"page-size", true, false};
 const FlagSpec kPageToken{"page-token", true, false};
 const FlagSpec kAll{"all", false, false};
+const FlagSpec kKey{"key", true, false};
+const FlagSpec kLabelsKey{"labels-key", true, false};
+const FlagSpec kClassNames{"class-names", true, false};
+
+// The input files every verb that reads data takes (core/input/matrix_file.h).
+const std::string kInputFormatsHelp =
+    "  Inputs: .npy (float16/32/64, any integer or bool dtype, C or Fortran order),\n"
+    "  .npz, .csv/.tsv/.txt (numbers; a header line is detected). Labels: the same\n"
+    "  files, or one label per line, holding integers, whole-valued floats or strings\n"
+    "  (strings are class names, numbered in sorted order).\n";
+const std::string kKeyHelp =
+    "  --key NAME      the array of a .npz input (default: its only array)\n";
+const std::string kLabelsKeyHelp =
+    "  --labels-key NAME  the array of a .npz labels file (default: its only array)\n";
+const std::string kInputsHelp = kInputFormatsHelp + kKeyHelp + kLabelsKeyHelp;
+const std::string kClassNamesHelp =
+    "  --class-names FILE  names of the label values, one per line, line v naming label v\n"
+    "                  (default: string labels name themselves, numbers are named by\n"
+    "                  their digits)\n";
 
 // The flags every fit verb (l2h, tneb, ghhc) shares, for their --help.
 const std::string kFitFlagsHelp =
@@ -86,17 +105,20 @@ const std::string kJsonHelp = "  --json          print one JSON object (default:
 
 const std::vector<Verb>& Verbs() {
   static const auto* verbs = new std::vector<Verb>{
-      {"", "upload", "upload a float32/float64 .npy matrix as a dataset",
+      {"", "upload", "upload a matrix (.npy, .npz, .csv) as a dataset",
        "dendro upload X.npy [--labels Y.npy] [--name NAME] [--transient] [--prepare l2h]\n"
-       "  Streams X.npy (2-D, float32 or float64) to the server and prints the dataset id.\n"
-       "  --labels Y.npy  1-D int32/int64 labels, one per row (default: none)\n"
+       "  Streams X.npy (2-D, converted to float32 block by block) to the server and\n"
+       "  prints the dataset id.\n"
+       "  --labels Y.npy  one label per row (default: none)\n"
        "  --name NAME     display name (default: the file name)\n"
        "  --transient     not written durably; dropped when the server restarts (default:\n"
        "                  durable)\n"
        "  --prepare l2h   the server computes L2H's first pass while the rows arrive, so\n"
        "                  an L2H fit of the dataset on that server starts at its merges\n"
-       "                  (default: none; dendro l2h LOGITS.npy asks for it itself)\n",
-       {{"labels", true}, {"name", true}, {"transient", false}, {"prepare", true}},
+       "                  (default: none; dendro l2h LOGITS.npy asks for it itself)\n" +
+           kInputsHelp,
+       {kKey, kLabelsKey, {"labels", true}, {"name", true}, {"transient", false}, {"prepare",
+        true}},
        1, 1, RunUpload},
       {"", "l2h", "fit an L2H hierarchy to a logits matrix and fetch it",
        "dendro l2h LOGITS.npy|DATASET_ID [--out FILE ...] [--labels Y.npy]\n"
@@ -110,8 +132,10 @@ const std::vector<Verb>& Verbs() {
        "  --leaf-names FILE  class names, one per line in column order; kept with the\n"
        "                  model and used by the Newick, JSON and SVG trees (default: none,\n"
        "                  leaves are named by their cluster ids)\n" +
-           kFitFlagsHelp,
-       {{"labels", true}, {"name", true}, {"aggregation", true}, {"out", true, true},
+           kFitFlagsHelp +
+           kInputsHelp,
+       {kKey, kLabelsKey, {"labels", true}, {"name", true}, {"aggregation", true}, {"out", true,
+        true},
         {"leaf-names", true},
         {"level", true}, {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, kJson, {"color-level", true}, {"layout", true}},
@@ -153,8 +177,9 @@ const std::vector<Verb>& Verbs() {
        "                  every dimension (default: persistence when the data have\n"
        "                  d <= 10 columns, graph above)\n"
        "  --seed S        random seed (default: 0)\n" +
-           kFitFlagsHelp,
-       {{"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
+           kFitFlagsHelp +
+           kInputsHelp,
+       {kKey, kLabelsKey, {"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
         {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, {"components", true}, {"restarts", true},
         {"standardize", false}, {"gaussian", false}, {"seed", true}, {"dof", true},
@@ -200,8 +225,9 @@ const std::vector<Verb>& Verbs() {
        "                  the one with the better held-out triple accuracy, at twice the\n"
        "                  time (default: auto up to 50000 rows when validating, else\n"
        "                  fixed)\n" +
-           kFitFlagsHelp,
-       {{"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
+           kFitFlagsHelp +
+           kInputsHelp,
+       {kKey, kLabelsKey, {"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
         {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, {"internal-nodes", true},
         {"triples", true}, {"seed", true}, {"projection-dim", true}, {"projection", true},
@@ -239,8 +265,10 @@ const std::vector<Verb>& Verbs() {
        "  --allow-method-change  register under NAME even if its latest version was\n"
        "                  fitted with another method (default: refused)\n"
        "  --json          print one JSON object: model, version, job, dataset (when kept)\n"
-       "                  (default: \"model NAME version V\")\n",
-       {{"name", true}, {"superclasses", true}, {"q", true}, {"r", true}, {"seed", true},
+       "                  (default: \"model NAME version V\")\n" +
+           kInputsHelp + kClassNamesHelp,
+       {kKey, kLabelsKey, kClassNames, {"name", true}, {"superclasses", true}, {"q", true}, {"r",
+        true}, {"seed", true},
         {"flat", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, {"lambda", true}, {"top-t", true},
         {"log-det", false}, {"raw-data", false}, {"seeding-rank", true}, kJson},
@@ -258,16 +286,19 @@ const std::vector<Verb>& Verbs() {
        "                  when the job ends)\n"
        "  --allow-method-change  as for 'dendro hppca train' (default: refused)\n"
        "  --json          print one JSON object: model, version, job, dataset (when kept)\n"
-       "                  (default: \"model NAME version V\")\n",
-       {{"recluster", false}, {"keep-dataset", false}, {"dataset", true},
+       "                  (default: \"model NAME version V\")\n" +
+           kInputsHelp + kClassNamesHelp,
+       {kKey, kLabelsKey, kClassNames, {"recluster", false}, {"keep-dataset", false}, {"dataset",
+        true},
         {"allow-method-change", false}, kJson},
        1, 3, RunHppcaAdd},
       {"", "predict", "classify rows with a classifier model",
-       "dendro predict --model NAME[:VERSION|@LABEL] FEATURES.npy --out PRED.npy\n"
+       "dendro predict --model NAME[:VERSION|@LABEL] FEATURES.npy --out PRED.npy|PRED.txt\n"
        "               [--top-t T] [--top-k K] [--flat] [--labels Y.npy]\n"
        "  Writes the predicted original labels: shape (N,), or (N, K) best first.\n"
        "  --model REF     the classifier (required)\n"
-       "  --out PRED.npy  where the predictions go (required)\n"
+       "  --out PRED.npy  where the predictions go (required): .npy the labels, .txt or\n"
+       "                  .csv the class names, one row per line (top-k comma-separated)\n"
        "  --top-t T       super-classes to open per row (default: the model's, set by\n"
        "                  'hppca train --top-t')\n"
        "  --top-k K       labels per row, best first (default: 1)\n"
@@ -275,8 +306,10 @@ const std::vector<Verb>& Verbs() {
        "                  top T super-classes only)\n"
        "  --labels Y.npy  also print accuracy, classes evaluated per row, and the measured\n"
        "                  speed-up over the flat classifier on the same rows, as JSON\n"
-       "                  (default: none)\n",
-       {{"model", true}, {"out", true}, {"top-t", true}, {"top-k", true}, {"flat", false},
+       "                  (default: none)\n" +
+           kInputsHelp,
+       {kKey, kLabelsKey, {"model", true}, {"out", true}, {"top-t", true}, {"top-k", true},
+        {"flat", false},
         {"labels", true}},
        1, 1, RunPredict},
       {"", "tree", "download a model's hierarchy",
@@ -301,8 +334,9 @@ const std::vector<Verb>& Verbs() {
        "  --model REF     the model (required)\n"
        "  --out A.npy     where the assignments go (required)\n"
        "  --level K       give each row its cluster when the hierarchy is cut into K\n"
-       "                  clusters (default: its leaf-cluster id)\n",
-       {{"model", true}, {"level", true}, {"out", true}},
+       "                  clusters (default: its leaf-cluster id)\n" +
+           kInputFormatsHelp + kKeyHelp,
+       {kKey, {"model", true}, {"level", true}, {"out", true}},
        1, 1, RunAssign},
       {"", "eval", "score a hierarchy against true labels",
        "dendro eval TREE --labels Y.npy [--assignments A.npy] [--level K]\n"
@@ -315,8 +349,9 @@ const std::vector<Verb>& Verbs() {
        "  --assignments A.npy  leaf-cluster id per point, as 'dendro assign' writes without\n"
        "                  --level (default: the training points' leaves in TREE.json)\n"
        "  --level K       clusters for the flat metrics (default: the number of label\n"
-       "                  values)\n",
-       {{"labels", true}, {"assignments", true}, {"level", true}},
+       "                  values)\n" +
+           kInputFormatsHelp + kLabelsKeyHelp,
+       {kLabelsKey, {"labels", true}, {"assignments", true}, {"level", true}},
        1, 1, RunEval},
       {"jobs", "list", "list jobs, the most recently submitted first",
        "dendro jobs list [--state S[,S...]] [--limit N] [--oldest-first] [--page-size N]\n"

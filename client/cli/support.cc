@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "client/cli/cli.h"
 #include "core/hierarchy/export.h"
@@ -535,13 +536,53 @@ absl::StatusOr<TreeOutputOptions> TreeOutputOptionsFrom(const Args& args) {
 }
 
 // 1-D (or N x 1) integer labels.
-absl::StatusOr<std::vector<int64_t>> ReadLabels(const std::string& path) {
-  DENDRO_ASSIGN_OR_RETURN(NpyArrayI64 y, ReadNpyInt(path));
-  if (y.shape.size() == 2 && y.shape[1] != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": labels must be a 1-D array, got shape (",
-                                                   y.shape[0], ", ", y.shape[1], ")"));
+absl::StatusOr<std::unique_ptr<MatrixFile>> OpenMatrix(const Args& args,
+                                                       const std::string& path) {
+  InputFileOptions options;
+  options.npz_key = args.Get("key").value_or("");
+  return MatrixFile::Open(path, options);
+}
+
+absl::StatusOr<LabelColumn> ReadLabels(const Args& args, const std::string& path) {
+  InputFileOptions options;
+  options.npz_key = args.Get("labels-key").value_or("");
+  absl::StatusOr<LabelColumn> labels = ReadLabelFile(path, options);
+  if (!labels.ok() && absl::StrContains(labels.status().message(), "--key NAME")) {
+    return absl::Status(labels.status().code(),
+                        absl::StrReplaceAll(labels.status().message(),
+                                            {{"--key NAME", "--labels-key NAME"}}));
   }
-  return std::move(y.data);
+  return labels;
+}
+
+absl::StatusOr<std::vector<float>> ReadAllRows(MatrixFile& file) {
+  std::vector<float> rows(static_cast<size_t>(file.rows() * file.cols()));
+  DENDRO_RETURN_IF_ERROR(file.ReadRows(0, file.rows(), rows.data()));
+  return rows;
+}
+
+// One name per line (a final newline and CRLF line ends allowed); a blank
+// line is an error, since it would shift every later name.
+absl::StatusOr<std::vector<std::string>> ReadNamesFile(const std::string& flag,
+                                                      const std::string& path) {
+  std::string text;
+  if (absl::Status s = ReadFileToString(path, &text); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", path, ": ", s.message()));
+  }
+  std::vector<std::string> names = absl::StrSplit(text, '\n');
+  if (!names.empty() && names.back().empty()) names.pop_back();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!names[i].empty() && names[i].back() == '\r') names[i].pop_back();
+    if (names[i].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " ", path, ": line ", i + 1, " is empty (one name per line)"));
+    }
+  }
+  if (names.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": no names"));
+  }
+  return names;
 }
 
 }  // namespace dendro::cli

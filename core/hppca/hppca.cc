@@ -211,6 +211,14 @@ int32_t HppcaModel::superclass_node(int32_t s) const { return impl_->super_node[
 int32_t HppcaModel::superclass_coarse_node(int32_t s) const {
   return impl_->super_coarse_node[s];
 }
+absl::Status HppcaModel::SetClassNames(std::vector<std::string> names) {
+  DENDRO_RETURN_IF_ERROR(CheckLeafNames(names, num_classes()));
+  if (names.empty()) {
+    return absl::InvalidArgumentError("SetClassNames: one name per class is required");
+  }
+  DENDRO_RETURN_IF_ERROR(impl_->coarse_tree->SetLeafNames(names));
+  return impl_->tree->SetLeafNames(std::move(names));
+}
 int32_t HppcaModel::ClassOfLabel(int64_t label) const {
   const auto& l = impl_->classes.labels;
   auto it = std::lower_bound(l.begin(), l.end(), label);
@@ -657,6 +665,18 @@ absl::StatusOr<HppcaModel> AddClasses(const HppcaModel& base, const MatrixView& 
   DENDRO_ASSIGN_OR_RETURN(HppcaModel model,
                           HppcaBuilder::Build(options, stats, std::move(t), std::move(super_of),
                                               std::move(centroids), std::move(point_leaf)));
+  // The base's classes keep their names; new ones are named by their labels.
+  {
+    const std::vector<std::string>& base_names = base.hierarchy().leaf_names();
+    std::vector<std::string> names;
+    names.reserve(model.num_classes());
+    for (int64_t label : model.labels()) {
+      const int32_t k = base.ClassOfLabel(label);
+      names.push_back(k >= 0 && k < static_cast<int32_t>(base_names.size()) ? base_names[k]
+                                                                            : absl::StrCat(label));
+    }
+    DENDRO_RETURN_IF_ERROR(model.SetClassNames(std::move(names)));
+  }
   ctx.Report(1.0, "done");
   return model;
 }

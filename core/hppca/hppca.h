@@ -190,6 +190,12 @@ class HppcaModel {
   // The refined (binary) tree and the two-level tree it refines (see above).
   const Hierarchy& hierarchy() const;
   const Hierarchy& coarse_hierarchy() const;
+  // Names the classes: names[k] names class k (labels()[k]), the leaves of
+  // both trees; by default a class is named by its label's digits. Exactly
+  // num_classes() names, each as CheckLeafNames requires (else
+  // InvalidArgument). Kept by Save/Load and carried over by AddClasses for
+  // the classes the base model has.
+  absl::Status SetClassNames(std::vector<std::string> names);
   // The refined hierarchy's free-form metadata (kept by Save/Load; the
   // coarse tree has a copy taken when the model was built or loaded).
   std::map<std::string, std::string>& mutable_metadata();

@@ -225,6 +225,10 @@ absl::StatusOr<HppcaModel> HppcaModel::Load(const std::string& dir) {
   if (ReadFileToString(dir + "/tree.json", &tree_json).ok()) {
     auto tree = ParseJson(tree_json);
     if (tree.ok()) {
+      // Names given to the classes (SetClassNames) are the saved leaves'.
+      if (static_cast<int64_t>(tree->leaf_names().size()) == model.num_classes()) {
+        DENDRO_RETURN_IF_ERROR(model.SetClassNames(tree->leaf_names()));
+      }
       for (const auto& [key, value] : tree->metadata()) {
         model.mutable_metadata().emplace(key, value);
         if (key != "refined") model.impl_->coarse_tree->mutable_metadata().emplace(key, value);

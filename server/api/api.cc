@@ -160,6 +160,19 @@ absl::StatusOr<v1::ListJobsResponse> Api::ListJobs(const v1::ListJobsRequest& re
   return resp;
 }
 
+absl::StatusOr<v1::GetClassesResponse> Api::GetClasses(const v1::ModelRef& ref) const {
+  DENDRO_ASSIGN_OR_RETURN(LoadedModel loaded, Load(ref));
+  DENDRO_ASSIGN_OR_RETURN(ClassTable table, loaded.model->Classes());
+  v1::GetClassesResponse resp;
+  resp.set_model_version(loaded.info().version());
+  resp.mutable_labels()->Add(table.labels.begin(), table.labels.end());
+  resp.mutable_superclasses()->Add(table.superclasses.begin(), table.superclasses.end());
+  resp.mutable_train_counts()->Add(table.train_counts.begin(), table.train_counts.end());
+  resp.set_num_superclasses(table.num_superclasses);
+  for (std::string& name : table.names) resp.add_names(std::move(name));
+  return resp;
+}
+
 absl::StatusOr<v1::ListModelsResponse> Api::ListModels(const v1::ListModelsRequest& req) const {
   if (!req.name().empty()) DENDRO_RETURN_IF_ERROR(ValidateModelName(req.name()));
   DENDRO_ASSIGN_OR_RETURN(int64_t after, ParseToken(req.page_token(), "model", req.name()));

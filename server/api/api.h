@@ -94,6 +94,10 @@ class Api {
     return deps_.models->Load(ref);
   }
 
+  // A classifier's classes (labels, super-classes, counts, names), for
+  // both transports; FAILED_PRECONDITION for a model that has none.
+  absl::StatusOr<v1::GetClassesResponse> GetClasses(const v1::ModelRef& ref) const;
+
   // Rows sent as rows x cols little-endian float32 bytes: checked against
   // the model (shape, size, finite values) and viewed in place, copied into
   // `aligned` only when `data` is not float-aligned.

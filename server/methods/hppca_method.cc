@@ -80,6 +80,7 @@ class HppcaFitted final : public FittedModel {
       t.train_counts[c] = model_.class_count(c);
     }
     t.num_superclasses = model_.num_superclasses();
+    t.names = model_.hierarchy().leaf_names();
     return t;
   }
 
@@ -120,11 +121,15 @@ class Hppca final : public Method {
  public:
   std::string_view name() const override { return "hppca"; }
 
-  std::string_view leaf_names_refusal() const override {
-    return "a classifier's leaves are named by their class labels";
-  }
+  // leaf_names name label values: leaf_names[v] names the class labelled v
+  // (how string labels arrive: mapped to 0 .. C-1 in sorted order).
+  std::string_view leaf_names_refusal() const override { return ""; }
   absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
                         const JobLimits& limits) const override {
+    if (absl::Status s = CheckLeafNames(LabelNames(spec), spec.leaf_names_size()); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("leaf_names: ", s.message(), " (leaf_names[v] names class label v)"));
+    }
     if (spec.has_hppca_add()) {
       if (spec.hppca_add().base().name().empty()) {
         return absl::InvalidArgumentError("hppca_add: base.name (the model to grow) is required");
@@ -204,6 +209,7 @@ class Hppca final : public Method {
     DENDRO_RETURN_IF_ERROR(NeedLabels(dataset.info(), "hppca"));
     const HppcaOptions o = OptionsFrom(spec.hppca(), dataset.info().cols());
     DENDRO_ASSIGN_OR_RETURN(HppcaModel model, FitHppca(dataset.matrix(), dataset.labels(), o, ctx));
+    DENDRO_RETURN_IF_ERROR(NameClasses(spec, model));
     return Finish(std::move(model), dataset);
   }
 
@@ -227,6 +233,7 @@ class Hppca final : public Method {
     add.recluster = spec.hppca_add().recluster();
     DENDRO_ASSIGN_OR_RETURN(HppcaModel model,
                             AddClasses(hb->model(), dataset.matrix(), dataset.labels(), add, ctx));
+    DENDRO_RETURN_IF_ERROR(NameClasses(spec, model));
     return Finish(std::move(model), dataset);
   }
 
@@ -236,6 +243,25 @@ class Hppca final : public Method {
   }
 
  private:
+  static std::vector<std::string> LabelNames(const v1::JobSpec& spec) {
+    return std::vector<std::string>(spec.leaf_names().begin(), spec.leaf_names().end());
+  }
+  // Renames the classes whose labels leaf_names covers; the others keep the
+  // name they have (their label, or the base model's name for it).
+  static absl::Status NameClasses(const v1::JobSpec& spec, HppcaModel& model) {
+    if (spec.leaf_names_size() == 0) return absl::OkStatus();
+    std::vector<std::string> names = model.hierarchy().leaf_names();
+    names.resize(model.num_classes());
+    for (int32_t k = 0; k < model.num_classes(); ++k) {
+      const int64_t label = model.labels()[k];
+      if (label >= 0 && label < spec.leaf_names_size()) {
+        names[k] = spec.leaf_names(static_cast<int>(label));
+      } else if (names[k].empty()) {
+        names[k] = absl::StrCat(label);
+      }
+    }
+    return model.SetClassNames(std::move(names));
+  }
   static std::unique_ptr<FittedModel> Finish(HppcaModel model, const LoadedDataset& dataset) {
     auto& md = model.mutable_metadata();
     md["dataset_rows"] = absl::StrCat(dataset.info().rows());

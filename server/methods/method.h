@@ -42,6 +42,7 @@ struct ClassTable {
   std::vector<int32_t> superclasses;
   std::vector<int64_t> train_counts;
   int32_t num_superclasses = 0;
+  std::vector<std::string> names;  // each class's name (its label's digits by default)
 };
 
 struct PredictOptions {

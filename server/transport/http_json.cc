@@ -542,14 +542,7 @@ absl::StatusOr<HttpBody> JsonApi::GetTreeSvg(const v1::ModelRef& ref,
 }
 
 absl::StatusOr<HttpBody> JsonApi::GetClasses(const v1::ModelRef& ref) const {
-  DENDRO_ASSIGN_OR_RETURN(auto loaded, api_.Load(ref));
-  DENDRO_ASSIGN_OR_RETURN(ClassTable table, loaded.model->Classes());
-  v1::GetClassesResponse resp;
-  resp.set_model_version(loaded.info().version());
-  resp.mutable_labels()->Add(table.labels.begin(), table.labels.end());
-  resp.mutable_superclasses()->Add(table.superclasses.begin(), table.superclasses.end());
-  resp.mutable_train_counts()->Add(table.train_counts.begin(), table.train_counts.end());
-  resp.set_num_superclasses(table.num_superclasses);
+  DENDRO_ASSIGN_OR_RETURN(v1::GetClassesResponse resp, api_.GetClasses(ref));
   return ProtoJson(resp);
 }
 

@@ -693,15 +693,9 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
                           v1::GetClassesResponse* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kGetClasses);
     if (!who.ok()) return ToGrpc(who.status());
-    auto loaded = api_.Load(req->model());
-    if (!loaded.ok()) return ToGrpc(loaded.status());
-    auto table = loaded->model->Classes();
-    if (!table.ok()) return ToGrpc(table.status());
-    resp->set_model_version(loaded->info().version());
-    resp->mutable_labels()->Add(table->labels.begin(), table->labels.end());
-    resp->mutable_superclasses()->Add(table->superclasses.begin(), table->superclasses.end());
-    resp->mutable_train_counts()->Add(table->train_counts.begin(), table->train_counts.end());
-    resp->set_num_superclasses(table->num_superclasses);
+    absl::StatusOr<v1::GetClassesResponse> classes = api_.GetClasses(req->model());
+    if (!classes.ok()) return ToGrpc(classes.status());
+    *resp = *std::move(classes);
     return grpc::Status::OK;
   }
 

@@ -199,6 +199,52 @@ run models list --name grow --json
   fail "models list --name grow: $(cat out.txt)"
 pass "hppca add: new version with 20 classes, accuracy within 0.03 of training at once"
 
+# --- class names from string labels ------------------------------------------------
+# The same data with labels as names ("c1000" ...), the features as a CSV
+# with a header and a Fortran-order float64 .npz: the names are the tree's
+# leaves, predictions come back as names, and growing the model keeps the
+# old classes' names while naming the new ones.
+"$PY" - <<'EOF'
+import numpy as np
+def names(y):
+    return np.array([f"c{v}" for v in y])
+x = np.load("old_x.npy")
+np.savez("old_named.npz", features=np.asfortranarray(x.astype(np.float64)))
+open("old_names.txt", "w").write("\n".join(names(np.load("old_y.npy"))) + "\n")
+np.save("new_names.npy", names(np.load("new_y.npy")))
+np.savetxt("test_x.csv", np.load("test_x.npy"), delimiter=",", fmt="%.9g",
+           header=",".join(f"f{j}" for j in range(16)), comments="")
+open("test_names.txt", "w").write("\n".join(names(np.load("test_y.npy"))) + "\n")
+EOF
+run hppca train old_named.npz old_names.txt --name named --superclasses 4 --q 5 --r 5 --seed 3
+[[ $RC -eq 0 ]] || fail "hppca train with string labels exited $RC: $(cat err.txt)"
+run hppca add named new_x.npy new_names.npy
+[[ $RC -eq 0 && "$(tail -1 out.txt)" == "model named version 2" ]] ||
+  fail "hppca add with string labels: exit $RC, $(cat out.txt) $(cat err.txt)"
+run tree named --out named.json
+[[ $RC -eq 0 ]] || fail "tree named exited $RC: $(cat err.txt)"
+run predict --model named test_x.csv --top-t 2 --out named.txt --labels test_names.txt
+[[ $RC -eq 0 ]] || fail "predict with names exited $RC: $(cat err.txt)"
+tail -1 out.txt >named_report.json
+run predict --model grow test_x.npy --top-t 2 --out grown_again.npy
+[[ $RC -eq 0 ]] || fail "predict on grow exited $RC: $(cat err.txt)"
+"$PY" - <<'EOF' || fail "string labels did not become the classes' names"
+import json
+import numpy as np
+tree = json.load(open("named.json"))
+want = sorted(f"c{1000 + 7 * k}" for k in range(20))
+assert sorted(tree["leaf_names"]) == want, tree["leaf_names"]
+got = open("named.txt").read().split()
+# The same model trained with integer labels predicts the same classes.
+ref = [f"c{v}" for v in np.load("grown_again.npy")]
+assert got == ref, sum(a != b for a, b in zip(got, ref))
+r = json.load(open("named_report.json")); g = json.load(open("grown.json"))
+assert abs(r["accuracy"] - g["accuracy"]) < 1e-12, (r, g)
+EOF
+expect_error 2 "drop --class-names" hppca train old_named.npz old_names.txt --name x \
+  --class-names old_names.txt
+pass "string labels name the classes: tree leaves, predictions as names, hppca add keeps them"
+
 # --- errors ----------------------------------------------------------------------
 run l2h test_x.npy --name clusters --out c.nwk
 [[ $RC -eq 0 ]] || fail "l2h (for the error cases) exited $RC: $(cat err.txt)"

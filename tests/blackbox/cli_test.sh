@@ -341,12 +341,70 @@ expect_error 1 "--state: 'done' is not a job state" jobs list --state done
 expect_error 1 "--limit does not go with --all" jobs list --limit 3 --all
 pass "jobs list: newest first, --limit, --state, --oldest-first"
 
+# --- inputs as people have them ---------------------------------------------------
+# The same logits (rounded to float16, so that every spelling holds exactly
+# the same numbers) as float16, int-free Fortran-order float64, .npz (plain
+# and compressed, picked by --key) and CSV with a header: every one gives
+# the tree the float32 C-order file gives. Labels as strings (class names)
+# score like their integer codes.
+"$PY" - <<'EOF'
+import numpy as np
+x = np.load("logits.npy").astype(np.float16)
+y = np.load("labels.npy")
+np.save("x16.npy", x)
+np.save("x32.npy", x.astype(np.float32))
+np.save("x64f.npy", np.asfortranarray(x.astype(np.float64)))
+np.savez("xz.npz", x=x.astype(np.float32))
+np.savez_compressed("two.npz", first=x, second=x.astype(np.float64))
+np.savetxt("x.csv", x.astype(np.float32), delimiter=",", fmt="%.9g",
+           header=",".join(f"class{k}" for k in range(x.shape[1])), comments="")
+names = np.array(["ant", "bee", "cat", "dog", "eel", "fox", "gnu", "hen", "ibis", "jay",
+                  "kiwi", "lynx"])
+np.save("label_names.npy", names[y])
+open("label_names.txt", "w").write("\n".join(names[y]) + "\n")
+np.save("label_floats.npy", y.astype(np.float64))
+np.save("complex.npy", np.zeros((4, 4), np.complex64))
+open("ragged.csv", "w").write("1,2,3,4,5,6,7,8,9,10,11,12\n" * 2 + "1," * 10 + "1\n")
+open("logits.parquet", "wb").write(b"PAR1")
+EOF
+run l2h x32.npy --name inputs --out ref.npy --labels labels.npy
+[[ $RC -eq 0 ]] || fail "l2h x32.npy exited $RC: $(cat err.txt)"
+tail -1 out.txt >ref_metrics.json
+for input in "x16.npy" "x64f.npy" "xz.npz" "two.npz --key second" "x.csv"; do
+  # shellcheck disable=SC2086
+  run l2h $input --name inputs --out same.npy
+  [[ $RC -eq 0 ]] || fail "l2h $input exited $RC: $(cat err.txt)"
+  cmp -s same.npy ref.npy || fail "l2h $input gave another tree than the float32 file"
+done
+for y in label_names.npy label_names.txt label_floats.npy; do
+  run eval inputs --labels "$y"
+  [[ $RC -eq 0 ]] || fail "eval --labels $y exited $RC: $(cat err.txt)"
+  "$PY" - "$y" <<'EOF' || fail "eval --labels $y scored differently from the integer labels"
+import json, sys
+got, want = json.load(open("out.txt")), json.load(open("ref_metrics.json"))
+for k in ["nmi", "ari", "dendrogram_purity"]:
+    assert abs(got[k] - want[k]) < 1e-12, (sys.argv[1], k, got[k], want[k])
+EOF
+done
+run upload x64f.npy --name fortran --labels label_names.txt
+[[ $RC -eq 0 ]] || fail "upload x64f.npy exited $RC: $(cat err.txt)"
+grep -q "float64 .npy (Fortran order)" err.txt || fail "upload did not say what it read: $(cat err.txt)"
+grep -q "12 label strings were sent as 0..11 in sorted order (ant = 0)" err.txt ||
+  fail "upload did not say how string labels were sent: $(cat err.txt)"
+run datasets delete "$(head -1 out.txt)"
+[[ $RC -eq 0 ]] || fail "datasets delete exited $RC: $(cat err.txt)"
+pass "float16, Fortran float64, .npz (--key), .csv inputs and string or float labels"
+
 # --- errors: one line "dendro: ...", non-zero exit -------------------------------
 expect_error 1 "missing\.npy" l2h missing.npy --out x.npy
 expect_error any "row 17.*column 5" l2h nan.npy --out x.npy
 expect_error any "column" l2h k1.npy --out x.npy
 expect_error 1 "not found" assign --model no_such_model logits.npy --out z.npy
-expect_error 1 "float32" upload ints.npy
+expect_error 1 "complex64" upload complex.npy
+expect_error 1 "first, second.*--key NAME" l2h two.npz --out x.npy
+expect_error 1 "no array 'third'" l2h two.npz --key third --out x.npy
+expect_error 1 "line 3 has 11 fields" l2h ragged.csv --out x.npy
+expect_error 1 "\.parquet'; Dendro reads \.npy, \.npz, \.csv" l2h logits.parquet --out x.npy
 expect_error 1 "truncated" upload truncated.npy
 expect_error 2 "unknown verb" frobnicate
 expect_error 2 "--bogus" upload logits.npy --bogus

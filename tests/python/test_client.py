@@ -272,6 +272,36 @@ def test_hppca_train_predict_classes_and_add(client):
         client.hppca_train(x, None, "py_clf")
 
 
+def test_string_labels_name_the_classes(client, tmp_path):
+    (x, y), (xt, yt), labels = classifier_data(3)
+    names = np.array([f"class_{v}" for v in y])
+    model = client.hppca_train(x, names, "py_named", superclasses=3, q=4, r=4, seed=2).wait(
+        progress=False)
+    classes = model.classes()
+    # Sorted names are numbered 0..K-1: the labels are those numbers, the
+    # names the strings.
+    assert list(classes.labels) == list(range(12))
+    assert list(classes.names) == sorted(f"class_{v}" for v in labels)
+    pred = model.predict(xt)
+    got = np.asarray(classes.names)[pred.labels[:, 0]]
+    assert (got == np.array([f"class_{v}" for v in yt])).mean() > 0.9
+    # Growing with names: the old classes keep their labels, new ones follow.
+    (x2, y2), _, labels2 = classifier_data(8, labels_from=1000)
+    path = tmp_path / "new_names.txt"
+    path.write_text("\n".join(f"class_{v}" for v in y2) + "\n")
+    grown = client.hppca_add("py_named", x2, str(path)).wait(progress=False).classes()
+    by_name = dict(zip(grown.names, grown.labels.tolist()))
+    assert all(by_name[n] == v for n, v in zip(classes.names, classes.labels.tolist()))
+    assert sorted(by_name[f"class_{v}"] for v in labels2) == list(range(12, 24))
+    # Integer labels keep their values and are named by their digits.
+    (x3, y3), _, _ = classifier_data(4)
+    plain = client.hppca_train(x3, y3.astype(np.float64), "py_plain", superclasses=3, q=4, r=4
+                               ).wait(progress=False).classes()
+    assert list(plain.names) == [str(v) for v in plain.labels]
+    with pytest.raises(ValueError, match="fractions"):
+        client.hppca_train(x3, y3 + 0.5, "py_plain")
+
+
 def test_errors_carry_code_message_and_request_id(client, logits):
     from dendro_client import DendroError
     with pytest.raises(DendroError) as err:

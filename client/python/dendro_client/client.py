@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import grpc
+import numpy as np
 
 from . import _stubs
-from ._arrays import byte_chunks, is_dataset_id, load_labels, load_matrix
+from ._arrays import byte_chunks, is_dataset_id, label_codes, load_labels, load_matrix
 from .errors import DendroError, translate
 from .jobs import Job
 from .models import Model, _timestamp, parse_model_ref
@@ -522,6 +523,13 @@ class Client:
             self._params(spec.hppca, params, "hppca")
         if labels is None and not is_dataset_id(features) and not isinstance(features, Dataset):
             raise ValueError("hppca_train needs labels (or a dataset id uploaded with labels)")
+        if labels is not None:
+            labels, names = label_codes(labels, None)
+            if names is not None:
+                if leaf_names is not None:
+                    raise ValueError("string labels name the classes themselves; drop "
+                                     "leaf_names")
+                leaf_names = names
         return self._submit(features, labels, name, "hppca", fill, leaf_names, request_id,
                             allow_method_change)
 
@@ -546,7 +554,38 @@ class Client:
             spec.hppca_add.recluster = recluster
         if labels is None and not is_dataset_id(features) and not isinstance(features, Dataset):
             raise ValueError("hppca_add needs labels (or a dataset id uploaded with labels)")
-        return self._submit(features, labels, base_name, "hppca", fill, None, request_id, False)
+        leaf_names = None
+        if labels is not None:
+            labels, names = label_codes(labels, None)
+            if names is not None:
+                labels, leaf_names = self._labels_of_base(base_name, version, label, labels,
+                                                          names)
+        return self._submit(features, labels, base_name, "hppca", fill, leaf_names, request_id,
+                            False)
+
+    def _labels_of_base(self, name: str, version: int, label: str, ids: Any,
+                        names: List[str]) -> Tuple[Any, List[str]]:
+        """String labels for hppca_add: the base's classes keep their labels
+        (matched by name), new names get labels after its largest, as the
+        CLI does. Returns the rows' labels and the names by label."""
+        base = Model(self, self._unary(self._models.GetModel, self._pb.GetModelRequest(
+            model=self._pb.ModelRef(name=name, version=version, label=label))))
+        classes = base.classes()
+        label_of = {n: int(v) for n, v in zip(classes.names, classes.labels)}
+        next_label = int(classes.labels.max()) + 1 if len(classes.labels) else 0
+        codes = []
+        for n in names:
+            if n not in label_of:
+                label_of[n] = next_label
+                next_label += 1
+            codes.append(label_of[n])
+        if next_label > 1_000_000:
+            raise ValueError(f"the base model's labels reach {next_label - 1}; string labels "
+                             "can extend models whose labels are below 1000000")
+        by_label = [str(v) for v in range(next_label)]
+        for n, v in label_of.items():
+            by_label[v] = n
+        return np.asarray(codes, dtype="<i8")[ids], by_label
 
     # --- models -----------------------------------------------------------------
     def _model_ref(self, name: str, version: int = 0) -> Any:

@@ -66,12 +66,14 @@ class Classes(NamedTuple):
 
     labels: int64 original class labels; superclasses: int32 super-class of
     each class (-1 for a flat model); num_superclasses: 0 for a flat model;
-    train_counts: int64 training rows per class.
+    train_counts: int64 training rows per class; names: each class's name
+    (string labels and ``class_names`` at training, else the label's digits).
     """
     labels: np.ndarray
     superclasses: np.ndarray
     num_superclasses: int
     train_counts: np.ndarray
+    names: Tuple[str, ...] = ()
 
 
 def _timestamp(ts: Any) -> Optional[datetime.datetime]:
@@ -230,7 +232,8 @@ class Model:
         return Classes(np.asarray(resp.labels, dtype=np.int64),
                        np.asarray(resp.superclasses, dtype=np.int32),
                        int(resp.num_superclasses),
-                       np.asarray(resp.train_counts, dtype=np.int64))
+                       np.asarray(resp.train_counts, dtype=np.int64),
+                       tuple(resp.names))
 
     def set_label(self, label: str) -> "Model":
         """Points ``label`` of this name at this version; returns self, refreshed."""

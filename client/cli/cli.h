@@ -227,6 +227,7 @@ absl::Status RunPredict(Context& ctx, const Args& args);
 absl::Status RunTree(Context& ctx, const Args& args);
 absl::Status RunAssign(Context& ctx, const Args& args);
 absl::Status RunEval(Context& ctx, const Args& args);
+absl::Status RunDiff(Context& ctx, const Args& args);
 absl::Status RunJobsList(Context& ctx, const Args& args);
 absl::Status RunJobsGet(Context& ctx, const Args& args);
 absl::Status RunJobsCancel(Context& ctx, const Args& args);

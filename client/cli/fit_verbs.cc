@@ -1,8 +1,9 @@
 // Verbs that move data: upload, the fit verbs (l2h, tneb, ghhc), tree, assign,
-// eval.
+// eval, diff.
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -13,10 +14,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/cli/cli.h"
 #include "core/common/status_macros.h"
 #include "core/ghhc/choices.h"
+#include "core/diff/diff.h"
 #include "core/hierarchy/export.h"
+#include "core/diff/tanglegram.h"
 #include "core/io/atomic_file.h"
 #include "core/io/npy.h"
 #include "core/l2h/aggregation.h"
@@ -494,6 +498,131 @@ absl::Status RunEval(Context& ctx, const Args& args) {
   }
   DENDRO_ASSIGN_OR_RETURN(MetricsReport report, EvaluateHierarchy(*tree, leaves, labels, level));
   std::cout << MetricsJson(report).dump() << std::endl;
+  return absl::OkStatus();
+}
+
+
+namespace {
+
+std::string Fixed(double x, int digits) {
+  return std::isnan(x) ? std::string("undefined") : absl::StrFormat("%.*f", digits, x);
+}
+
+std::string DescribeParts(const ClusterEvent& e, const char* tree) {
+  std::vector<std::string> parts;
+  for (const ClusterEvent::Part& p : e.parts) {
+    parts.push_back(absl::StrFormat("%s %d (%d)", tree, p.node, p.leaves));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+// One line per event: what happened to which node, its size, an example.
+std::string DescribeEvent(const ClusterEvent& e) {
+  const bool in_a = e.a_node >= 0;
+  std::string line = absl::StrFormat("  %-7s %s %d", ClusterEventName(e.type), in_a ? "A" : "B",
+                                     in_a ? e.a_node : e.b_node);
+  const int64_t points = in_a ? e.a_points : e.b_points;
+  absl::StrAppend(&line, " (", e.leaves, " leaves",
+                  points >= 0 ? absl::StrCat(", ", points, " points") : "", ")");
+  switch (e.type) {
+    case ClusterEvent::Type::kStayed:
+    case ClusterEvent::Type::kMoved:
+      absl::StrAppend(&line, " = B ", e.b_node);
+      break;
+    case ClusterEvent::Type::kSplit:
+      absl::StrAppend(&line, " into ", DescribeParts(e, "B"));
+      break;
+    case ClusterEvent::Type::kMerged:
+      absl::StrAppend(&line, " from ", DescribeParts(e, "A"));
+      break;
+    case ClusterEvent::Type::kGone:
+    case ClusterEvent::Type::kNew:
+      if (e.best_match >= 0) {
+        absl::StrAppend(&line, absl::StrFormat(", closest %s %d (Jaccard %.2f)", in_a ? "B" : "A",
+                                               e.best_match, e.best_jaccard));
+      }
+      break;
+  }
+  if (!e.example_leaves.empty()) {
+    absl::StrAppend(&line, "; e.g. ", absl::StrJoin(e.example_leaves, ", "));
+  }
+  return line;
+}
+
+void PrintDiffSummary(const DiffReport& r) {
+  constexpr size_t kBiggest = 5;
+  std::vector<std::pair<std::string, std::string>> fields = {
+      {"shared leaves", absl::StrFormat("%d (matched by %s; A has %d, B has %d)", r.shared_leaves,
+                                        r.matching.by == LeafMatching::By::kName ? "name" : "id",
+                                        r.a_leaves, r.b_leaves)},
+      {"robinson-foulds",
+       absl::StrFormat("%d, normalised %s (%d and %d clusters, %d shared)", r.rf,
+                       Fixed(r.rf_normalized, 3), r.a_clusters, r.b_clusters, r.shared_clusters)},
+      {"cophenetic corr.",
+       absl::StrCat(Fixed(r.cophenetic_correlation, 4), " over ", r.cophenetic_pairs,
+                    r.cophenetic_sampled ? " sampled pairs" : " pairs")},
+      {"ARI over k",
+       absl::StrCat("mean ", Fixed(r.ari_mean, 3), ", min ", Fixed(r.ari_min, 3), " (", r.ari_basis,
+                    ", ", (r.has_point_ari ? r.ari_points : r.ari_leaves).levels.size(),
+                    " levels)")},
+      {"events", absl::StrFormat("stayed %d, moved %d, split %d, merged %d, new %d, gone %d",
+                                 r.event_counts[0], r.event_counts[1], r.event_counts[2],
+                                 r.event_counts[3], r.event_counts[4], r.event_counts[5])},
+      {"crossings",
+       absl::StrFormat("%d (before reduction: %d)", r.crossings_after, r.crossings_before)},
+  };
+  PrintFields(fields);
+  std::vector<std::string> lines;
+  for (size_t i : EventsBySize(r)) {
+    if (lines.size() == kBiggest || r.events[i].type == ClusterEvent::Type::kStayed) break;
+    lines.push_back(DescribeEvent(r.events[i]));
+  }
+  if (!lines.empty()) {
+    std::cout << "largest changes:\n" << absl::StrJoin(lines, "\n") << "\n";
+  }
+  std::cout.flush();
+}
+
+}  // namespace
+
+absl::Status RunDiff(Context& ctx, const Args& args) {
+  const std::string a_source = args.positional()[0];
+  const std::string b_source = args.positional()[1];
+  const std::optional<std::string> out = args.Get("out");
+  if (out.has_value()) {
+    absl::StatusOr<OutputKind> kind = OutputKindFor(*out);
+    if (!kind.ok() || *kind != OutputKind::kSvg) {
+      return UsageError(
+          absl::StrCat("'diff' --out writes a tanglegram: give a .svg file, not '", *out, "'"));
+    }
+    DENDRO_RETURN_IF_ERROR(CheckOutputs({*out}));
+  }
+  DENDRO_ASSIGN_OR_RETURN(Hierarchy a, TreeForEval(ctx, a_source));
+  DENDRO_ASSIGN_OR_RETURN(Hierarchy b, TreeForEval(ctx, b_source));
+  absl::StatusOr<DiffReport> report = DiffHierarchies(a, b);
+  if (!report.ok()) {
+    return absl::Status(report.status().code(),
+                        absl::StrCat(a_source, " vs ", b_source, ": ", report.status().message()));
+  }
+  if (out.has_value()) {
+    TanglegramLayout layout;
+    layout.order_a = report->order_a;
+    layout.order_b = report->order_b;
+    layout.crossings_before = report->crossings_before;
+    layout.crossings_after = report->crossings_after;
+    layout.sweeps = report->crossing_sweeps;
+    TanglegramOptions options;
+    options.a_label = absl::StrCat("A: ", a_source);
+    options.b_label = absl::StrCat("B: ", b_source);
+    DENDRO_ASSIGN_OR_RETURN(std::string svg,
+                            TanglegramSvg(a, b, report->matching, layout, options));
+    DENDRO_RETURN_IF_ERROR(WriteFileAtomic(*out, svg));
+  }
+  if (args.Has("json")) {
+    std::cout << DiffReportJson(*report) << std::endl;
+  } else {
+    PrintDiffSummary(*report);
+  }
   return absl::OkStatus();
 }
 

@@ -353,6 +353,22 @@ const std::vector<Verb>& Verbs() {
            kInputFormatsHelp + kLabelsKeyHelp,
        {kLabelsKey, {"labels", true}, {"assignments", true}, {"level", true}},
        1, 1, RunEval},
+      {"", "diff", "compare two hierarchies: RF, cophenetic correlation, ARI, cluster events",
+       "dendro diff A B [--json] [--out FILE.svg]\n"
+       "  Compares two trees over the leaves they share (matched by name when both have\n"
+       "  leaf names, else by leaf id): Robinson-Foulds distance (rooted clusters, also\n"
+       "  normalised), cophenetic correlation, the ARI of the two cuts at every k both\n"
+       "  reach (over the points when both trees carry the same points' assignments),\n"
+       "  and which clusters stayed, moved, split, merged, are new or gone\n"
+       "  (docs/methods.md). A and B are each a file, read locally (.json as 'dendro\n"
+       "  tree' writes it, .nwk/.newick, or a SciPy linkage .npy), or a model\n"
+       "  NAME[:VERSION|@LABEL], whose tree the server sends.\n"
+       "  --json          print the full report as one JSON object (default: a summary\n"
+       "                  with the largest changes)\n"
+       "  --out FILE.svg  also write a tanglegram: A and B facing each other, shared leaves\n"
+       "                  joined, with crossings reduced (default: none)\n",
+       {kJson, {"out", true}},
+       2, 2, RunDiff},
       {"jobs", "list", "list jobs, the most recently submitted first",
        "dendro jobs list [--state S[,S...]] [--limit N] [--oldest-first] [--page-size N]\n"
        "                 [--page-token T] [--all] [--json]\n"

@@ -20,7 +20,9 @@ constexpr const char* kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", 
 constexpr const char* kAboveCut = "#8c8c8c";
 constexpr const char* kPlain = "#3b3b3b";
 
-std::string Escape(std::string_view text) {
+}  // namespace
+
+std::string SvgEscape(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (char c : text) {
@@ -36,7 +38,14 @@ std::string Escape(std::string_view text) {
   return out;
 }
 
-std::string Num(double v) { return absl::StrFormat("%.2f", v); }
+std::string SvgNumber(double v) { return absl::StrFormat("%.2f", v); }
+
+const char* SvgPaletteColour(int64_t i) { return kPalette[i % std::size(kPalette)]; }
+
+namespace {
+
+std::string Escape(std::string_view text) { return SvgEscape(text); }
+std::string Num(double v) { return SvgNumber(v); }
 
 // Leaves in depth-first order (children in the tree's order), iteratively.
 std::vector<int32_t> LeafOrder(const Hierarchy& h) {
@@ -95,7 +104,7 @@ absl::StatusOr<std::vector<int32_t>> NodeClusters(const Hierarchy& h, int32_t le
 
 std::string Colour(const std::vector<int32_t>& cluster, int32_t v) {
   if (cluster.empty()) return kPlain;
-  return cluster[v] < 0 ? kAboveCut : kPalette[cluster[v] % std::size(kPalette)];
+  return cluster[v] < 0 ? kAboveCut : SvgPaletteColour(cluster[v]);
 }
 
 std::string LeafName(const Hierarchy& h, int32_t leaf) {

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "core/hierarchy/hierarchy.h"
@@ -48,6 +49,15 @@ struct SvgOptions {
 // InvalidArgument if color_level is outside [0, num_leaves] or not a
 // reachable level of the tree.
 absl::StatusOr<std::string> ToSvg(const Hierarchy& tree, const SvgOptions& options = {});
+
+// Pieces shared by Dendro's SVG writers (this one and tanglegram.h), so the
+// pictures look alike and escape text the same way.
+// `text` with &, <, >, " and ' replaced by their XML entities.
+std::string SvgEscape(std::string_view text);
+// A coordinate with two decimals (fixed precision keeps output byte-stable).
+std::string SvgNumber(double v);
+// Colour `i` (any i >= 0) of the categorical palette used for clusters.
+const char* SvgPaletteColour(int64_t i);
 
 }  // namespace dendro
 

@@ -68,7 +68,11 @@ absl::StatusOr<Contingency> BuildContingency(absl::Span<const int64_t> truth,
   c.row_sum.assign(c.rows, 0);
   c.col_sum.assign(c.cols, 0);
   const int64_t cells = static_cast<int64_t>(c.rows) * c.cols;
-  if (cells <= (int64_t{1} << 22)) {
+  // A dense table is cheaper to fill, but scanning it costs rows x cols: use
+  // it only when that is small in absolute terms and next to the number of
+  // points (many clusters over few points, as when two trees are cut at
+  // every level, would otherwise cost O(k^2) per table).
+  if (cells <= (int64_t{1} << 22) && cells <= 16 * c.n + 4096) {
     std::vector<int64_t> dense(cells, 0);
     for (size_t i = 0; i < truth.size(); ++i) ++dense[int64_t{t.id[i]} * c.cols + p.id[i]];
     for (int32_t r = 0; r < c.rows; ++r) {

@@ -167,6 +167,62 @@ EOF
 expect_error 1 "no such file, and not a model reference" eval missing.nwk --labels labels.npy
 pass "eval reads Newick, linkage and model references"
 
+# --- diff ------------------------------------------------------------------------
+# Two linkage files written here: the report against SciPy's cophenetic
+# correlation and the counts every report must satisfy; the tanglegram scales.
+"$PY" - <<'EOF'
+import numpy as np
+from scipy.cluster.hierarchy import linkage
+rng = np.random.default_rng(5)
+x = rng.normal(size=(16, 2))
+np.save("diff_a.npy", linkage(x, "average"))
+np.save("diff_b.npy", linkage(x + rng.normal(scale=0.3, size=x.shape), "complete"))
+EOF
+run diff diff_a.npy diff_b.npy --json --out diff.svg
+[[ $RC -eq 0 ]] || fail "diff --json exited $RC: $(cat err.txt)"
+"$PY" - <<'EOF' || fail "diff --json disagrees with scipy or itself: $(head -c 600 out.txt)"
+import json
+import numpy as np
+from scipy.cluster.hierarchy import cophenet
+r = json.load(open("out.txt"))
+assert r["format"] == "dendro.diff" and r["version"] == 1, r
+assert r["matching"] == "ids" and r["shared_leaves"] == 16, r
+want = np.corrcoef(cophenet(np.load("diff_a.npy")), cophenet(np.load("diff_b.npy")))[0, 1]
+c = r["cophenetic_correlation"]
+assert abs(c["value"] - want) < 1e-6 and c["pairs"] == 120 and not c["sampled"], (c, want)
+rf = r["robinson_foulds"]
+assert rf["distance"] == 14 + 14 - 2 * rf["shared_clusters"], rf
+assert abs(rf["normalized"] - rf["distance"] / 28) < 1e-12, rf
+ari = r["ari"]
+assert ari["basis"] == "leaves" and "points" not in ari, ari
+assert [l["k"] for l in ari["leaves"]["levels"]] == list(range(2, 16)), ari
+assert abs(ari["mean"] - np.mean([l["ari"] for l in ari["leaves"]["levels"]])) < 1e-12, ari
+n = r["events"]["counts"]
+assert n["stayed"] + n["moved"] + n["split"] + n["gone"] == 14, n
+assert n["stayed"] + n["moved"] + n["merged"] + n["new"] == 14, n
+assert len(r["events"]["list"]) == 14 + n["merged"] + n["new"], n
+t = r["tanglegram"]
+assert 0 <= t["crossings_after"] <= t["crossings_before"], t
+svg = open("diff.svg").read()
+head = svg[svg.index("<svg"):svg.index(">", svg.index("<svg"))]
+assert 'viewBox="0 0 ' in head and " width=" not in head, head
+assert svg.count("<line ") == 16, svg.count("<line ")
+EOF
+# A tree against itself, as a file and as the model it was fetched from: the
+# summary in words, with the ARI over the 2000 training points.
+run diff t.json logits:1
+[[ $RC -eq 0 ]] || fail "diff t.json logits:1 exited $RC: $(cat err.txt)"
+grep -Eq '^robinson-foulds: +0, normalised 0\.000' out.txt &&
+  grep -Eq '^cophenetic corr\.: +1\.0000 over 66 pairs' out.txt &&
+  grep -Eq '^ARI over k: +mean 1\.000, min 1\.000 \(points, 11 levels\)' out.txt &&
+  grep -Eq '^events: +stayed 10, moved 0, split 0, merged 0, new 0, gone 0' out.txt ||
+  fail "diff of a tree with itself printed: $(cat out.txt)"
+expect_error 1 "missing.nwk: no such file, and not a model reference" diff missing.nwk diff_a.npy
+expect_error 2 "--out writes a tanglegram: give a .svg file" diff diff_a.npy diff_b.npy --out d.png
+expect_error 2 "" diff diff_a.npy
+[[ ! -e d.png ]] || fail "diff wrote d.png after refusing it"
+pass "diff: RF, cophenetic correlation (scipy), ARI per k, events and a tanglegram"
+
 # --- ghhc with its dimension and schedule flags ------------------------------------
 run ghhc logits.npy --name hyper --labels labels.npy --internal-nodes 24 --triples 3000 \
   --projection-dim 6 --projection random --no-margin --link softplus --out g.json

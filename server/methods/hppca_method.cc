@@ -139,10 +139,14 @@ class Hppca final : public Method {
             "hppca_add: base.version must be >= 0 (0: latest), got ",
             spec.hppca_add().base().version()));
       }
-      return NeedLabels(dataset, "hppca_add");
+      DENDRO_RETURN_IF_ERROR(NeedLabels(dataset, "hppca_add"));
+      // New classes need two rows each, as at training; one class alone is
+      // fine (the base has the others).
+      return CheckClassSizes("hppca_add", dataset, 1, 2);
     }
     if (!spec.has_hppca()) return absl::InvalidArgumentError("job spec has no hppca parameters");
     DENDRO_RETURN_IF_ERROR(NeedLabels(dataset, "hppca"));
+    DENDRO_RETURN_IF_ERROR(CheckClassSizes("hppca", dataset, 2, 2));
     if (dataset.rows() < 4) {
       return absl::InvalidArgumentError(absl::StrCat(
           "hppca: dataset ", dataset.id(), " has ", dataset.rows(),

@@ -100,6 +100,42 @@ absl::Status CheckMemory(std::string_view method, double estimate_bytes,
       static_cast<double>(limits.memory_bytes) / double(1 << 30)));
 }
 
+absl::Status CheckNoConstantColumn(std::string_view method, const v1::Dataset& dataset) {
+  const v1::DatasetStats& s = dataset.stats();
+  if (!s.computed() || s.num_constant_columns() == 0 || s.constant_columns_size() == 0) {
+    return absl::OkStatus();
+  }
+  const std::string others =
+      s.num_constant_columns() > 1
+          ? absl::StrCat(" (and ", s.num_constant_columns() - 1, " more constant column",
+                         s.num_constant_columns() > 2 ? "s" : "", ")")
+          : "";
+  return absl::InvalidArgumentError(absl::StrCat(
+      std::string(method), ": column ", s.constant_columns(0), " of dataset ", dataset.id(),
+      " is constant (every value is ", s.constant_values(0), ")", others,
+      ": it carries no information and makes every scale matrix singular; drop it"));
+}
+
+absl::Status CheckClassSizes(std::string_view method, const v1::Dataset& dataset,
+                             int64_t min_classes, int64_t min_rows) {
+  const v1::DatasetStats& s = dataset.stats();
+  if (!s.computed() || !dataset.has_labels() || s.num_classes() == 0) return absl::OkStatus();
+  if (s.num_classes() < min_classes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        std::string(method), ": a classifier needs at least ", min_classes,
+        " classes; every label of dataset ",
+        dataset.id(), " is ", s.smallest_class_label()));
+  }
+  if (s.smallest_class_rows() < min_rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        std::string(method), ": class label ", s.smallest_class_label(), " of dataset ",
+        dataset.id(), " has ", s.smallest_class_rows(), " training row",
+        s.smallest_class_rows() == 1 ? "" : "s", "; every class needs at least ", min_rows,
+        " (drop its rows or add more)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Prediction> FittedModel::Predict(const MatrixView&,
                                                 const PredictOptions&) const {
   return absl::FailedPreconditionError(absl::StrCat(

@@ -118,6 +118,15 @@ absl::Status CheckRealAtMost(std::string_view field, double value, double limit,
 absl::Status CheckMemory(std::string_view method, double estimate_bytes,
                          const JobLimits& limits, std::string_view what);
 
+// Submit-time checks from the statistics the upload kept (Dataset.stats;
+// a dataset without them passes). InvalidArgument, in the words the fit
+// would use, when a column of `dataset` is constant.
+absl::Status CheckNoConstantColumn(std::string_view method, const v1::Dataset& dataset);
+// InvalidArgument when the labels have fewer than `min_classes` classes or
+// a class with fewer than `min_rows` rows.
+absl::Status CheckClassSizes(std::string_view method, const v1::Dataset& dataset,
+                             int64_t min_classes, int64_t min_rows);
+
 class Method {
  public:
   virtual ~Method() = default;

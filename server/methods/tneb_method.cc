@@ -181,6 +181,7 @@ class Tneb final : public Method {
     const TnebOptions o = OptionsFrom(spec.tneb());
     // The bounds first: their messages name the service's fields.
     DENDRO_RETURN_IF_ERROR(CheckBounds(o, dataset, limits));
+    DENDRO_RETURN_IF_ERROR(CheckNoConstantColumn("tneb", dataset));
     DENDRO_RETURN_IF_ERROR(ValidateTnebOptions(o));
     if (dataset.cols() < 2) {
       return absl::InvalidArgumentError(

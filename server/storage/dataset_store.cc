@@ -94,6 +94,7 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
   SetNow(d.mutable_create_time());
   (*d.mutable_checksums())["X.npy"] = x_->checksum();
   if (header_.has_labels()) (*d.mutable_checksums())["y.npy"] = y_->checksum();
+  *d.mutable_stats() = validator_.stats().ToProto();
   std::shared_ptr<const PreparedData> prepared;
   if (preparation_ != nullptr) {
     // Optional: without it a job computes the same itself.

@@ -36,6 +36,7 @@ absl::Status UploadValidator::Begin(int64_t rows, int64_t cols, bool has_labels,
   cols_ = cols;
   has_labels_ = has_labels;
   expected_data_ = rows * cols * 4;
+  stats_.Begin(rows, cols, has_labels);
   return absl::OkStatus();
 }
 
@@ -63,6 +64,7 @@ absl::Status UploadValidator::Data(std::string_view bytes) {
       float f;
       std::memcpy(&f, carry_.data(), 4);
       if (!std::isfinite(f)) return NotFinite(data_ / 4, f);
+      stats_.AddFloats(data_ / 4, &f, 1);
       carry_.clear();
     }
   }
@@ -84,6 +86,7 @@ absl::Status UploadValidator::Data(std::string_view bytes) {
         if (!std::isfinite(floats[i])) return NotFinite(first_index + static_cast<int64_t>(i), floats[i]);
       }
     }
+    stats_.AddFloats(first_index, floats, static_cast<int64_t>(whole));
     carry_.assign(p + whole * 4, bytes.size() - pos - whole * 4);
   }
   data_ += static_cast<int64_t>(bytes.size());
@@ -103,6 +106,23 @@ absl::Status UploadValidator::Labels(std::string_view bytes) {
     return absl::InvalidArgumentError(absl::StrCat("upload: more than ", rows_, " int64 labels"));
   }
   labels_ += static_cast<int64_t>(bytes.size());
+  // Whole labels to the statistics, completing one split across chunks.
+  size_t pos = 0;
+  if (!label_carry_.empty()) {
+    const size_t take = std::min(8 - label_carry_.size(), bytes.size());
+    label_carry_.append(bytes.data(), take);
+    pos = take;
+    if (label_carry_.size() < 8) return absl::OkStatus();
+    int64_t label;
+    std::memcpy(&label, label_carry_.data(), 8);
+    stats_.AddLabels(&label, 1);
+    label_carry_.clear();
+  }
+  const size_t whole = (bytes.size() - pos) / 8;
+  std::vector<int64_t> labels(whole);
+  if (whole > 0) std::memcpy(labels.data(), bytes.data() + pos, whole * 8);
+  stats_.AddLabels(labels.data(), static_cast<int64_t>(whole));
+  label_carry_.assign(bytes.data() + pos + whole * 8, bytes.size() - pos - whole * 8);
   return absl::OkStatus();
 }
 

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "server/storage/upload_stats.h"
 
 namespace dendro::server {
 
@@ -39,6 +40,9 @@ class UploadValidator {
   int64_t total_bytes() const { return expected_data_ + (has_labels_ ? rows_ * 8 : 0); }
   int64_t data_bytes() const { return data_; }
   int64_t label_bytes() const { return labels_; }
+  // Statistics of the floats and labels accepted so far (complete once
+  // Finish succeeds).
+  const UploadStats& stats() const { return stats_; }
 
  private:
   // InvalidArgument naming the float at `index` (row-major) and its value.
@@ -52,6 +56,8 @@ class UploadValidator {
   int64_t data_ = 0;    // data bytes accepted so far
   int64_t labels_ = 0;  // label bytes accepted so far
   std::string carry_;   // < 4 bytes of a float split across chunks
+  std::string label_carry_;  // < 8 bytes of a label split across chunks
+  UploadStats stats_;
 };
 
 }  // namespace dendro::server

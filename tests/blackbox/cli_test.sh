@@ -420,6 +420,8 @@ np.save("label_names.npy", names[y])
 open("label_names.txt", "w").write("\n".join(names[y]) + "\n")
 np.save("label_floats.npy", y.astype(np.float64))
 np.save("complex.npy", np.zeros((4, 4), np.complex64))
+c = np.random.default_rng(3).normal(size=(300, 4)).astype(np.float32); c[:, 2] = 1.5
+np.save("const_col.npy", c)
 open("ragged.csv", "w").write("1,2,3,4,5,6,7,8,9,10,11,12\n" * 2 + "1," * 10 + "1\n")
 open("logits.parquet", "wb").write(b"PAR1")
 EOF
@@ -457,6 +459,9 @@ expect_error any "row 17.*column 5" l2h nan.npy --out x.npy
 expect_error any "column" l2h k1.npy --out x.npy
 expect_error 1 "not found" assign --model no_such_model logits.npy --out z.npy
 expect_error 1 "complex64" upload complex.npy
+# Refused at submit from the upload's column statistics, not after a queue.
+expect_error 1 "column 2 of dataset ds-[0-9a-z]+ is constant \(every value is 1\.5\)" \
+  tneb const_col.npy --out x.npy
 expect_error 1 "first, second.*--key NAME" l2h two.npz --out x.npy
 expect_error 1 "no array 'third'" l2h two.npz --key third --out x.npy
 expect_error 1 "line 3 has 11 fields" l2h ragged.csv --out x.npy

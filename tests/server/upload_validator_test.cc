@@ -32,6 +32,65 @@ TEST(UploadValidator, FloatsMaySplitAcrossChunksAnywhere) {
   }
 }
 
+std::string Labels(const std::vector<int64_t>& v) {
+  std::string s(v.size() * 8, '\0');
+  std::memcpy(s.data(), v.data(), s.size());
+  return s;
+}
+
+// Constant columns and class sizes come out the same wherever the chunks
+// split the floats and labels.
+TEST(UploadValidator, StatisticsDoNotDependOnChunking) {
+  // 4 rows x 3 columns: column 1 is constant (2.5), and so is column 2,
+  // where -0.0 equals 0.0 as the fits compare values.
+  const std::string x = Floats({1, 2.5f, 0.0f, 7, 2.5f, 0.0f, 3, 2.5f, 0.0f, 9, 2.5f, -0.0f});
+  const std::string y = Labels({5, 9, 5, 5});
+  for (size_t cut = 0; cut <= x.size(); cut += 3) {
+    for (size_t ycut = 0; ycut <= y.size(); ycut += 5) {
+      UploadValidator v;
+      ASSERT_TRUE(v.Begin(4, 3, true, 1 << 20).ok());
+      ASSERT_TRUE(v.Data(std::string_view(x).substr(0, cut)).ok());
+      ASSERT_TRUE(v.Data(std::string_view(x).substr(cut)).ok());
+      ASSERT_TRUE(v.Labels(std::string_view(y).substr(0, ycut)).ok());
+      ASSERT_TRUE(v.Labels(std::string_view(y).substr(ycut)).ok());
+      ASSERT_TRUE(v.Finish().ok());
+      const v1::DatasetStats s = v.stats().ToProto();
+      SCOPED_TRACE(testing::Message() << "cut " << cut << ", label cut " << ycut);
+      EXPECT_TRUE(s.computed());
+      EXPECT_EQ(s.num_constant_columns(), 2);
+      ASSERT_EQ(s.constant_columns_size(), 2);
+      EXPECT_EQ(s.constant_columns(0), 1);
+      EXPECT_EQ(s.constant_values(0), 2.5f);
+      EXPECT_EQ(s.constant_columns(1), 2);
+      EXPECT_EQ(s.constant_values(1), 0.0f);
+      EXPECT_EQ(s.num_classes(), 2);
+      EXPECT_EQ(s.smallest_class_label(), 9);
+      EXPECT_EQ(s.smallest_class_rows(), 1);
+    }
+  }
+}
+
+TEST(UploadValidator, ATinyDifferenceInTheLastRowMakesAColumnVary) {
+  const std::string x = Floats({1, 2.5f, 0.0f, 7, 2.5f, 0.0f, 3, 2.5f, 1e-30f});
+  UploadValidator v;
+  ASSERT_TRUE(v.Begin(3, 3, false, 1 << 20).ok());
+  ASSERT_TRUE(v.Data(x).ok());
+  ASSERT_TRUE(v.Finish().ok());
+  const v1::DatasetStats s = v.stats().ToProto();
+  ASSERT_EQ(s.num_constant_columns(), 1);
+  EXPECT_EQ(s.constant_columns(0), 1);
+}
+
+TEST(UploadValidator, OneRowHasNoConstantColumnsAndUnlabelledNoClasses) {
+  UploadValidator v;
+  ASSERT_TRUE(v.Begin(1, 2, false, 1 << 20).ok());
+  ASSERT_TRUE(v.Data(Floats({1, 1})).ok());
+  ASSERT_TRUE(v.Finish().ok());
+  const v1::DatasetStats s = v.stats().ToProto();
+  EXPECT_EQ(s.num_constant_columns(), 0);
+  EXPECT_EQ(s.num_classes(), 0);
+}
+
 TEST(UploadValidator, EmptyAndTinyChunksAtOddAddresses) {
   // A chunk too short to hold a whole float, at a misaligned address, once
   // made the validator copy zero bytes into a null buffer (found by

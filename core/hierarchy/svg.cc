@@ -118,9 +118,11 @@ std::string LeafClass(const std::vector<int32_t>& cluster, int32_t leaf) {
 std::string Header(double width, double height, const std::string& title) {
   std::string out = absl::StrCat(
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n",
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", Num(width), "\" height=\"",
-      Num(height), "\" viewBox=\"0 0 ", Num(width), " ", Num(height),
-      "\" font-family=\"sans-serif\" font-size=\"10\">\n",
+      // No fixed width or height: the picture scales to the window (or the
+      // element it is placed in) by its viewBox, aspect kept.
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 ", Num(width), " ",
+      Num(height), "\" preserveAspectRatio=\"xMidYMid meet\"",
+      " font-family=\"sans-serif\" font-size=\"10\">\n",
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
   if (!title.empty()) {
     absl::StrAppend(&out, "<text class=\"title\" x=\"", Num(width / 2),

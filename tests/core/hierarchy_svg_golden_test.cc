@@ -94,8 +94,14 @@ Svg Parse(const std::string& svg) {
   Svg out;
   std::smatch m;
   EXPECT_TRUE(std::regex_search(svg, m, std::regex("<svg [^>]*>")));
-  out.width = std::stod(Attr(m[0].str(), "width"));
-  out.height = std::stod(Attr(m[0].str(), "height"));
+  // The size is the viewBox's ("0 0 W H"); no fixed width or height.
+  EXPECT_EQ(m[0].str().find(" width="), std::string::npos) << m[0].str();
+  EXPECT_EQ(m[0].str().find(" height="), std::string::npos) << m[0].str();
+  std::istringstream box(Attr(m[0].str(), "viewBox"));
+  double x0 = -1, y0 = -1;
+  box >> x0 >> y0 >> out.width >> out.height;
+  EXPECT_EQ(x0, 0);
+  EXPECT_EQ(y0, 0);
   const std::regex leaf("<text class=\"leaf[^\"]*\"[^>]*>([^<]*)</text>");
   for (auto it = std::sregex_iterator(svg.begin(), svg.end(), leaf);
        it != std::sregex_iterator(); ++it) {

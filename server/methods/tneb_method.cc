@@ -181,7 +181,6 @@ class Tneb final : public Method {
     const TnebOptions o = OptionsFrom(spec.tneb());
     // The bounds first: their messages name the service's fields.
     DENDRO_RETURN_IF_ERROR(CheckBounds(o, dataset, limits));
-    DENDRO_RETURN_IF_ERROR(CheckNoConstantColumn("tneb", dataset));
     DENDRO_RETURN_IF_ERROR(ValidateTnebOptions(o));
     if (dataset.cols() < 2) {
       return absl::InvalidArgumentError(
@@ -193,7 +192,8 @@ class Tneb final : public Method {
           "tneb: dataset ", dataset.id(), " has ", dataset.rows(), " rows but ", o.components,
           " mixture components were requested (need at least one row per component)"));
     }
-    return absl::OkStatus();
+    // What the fit would find in the data, from the upload's statistics.
+    return CheckNoConstantColumn("tneb", dataset);
   }
 
   double PeakMemoryBytes(const v1::JobSpec& spec, const v1::Dataset& dataset) const override {

@@ -474,17 +474,18 @@ TEST_F(HppcaServerTest, BadInputGetsCleanErrors) {
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(st.error_message(), HasSubstr("q = 40"));
   }
-  // A class with a single point: the job fails naming the label.
+  // A class with a single point: refused at submit from the upload's
+  // statistics, naming the label.
   {
     std::vector<int64_t> labels = train_.labels;
     labels[7] = 424242;
     v1::Dataset one;
     ASSERT_TRUE(Upload(train_.x, &labels, &one).ok());
-    v1::Job job = Train(one.id(), "x", &st);
-    ASSERT_TRUE(st.ok());
-    EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
-    EXPECT_EQ(job.error().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
-    EXPECT_THAT(job.error().message(), HasSubstr("class label 424242 has 1 training point"));
+    EXPECT_EQ(one.stats().smallest_class_label(), 424242);
+    Train(one.id(), "x", &st);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr("class label 424242 of dataset " + one.id() +
+                                              " has 1 training row"));
   }
   ASSERT_EQ(Train(ds.id(), "clf", &st).state(), v1::JOB_STATE_SUCCEEDED);
   v1::PredictResponse resp;

@@ -12,11 +12,13 @@ void UploadStats::Begin(int64_t rows, int64_t cols, bool has_labels) {
   has_labels_ = has_labels;
   first_row_.assign(static_cast<size_t>(cols), 0.0f);
   varies_.assign(static_cast<size_t>(cols), 0);
+  all_vary_ = false;
   class_rows_.clear();
   too_many_classes_ = false;
 }
 
 void UploadStats::AddFloats(int64_t first_index, const float* values, int64_t n) {
+  if (all_vary_) return;
   // Walk the run one row segment at a time: each segment is a contiguous
   // column range, which the comparison loop below vectorises.
   int64_t index = first_index;
@@ -36,6 +38,9 @@ void UploadStats::AddFloats(int64_t first_index, const float* values, int64_t n)
       for (int64_t j = 0; j < c1 - c0; ++j) d[j] |= static_cast<uint8_t>(v[j] != f[j]);
     }
     index += c1 - c0;
+  }
+  if (first_index + n > cols_) {
+    all_vary_ = std::all_of(varies_.begin(), varies_.end(), [](uint8_t v) { return v != 0; });
   }
 }
 

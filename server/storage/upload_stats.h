@@ -7,8 +7,9 @@
 // Kept: which columns are constant (every row equals row 0, bit for bit:
 // t-NEB's scale matrices are singular on them), and with labels each class's
 // row count (hPPCA needs two rows per class, and two classes). The cost is
-// one comparison per float, on data the validator has just read, and a hash
-// map of at most kMaxClasses labels.
+// one comparison per float until every column has varied (usually within
+// the first rows; then nothing), and a hash map of at most kMaxClasses
+// labels.
 #ifndef DENDRO_SERVER_STORAGE_UPLOAD_STATS_H_
 #define DENDRO_SERVER_STORAGE_UPLOAD_STATS_H_
 
@@ -42,6 +43,9 @@ class UploadStats {
   bool has_labels_ = false;
   std::vector<float> first_row_;
   std::vector<uint8_t> varies_;  // per column: some row differs from row 0
+  // Every column varies: nothing is left to compare (real data gets here
+  // within its first rows, so the upload pays the comparison only briefly).
+  bool all_vary_ = false;
   absl::flat_hash_map<int64_t, int64_t> class_rows_;
   bool too_many_classes_ = false;
 };

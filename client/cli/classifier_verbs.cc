@@ -268,9 +268,29 @@ absl::Status RunPredict(Context& ctx, const Args& args) {
   std::vector<int64_t>& truth = truth_column.ids;
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
   // Class names, when the output or the labels are names.
+  const MatrixView rows(f.data, f.rows, f.cols);
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<client::PredictResult> predicted = client->Predict(*ref, rows, options);
+  if (absl::IsFailedPrecondition(predicted.status()) &&
+      absl::StrContains(predicted.status().message(), "not a classifier")) {
+    // The server names the RPCs; here the verbs.
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", *model_flag,
+                     "' is a clustering, not a classifier: 'dendro assign' places rows in its "
+                     "clusters"));
+  }
+  DENDRO_ASSIGN_OR_RETURN(client::PredictResult pred, std::move(predicted));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  // The class table of the version that answered, once: for names (of the
+  // output or of the labels) and for the super-class report.
+  const bool superclass_report = !truth.empty() && !options.flat && pred.top_t > 0;
   std::optional<v1::GetClassesResponse> classes;
-  if (names_out || !truth_column.names.empty()) {
-    absl::StatusOr<v1::GetClassesResponse> c = client->GetClasses(*ref);
+  if (names_out || !truth_column.names.empty() || superclass_report) {
+    v1::ModelRef pinned = *ref;
+    client::PinVersion(&pinned, pred.model_version);
+    absl::StatusOr<v1::GetClassesResponse> c = client->GetClasses(pinned);
     if (absl::IsFailedPrecondition(c.status())) {
       return absl::FailedPreconditionError(absl::StrCat(
           "model '", *model_flag, "' has no classes to name: ", c.status().message()));
@@ -290,21 +310,6 @@ absl::Status RunPredict(Context& ctx, const Args& args) {
       id = it != label_of.end() ? it->second : std::numeric_limits<int64_t>::min();
     }
   }
-  const MatrixView rows(f.data, f.rows, f.cols);
-  const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<client::PredictResult> predicted = client->Predict(*ref, rows, options);
-  if (absl::IsFailedPrecondition(predicted.status()) &&
-      absl::StrContains(predicted.status().message(), "not a classifier")) {
-    // The server names the RPCs; here the verbs.
-    return absl::FailedPreconditionError(
-        absl::StrCat("model '", *model_flag,
-                     "' is a clustering, not a classifier: 'dendro assign' places rows in its "
-                     "clusters"));
-  }
-  DENDRO_ASSIGN_OR_RETURN(client::PredictResult pred, std::move(predicted));
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
   DENDRO_RETURN_IF_ERROR(
       WritePredictions(*out, pred, f.rows, names_out ? &*classes : nullptr));
   std::cout << "model " << ref->name() << " version " << pred.model_version << std::endl;
@@ -324,15 +329,12 @@ absl::Status RunPredict(Context& ctx, const Args& args) {
   report["top_t"] = pred.top_t;
   report["classes_evaluated_per_row"] = evaluated / f.rows;
   report["seconds"] = seconds;
-  if (!options.flat && pred.top_t > 0) {
+  if (superclass_report) {
     // Super-class accuracy: the true class's super-class is among the T
     // opened (and, separately, is the first one).
-    v1::ModelRef pinned = *ref;
-    client::PinVersion(&pinned, pred.model_version);
-    DENDRO_ASSIGN_OR_RETURN(v1::GetClassesResponse classes, client->GetClasses(pinned));
     absl::flat_hash_map<int64_t, int32_t> super_of;
-    for (int i = 0; i < classes.labels_size(); ++i) {
-      super_of[classes.labels(i)] = classes.superclasses(i);
+    for (int i = 0; i < classes->labels_size(); ++i) {
+      super_of[classes->labels(i)] = classes->superclasses(i);
     }
     int64_t known = 0, in_top_t = 0, first = 0;
     for (int64_t i = 0; i < f.rows; ++i) {

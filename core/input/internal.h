@@ -2,7 +2,9 @@
 #ifndef DENDRO_CORE_INPUT_INTERNAL_H_
 #define DENDRO_CORE_INPUT_INTERNAL_H_
 
+#include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -75,6 +77,17 @@ struct TextTable {
 absl::StatusOr<TextTable> ReadNumericText(const std::string& path);
 // Reads every line's fields as text (for labels).
 absl::StatusOr<TextTable> ReadTextFields(const std::string& path);
+
+// The element at `p` as T, byte-swapped when `swap` (a big-endian file).
+template <typename T>
+T LoadElement(const char* p, bool swap) {
+  char b[sizeof(T)];
+  std::memcpy(b, p, sizeof(T));
+  if (swap) std::reverse(b, b + sizeof(T));
+  T v;
+  std::memcpy(&v, b, sizeof(T));
+  return v;
+}
 
 // "a.npy" -> "npy"; lower case; "" without an extension.
 std::string Extension(const std::string& path);

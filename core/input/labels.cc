@@ -18,16 +18,6 @@ namespace {
 using input_internal::Mapping;
 using input_internal::NpyView;
 
-template <typename T>
-T LoadSwapped(const char* p, bool swap) {
-  char b[sizeof(T)];
-  std::memcpy(b, p, sizeof(T));
-  if (swap) std::reverse(b, b + sizeof(T));
-  T v;
-  std::memcpy(&v, b, sizeof(T));
-  return v;
-}
-
 // A float label must be a whole number in int64's range.
 absl::Status WholeNumber(double v, int64_t row, const std::string& name, int64_t* out) {
   if (!std::isfinite(v) || v != std::floor(v) || std::fabs(v) >= 9.2e18) {
@@ -79,7 +69,7 @@ absl::StatusOr<LabelColumn> LabelsFromNpy(const NpyView& view, const std::string
         s.assign(p, strnlen(p, static_cast<size_t>(e.size)));
       } else {
         for (int j = 0; j < e.size / 4; ++j) {
-          const uint32_t c = LoadSwapped<uint32_t>(p + 4 * j, swap);
+          const uint32_t c = input_internal::LoadElement<uint32_t>(p + 4 * j, swap);
           if (c == 0) break;
           AppendUtf8(c, &s);
         }
@@ -97,17 +87,17 @@ absl::StatusOr<LabelColumn> LabelsFromNpy(const NpyView& view, const std::string
         id = *p != 0 ? 1 : 0;
         break;
       case K::kSignedInt:
-        if (e.size == 1) id = LoadSwapped<int8_t>(p, swap);
-        if (e.size == 2) id = LoadSwapped<int16_t>(p, swap);
-        if (e.size == 4) id = LoadSwapped<int32_t>(p, swap);
-        if (e.size == 8) id = LoadSwapped<int64_t>(p, swap);
+        if (e.size == 1) id = input_internal::LoadElement<int8_t>(p, swap);
+        if (e.size == 2) id = input_internal::LoadElement<int16_t>(p, swap);
+        if (e.size == 4) id = input_internal::LoadElement<int32_t>(p, swap);
+        if (e.size == 8) id = input_internal::LoadElement<int64_t>(p, swap);
         break;
       case K::kUnsignedInt: {
         uint64_t u = 0;
-        if (e.size == 1) u = LoadSwapped<uint8_t>(p, swap);
-        if (e.size == 2) u = LoadSwapped<uint16_t>(p, swap);
-        if (e.size == 4) u = LoadSwapped<uint32_t>(p, swap);
-        if (e.size == 8) u = LoadSwapped<uint64_t>(p, swap);
+        if (e.size == 1) u = input_internal::LoadElement<uint8_t>(p, swap);
+        if (e.size == 2) u = input_internal::LoadElement<uint16_t>(p, swap);
+        if (e.size == 4) u = input_internal::LoadElement<uint32_t>(p, swap);
+        if (e.size == 8) u = input_internal::LoadElement<uint64_t>(p, swap);
         if (u > static_cast<uint64_t>(INT64_MAX)) {
           return absl::InvalidArgumentError(
               absl::StrCat(name, ": label ", u, " at row ", i, " is beyond int64's range"));
@@ -119,9 +109,9 @@ absl::StatusOr<LabelColumn> LabelsFromNpy(const NpyView& view, const std::string
         double v = 0;
         if (e.size == 2)
           v = static_cast<float>(
-              Eigen::numext::bit_cast<Eigen::half>(LoadSwapped<uint16_t>(p, swap)));
-        if (e.size == 4) v = LoadSwapped<float>(p, swap);
-        if (e.size == 8) v = LoadSwapped<double>(p, swap);
+              Eigen::numext::bit_cast<Eigen::half>(input_internal::LoadElement<uint16_t>(p, swap)));
+        if (e.size == 4) v = input_internal::LoadElement<float>(p, swap);
+        if (e.size == 8) v = input_internal::LoadElement<double>(p, swap);
         DENDRO_RETURN_IF_ERROR(WholeNumber(v, i, name, &id));
         break;
       }

@@ -137,19 +137,6 @@ using input_internal::Mapping;
 using input_internal::NpyView;
 
 template <typename T>
-inline T Load(const char* p, bool swap) {
-  T v;
-  if (!swap) {
-    std::memcpy(&v, p, sizeof(T));
-  } else {
-    char b[sizeof(T)];
-    for (size_t i = 0; i < sizeof(T); ++i) b[i] = p[sizeof(T) - 1 - i];
-    std::memcpy(&v, b, sizeof(T));
-  }
-  return v;
-}
-
-template <typename T>
 inline float ToFloat(T v) {
   return static_cast<float>(v);
 }
@@ -169,7 +156,7 @@ absl::Status ConvertRows(const char* data, int64_t rows, int64_t cols, bool fort
     if constexpr (std::is_same_v<T, bool>) {
       f = *p != 0 ? 1.0f : 0.0f;
     } else {
-      const T v = Load<T>(p, swap);
+      const T v = input_internal::LoadElement<T>(p, swap);
       f = ToFloat(v);
       if constexpr (std::is_same_v<T, double>) {
         if (std::isfinite(v) && !std::isfinite(f)) {

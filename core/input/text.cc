@@ -17,13 +17,8 @@ namespace {
 enum class Split { kComma, kTab, kWhitespace, kWholeLine };
 
 std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
-    s.remove_suffix(1);
-  }
-  return s;
+  const absl::string_view t = absl::StripAsciiWhitespace(absl::string_view(s.data(), s.size()));
+  return {t.data(), t.size()};
 }
 
 void SplitLine(std::string_view line, Split split, std::vector<std::string_view>* fields) {

@@ -15,6 +15,14 @@ def is_dataset_id(value: Any) -> bool:
     return isinstance(value, str) and value.startswith("ds-") and not os.path.exists(value)
 
 
+def _only_array(archive: Any, path: Path) -> np.ndarray:
+    """The one array of an .npz archive (several are refused, named)."""
+    if len(archive.files) != 1:
+        raise ValueError(f"{path}: holds {len(archive.files)} arrays "
+                         f"({', '.join(archive.files)}); pass the array itself")
+    return archive[archive.files[0]]
+
+
 def _read_matrix_file(path: Path) -> np.ndarray:
     """A .npy (mapped), .npz (its only array) or numeric .csv/.tsv/.txt file."""
     suffix = path.suffix.lower()
@@ -22,10 +30,7 @@ def _read_matrix_file(path: Path) -> np.ndarray:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     if suffix == ".npz":
         with np.load(path, allow_pickle=False) as archive:
-            if len(archive.files) != 1:
-                raise ValueError(f"{path}: holds {len(archive.files)} arrays "
-                                 f"({', '.join(archive.files)}); pass the array itself")
-            return archive[archive.files[0]]
+            return _only_array(archive, path)
     if suffix in (".csv", ".tsv", ".txt"):
         with open(path) as f:
             first = f.readline()
@@ -91,10 +96,8 @@ def _read_label_array(labels: Any) -> np.ndarray:
             return np.asarray([line for line in lines if line])
         labels = np.load(path, allow_pickle=False)
         if isinstance(labels, np.lib.npyio.NpzFile):
-            if len(labels.files) != 1:
-                raise ValueError(f"{path}: holds {len(labels.files)} arrays "
-                                 f"({', '.join(labels.files)}); pass the array itself")
-            labels = labels[labels.files[0]]
+            with labels as archive:
+                labels = _only_array(archive, path)
     return np.asarray(labels)
 
 

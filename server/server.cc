@@ -1,11 +1,10 @@
 #include "server/server.h"
 
+#include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/codegen/service_type.h>
-
-#include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -19,25 +18,27 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/common/cpus.h"
 #include "core/common/mutex.h"
 #include "core/common/status_macros.h"
 #include "core/io/atomic_file.h"
-#include "server/security/auth.h"
-#include "server/security/caller.h"
-#include "server/storage/dataset_store.h"
-#include "server/base/ids.h"
-#include "server/storage/artifact_store.h"
-#include "server/transport/http_console.h"
-#include "server/jobs/job_manager.h"
-#include "server/catalogue/catalogue.h"
-#include "server/storage/open_artifact_store.h"
-#include "server/catalogue/open_catalogue.h"
-#include "server/observability/metrics.h"
-#include "server/methods/method.h"
-#include "server/models/model_registry.h"
 #include "server/api/batcher.h"
 #include "server/api/serving_gate.h"
+#include "server/base/ids.h"
+#include "server/catalogue/catalogue.h"
+#include "server/catalogue/open_catalogue.h"
+#include "server/jobs/job_manager.h"
+#include "server/methods/method.h"
+#include "server/models/model_registry.h"
+#include "server/observability/metrics.h"
+#include "server/security/auth.h"
+#include "server/security/caller.h"
+#include "server/storage/artifact_store.h"
+#include "server/storage/dataset_store.h"
+#include "server/storage/disk_guard.h"
+#include "server/storage/open_artifact_store.h"
+#include "server/transport/http_console.h"
 #include "server/transport/services.h"
 #include "server/transport/stream_limiter.h"
 #include "spdlog/spdlog.h"
@@ -85,6 +86,9 @@ struct DendroServer::State {
   absl::Status StartGrpc(const ServerOptions& o);
   absl::Status StartHealthPort(const ServerOptions& o);
   absl::Status StartConsole(const ServerOptions& o);
+  // One line for whoever reads the log: authentication (keys by role), TLS,
+  // mutual TLS, and every listener with what protects it.
+  void LogSecurity(const ServerOptions& o) const;
 };
 
 DendroServer::DendroServer(ServerOptions options)
@@ -242,6 +246,7 @@ absl::Status DendroServer::Start() {
   SetServing(true);
   spdlog::info("dendrod serving on port {} (data dir {})", s.port, o.data_dir);
   if (s.metrics) spdlog::info("metrics on port {} at /metrics", s.metrics->port());
+  s.LogSecurity(o);
   return absl::OkStatus();
 }
 
@@ -371,6 +376,7 @@ void DendroServer::State::CreateJobManager(const ServerOptions& o) {
   jopts.resolve_method = o.resolve_method;
   if (metrics) {
     jopts.on_finished = [m = metrics.get()](const v1::Job& job) { m->JobFinished(job); };
+    jopts.on_started = [m = metrics.get()](const v1::Job& job) { m->JobStarted(job); };
   }
   jobs = std::make_unique<JobManager>(jopts, catalogue.get(), datasets.get(), models.get());
   // After CreateMetrics set the catalogue's observer: the watch's thread
@@ -421,6 +427,10 @@ absl::Status DendroServer::State::ServeMetrics(const ServerOptions& o) {
   StreamLimiter* st = streams.get();
   ServingGate* g = gate.get();
   Batcher* b = batcher.get();
+  const DiskGuard* d = &datasets->disk();
+  // A volume that cannot be read reads as 0 free (which the disk alert
+  // reports) rather than dropping the series.
+  auto space = [d] { return d->Measure().value_or(DiskGuard::Space{}); };
   const Probe gauges[] = {
       {"dendro_job_queue_depth", "Jobs waiting in the queue.",
        [j] { return j->GetStats().queued; }},
@@ -432,8 +442,7 @@ absl::Status DendroServer::State::ServeMetrics(const ServerOptions& o) {
       {"dendro_model_cache_bytes",
        "Bytes charged to the models in the load cache (their artifact files).",
        [m] { return m->CacheStats().bytes; }},
-      {"dendro_model_cache_capacity_bytes",
-       "Bound on dendro_model_cache_bytes (--model_cache_mb).",
+      {"dendro_model_cache_capacity_bytes", "Bound on dendro_model_cache_bytes (--model_cache_mb).",
        [m] { return m->CacheStats().capacity; }},
       {"dendro_open_streams", "Streaming RPCs holding a slot.",
        [st] { return st->open_streams(); }},
@@ -446,6 +455,14 @@ absl::Status DendroServer::State::ServeMetrics(const ServerOptions& o) {
       {"dendro_serving_batch_waiting",
        "Assign/Predict calls in batches that are not computing yet.",
        [b] { return b->stats().waiting; }},
+      {"dendro_data_volume_free_bytes",
+       "Bytes free on the data directory's volume (as available to dendrod).",
+       [space] { return static_cast<double>(space().free_bytes); }},
+      {"dendro_data_volume_size_bytes", "Size of the data directory's volume.",
+       [space] { return static_cast<double>(space().total_bytes); }},
+      {"dendro_data_volume_min_free_bytes",
+       "The floor below which uploads and fits are refused (--min_free_disk, at least 64 MiB).",
+       [space] { return static_cast<double>(space().floor_bytes); }},
   };
   const Probe counters[] = {
       {"dendro_model_cache_hits_total", "Model loads answered from the cache.",
@@ -466,6 +483,13 @@ absl::Status DendroServer::State::ServeMetrics(const ServerOptions& o) {
        [b] { return b->stats().batches; }},
       {"dendro_serving_batched_calls_total", "Assign/Predict calls answered by such an evaluation.",
        [b] { return b->stats().batched_calls; }},
+      {"dendro_job_lease_takeovers_total",
+       "Jobs this replica re-queued because the replica running them stopped renewing its "
+       "lease.",
+       [j] { return static_cast<double>(j->GetLeaseStats().takeovers); }},
+      {"dendro_job_leases_lost_total",
+       "Runs this replica stopped because their lease passed to another replica.",
+       [j] { return static_cast<double>(j->GetLeaseStats().lost); }},
   };
   for (const Probe& p : gauges) metrics->AddProbe(p.name, p.help, p.read);
   for (const Probe& p : counters) metrics->AddCounterProbe(p.name, p.help, p.read);
@@ -550,8 +574,35 @@ absl::Status DendroServer::State::StartConsole(const ServerOptions& o) {
   hopts.allow_insecure = o.allow_insecure;
   http = std::make_unique<HttpConsole>(
       hopts, HttpConsoleDeps{datasets.get(), jobs.get(), models.get(), auth.get(), gate.get(),
-                             batcher.get()});
+                             batcher.get(), metrics.get()});
   return http->Start();
+}
+
+void DendroServer::State::LogSecurity(const ServerOptions& o) const {
+  const bool tls = !o.tls_cert_file.empty();
+  const bool mtls = !o.tls_client_ca_file.empty();
+  auto host_of = [](const std::string& listen) {
+    const size_t colon = listen.rfind(':');
+    return colon == std::string::npos ? listen : listen.substr(0, colon);
+  };
+  std::vector<std::string> listeners;
+  listeners.push_back(
+      absl::StrCat("gRPC ", host_of(o.listen), ":", port,
+                   tls ? (mtls ? " (TLS, client certificates)" : " (TLS)") : " (plaintext)"));
+  if (http) {
+    listeners.push_back(
+        absl::StrCat("HTTP ", host_of(o.http_listen), ":", http->port(),
+                     tls ? (mtls ? " (HTTPS, client certificates)" : " (HTTPS)") : " (plaintext)"));
+  }
+  if (health_server) listeners.push_back(absl::StrCat("health ", o.health_listen, " (plaintext)"));
+  if (metrics) {
+    listeners.push_back(
+        absl::StrCat("metrics ", host_of(o.metrics_listen), ":", metrics->port(), " (plaintext)"));
+  }
+  spdlog::info("security: authentication {}; TLS {}; mutual TLS {}; listening: {}",
+               auth->Describe(), tls ? "on" : "off",
+               mtls ? "on (a client certificate signed by --tls_client_ca is required)" : "off",
+               absl::StrJoin(listeners, ", "));
 }
 
 int DendroServer::port() const { return state_->port; }

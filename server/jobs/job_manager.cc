@@ -375,6 +375,11 @@ JobManager::Stats JobManager::GetStats() {
   return Stats{counts.ok() ? static_cast<int>(counts->queued) : -1, running_};
 }
 
+JobManager::LeaseStats JobManager::GetLeaseStats() {
+  MutexLock lock(&mu_);
+  return lease_stats_;
+}
+
 void JobManager::WorkerLoop() {
   // Linux gives each thread its own nice value, and threads inherit it from
   // the thread that starts them: a job's OpenMP team too. Raising it needs
@@ -421,6 +426,7 @@ void JobManager::WorkerLoop() {
       active_[id] = entry;
       ++running_;
       changed_cv_.SignalAll();
+      if (options_.on_started) options_.on_started(Guarded(*entry).job);
     }
     CrashPoint("job.started");
     Run(entry);
@@ -481,7 +487,11 @@ void JobManager::MaintenanceLoop() {
           spdlog::warn("job {}: its lease expired (the replica running it stopped); re-queued",
                        job.id());
         }
-        if (!requeued->empty()) wake_cv_.SignalAll();
+        if (!requeued->empty()) {
+          MutexLock counted(&mu_);
+          lease_stats_.takeovers += static_cast<int64_t>(requeued->size());
+          wake_cv_.SignalAll();
+        }
       }
     }
     if (options_.retention > absl::ZeroDuration() && now >= next_retention) {
@@ -531,6 +541,7 @@ void JobManager::RenewLeases() {
     if (guarded.finishing) continue;  // the outcome, not a lost lease, ended it
     if (absl::IsAborted(stored.status())) {
       if (!guarded.lost) {
+        ++lease_stats_.lost;
         spdlog::error("job {}: lease lost (not renewed within {}); stopping this run, whose "
                       "result will be dropped",
                       l.id, absl::FormatDuration(options_.lease_ttl));

@@ -98,11 +98,21 @@ class JobManager {
     // Called (with the manager's lock held: keep it cheap) when a job that
     // ran has ended SUCCEEDED, FAILED or CANCELLED. Optional.
     std::function<void(const v1::Job&)> on_finished;
+    // Called likewise when this replica has claimed a job and is about to
+    // run it (the job is RUNNING, its start_time set). Optional.
+    std::function<void(const v1::Job&)> on_started;
   };
 
   struct Stats {
     int queued = 0;   // over every replica; -1 if the catalogue is unreadable
     int running = 0;  // on this replica
+  };
+  // Lease events since this manager was made. Each expired lease is
+  // re-queued by exactly one replica, so summing `takeovers` over replicas
+  // counts each once.
+  struct LeaseStats {
+    int64_t takeovers = 0;  // other replicas' jobs re-queued here after their lease expired
+    int64_t lost = 0;       // runs here stopped because their lease passed to another replica
   };
 
   JobManager(Options options, Catalogue* catalogue, DatasetStore* datasets,
@@ -141,6 +151,8 @@ class JobManager {
   absl::StatusOr<v1::Job> WaitForChange(const std::string& id, uint64_t* seen, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
   Stats GetStats() ABSL_LOCKS_EXCLUDED(mu_);
+  // Reads no catalogue.
+  LeaseStats GetLeaseStats() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // A job this replica has claimed and not yet finished.
@@ -233,6 +245,7 @@ class JobManager {
   uint64_t submissions_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::shared_ptr<Entry>> active_ ABSL_GUARDED_BY(mu_);  // claimed here
   int running_ ABSL_GUARDED_BY(mu_) = 0;
+  LeaseStats lease_stats_ ABSL_GUARDED_BY(mu_);
   int claiming_ ABSL_GUARDED_BY(mu_) = 0;        // workers between ClaimJob and registering its job
   bool accepting_ ABSL_GUARDED_BY(mu_) = false;  // submissions and claims allowed
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;   // workers must return

@@ -3,6 +3,7 @@
 #include <grpcpp/support/server_interceptor.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/common/mutex.h"
+#include "dendro/version.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
@@ -192,6 +194,30 @@ struct ServerMetrics::Impl {
           .Help("Run time of jobs that ended, by method.")
           .Register(*registry);
 
+  prometheus::Family<prometheus::Histogram>& queue_wait =
+      prometheus::BuildHistogram()
+          .Name("dendro_job_queue_wait_seconds")
+          .Help("Time from a job's submission to its first start, by method.")
+          .Register(*registry);
+  prometheus::Family<prometheus::Counter>& http_requests =
+      prometheus::BuildCounter()
+          .Name("http_server_requests_total")
+          .Help(
+              "HTTP requests answered, by method, route (the endpoint's pattern) and status "
+              "code.")
+          .Register(*registry);
+  prometheus::Family<prometheus::Histogram>& http_duration =
+      prometheus::BuildHistogram()
+          .Name("http_server_request_duration_seconds")
+          .Help("Time from a request's first byte read to its last byte sent, by route.")
+          .Register(*registry);
+  prometheus::Gauge& build_info =
+      prometheus::BuildGauge()
+          .Name("dendro_build_info")
+          .Help("Always 1; its labels name the running dendrod's version and git revision.")
+          .Register(*registry)
+          .Add({{"version", DENDRO_VERSION}, {"revision", DENDRO_GIT_REVISION}});
+
   prometheus::Family<prometheus::Histogram>& catalogue =
       prometheus::BuildHistogram()
           .Name("dendro_catalogue_seconds")
@@ -201,6 +227,11 @@ struct ServerMetrics::Impl {
   static const prometheus::Histogram::BucketBoundaries& RpcBuckets() {
     static const auto* b = new prometheus::Histogram::BucketBoundaries{
         0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+    return *b;
+  }
+  static const prometheus::Histogram::BucketBoundaries& QueueBuckets() {
+    static const auto* b = new prometheus::Histogram::BucketBoundaries{
+        0.01, 0.05, 0.25, 1, 5, 15, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600};
     return *b;
   }
   static const prometheus::Histogram::BucketBoundaries& JobBuckets() {
@@ -257,7 +288,7 @@ class RpcInterceptorFactory final
 
 }  // namespace
 
-ServerMetrics::ServerMetrics() : impl_(std::make_unique<Impl>()) {}
+ServerMetrics::ServerMetrics() : impl_(std::make_unique<Impl>()) { impl_->build_info.Set(1); }
 ServerMetrics::~ServerMetrics() = default;
 
 absl::Status ServerMetrics::Serve(const std::string& listen) {
@@ -311,6 +342,21 @@ void ServerMetrics::JobFinished(const v1::Job& job) {
       impl_->job_duration.Add({{"method", method}}, Impl::JobBuckets()).Observe(seconds);
     }
   }
+}
+
+void ServerMetrics::JobStarted(const v1::Job& job) {
+  if (job.attempts() != 1 || !job.has_create_time() || !job.has_start_time()) return;
+  const double seconds = Seconds(job.start_time()) - Seconds(job.create_time());
+  // Clocks of two replicas may disagree by a little: a negative wait is 0.
+  impl_->queue_wait.Add({{"method", MethodOf(job.spec())}}, Impl::QueueBuckets())
+      .Observe(std::max(0.0, seconds));
+}
+
+void ServerMetrics::HttpRequestFinished(const std::string& method, const std::string& route,
+                                        int status, double seconds) {
+  impl_->http_requests.Add({{"method", method}, {"route", route}, {"code", std::to_string(status)}})
+      .Increment();
+  impl_->http_duration.Add({{"route", route}}, Impl::RpcBuckets()).Observe(seconds);
 }
 
 void ServerMetrics::CatalogueOp(const char* op, double seconds) {

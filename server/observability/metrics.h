@@ -6,10 +6,17 @@
 //     health and reflection): grpc_server_handled_total{grpc_service,
 //     grpc_method, grpc_code}, grpc_server_handling_seconds (histogram),
 //     grpc_server_in_flight;
+//   * per HTTP request, reported by the HTTP listener:
+//     http_server_requests_total{method, route, code},
+//     http_server_request_duration_seconds{route} (histogram), where route
+//     is the endpoint's pattern ("/api/v1/jobs/{id}"), never the raw path;
 //   * events the server reports: dendro_upload_bytes_total,
 //     dendro_jobs_finished_total{method, state}, dendro_job_duration_seconds
 //     {method} (histogram, start to end of the run),
-//     dendro_catalogue_seconds{op} (histogram of catalogue operations);
+//     dendro_job_queue_wait_seconds{method} (histogram, submission to first
+//     start), dendro_catalogue_seconds{op} (histogram of catalogue
+//     operations);
+//   * dendro_build_info{version, revision}, always 1;
 //   * values read at scrape time from registered probes (queue depth,
 //     running jobs, model cache entries/bytes/capacity and its hit, miss and
 //     eviction counters, open streams) and from /proc/self
@@ -66,6 +73,13 @@ class ServerMetrics {
   void CatalogueOp(const char* op, double seconds);
   // A job reached SUCCEEDED, FAILED or CANCELLED after running.
   void JobFinished(const v1::Job& job);
+  // A job was claimed to run. Its wait from submission is recorded on its
+  // first start only (a re-queued job's wait would include its earlier runs).
+  void JobStarted(const v1::Job& job);
+  // One HTTP request answered with `status` (`route`: the endpoint's
+  // pattern, from a fixed set; see HttpRoute in server/transport).
+  void HttpRequestFinished(const std::string& method, const std::string& route, int status,
+                           double seconds);
 
   // The text exposition of everything above (what /metrics returns).
   std::string Render() const;

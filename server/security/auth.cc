@@ -155,6 +155,25 @@ absl::StatusOr<KeyTable> KeyTable::Parse(std::string_view text) {
   return table;
 }
 
+std::string KeyTable::Describe() const {
+  auto counted = [](size_t n, const char* one, const char* many,
+                    const std::map<Role, int>& by_role) {
+    std::string out = absl::StrCat(n, " ", n == 1 ? one : many);
+    if (n == 0) return out;
+    std::vector<std::string> parts;
+    for (auto it = by_role.rbegin(); it != by_role.rend(); ++it) {
+      parts.push_back(absl::StrCat(it->second, " ", RoleName(it->first)));
+    }
+    return absl::StrCat(out, " (", absl::StrJoin(parts, ", "), ")");
+  };
+  std::map<Role, int> key_roles, cn_roles;
+  for (const KeyEntry& k : keys_) ++key_roles[k.who.role];
+  for (const auto& [cn, who] : common_names_) ++cn_roles[who.role];
+  return absl::StrCat(
+      counted(keys_.size(), "key", "keys", key_roles), ", ",
+      counted(common_names_.size(), "certificate name", "certificate names", cn_roles));
+}
+
 absl::StatusOr<KeyTable> KeyTable::Load(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read keys file ", path));
@@ -247,6 +266,12 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(std::string
   }
   if (!auth->keys_path_.empty()) DENDRO_RETURN_IF_ERROR(auth->Reload());
   return auth;
+}
+
+std::string Authenticator::Describe() const {
+  if (!enabled_) return "off";
+  MutexLock lock(&mu_);
+  return absl::StrCat("on, ", table_->Describe());
 }
 
 absl::Status Authenticator::Reload() {

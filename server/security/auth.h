@@ -61,6 +61,9 @@ class KeyTable {
   std::optional<Principal> FindKey(std::string_view key) const;
   std::optional<Principal> FindCommonName(std::string_view cn) const;
   size_t size() const { return keys_.size() + common_names_.size(); }
+  // "3 keys (1 admin, 2 reader), 1 certificate name (1 writer)": counts by
+  // role, no names (for the start-up log).
+  std::string Describe() const;
 
  private:
   struct KeyEntry {
@@ -109,6 +112,9 @@ class Authenticator {
                                                                bool client_certificates);
 
   bool enabled() const { return enabled_; }
+  // "off", or what identifies callers (KeyTable::Describe) and whether a
+  // client certificate alone may.
+  std::string Describe() const ABSL_LOCKS_EXCLUDED(mu_);
   // Re-reads the keys file; on error the current table stays in force.
   absl::Status Reload() ABSL_LOCKS_EXCLUDED(mu_);
 

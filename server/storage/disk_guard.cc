@@ -37,21 +37,28 @@ absl::StatusOr<MinFreeDisk> ParseMinFreeDisk(const std::string& text) {
   return min;
 }
 
-absl::Status DiskGuard::Check(int64_t bytes, const std::string& what) const {
+std::optional<DiskGuard::Space> DiskGuard::Measure() const {
   struct statvfs fs;
-  if (::statvfs(path_.c_str(), &fs) != 0) return absl::OkStatus();  // the write will tell
+  if (::statvfs(path_.c_str(), &fs) != 0) return std::nullopt;
   const int64_t block = static_cast<int64_t>(fs.f_frsize);
-  const int64_t free_bytes = static_cast<int64_t>(fs.f_bavail) * block;
-  const int64_t total = static_cast<int64_t>(fs.f_blocks) * block;
-  const int64_t floor = std::max({kHeadroomBytes, min_.bytes,
-                                  static_cast<int64_t>(total * (min_.percent / 100.0))});
-  if (free_bytes - bytes >= floor) return absl::OkStatus();
+  Space space;
+  space.free_bytes = static_cast<int64_t>(fs.f_bavail) * block;
+  space.total_bytes = static_cast<int64_t>(fs.f_blocks) * block;
+  space.floor_bytes = std::max({kHeadroomBytes, min_.bytes,
+                                static_cast<int64_t>(space.total_bytes * (min_.percent / 100.0))});
+  return space;
+}
+
+absl::Status DiskGuard::Check(int64_t bytes, const std::string& what) const {
+  const std::optional<Space> space = Measure();
+  if (!space.has_value()) return absl::OkStatus();  // the write will tell
+  if (space->free_bytes - bytes >= space->floor_bytes) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrFormat(
       "%s: the server's disk has %d MiB free%s; it keeps at least %d MiB free "
       "(dendrod --min_free_disk); delete datasets or models to free space",
-      what, RoundUpMiB(free_bytes),
+      what, RoundUpMiB(space->free_bytes),
       bytes > 0 ? absl::StrCat(" and this needs ", RoundUpMiB(bytes), " MiB") : std::string(),
-      RoundUpMiB(floor)));
+      RoundUpMiB(space->floor_bytes)));
 }
 
 }  // namespace dendro::server

@@ -11,6 +11,7 @@
 #define DENDRO_SERVER_STORAGE_DISK_GUARD_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -31,7 +32,17 @@ absl::StatusOr<MinFreeDisk> ParseMinFreeDisk(const std::string& text);
 
 class DiskGuard {
  public:
+  // The volume's space as statvfs(3) reports it to an unprivileged writer.
+  struct Space {
+    int64_t free_bytes = 0;   // available (f_bavail)
+    int64_t total_bytes = 0;  // the volume's size
+    int64_t floor_bytes = 0;  // what Check keeps free: max(headroom, --min_free_disk)
+  };
+
   DiskGuard(std::string path, MinFreeDisk min_free) : path_(std::move(path)), min_(min_free) {}
+
+  // The space now; nullopt when the volume cannot be read.
+  std::optional<Space> Measure() const;
 
   // OK if `bytes` more can be written and the floor still be left free.
   // `what` starts the refusal ("upload", "job").

@@ -1,12 +1,12 @@
 #include "server/transport/http_console.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -36,9 +36,10 @@
 #include "core/common/mutex.h"
 #include "nlohmann/json.hpp"
 #include "server/base/client_status.h"
+#include "server/base/logging.h"
 #include "server/transport/console_assets.h"
 #include "server/transport/http_json.h"
-#include "server/base/logging.h"
+#include "server/transport/http_route.h"
 #include "spdlog/spdlog.h"
 
 namespace dendro::server {
@@ -760,7 +761,13 @@ constexpr int kKeepAliveMaxRequests = 100;
 // Workers that serve only /v2/health/*.
 constexpr int kHealthThreads = 2;
 
+// When the request the worker is serving started (its bytes were ready),
+// for the logger's timing: the logger runs on the same worker, after the
+// answer's last byte.
+static thread_local std::chrono::steady_clock::time_point t_request_start;
+
 void HttpConsole::Impl::ServeConn(Conn* c) {
+  t_request_start = std::chrono::steady_clock::now();
   ConnStream strm(*c, options.limits.read_timeout_seconds * 1000,
                   options.limits.write_timeout_seconds * 1000);
   const bool close_after = stopping.load() || c->served + 1 >= kKeepAliveMaxRequests;
@@ -899,6 +906,15 @@ absl::Status HttpConsole::Impl::Authorize(const httplib::Request& req, const Pri
 }
 
 void HttpConsole::Impl::Route(httplib::Server& srv) {
+  // Every answer cpp-httplib writes, the refusals of its own (400, 413) and
+  // the 404s included, is counted under its route pattern.
+  if (deps.metrics != nullptr) {
+    srv.set_logger([m = deps.metrics](const httplib::Request& req, const httplib::Response& res) {
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t_request_start).count();
+      m->HttpRequestFinished(req.method, HttpRoute(req.path), res.status, seconds);
+    });
+  }
   // The console's files.
   auto asset = [](std::string_view name) -> const ConsoleAsset* {
     for (const ConsoleAsset& a : ConsoleAssets()) {

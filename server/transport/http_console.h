@@ -33,13 +33,14 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "server/security/auth.h"
-#include "server/transport/http_limits.h"
-#include "server/storage/dataset_store.h"
-#include "server/jobs/job_manager.h"
-#include "server/models/model_registry.h"
 #include "server/api/batcher.h"
 #include "server/api/serving_gate.h"
+#include "server/jobs/job_manager.h"
+#include "server/models/model_registry.h"
+#include "server/observability/metrics.h"
+#include "server/security/auth.h"
+#include "server/storage/dataset_store.h"
+#include "server/transport/http_limits.h"
 
 namespace dendro::server {
 
@@ -65,6 +66,9 @@ struct HttpConsoleDeps {
   const Authenticator* auth = nullptr;  // never null
   ServingGate* gate = nullptr;          // shared with gRPC; null: no bound
   Batcher* batcher = nullptr;           // shared with gRPC; null: no batching
+  // Counts and times every request answered (by route and status); null:
+  // no metrics.
+  ServerMetrics* metrics = nullptr;
 };
 
 class HttpConsole {

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -60,7 +61,9 @@ class MetricsTest(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="dendro_metrics_")
         cls.metrics_port = free_port()
+        cls.http_port = free_port()
         cls.server = Server(cls.dir, ("--metrics_listen", f"127.0.0.1:{cls.metrics_port}",
+                                      "--http_listen", f"127.0.0.1:{cls.http_port}",
                                       "--threads", "1"))
         cls.url = f"http://127.0.0.1:{cls.metrics_port}/metrics"
         x, _ = hierarchical_logits(800, 3, 4, seed=2)
@@ -82,6 +85,16 @@ class MetricsTest(unittest.TestCase):
                     model=pb.ModelRef(name="nope")), timeout=5)
             except grpc.RpcError:
                 pass
+        # HTTP: three answered jobs, two unknown ones, one path no endpoint serves.
+        http = f"http://127.0.0.1:{cls.http_port}"
+        for job_id in cls.jobs:
+            fetch(f"{http}/api/v1/jobs/{job_id}")
+        for path in ("/api/v1/jobs/job-nope", "/api/v1/jobs/job-nope2", "/no/such/endpoint"):
+            try:
+                fetch(http + path)
+                raise AssertionError(f"{path} answered 200")
+            except urllib.error.HTTPError as e:
+                assert e.code == 404, (path, e.code)
 
     @classmethod
     def tearDownClass(cls):
@@ -114,6 +127,76 @@ class MetricsTest(unittest.TestCase):
         self.assertGreater(value(s, "process_open_fds"), 3)
         self.assertGreater(value(s, "process_start_time_seconds"), time.time() - 3600)
         self.assertLessEqual(value(s, "process_start_time_seconds"), time.time() + 1)
+
+    def test_http_requests_are_counted_by_route_not_path(self):
+        s = samples(fetch(self.url))
+        http = "http_server_requests"
+        self.assertEqual(value(s, http + "_total", method="GET", route="/api/v1/jobs/{id}",
+                               code="200"), 3)
+        self.assertEqual(value(s, http + "_total", method="GET", route="/api/v1/jobs/{id}",
+                               code="404"), 2)
+        self.assertEqual(value(s, http + "_total", method="GET", route="other", code="404"), 1)
+        self.assertEqual(value(s, "http_server_request_duration_seconds_count",
+                               route="/api/v1/jobs/{id}"), 5)
+        routes = {dict(labels).get("route") for (name, labels) in s
+                  if name.startswith("http_server_")}
+        self.assertFalse([r for r in routes if r and "job-" in r], routes)
+
+    def test_queue_wait_build_disk_and_lease_series(self):
+        s = samples(fetch(self.url))
+        self.assertEqual(value(s, "dendro_job_queue_wait_seconds_count", method="l2h"), 3)
+        self.assertGreaterEqual(value(s, "dendro_job_queue_wait_seconds_sum", method="l2h"), 0)
+        info = [(dict(labels), v) for (name, labels), v in s.items()
+                if name == "dendro_build_info"]
+        self.assertEqual(len(info), 1, info)
+        labels, v = info[0]
+        self.assertEqual(v, 1)
+        version = subprocess.run([bb.DENDROD, "--version"], capture_output=True, text=True,
+                                 check=True).stdout
+        self.assertIn(labels["version"], version)
+        self.assertIn(labels["revision"], version)
+        # The volume's numbers agree with what statvfs says of the data directory.
+        st = os.statvfs(self.dir)
+        size = st.f_blocks * st.f_frsize
+        self.assertEqual(value(s, "dendro_data_volume_size_bytes"), size)
+        free = value(s, "dendro_data_volume_free_bytes")
+        self.assertGreater(free, 0)
+        self.assertLessEqual(free, size)
+        self.assertGreaterEqual(value(s, "dendro_data_volume_min_free_bytes"), 64 << 20)
+        self.assertEqual(value(s, "dendro_job_lease_takeovers_total"), 0)
+        self.assertEqual(value(s, "dendro_job_leases_lost_total"), 0)
+
+    def test_every_family_is_in_the_operations_table_and_back(self):
+        """docs/operations.md's metrics table names every family with its type and labels."""
+        doc = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs",
+                           "operations.md")
+        documented = {}
+        in_table = False
+        with open(doc) as f:
+            for line in f:
+                if line.startswith("### Metrics"):
+                    in_table = True
+                elif line.startswith("#"):
+                    in_table = False
+                elif in_table and line.startswith("| `"):
+                    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                    name = cells[0].strip("`")
+                    labels = {x.strip().strip("`") for x in cells[2].split(",") if x.strip()}
+                    documented[name] = (cells[1], labels)
+        self.assertGreater(len(documented), 30)
+        exported = {}
+        for family in text_string_to_metric_families(fetch(self.url)):
+            name = family.name + ("_total" if family.type == "counter" else "")
+            labels = set()
+            for sample in family.samples:
+                labels |= set(sample.labels) - {"le", "quantile"}
+            exported[name] = (family.type, labels)
+        self.assertEqual(sorted(set(exported) - set(documented)), [],
+                         "exported but not in docs/operations.md's table")
+        self.assertEqual(sorted(set(documented) - set(exported)), [],
+                         "in docs/operations.md's table but not exported")
+        for name, (kind, labels) in exported.items():
+            self.assertEqual(documented[name], (kind, labels), name)
 
     def test_a_real_prometheus_scrapes_it(self):
         prom = shutil.which("prometheus")

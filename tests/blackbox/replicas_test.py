@@ -79,17 +79,27 @@ class Replica:
         with open(self.log_path, "rb") as f:
             return re.search(rb"job " + job_id.encode() + rb": running", f.read()) is not None
 
-    def rpcs(self, method):
-        """How many calls of `method` this replica has handled (its /metrics)."""
+    def metrics(self):
+        """This replica's /metrics text."""
         with open(self.log_path, "rb") as f:
             port = int(re.findall(rb"metrics on port (\d+)", f.read())[-1])  # this process's
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-            text = resp.read().decode()
+            return resp.read().decode()
+
+    def rpcs(self, method):
+        """How many calls of `method` this replica has handled (its /metrics)."""
         total = 0
-        for line in text.splitlines():
+        for line in self.metrics().splitlines():
             if line.startswith("grpc_server_handled_total{") and f'grpc_method="{method}"' in line:
                 total += int(float(line.rsplit(" ", 1)[1]))
         return total
+
+    def counter(self, name):
+        """The value of an unlabelled counter in this replica's /metrics."""
+        for line in self.metrics().splitlines():
+            if line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+        raise AssertionError(f"{self.name}: no {name} in /metrics")
 
     def log_lines(self, needle):
         with open(self.log_path, "rb") as f:
@@ -303,6 +313,9 @@ class ReplicasTest(unittest.TestCase):
         self.assertEqual(done.state, pb.JOB_STATE_SUCCEEDED, done)
         self.assertEqual(done.attempts, 2)
         self.assertTrue(any(r.ran(job.id) for r in survivors))
+        # One replica re-queued it, and says so in its metrics; none lost a lease.
+        self.assertEqual(sum(r.counter("dendro_job_lease_takeovers_total") for r in survivors), 1)
+        self.assertEqual(sum(r.counter("dendro_job_leases_lost_total") for r in survivors), 0)
         versions = survivors[1].models.ListModels(pb.ListModelsRequest(name="survivor"),
                                                   timeout=30)
         self.assertEqual([m.version for m in versions.models], [1])

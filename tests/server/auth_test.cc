@@ -38,6 +38,15 @@ TEST(KeyTableTest, FindsKeysAndCommonNames) {
   EXPECT_FALSE(table->FindCommonName("svc-b").has_value());
 }
 
+TEST(KeyTableTest, DescribesCountsByRoleWithoutNames) {
+  auto table = KeyTable::Parse(Line("k1", "ann", "reader") + Line("k2", "bob", "admin") +
+                               Line("k3", "cat", "reader") + "cn:svc-a  svc  writer\n");
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->Describe(), "3 keys (1 admin, 2 reader), 1 certificate name (1 writer)");
+  EXPECT_EQ(KeyTable().Describe(), "0 keys, 0 certificate names");
+  EXPECT_EQ(Authenticator().Describe(), "off");
+}
+
 TEST(KeyTableTest, ErrorsNameTheLine) {
   struct Case {
     std::string text;

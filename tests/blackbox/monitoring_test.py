@@ -223,7 +223,9 @@ class LivePrometheusTest(unittest.TestCase):
         data = os.path.join(cls.work, "dendrod")
         os.mkdir(data)
         metrics_port = free_port()
+        http_port = free_port()
         cls.server = bb.Server(data, ("--metrics_listen", f"127.0.0.1:{metrics_port}",
+                                      "--http_listen", f"127.0.0.1:{http_port}",
                                       "--threads", "1", "--drain_seconds", "5"))
         config = os.path.join(cls.work, "prometheus.yml")
         with open(config, "w") as f:
@@ -261,6 +263,12 @@ class LivePrometheusTest(unittest.TestCase):
                                        timeout=5)
         except bb.grpc.RpcError:
             pass
+        # The HTTP panels: an answered request and a refused one.
+        get_json(f"http://127.0.0.1:{http_port}/api/v1/jobs/{job.id}")
+        try:
+            get_json(f"http://127.0.0.1:{http_port}/api/v1/jobs/job-nope")
+        except urllib.error.HTTPError as e:
+            assert e.code == 404, e.code
 
         # Wait until Prometheus has scraped the finished job, then a few
         # scrapes more (rates need two samples after the change).

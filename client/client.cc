@@ -1,7 +1,7 @@
 #include "client/client.h"
 
-#include <grpcpp/grpcpp.h>
 #include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <grpcpp/security/tls_certificate_verifier.h>
 #include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/support/client_interceptor.h>
@@ -18,9 +18,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/tls_probe.h"
 #include "core/common/status_macros.h"
-#include "core/io/atomic_file.h"
 #include "core/input/matrix_file.h"
+#include "core/io/atomic_file.h"
 #include "core/io/npy.h"
 #include "dendro/v1/dendro.grpc.pb.h"
 
@@ -67,11 +68,23 @@ absl::Status FromGrpc(const grpc::Status& s, const ClientOptions& opts) {
         msg = absl::StrCat("dendrod at ", opts.target, " expects TLS but this client connected ",
                            "in plaintext: enable TLS (dendro --tls or --tls-ca FILE; ",
                            "ClientOptions::tls)");
+      } else if (opts.tls && opts.tls_cert_file.empty() &&
+                 absl::StrContains(msg, "Socket closed") && AsksForClientCertificate(opts.target)) {
+        msg = absl::StrCat("dendrod at ", opts.target, " requires a client certificate (mutual ",
+                           "TLS) and this client sent none: give one signed by the server's ",
+                           "--tls_client_ca (dendro --tls-cert FILE --tls-key FILE; ",
+                           "ClientOptions::tls_cert_file and tls_key_file)");
+      } else if (opts.tls && !opts.tls_cert_file.empty() &&
+                 absl::StrContains(msg, "Socket closed") && AsksForClientCertificate(opts.target)) {
+        msg = absl::StrCat("dendrod at ", opts.target, " closed the connection after asking for ",
+                           "a client certificate: it did not accept this client's (is it signed ",
+                           "by the CA the server names with --tls_client_ca, and still valid?)");
       } else if (opts.tls && absl::StrContains(msg, "certificate verify failed")) {
         msg = absl::StrCat("cannot reach dendrod at ", opts.target, ": its TLS certificate is not ",
                            "signed by a trusted CA (dendro --tls-ca FILE; ",
                            "ClientOptions::tls_ca_file)");
-      } else if (opts.tls && absl::StrContains(absl::AsciiStrToLower(msg), "wrong version number")) {
+      } else if (opts.tls &&
+                 absl::StrContains(absl::AsciiStrToLower(msg), "wrong version number")) {
         msg = absl::StrCat("cannot reach dendrod at ", opts.target, ": it does not speak TLS ",
                            "(drop --tls/--tls-ca, or start dendrod with --tls_cert and --tls_key)");
       } else {

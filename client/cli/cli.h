@@ -243,6 +243,12 @@ absl::Status RunDatasetsGet(Context& ctx, const Args& args);
 absl::Status RunDatasetsDelete(Context& ctx, const Args& args);
 absl::Status RunJobsDelete(Context& ctx, const Args& args);
 absl::Status RunKeysHash(Context& ctx, const Args& args);
+absl::Status RunCertsNew(Context& ctx, const Args& args);
+// Appends a keys-file line ("<sha256>|cn:<common name>  NAME  ROLE") to the
+// keys file at `path` (created 0600 if missing; its permissions kept
+// otherwise), atomically. Refuses a key or certificate name already listed
+// and a name the file gives another role.
+absl::Status AppendKeysLine(const std::string& path, const std::string& line);
 absl::Status RunKeysNew(Context& ctx, const Args& args);
 absl::Status RunHealth(Context& ctx, const Args& args);
 

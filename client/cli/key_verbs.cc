@@ -2,16 +2,21 @@
 // holds the SHA-256 of each key, never the key itself.
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <sys/stat.h>
 
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/cli/cli.h"
 #include "core/common/status_macros.h"
+#include "core/io/atomic_file.h"
 
 namespace dendro::cli {
 namespace {
@@ -48,6 +53,44 @@ absl::StatusOr<std::string> KeysLine(const std::string& key, const Args& args) {
 
 }  // namespace
 
+absl::Status AppendKeysLine(const std::string& path, const std::string& line) {
+  std::string text;
+  if (absl::Status read = ReadFileToString(path, &text); !read.ok() && !absl::IsNotFound(read)) {
+    return read;
+  }
+  // The name must keep one role: dendrod refuses a file that gives it two.
+  const std::vector<std::string> mine = absl::StrSplit(line, ' ', absl::SkipEmpty());
+  int line_no = 0;
+  for (absl::string_view existing : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    existing = absl::StripAsciiWhitespace(existing);
+    if (existing.empty() || existing[0] == '#') continue;
+    const std::vector<std::string> cols =
+        absl::StrSplit(existing, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    if (cols.size() != 3) continue;  // dendrod names such a line when it reads the file
+    if (cols[0] == mine[0]) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(path, " line ", line_no, " already holds this ",
+                       absl::StartsWith(mine[0], "cn:") ? "certificate name" : "key"));
+    }
+    if (cols[1] == mine[1] && cols[2] != mine[2]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, " line ", line_no, " gives '", mine[1], "' the role ", cols[2],
+                       "; a name has one role (choose another name, or edit that line)"));
+    }
+  }
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  text += line + "\n";
+  // The new file replaces the old one: keep its permissions (0600 for a
+  // new file: it names every caller).
+  struct stat st;
+  const mode_t mode = ::stat(path.c_str(), &st) == 0 ? (st.st_mode & 0777) : 0600;
+  const mode_t old_umask = ::umask(static_cast<mode_t>(~mode & 0777));
+  absl::Status written = WriteFileAtomic(path, text);
+  ::umask(old_umask);
+  return written;
+}
+
 absl::Status RunKeysHash(Context&, const Args& args) {
   DENDRO_RETURN_IF_ERROR(CheckNameAndRole(args));
   std::string key;
@@ -70,6 +113,12 @@ absl::Status RunKeysHash(Context&, const Args& args) {
     }
   }
   DENDRO_ASSIGN_OR_RETURN(std::string line, KeysLine(key, args));
+  if (std::optional<std::string> file = args.Get("append")) {
+    DENDRO_RETURN_IF_ERROR(AppendKeysLine(*file, line));
+    std::cerr << "added " << args.positional()[0] << " (" << args.positional()[1] << ") to "
+              << *file << "; send SIGHUP to dendrod to load it" << std::endl;
+    return absl::OkStatus();
+  }
   std::cout << line << std::endl;
   return absl::OkStatus();
 }
@@ -85,6 +134,13 @@ absl::Status RunKeysNew(Context&, const Args& args) {
   std::string key;
   absl::WebSafeBase64Escape(std::string(reinterpret_cast<const char*>(raw), sizeof(raw)), &key);
   DENDRO_ASSIGN_OR_RETURN(std::string line, KeysLine(key, args));
+  if (std::optional<std::string> file = args.Get("append")) {
+    DENDRO_RETURN_IF_ERROR(AppendKeysLine(*file, line));
+    std::cout << key << std::endl;
+    std::cerr << "added " << args.positional()[0] << " (" << args.positional()[1] << ") to "
+              << *file << "; send SIGHUP to dendrod to load it" << std::endl;
+    return absl::OkStatus();
+  }
   std::cout << key << "\n" << line << std::endl;
   return absl::OkStatus();
 }

@@ -430,12 +430,35 @@ const std::vector<Verb>& Verbs() {
       {"keys", "hash", "print the keys-file line for a key read from stdin",
        "dendro keys hash NAME ROLE < key\n"
        "  Reads the key from stdin's first line (at least 16 characters). ROLE is reader,\n"
-       "  writer or admin. The line holds the key's SHA-256, never the key.\n",
-       {}, 2, 2, RunKeysHash},
+       "  writer or admin. The line holds the key's SHA-256, never the key.\n"
+       "  --append KEYS_FILE   add the line to that file instead, as 'keys new' does\n"
+       "                       (default: print it)\n",
+       {{"append", true}}, 2, 2, RunKeysHash},
       {"keys", "new", "make a random key; print it, then its keys-file line",
-       "dendro keys new NAME ROLE\n"
-       "  Line 1 (stdout): the key, for the client. Line 2: the line for dendrod --auth_keys.\n",
-       {}, 2, 2, RunKeysNew},
+       "dendro keys new NAME ROLE [--append KEYS_FILE]\n"
+       "  Line 1 (stdout): the key, for the client. Line 2: the line for dendrod --auth_keys.\n"
+       "  --append KEYS_FILE   add the line to that file instead (created 0600, replaced\n"
+       "                       atomically) and print only the key; a name keeps one role;\n"
+       "                       then 'kill -HUP' dendrod (default: print both lines)\n",
+       {{"append", true}}, 2, 2, RunKeysNew},
+      {"certs", "new", "make a private CA, a server certificate and client certificates",
+       "dendro certs new --ca-dir DIR [--host NAME]... [--client NAME]... [--days N]\n"
+       "                 [--role ROLE [--append KEYS_FILE]]\n"
+       "  DIR/ca.pem and ca.key are the CA: made on first use (valid 10 years), reused after.\n"
+       "  Keys are P-256 ECDSA, written 0600; existing server or client files are kept.\n"
+       "  --ca-dir DIR         where the CA and certificates are kept (required)\n"
+       "  --host NAME          repeatable: DIR/server.pem and server.key, every NAME (DNS name\n"
+       "                       or IP address) a subjectAltName: the names clients dial\n"
+       "                       (default: no server certificate)\n"
+       "  --client NAME        repeatable: DIR/NAME.pem and NAME.key, common name NAME, for\n"
+       "                       mutual TLS (dendrod --tls_client_ca DIR/ca.pem) (default: none)\n"
+       "  --days N             validity of the server and client certificates (default: 365)\n"
+       "  --role ROLE          reader, writer or admin: the role in each client's keys-file\n"
+       "                       line (default: the line says ROLE, for you to fill in)\n"
+       "  --append KEYS_FILE   add those lines to the keys file (default: print them)\n",
+       {{"ca-dir", true}, {"host", true, true}, {"client", true, true}, {"days", true},
+        {"role", true}, {"append", true}},
+       0, 0, RunCertsNew},
       {"", "health", "check that the server answers (grpc.health.v1; needs no key)",
        "dendro health\n", {}, 0, 0, RunHealth},
   };

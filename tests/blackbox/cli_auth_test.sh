@@ -38,6 +38,47 @@ expect_error 1 "whitespace" keys hash bob reader <spaced.txt
 "$DENDRO" keys --help | grep -q "hash" || fail "'dendro keys --help' does not list hash"
 pass "keys hash / keys new"
 
+# --- keys new --append, certs new ---------------------------------------------------
+(umask 022 && "$DENDRO" keys new etl writer --append appended.keys >etl.key 2>etl.err)
+[[ $(wc -l <etl.key) -eq 1 ]] || fail "keys new --append printed more than the key"
+[[ $(stat -c %a appended.keys) == 600 ]] || fail "a new keys file is $(stat -c %a appended.keys)"
+[[ $(cat appended.keys) == "$(printf %s "$(cat etl.key)" | sha256sum | cut -d' ' -f1)  etl  writer" ]] ||
+  fail "keys new --append wrote: $(cat appended.keys)"
+grep -q "SIGHUP" etl.err || fail "keys new --append does not say how to load the key"
+chmod 640 appended.keys
+printf '%s\n' "$key" | "$DENDRO" keys hash alice reader --append appended.keys 2>/dev/null
+[[ $(wc -l <appended.keys) -eq 2 && $(stat -c %a appended.keys) == 640 ]] ||
+  fail "a second --append did not add a line keeping the file's mode"
+expect_error 1 "one role" keys new etl admin --append appended.keys
+printf '%s\n' "$key" >same.txt
+expect_error 1 "already holds this key" keys hash alice reader --append appended.keys <same.txt
+[[ $(wc -l <appended.keys) -eq 2 ]] || fail "a refused --append changed the file"
+"$DENDRO" certs new --ca-dir pki --host db.example --host 10.1.2.3 --client etl >certs.out
+for f in ca.pem ca.key server.pem server.key etl.pem etl.key; do
+  [[ -s pki/$f ]] || fail "certs new did not write pki/$f"
+done
+for f in ca.key server.key etl.key; do
+  [[ $(stat -c %a pki/$f) == 600 ]] || fail "pki/$f is mode $(stat -c %a pki/$f)"
+done
+grep -q "cn:etl  etl  ROLE" certs.out || fail "certs new does not print the client's keys line"
+ca_before=$(sha256sum <pki/ca.pem)
+"$DENDRO" certs new --ca-dir pki --client ops --role admin --append appended.keys >/dev/null
+[[ $(sha256sum <pki/ca.pem) == "$ca_before" ]] || fail "certs new replaced an existing CA"
+[[ $(tail -1 appended.keys) == "cn:ops  ops  admin" ]] || fail "certs new --append: $(tail -1 appended.keys)"
+if command -v openssl >/dev/null; then
+  openssl verify -CAfile pki/ca.pem pki/server.pem pki/etl.pem pki/ops.pem >/dev/null ||
+    fail "the certificates do not chain to the CA"
+  openssl x509 -in pki/server.pem -noout -ext subjectAltName | grep -q "DNS:db.example, IP Address:10.1.2.3" ||
+    fail "the server certificate's SANs: $(openssl x509 -in pki/server.pem -noout -ext subjectAltName)"
+fi
+expect_error 1 "already exist" certs new --ca-dir pki --host db.example
+expect_error 2 "--ca-dir" certs new --host x
+expect_error 2 "--append needs --role" certs new --ca-dir pki --client y --append appended.keys
+expect_error 2 "client name" certs new --ca-dir pki --client ../evil
+rm pki/ca.key
+expect_error 1 "ca.pem but not ca.key" certs new --ca-dir pki --client z
+pass "keys new --append, certs new"
+
 # --- client-side checks (no server needed) ---------------------------------------------
 "$DENDRO" --help | grep -q DENDRO_API_KEY || fail "--help does not mention DENDRO_API_KEY"
 "$DENDRO" --help | grep -q -- --api-key-file || fail "--help does not mention --api-key-file"

@@ -285,48 +285,78 @@ def test_readme_cli_example(server, shell_env, tmp_path):
 
 
 def test_readme_security_example(shell_env, tmp_path):
-    if shutil.which("openssl") is None:
-        pytest.fail("the openssl binary is not installed (Debian package openssl)")
     work = tmp_path / "secure"
     work.mkdir()
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=work)
-
-    # The block's prerequisites: a CA and a server certificate for dendro.internal
-    # (and localhost, which the test connects to instead).
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=ca",
-            "-keyout", "ca.key", "-out", "ca.pem")
-    (work / "san.ext").write_text("subjectAltName=DNS:dendro.internal,DNS:localhost\n")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=dendro.internal",
-            "-keyout", "server.key", "-out", "server.csr")
-    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-days", "2", "-out", "server.pem", "-extfile", "san.ext")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # SUBSTITUTIONS: a free loopback port instead of 0.0.0.0:50051, and localhost
-    # for dendro.internal, which does not resolve here.
-    substitutions = {"0.0.0.0:50051": f"127.0.0.1:{port}",
-                     "dendro.internal:50051": f"localhost:{port}"}
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    # SUBSTITUTIONS: free loopback ports instead of 0.0.0.0:50051 and :50052, and
+    # localhost for dendro.internal, which does not resolve here (the block's
+    # server certificate names both).
+    substitutions = {"0.0.0.0:50051": f"127.0.0.1:{ports[0]}",
+                     "0.0.0.0:50052": f"127.0.0.1:{ports[1]}",
+                     "dendro.internal:50051": f"localhost:{ports[0]}",
+                     "dendro.internal:50052": f"localhost:{ports[1]}"}
     block = BlockRun(work, shell_env)
+
+    def dendro(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["dendro", *args], cwd=work, env=shell_env, capture_output=True,
+                              text=True, timeout=60)
+
     try:
         for command in find_block(SECURITY_BLOCK):
             for old, new in substitutions.items():
                 command = command.replace(old, new)
             block.run(command)
         # Without the key the same call is refused: the key is what let them in.
-        refused = subprocess.run(["dendro", "--tls-ca", "ca.pem", "--server",
-                                  f"localhost:{port}", "models", "list"], cwd=work,
-                                 env=shell_env, capture_output=True, text=True, timeout=60)
+        refused = dendro("--tls-ca", "tls/ca.pem", "--server", f"localhost:{ports[0]}",
+                         "models", "list")
         assert refused.returncode == 1 and "API key" in refused.stderr, refused.stderr
+        # The mutual-TLS server: a key without a certificate is told what is missing,
+        # in one line.
+        no_cert = dendro("--tls-ca", "tls/ca.pem", "--api-key-file", "ci.key", "--server",
+                         f"localhost:{ports[1]}", "models", "list")
+        assert no_cert.returncode == 1, no_cert
+        assert "requires a client certificate" in no_cert.stderr, no_cert.stderr
+        assert len(no_cert.stderr.strip().splitlines()) == 1, no_cert.stderr
+        # A certificate of another CA is refused, and the message says why it may be.
+        subprocess.run(["dendro", "certs", "new", "--ca-dir", "other", "--client", "etl-job"],
+                       cwd=work, env=shell_env, check=True, capture_output=True, timeout=60)
+        foreign = dendro("--tls-ca", "tls/ca.pem", "--tls-cert", "other/etl-job.pem",
+                         "--tls-key", "other/etl-job.key", "--server", f"localhost:{ports[1]}",
+                         "models", "list")
+        assert foreign.returncode == 1 and "--tls_client_ca" in foreign.stderr, foreign.stderr
     finally:
         block.stop()
+    # What each server said it was protected by, in one line at start.
+    log = (work / "dendrod.log").read_text()
+    security = [line for line in log.splitlines() if "] security: " in line]
+    assert len(security) == 2, log
+    assert ("authentication on, 1 key (1 writer), 0 certificate names; TLS on; mutual TLS off; "
+            f"listening: gRPC 127.0.0.1:{ports[0]} (TLS)") in security[0], security
+    assert ("authentication on, 1 key (1 writer), 1 certificate name (1 writer); TLS on; "
+            "mutual TLS on") in security[1], security
+    assert f"gRPC 127.0.0.1:{ports[1]} (TLS, client certificates)" in security[1], security
     key = (work / "ci.key").read_text().splitlines()
-    assert len(key) == 1 and len(key[0]) >= 16  # line 2 moved into the keys file
+    assert len(key) == 1 and len(key[0]) >= 16  # only the key: its line went to the keys file
     assert (work / "ci.key").stat().st_mode & 0o077 == 0  # umask 077
-    keys_line = (work / "keys").read_text().split()
-    assert keys_line[1:] == ["ci-pipeline", "writer"]
-    assert re.fullmatch(r"[0-9a-f]{64}", keys_line[0]) and key[0] not in keys_line
+    for private in ("tls/ca.key", "tls/server.key", "tls/etl-job.key", "keys"):
+        assert (work / private).stat().st_mode & 0o077 == 0, private
+    keys_lines = [line.split() for line in (work / "keys").read_text().splitlines()]
+    assert keys_lines[0][1:] == ["ci-pipeline", "writer"]
+    assert re.fullmatch(r"[0-9a-f]{64}", keys_lines[0][0]) and key[0] not in keys_lines[0]
+    assert keys_lines[1] == ["cn:etl-job", "etl-job", "writer"]
+    # The server certificate names what clients dial, and chains to the CA.
+    if shutil.which("openssl") is not None:
+        text = subprocess.run(["openssl", "x509", "-in", "tls/server.pem", "-noout", "-ext",
+                               "subjectAltName,extendedKeyUsage"], cwd=work, check=True,
+                              capture_output=True, text=True).stdout
+        assert "DNS:dendro.internal" in text and "DNS:localhost" in text, text
+        assert "TLS Web Server Authentication" in text, text
+        for cert in ("tls/server.pem", "tls/etl-job.pem"):
+            subprocess.run(["openssl", "verify", "-CAfile", "tls/ca.pem", cert], cwd=work,
+                           check=True, capture_output=True)
     listings = [out for cmd, out in block.outputs if cmd.endswith("models list")]
-    assert len(listings) == 2
+    assert len(listings) == 3

@@ -427,6 +427,12 @@ def test_mutual_tls(dendrod_path, tmp_path):
             with pytest.raises(DendroError) as err:
                 plaintext.models()
             assert err.value.code == "UNAVAILABLE" and server.target in err.value.message
+        # TLS without a certificate: told what the server wants.
+        with Client(server.target, tls_ca=t("ca.pem"), timeout=5) as no_cert:
+            with pytest.raises(DendroError) as err:
+                no_cert.models()
+            assert err.value.code == "UNAVAILABLE"
+            assert "requires a client certificate" in err.value.message, err.value.message
         with pytest.raises(ValueError, match="both or neither"):
             Client(server.target, tls_cert=t("alice.pem"))
     finally:

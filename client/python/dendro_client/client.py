@@ -157,8 +157,10 @@ class Client:
                                                  private_key=_read(tls_key),
                                                  certificate_chain=_read(tls_cert))
             self._channel = grpc.secure_channel(self.target, creds, options=options)
+            self._tls: Optional[str] = "cert" if tls_cert else "no-cert"
         else:
             self._channel = grpc.insecure_channel(self.target, options=options)
+            self._tls = None
         self._datasets = self._rpc.DatasetServiceStub(self._channel)
         self._jobs = self._rpc.JobServiceStub(self._channel)
         self._models = self._rpc.ModelServiceStub(self._channel)
@@ -259,7 +261,7 @@ class Client:
 
     def _unary(self, method: Callable[..., Any], request: Any,
                timeout: Optional[float] = None) -> Any:
-        with translate(self.target):
+        with translate(self.target, self._tls):
             return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
 
     def _pages(self, method: Callable[..., Any], make: Callable[[str], Any],
@@ -324,7 +326,7 @@ class Client:
                 for chunk in byte_chunks(label_array, self._chunk_bytes):
                     yield pb.UploadDatasetRequest(labels=chunk)
 
-        with translate(self.target):
+        with translate(self.target, self._tls):
             # No deadline: an upload takes as long as the data needs.
             resp = self._datasets.UploadDataset(requests(), metadata=self._metadata)
         return Dataset.from_proto(resp)

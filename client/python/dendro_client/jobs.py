@@ -219,7 +219,8 @@ class Job:
                         retries += 1
                         time.sleep(min(0.2 * 2 ** retries, 5.0))
                         continue
-                    raise DendroError.from_rpc_error(e, self._client.target) from None
+                    raise DendroError.from_rpc_error(e, self._client.target,
+                                                     self._client._tls) from None
         finally:
             if bar is not None:
                 bar.close()

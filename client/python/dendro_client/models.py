@@ -177,7 +177,7 @@ class Model:
             # The streaming form: no message limit applies to the tree.
             req = pb.GetTreeRequest(model=self._ref(), format=fmt, include_points=points,
                                     unrefined=unrefined)
-            with translate(self._client.target):
+            with translate(self._client.target, self._client._tls):
                 chunks = self._client._models.GetTreeStream(
                     req, timeout=self._client.timeout, metadata=self._client._metadata)
                 return b"".join(chunk.content for chunk in chunks)

@@ -1,5 +1,7 @@
 #include "server/storage/verify.h"
 
+#include <unistd.h>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -64,6 +66,15 @@ absl::StatusOr<VerifyReport> VerifyArtifacts(Catalogue* catalogue, ArtifactStore
 }
 
 int RunVerify(const std::string& data_dir, const std::string& catalog, std::ostream& out) {
+  // Opening an SQLite catalogue creates it: a mistyped --data_dir would
+  // otherwise check an empty catalogue and pass.
+  if ((catalog.empty() || catalog == "sqlite") &&
+      ::access((data_dir + "/metadata.db").c_str(), F_OK) != 0) {
+    out << "dendrod --verify: no catalogue in " << data_dir
+        << " (no metadata.db): is --data_dir the server's data directory, or does the server "
+           "use --catalog postgresql://...?\n";
+    return 2;
+  }
   absl::StatusOr<std::unique_ptr<Catalogue>> catalogue = OpenCatalogue(catalog, data_dir);
   if (!catalogue.ok()) {
     out << "dendrod --verify: " << catalogue.status().message() << "\n";

@@ -113,6 +113,15 @@ class VerifyTest(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn(f"{files[0]} is missing", out)
 
+    def test_a_directory_without_a_catalogue_is_exit_2_and_stays_empty(self):
+        empty = os.path.join(self.work, "not-a-data-dir")
+        os.mkdir(empty)
+        r = subprocess.run([bb.DENDROD, "--verify", "--data_dir", empty], capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("no catalogue in", r.stdout)
+        self.assertEqual(os.listdir(empty), [])
+
     def test_a_catalogue_that_cannot_be_opened_is_exit_2(self):
         rc, out = self.verify("--catalog", "mysql://nowhere/db")
         self.assertEqual(rc, 2, out)

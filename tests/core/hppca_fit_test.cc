@@ -351,6 +351,57 @@ TEST(HppcaFitTest, HierarchyHasClassesUnderSuperclassesUnderTheRoot) {
   for (int32_t c = 0; c < k; ++c) EXPECT_EQ(fm->superclass_of(c), -1);
 }
 
+TEST(HppcaFitTest, RowOrderDoesNotChangeTheModel) {
+  // Each class's mean and covariance are sums over its rows, so another row
+  // order changes them by rounding only: the super-classes and every
+  // prediction stay the same, and the scores agree to rounding.
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData train = gen.Sample(30, 11), test = gen.Sample(5, 12);
+  LabelledData shuffled = train;
+  std::mt19937_64 rng(13);
+  Shuffle(shuffled, rng);
+  NullRunContext ctx;
+  auto a = FitHppca(View(train.x), train.labels, SmallOptions(), ctx);
+  auto b = FitHppca(View(shuffled.x), shuffled.labels, SmallOptions(), ctx);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->num_classes(), b->num_classes());
+  ASSERT_EQ(a->num_superclasses(), b->num_superclasses());
+  ASSERT_GT(a->num_superclasses(), 1);
+  for (int32_t c = 0; c < a->num_classes(); ++c) {
+    ASSERT_EQ(a->labels()[c], b->labels()[c]);
+    EXPECT_EQ(a->superclass_of(c), b->superclass_of(c)) << "class " << c;
+  }
+  HppcaPredictOptions po;
+  auto pa = a->Predict(View(test.x), po);
+  auto pb = b->Predict(View(test.x), po);
+  ASSERT_TRUE(pa.ok() && pb.ok());
+  EXPECT_EQ(pa->labels, pb->labels);
+  EXPECT_EQ(pa->superclasses, pb->superclasses);
+  ASSERT_EQ(pa->scores.size(), pb->scores.size());
+  for (size_t i = 0; i < pa->scores.size(); ++i) {
+    EXPECT_NEAR(pa->scores[i], pb->scores[i], 1e-4 * (1.0 + std::abs(pa->scores[i])));
+  }
+}
+
+TEST(HppcaFitTest, SameModelWhateverTheThreadCount) {
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData train = gen.Sample(30, 21), test = gen.Sample(5, 22);
+  NullRunContext ctx;
+  HppcaOptions o = SmallOptions();
+  o.num_threads = 1;
+  auto a = FitHppca(View(train.x), train.labels, o, ctx);
+  o.num_threads = 2;
+  auto b = FitHppca(View(train.x), train.labels, o, ctx);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int32_t c = 0; c < a->num_classes(); ++c) {
+    EXPECT_EQ(a->superclass_of(c), b->superclass_of(c)) << "class " << c;
+  }
+  auto sa = a->ScoreClasses(View(test.x));
+  auto sb = b->ScoreClasses(View(test.x));
+  ASSERT_TRUE(sa.ok() && sb.ok());
+  EXPECT_TRUE(*sa == *sb) << "class scores differ between 1 and 2 threads";
+}
+
 TEST(HppcaFitTest, AutomaticSuperclassCountIsSqrtKT) {
   const TwoLevelGenerator gen(SmallSpec());
   const LabelledData train = gen.Sample(20, 8);

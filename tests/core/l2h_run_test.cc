@@ -486,6 +486,44 @@ TEST(L2hRun, ResultDoesNotDependOnThreadCount) {
   }
 }
 
+TEST(L2hRun, RowOrderDoesNotChangeTheTree) {
+  // Permuting the rows changes only the order of the per-cluster sums, so
+  // the scores agree to rounding and every merge is the same, up to the first
+  // decision the brute force calls a near-tie (rounding may then go either
+  // way; none occurs on most draws).
+  for (uint64_t seed : {31u, 32u, 33u}) {
+    const Logits l = RandomLogits(seed, 6000, 24, 1.5, 4.0);
+    Logits p = l;
+    std::vector<int64_t> order(l.n);
+    std::iota(order.begin(), order.end(), 0);
+    std::mt19937_64 rng(seed);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int64_t i = 0; i < l.n; ++i) {
+      std::copy_n(&l.x[order[i] * l.k], l.k, &p.x[i * l.k]);
+    }
+    for (L2hAggregation agg : {L2hAggregation::kSumOfMeans, L2hAggregation::kMeanOfMeans,
+                               L2hAggregation::kSumOfSums}) {
+      const auto brute = BruteL2h(l, agg);
+      auto a = RunOn(l, agg);
+      auto b = RunOn(p, agg);
+      ASSERT_TRUE(a.ok() && b.ok());
+      ASSERT_EQ(a->steps.size(), b->steps.size());
+      size_t t = 0;
+      for (; t < a->steps.size(); ++t) {
+        if (brute[t].gap > 0.0 && brute[t].gap < 1e-9) break;
+        ASSERT_EQ(b->steps[t].lowest, a->steps[t].lowest) << "seed " << seed << " step " << t;
+        ASSERT_EQ(b->steps[t].most_related, a->steps[t].most_related)
+            << "seed " << seed << " step " << t;
+        EXPECT_NEAR(b->steps[t].lowest_score, a->steps[t].lowest_score,
+                    1e-9 * std::abs(a->steps[t].lowest_score));
+        EXPECT_NEAR(b->steps[t].relatedness, a->steps[t].relatedness,
+                    1e-9 * std::abs(a->steps[t].relatedness) + 1e-300);
+      }
+      EXPECT_GT(t, a->steps.size() / 2) << "seed " << seed << ": a near-tie early on";
+    }
+  }
+}
+
 TEST(L2hRun, HierarchyMatchesSteps) {
   const Logits l = RandomLogits(23, 3000, 17, 1.0, 3.0);
   auto r = RunOn(l);

@@ -146,6 +146,30 @@ class TeamSizeContext : public RunContext {
 // Eigen's own OpenMP products stay off during a fit (each small product
 // would otherwise fork a thread, which spin-waits on a busy machine), and
 // the caller's setting is back afterwards.
+TEST(TnebFit, SameSeedSameTreeWhateverTheThreadCount) {
+  // The whole fit (EM restarts, paths, merging) is a function of the data,
+  // the row order and the seed; another seed is another fit.
+  const Data d = Blobs({{0, 0}, {9, 0}, {0, 9}, {9, 9}}, 120, 5);
+  NullRunContext ctx;
+  TnebOptions o = SmallOptions();
+  o.num_threads = 1;
+  auto a = FitTneb(d.view(), o, ctx);
+  o.num_threads = 2;
+  auto b = FitTneb(d.view(), o, ctx);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->hierarchy.point_leaf(), b->hierarchy.point_leaf());
+  EXPECT_EQ(a->merge_similarity, b->merge_similarity);
+  EXPECT_EQ(a->log_likelihood, b->log_likelihood);
+  ASSERT_EQ(a->hierarchy.num_internal(), b->hierarchy.num_internal());
+  for (int32_t v = a->hierarchy.num_leaves(); v <= a->hierarchy.root(); ++v) {
+    EXPECT_EQ(a->hierarchy.children(v), b->hierarchy.children(v)) << "node " << v;
+  }
+  o.seed = 2;
+  auto c = FitTneb(d.view(), o, ctx);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(a->log_likelihood, c->log_likelihood);
+}
+
 TEST(TnebFit, KeepsEigenProductsOnTheCallingThread) {
   const Data s = Blobs({{0, 0}, {12, 0}, {6, 11}}, 100, 2);
   const int before = omp_get_max_threads();

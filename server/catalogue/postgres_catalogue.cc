@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <pqxx/pqxx>
 #include <thread>
 #include <utility>
 
-#include <pqxx/pqxx>
-
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -69,9 +70,13 @@ constexpr const char* kQueueChannel = "dendro_queue";
 constexpr int kQueued = static_cast<int>(v1::JOB_STATE_QUEUED);
 constexpr int kRunning = static_cast<int>(v1::JOB_STATE_RUNNING);
 
-// Each entry brings the schema from version i to i + 1.
-constexpr const char* kMigrations[] = {
-    R"sql(
+// Each entry brings the schema from version i to i + 1; see SchemaMigration
+// for the number after it.
+constexpr struct {
+  const char* sql;
+  int compatible_from;
+} kMigrations[] = {
+    {R"sql(
 CREATE TABLE datasets (
   seq BIGSERIAL PRIMARY KEY,
   id TEXT NOT NULL UNIQUE,
@@ -102,8 +107,10 @@ CREATE TABLE model_labels (
   version BIGINT NOT NULL,
   PRIMARY KEY (name, label));
 )sql",
-    // 2: job leases (the shared queue).
-    R"sql(
+     1},
+    // 2: job leases (the shared queue). Binaries without leases would run
+    // jobs twice: not compatible.
+    {R"sql(
 ALTER TABLE jobs ADD COLUMN lease_holder TEXT;
 ALTER TABLE jobs ADD COLUMN lease_expires TIMESTAMPTZ;
 ALTER TABLE jobs ADD COLUMN lease_token BIGINT NOT NULL DEFAULT 0;
@@ -111,8 +118,10 @@ CREATE SEQUENCE job_lease_tokens;
 CREATE INDEX jobs_queue ON jobs (state, seq);
 CREATE INDEX jobs_dataset ON jobs (dataset_id);
 )sql",
+     2},
 };
 static_assert(std::size(kMigrations) == kPostgresSchemaVersion);
+static_assert(kMigrations[kPostgresSchemaVersion - 1].compatible_from <= kPostgresSchemaVersion);
 
 const absl::Status& StatusOf(const absl::Status& s) { return s; }
 template <typename T>
@@ -334,27 +343,44 @@ absl::StatusOr<std::vector<StoredModel>> PruneVersions(pqxx::work& txn, const st
   return pruned;
 }
 
-absl::Status Migrate(PostgresCatalogue::Conn& conn) {
-  return InTxn(conn, [](pqxx::work& txn) -> absl::Status {
+absl::Status Migrate(PostgresCatalogue::Conn& conn,
+                     const std::vector<SchemaMigration>& migrations) {
+  const int ours = static_cast<int>(migrations.size());
+  return InTxn(conn, [&](pqxx::work& txn) -> absl::Status {
     txn.exec_params("SELECT pg_advisory_xact_lock($1)", kMigrationLock);
     txn.exec("CREATE TABLE IF NOT EXISTS dendro_schema (version INTEGER NOT NULL)");
-    const pqxx::result r = txn.exec("SELECT version FROM dendro_schema");
+    // Not a schema step of its own: binaries that predate it read only
+    // `version`. NULL (written by them) means "this version only".
+    txn.exec("ALTER TABLE dendro_schema ADD COLUMN IF NOT EXISTS compatible_from INTEGER");
+    const pqxx::result r = txn.exec("SELECT version, compatible_from FROM dendro_schema");
     int version = 0;
+    int compatible_from = 0;
     if (r.empty()) {
-      txn.exec("INSERT INTO dendro_schema (version) VALUES (0)");
+      txn.exec("INSERT INTO dendro_schema (version, compatible_from) VALUES (0, 0)");
     } else {
       version = r[0][0].as<int>();
+      compatible_from = r[0][1].is_null() ? version : r[0][1].as<int>();
     }
-    if (version > kPostgresSchemaVersion) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the catalogue's schema is version ", version, ", newer than this dendrod's (",
-          kPostgresSchemaVersion, "); upgrade dendrod"));
+    if (version > ours) {
+      if (compatible_from > ours) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the catalogue's schema is version ", version, ", which needs a dendrod of schema ",
+            "version ", compatible_from, " or later; this one's is ", ours, ": upgrade dendrod"));
+      }
+      spdlog::warn(
+          "catalogue: the schema is version {}, newer than this dendrod's ({}) and compatible "
+          "with it (a rolling upgrade or a rollback in progress?); running without migrating",
+          version, ours);
+      return absl::OkStatus();
     }
-    for (int v = version; v < kPostgresSchemaVersion; ++v) {
+    for (int v = version; v < ours; ++v) {
       spdlog::info("catalogue: migrating the PostgreSQL schema to version {}", v + 1);
-      txn.exec(kMigrations[v]);
+      txn.exec(migrations[v].sql);
     }
-    txn.exec_params("UPDATE dendro_schema SET version = $1", kPostgresSchemaVersion);
+    if (version < ours || r.empty() || r[0][1].is_null()) {
+      txn.exec_params("UPDATE dendro_schema SET version = $1, compatible_from = $2", ours,
+                      migrations[ours - 1].compatible_from);
+    }
     return absl::OkStatus();
   });
 }
@@ -384,8 +410,32 @@ absl::Status CheckPostgresUri(const std::string& uri) {
 PostgresCatalogue::PostgresCatalogue(std::unique_ptr<Conn> conn) : conn_(std::move(conn)) {}
 PostgresCatalogue::~PostgresCatalogue() = default;
 
+absl::StatusOr<std::vector<SchemaMigration>> PostgresMigrations() {
+  std::vector<SchemaMigration> out;
+  for (const auto& m : kMigrations) out.push_back({m.sql, m.compatible_from});
+  const char* extra = std::getenv("DENDRO_TEST_EXTRA_MIGRATION");
+  if (extra == nullptr || *extra == '\0') return out;
+  const std::string text(extra);
+  const size_t semi = text.find(';');
+  int compatible_from = 0;
+  if (semi == std::string::npos || !absl::SimpleAtoi(text.substr(0, semi), &compatible_from) ||
+      compatible_from < 1 || compatible_from > kPostgresSchemaVersion + 1 ||
+      semi + 1 == text.size()) {
+    return absl::InvalidArgumentError(
+        "DENDRO_TEST_EXTRA_MIGRATION must be COMPATIBLE_FROM;SQL with COMPATIBLE_FROM in "
+        "[1, schema version + 1]");
+  }
+  spdlog::warn(
+      "catalogue: DENDRO_TEST_EXTRA_MIGRATION adds schema version {} (compatible from "
+      "{}): a test of upgrades",
+      kPostgresSchemaVersion + 1, compatible_from);
+  out.push_back({text.substr(semi + 1), compatible_from});
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<PostgresCatalogue>> PostgresCatalogue::Open(
-    const std::string& uri, int connections) {
+    const std::string& uri, int connections,
+    std::optional<std::vector<SchemaMigration>> migrations) {
   DENDRO_RETURN_IF_ERROR(CheckPostgresUri(uri));
   if (connections < 1) {
     return absl::InvalidArgumentError(
@@ -395,7 +445,11 @@ absl::StatusOr<std::unique_ptr<PostgresCatalogue>> PostgresCatalogue::Open(
   auto conn = std::make_unique<Conn>();
   conn->uri = uri;
   conn->size = connections;
-  DENDRO_RETURN_IF_ERROR(Migrate(*conn));
+  if (!migrations.has_value()) {
+    DENDRO_ASSIGN_OR_RETURN(migrations, PostgresMigrations());
+  }
+  if (migrations->empty()) return absl::InvalidArgumentError("no schema migrations");
+  DENDRO_RETURN_IF_ERROR(Migrate(*conn, *migrations));
   return std::unique_ptr<PostgresCatalogue>(new PostgresCatalogue(std::move(conn)));
 }
 

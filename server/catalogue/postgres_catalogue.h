@@ -3,8 +3,11 @@
 //
 // Schema: created and migrated by dendrod itself, versioned in the table
 // dendro_schema. Migration runs in one transaction under a transaction-level
-// advisory lock, so replicas starting together apply each step once; a
-// database whose schema is newer than this binary is refused.
+// advisory lock, so replicas starting together apply each step once. Each
+// step records the oldest schema version whose binaries still work after it
+// (`compatible_from`): a binary finding a newer schema runs on it when its
+// own version is at least that (an additive step during a rolling upgrade,
+// or a rollback), and is refused otherwise. docs/operations.md, "Upgrades".
 //
 // Connections: one libpq connection, serialised by a mutex (like the SQLite
 // catalogue's). A connection found broken is re-opened once per operation;
@@ -30,13 +33,31 @@ namespace dendro::server {
 // The newest schema version this binary writes.
 inline constexpr int kPostgresSchemaVersion = 2;
 
+// One step of the schema: brings version i to i + 1.
+struct SchemaMigration {
+  std::string sql;
+  // The oldest schema version whose binaries still work once this step has
+  // run: i + 1 when older binaries would misread the new schema; lower for
+  // an additive step (a new table, a nullable column) they never look at.
+  int compatible_from = 0;
+};
+
+// This binary's steps (kPostgresSchemaVersion of them) and, in tests of
+// upgrades only, one more from the environment variable
+// DENDRO_TEST_EXTRA_MIGRATION="COMPATIBLE_FROM;SQL": a stand-in for the next
+// release's binary. InvalidArgument if the variable is malformed.
+absl::StatusOr<std::vector<SchemaMigration>> PostgresMigrations();
+
 class PostgresCatalogue final : public Catalogue {
  public:
   // Connects to `uri` (postgresql://…, no password in it) and brings the
   // schema up to date. Up to `connections` transactions run at once, each
   // on a connection of its own, opened when first needed.
-  static absl::StatusOr<std::unique_ptr<PostgresCatalogue>> Open(const std::string& uri,
-                                                                 int connections = 4);
+  // `migrations`: the schema steps this binary knows (PostgresMigrations()
+  // when absent; tests pass their own to play older or newer binaries).
+  static absl::StatusOr<std::unique_ptr<PostgresCatalogue>> Open(
+      const std::string& uri, int connections = 4,
+      std::optional<std::vector<SchemaMigration>> migrations = std::nullopt);
   ~PostgresCatalogue() override;
 
   absl::Status PutDataset(const v1::Dataset& d) override;

@@ -48,7 +48,7 @@ TERMINAL = {pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED}
 
 
 class Replica:
-    def __init__(self, name, catalog, data_dir, work):
+    def __init__(self, name, catalog, data_dir, work, env=None):
         self.name = name
         self.port_file = os.path.join(work, f"{name}.port")
         if os.path.exists(self.port_file):
@@ -60,7 +60,7 @@ class Replica:
              "--data_dir", data_dir, "--catalog", catalog, "--replica_id", name,
              "--job_lease_seconds", str(LEASE_SECONDS), "--queue_size", str(QUEUE_SIZE),
              "--threads", "1", "--drain_seconds", "0", "--metrics_listen", "127.0.0.1:0"],
-            stdout=self.log, stderr=self.log)
+            stdout=self.log, stderr=self.log, env=env)
         deadline = time.time() + 60
         while not os.path.exists(self.port_file):
             if self.proc.poll() is not None or time.time() > deadline:

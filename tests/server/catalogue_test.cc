@@ -1,20 +1,21 @@
 // The Catalogue contract, run on both implementations: SQLite in a
 // temporary directory and a real PostgreSQL 15 (postgres_harness.h). Every
 // case here must pass on both, so the two cannot drift.
+#include "server/catalogue/catalogue.h"
+
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <pqxx/pqxx>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <pqxx/pqxx>
-
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/catalogue/catalogue.h"
 #include "server/catalogue/open_catalogue.h"
 #include "server/catalogue/postgres_catalogue.h"
 #include "tests/server/catalogue_fixture.h"
@@ -545,6 +546,56 @@ TEST(PostgresCatalogueTest, ReplicasStartingTogetherMigrateOnce) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(ok.load(), 4);
+}
+
+// Binaries of two schema versions on one database, as in a rolling upgrade:
+// after an additive step the older binary still starts and works (it is
+// also what a rollback runs); after a step marked incompatible it is refused
+// with a message naming the version it needs.
+TEST(PostgresCatalogueTest, OlderBinariesRunOnACompatibleNewerSchemaOnly) {
+  auto& pg = testing::PostgresHarness::Get();
+  if (!pg.Available()) GTEST_SKIP() << "PostgreSQL not available: " << pg.Why();
+  auto current = PostgresMigrations();
+  ASSERT_TRUE(current.ok()) << current.status();
+  ASSERT_EQ(current->size(), static_cast<size_t>(kPostgresSchemaVersion));
+  std::vector<SchemaMigration> additive = *current;
+  additive.push_back({"CREATE TABLE upgrade_probe (x INTEGER)", kPostgresSchemaVersion});
+  std::vector<SchemaMigration> breaking = *current;
+  breaking.push_back({"CREATE TABLE upgrade_probe (x INTEGER)", kPostgresSchemaVersion + 1});
+
+  const std::string uri = pg.NewDatabase();
+  auto old_binary = PostgresCatalogue::Open(uri, 1, *current);
+  ASSERT_TRUE(old_binary.ok()) << old_binary.status();
+  v1::Dataset d;
+  d.set_id("ds-before");
+  ASSERT_TRUE((*old_binary)->PutDataset(d).ok());
+  auto new_binary = PostgresCatalogue::Open(uri, 1, additive);
+  ASSERT_TRUE(new_binary.ok()) << new_binary.status();
+  d.set_id("ds-after");
+  ASSERT_TRUE((*new_binary)->PutDataset(d).ok());
+  // The running old replica goes on, and a restarted one starts.
+  EXPECT_TRUE((*old_binary)->GetDataset("ds-after").ok());
+  auto restarted = PostgresCatalogue::Open(uri, 1, *current);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  EXPECT_TRUE((*restarted)->GetDataset("ds-before").ok());
+  // The migration ran once, whoever opens next.
+  ASSERT_TRUE(PostgresCatalogue::Open(uri, 1, additive).ok());
+  pqxx::connection check(uri);
+  pqxx::work txn(check);
+  const pqxx::row schema = txn.exec1("SELECT version, compatible_from FROM dendro_schema");
+  EXPECT_EQ(schema[0].as<int>(), kPostgresSchemaVersion + 1);
+  EXPECT_EQ(schema[1].as<int>(), kPostgresSchemaVersion);
+  txn.commit();
+
+  const std::string uri2 = pg.NewDatabase();
+  ASSERT_TRUE(PostgresCatalogue::Open(uri2, 1, *current).ok());
+  ASSERT_TRUE(PostgresCatalogue::Open(uri2, 1, breaking).ok());
+  auto refused = PostgresCatalogue::Open(uri2, 1, *current);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr(absl::StrCat("needs a dendrod of schema version ",
+                                     kPostgresSchemaVersion + 1, " or later")));
 }
 
 // With a pool, a transaction that waits (here on a table lock held by

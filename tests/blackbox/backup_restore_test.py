@@ -26,16 +26,14 @@ Usage: backup_restore_test.py DENDROD_BINARY
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc_blackbox_test as bb  # noqa: E402  (generates the stubs)
-from grpc_blackbox_test import grpc, pb, rpc, hierarchical_logits  # noqa: E402
+from grpc_blackbox_test import grpc, pb, hierarchical_logits  # noqa: E402
 import pg_lib  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -71,40 +69,12 @@ def doc_blocks():
     return blocks
 
 
-class Dendrod:
-    """dendrod on a free loopback port; its port file and log stay outside the data dir."""
-
-    def __init__(self, data, work, catalog=None):
-        self.port_file = os.path.join(work, "port")
-        if os.path.exists(self.port_file):
-            os.remove(self.port_file)
-        self.log_path = os.path.join(work, "dendrod.log")
-        self.log = open(self.log_path, "ab")
-        extra = ["--catalog", catalog, "--replica_id", "backup-test"] if catalog else []
-        self.proc = subprocess.Popen(
-            [bb.DENDROD, "--listen", "127.0.0.1:0", "--data_dir", data,
-             "--port_file", self.port_file, "--drain_seconds", "0", "--threads", "1", *extra],
-            stdout=self.log, stderr=self.log)
-        deadline = time.time() + GUARD
-        while not os.path.exists(self.port_file):
-            if self.proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"dendrod did not start (see {self.log_path})")
-            time.sleep(0.05)
-        with open(self.port_file) as f:
-            port = int(f.read().strip())
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        grpc.channel_ready_future(self.channel).result(timeout=GUARD)
-        self.datasets = rpc.DatasetServiceStub(self.channel)
-        self.jobs = rpc.JobServiceStub(self.channel)
-        self.models = rpc.ModelServiceStub(self.channel)
-
-    def stop(self):
-        self.channel.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=GUARD)
-        self.log.close()
-        return self.proc.returncode
+def Dendrod(data, work, catalog=None):
+    """dendrod on the data directory; its port file and log stay outside it (in
+    `work`), so a copy of the data directory holds only what dendrod keeps."""
+    extra = ["--catalog", catalog, "--replica_id", "backup-test"] if catalog else []
+    return bb.Server(data, ("--drain_seconds", "0", "--threads", "1", *extra), state_dir=work,
+                     start_seconds=GUARD)
 
 
 def upload(server, x):

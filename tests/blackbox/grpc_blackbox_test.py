@@ -66,20 +66,27 @@ def hierarchical_logits(n, groups, per, seed):
 
 
 class Server:
-    def __init__(self, data_dir, extra_args=("--drain_seconds", "5")):
+    """dendrod on a free loopback port. Its port file and log go to `state_dir`
+    (default: the data directory; elsewhere when a test copies the data
+    directory and wants only dendrod's own files in it)."""
+
+    def __init__(self, data_dir, extra_args=("--drain_seconds", "5"), state_dir=None,
+                 start_seconds=30):
         self.data_dir = data_dir
-        port_file = os.path.join(data_dir, "port")
+        state_dir = state_dir or data_dir
+        port_file = os.path.join(state_dir, "port")
         if os.path.exists(port_file):
             os.remove(port_file)
-        self.log = open(os.path.join(data_dir, "dendrod.log"), "ab")
+        self.log_path = os.path.join(state_dir, "dendrod.log")
+        self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [DENDROD, "--listen", "127.0.0.1:0", "--data_dir", data_dir,
              "--port_file", port_file, *extra_args],
             stdout=self.log, stderr=self.log)
-        deadline = time.time() + 30
+        deadline = time.time() + start_seconds
         while not os.path.exists(port_file):
             if self.proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("dendrod did not start")
+                raise RuntimeError(f"dendrod did not start (see {self.log_path})")
             time.sleep(0.05)
         with open(port_file) as f:
             self.port = int(f.read().strip())
@@ -92,10 +99,11 @@ class Server:
         self.models = rpc.ModelServiceStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
 
-    def stop(self):
+    def stop(self, timeout=60):
         self.channel.close()
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=60)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=timeout)
         self.log.close()
         return code
 

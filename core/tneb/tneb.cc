@@ -334,212 +334,289 @@ absl::StatusOr<std::vector<int32_t>> TnebCutToK(const Hierarchy& tree, int32_t k
   return tree.CutToK(k);
 }
 
-absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, RunContext& ctx) {
-  const int64_t n = x.rows();
-  const int64_t d = x.cols();
-  DENDRO_RETURN_IF_ERROR(ValidateTnebOptions(o));
-  if (d < 2) {
+namespace {
+
+// One t-NEB fit, phase by phase; FitTneb runs the phases in order. Each
+// phase reads what the earlier ones left in the members and reports its
+// share of the progress range: the mixture [0, 0.6), the filter at 0.6, the
+// paths [0.6, 0.98), the tree at 0.98.
+class TnebFit {
+ public:
+  TnebFit(const MatrixView& x, const TnebOptions& o, RunContext& ctx)
+      : x_(x),
+        o_(o),
+        ctx_(ctx),
+        n_(x.rows()),
+        d_(x.cols()),
+        threads_(o.num_threads > 0 ? o.num_threads : std::max(1, omp_get_max_threads())) {}
+
+  // The input checks that need the data, and the standardisation.
+  absl::Status Prepare();
+  // 1. The mixture (with auto_dof: one candidate per tail, lowest BIC kept).
+  absl::Status FitMixture();
+  // 2. Components too small or too elongated dropped; rows to the kept ones.
+  absl::Status Filter();
+  // 3. Similarities between kept components: density paths, or the
+  // neighbour graph of the training rows (the graph merge).
+  absl::Status ComputeSimilarities();
+  // 4. The merge tree over the kept components, its metadata and the
+  // diagnostics at the asked cut.
+  absl::Status BuildTree();
+  TnebResult Result();
+
+ private:
+  enum Tails { kFixedDof = 0, kLearnedDof = 1, kGaussian = 2, kNumTails = 3 };
+  static constexpr const char* kTailNames[kNumTails] = {"fixed_dof", "learned_dof", "gaussian"};
+
+  MixtureOptions MixtureOptionsOf() const;
+  double Bic(const MixtureFit& f, bool learned) const;
+  void Describe(const MergeTree& mt);
+
+  const MatrixView& x_;
+  const TnebOptions& o_;
+  RunContext& ctx_;
+  const int64_t n_;
+  const int64_t d_;
+  const int threads_;
+  FeatureTransform transform_;
+  // 1.
+  MixtureOptions mo_;
+  bool by_kept_ = false;
+  bool auto_dof_ = false;
+  Tails tails_ = kFixedDof;
+  double bic_of_[kNumTails] = {0.0, 0.0, 0.0};  // auto_dof only
+  std::optional<MixtureFit> fit_;
+  double em_seconds_ = 0.0;
+  // 2.
+  ComponentFilter filter_;
+  std::optional<StudentMixture> mix_;
+  double kept_log_likelihood_ = 0.0;
+  std::vector<int32_t> point_leaf_;
+  double filter_seconds_ = 0.0;
+  // 3.
+  TnebMerge merge_ = TnebMerge::kDensity;
+  std::vector<SimilarityEdge> edges_;
+  std::vector<ComponentPair> bridges_;
+  double path_seconds_ = 0.0;
+  // 4.
+  std::optional<Hierarchy> tree_;
+  std::vector<double> merge_similarity_;
+  double offset_ = 0.0;
+  TnebDiagnostics diagnostics_;
+  double tree_seconds_ = 0.0;
+};
+
+absl::Status TnebFit::Prepare() {
+  if (d_ < 2) {
     return absl::InvalidArgumentError(
-        absl::StrCat("t-NEB needs at least 2 feature columns, got ", d,
+        absl::StrCat("t-NEB needs at least 2 feature columns, got ", d_,
                      " (in one dimension the path between two means is the segment itself)"));
   }
-  if (n < o.components) {
+  if (n_ < o_.components) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the data have ", n, " rows but ", o.components,
+        absl::StrCat("the data have ", n_, " rows but ", o_.components,
                      " mixture components were requested: need at least one row per component"));
   }
-  DENDRO_RETURN_IF_ERROR(ValidateFinite(x));
-  DENDRO_RETURN_IF_ERROR(CheckColumns(x));
-  const int threads = o.num_threads > 0 ? o.num_threads : std::max(1, omp_get_max_threads());
-  const ProductsOnCallingThread products_here;
-
-  FeatureTransform transform;
-  if (o.standardize) {
-    DENDRO_ASSIGN_OR_RETURN(transform, StandardizationOf(x));
+  DENDRO_RETURN_IF_ERROR(ValidateFinite(x_));
+  DENDRO_RETURN_IF_ERROR(CheckColumns(x_));
+  if (o_.standardize) {
+    DENDRO_ASSIGN_OR_RETURN(transform_, StandardizationOf(x_));
   }
+  return absl::OkStatus();
+}
 
-  // 1. Mixture (twice with auto_dof: nu fixed and nu learned, lower BIC kept).
-  auto t0 = std::chrono::steady_clock::now();
+MixtureOptions TnebFit::MixtureOptionsOf() const {
   MixtureOptions mo;
-  mo.components = o.components;
-  mo.dof = o.dof;
-  mo.learn_dof = o.learn_dof;
-  mo.gaussian = o.gaussian;
-  mo.ridge = o.ridge;
-  mo.restarts = TnebRestarts(o, d);
-  mo.max_iterations = o.max_iterations;
-  mo.tolerance = o.tolerance;
-  mo.seed = o.seed;
-  mo.num_threads = threads;
-  mo.init_min_rows = TnebInitMinRows(o, d);
-  mo.scale_prior_rows = TnebScalePriorRows(o, d);
-  const bool by_kept = o.rank_restarts_by == TnebRestartRanking::kKeptLogLikelihood;
-  if (by_kept) {
+  mo.components = o_.components;
+  mo.dof = o_.dof;
+  mo.learn_dof = o_.learn_dof;
+  mo.gaussian = o_.gaussian;
+  mo.ridge = o_.ridge;
+  mo.restarts = TnebRestarts(o_, d_);
+  mo.max_iterations = o_.max_iterations;
+  mo.tolerance = o_.tolerance;
+  mo.seed = o_.seed;
+  mo.num_threads = threads_;
+  mo.init_min_rows = TnebInitMinRows(o_, d_);
+  mo.scale_prior_rows = TnebScalePriorRows(o_, d_);
+  return mo;
+}
+
+// Free parameters: weights, means, symmetric scales (+ one nu each if learned).
+double TnebFit::Bic(const MixtureFit& f, bool learned) const {
+  const double dd = static_cast<double>(d_);
+  const double mm = static_cast<double>(o_.components);
+  const double base_params = (mm - 1.0) + mm * dd + mm * dd * (dd + 1.0) / 2.0;
+  return -2.0 * static_cast<double>(n_) * f.log_likelihood +
+         (base_params + (learned ? mm : 0.0)) * std::log(static_cast<double>(n_));
+}
+
+absl::Status TnebFit::FitMixture() {
+  const auto t0 = std::chrono::steady_clock::now();
+  mo_ = MixtureOptionsOf();
+  by_kept_ = o_.rank_restarts_by == TnebRestartRanking::kKeptLogLikelihood;
+  if (by_kept_) {
     // A component that collapsed onto a few rows raises the whole mixture's
     // likelihood by far more than the fit of the rest differs between
     // restarts, and the filter drops it: rank by what is left.
-    mo.restart_score = [&](const StudentMixture& full) -> absl::StatusOr<double> {
+    mo_.restart_score = [this](const StudentMixture& full) -> absl::StatusOr<double> {
       DENDRO_ASSIGN_OR_RETURN(const ComponentFilter f,
-                              FilterComponents(full, x, transform, o, threads, ctx));
+                              FilterComponents(full, x_, transform_, o_, threads_, ctx_));
       if (f.keep.size() < 2) return -std::numeric_limits<double>::infinity();
       DENDRO_ASSIGN_OR_RETURN(const StudentMixture kept, full.Subset(f.keep));
-      return MeanLogDensityInChunks(kept, x, transform, threads, ctx);
+      return MeanLogDensityInChunks(kept, x_, transform_, threads_, ctx_);
     };
   }
-  const bool auto_dof = TnebAutoDof(o, d);
-  // Free parameters: weights, means, symmetric scales (+ one nu each if learned).
-  const double dd = static_cast<double>(d);
-  const double mm = static_cast<double>(o.components);
-  const double base_params = (mm - 1.0) + mm * dd + mm * dd * (dd + 1.0) / 2.0;
-  auto bic = [&](const MixtureFit& f, bool learned) {
-    return -2.0 * static_cast<double>(n) * f.log_likelihood +
-           (base_params + (learned ? mm : 0.0)) * std::log(static_cast<double>(n));
-  };
+  auto_dof_ = TnebAutoDof(o_, d_);
   // The kept fit's tails: as asked, or auto_dof's choice. Candidates run in
   // this order, each on a fifth of the progress range; the lowest BIC is
   // kept, the earlier candidate on a tie.
-  enum Tails { kFixedDof = 0, kLearnedDof = 1, kGaussian = 2, kNumTails = 3 };
-  Tails tails = o.gaussian ? kGaussian : (o.learn_dof ? kLearnedDof : kFixedDof);
-  double bic_of[kNumTails] = {0.0, 0.0, 0.0};  // auto_dof only
-  absl::StatusOr<MixtureFit> fit_or = [&]() -> absl::StatusOr<MixtureFit> {
-    if (!auto_dof) {
-      SubRangeContext sub(ctx, 0.0, 0.6);
-      return FitStudentMixture(x, transform, mo, sub);
-    }
+  tails_ = o_.gaussian ? kGaussian : (o_.learn_dof ? kLearnedDof : kFixedDof);
+  if (!auto_dof_) {
+    SubRangeContext sub(ctx_, 0.0, 0.6);
+    DENDRO_ASSIGN_OR_RETURN(fit_, FitStudentMixture(x_, transform_, mo_, sub));
+  } else {
     constexpr double kProgress[kNumTails + 1] = {0.0, 0.2, 0.4, 0.6};
-    std::optional<MixtureFit> kept;
     for (int i = 0; i < kNumTails; ++i) {
-      MixtureOptions candidate = mo;
+      MixtureOptions candidate = mo_;
       candidate.learn_dof = i == kLearnedDof;
       candidate.gaussian = i == kGaussian;
-      SubRangeContext sub(ctx, kProgress[i], kProgress[i + 1]);
-      absl::StatusOr<MixtureFit> f = FitStudentMixture(x, transform, candidate, sub);
+      SubRangeContext sub(ctx_, kProgress[i], kProgress[i + 1]);
+      absl::StatusOr<MixtureFit> f = FitStudentMixture(x_, transform_, candidate, sub);
       if (!f.ok()) return f.status();
-      bic_of[i] = bic(*f, /*learned=*/i == kLearnedDof);
-      if (!kept.has_value() || bic_of[i] < bic_of[tails]) {
-        kept = std::move(*f);
-        tails = static_cast<Tails>(i);
+      bic_of_[i] = Bic(*f, /*learned=*/i == kLearnedDof);
+      if (!fit_.has_value() || bic_of_[i] < bic_of_[tails_]) {
+        fit_ = std::move(*f);
+        tails_ = static_cast<Tails>(i);
       }
     }
-    return std::move(*kept);
-  }();
-  if (!fit_or.ok()) return fit_or.status();
-  const MixtureFit& fit = *fit_or;
-  const double em_seconds = Seconds(t0);
+  }
+  em_seconds_ = Seconds(t0);
+  return absl::OkStatus();
+}
 
-  // 2. Filtering.
-  t0 = std::chrono::steady_clock::now();
-  if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
-  ctx.Report(0.6, "filtering components");
-  const StudentMixture& full = fit.mixture;
+absl::Status TnebFit::Filter() {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (ctx_.Cancelled()) return absl::CancelledError("job cancelled");
+  ctx_.Report(0.6, "filtering components");
+  const StudentMixture& full = fit_->mixture;
   const int m = full.num_components();
-  DENDRO_ASSIGN_OR_RETURN(ComponentFilter filter,
-                          FilterComponents(full, x, transform, o, threads, ctx));
-  std::vector<ComponentInfo>& info = filter.info;
-  const std::vector<int32_t>& keep = filter.keep;
-  const int32_t l = static_cast<int32_t>(keep.size());
+  DENDRO_ASSIGN_OR_RETURN(filter_, FilterComponents(full, x_, transform_, o_, threads_, ctx_));
+  const int32_t l = static_cast<int32_t>(filter_.keep.size());
   if (l < 2) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "t-NEB: only %d of %d mixture components survived filtering (%d had <= %d points, %d "
         "more had elongation >= %g = %g x d); a hierarchy needs at least 2. Try fewer "
         "components, a larger ridge, or relax min_component_points / max_elongation",
-        l, m, filter.too_small, o.min_component_points, filter.too_elongated,
-        o.max_elongation * static_cast<double>(d), o.max_elongation));
+        l, m, filter_.too_small, o_.min_component_points, filter_.too_elongated,
+        o_.max_elongation * static_cast<double>(d_), o_.max_elongation));
   }
-  DENDRO_ASSIGN_OR_RETURN(StudentMixture mix, full.Subset(keep));
-  double kept_log_likelihood = 0.0;
-  if (by_kept) {
-    kept_log_likelihood = fit.restart_score[fit.best_restart];
+  DENDRO_ASSIGN_OR_RETURN(mix_, full.Subset(filter_.keep));
+  if (by_kept_) {
+    kept_log_likelihood_ = fit_->restart_score[fit_->best_restart];
   } else {
-    DENDRO_ASSIGN_OR_RETURN(kept_log_likelihood,
-                            MeanLogDensityInChunks(mix, x, transform, threads, ctx));
+    DENDRO_ASSIGN_OR_RETURN(kept_log_likelihood_,
+                            MeanLogDensityInChunks(*mix_, x_, transform_, threads_, ctx_));
   }
-  DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> point_leaf,
-                          AssignInChunks(mix, x, transform, threads, ctx));
-  const double filter_seconds = Seconds(t0);
+  DENDRO_ASSIGN_OR_RETURN(point_leaf_, AssignInChunks(*mix_, x_, transform_, threads_, ctx_));
+  filter_seconds_ = Seconds(t0);
+  return absl::OkStatus();
+}
 
-  // 3. Paths (or, with the graph merge, the neighbour graph).
-  t0 = std::chrono::steady_clock::now();
-  const std::function<bool()> cancelled = [&ctx] { return ctx.Cancelled(); };
-  const TnebMerge merge = TnebMergeOrder(o, d);
-  std::vector<SimilarityEdge> edges;
-  std::vector<ComponentPair> bridges;
-  if (merge == TnebMerge::kGraph) {
-    ctx.Report(0.6, "neighbour graph");
-    const std::vector<int64_t> rows = GraphSampleRows(n);
+absl::Status TnebFit::ComputeSimilarities() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::function<bool()> cancelled = [this] { return ctx_.Cancelled(); };
+  const int32_t l = static_cast<int32_t>(filter_.keep.size());
+  merge_ = TnebMergeOrder(o_, d_);
+  if (merge_ == TnebMerge::kGraph) {
+    ctx_.Report(0.6, "neighbour graph");
+    const std::vector<int64_t> rows = GraphSampleRows(n_);
     DENDRO_ASSIGN_OR_RETURN(
         const std::vector<int32_t> nn,
-        NearestNeighborGraph(x, transform, rows, kGraphNeighbors, threads, cancelled));
+        NearestNeighborGraph(x_, transform_, rows, kGraphNeighbors, threads_, cancelled));
     std::vector<int32_t> leaf_of_row(rows.size());
-    for (size_t r = 0; r < rows.size(); ++r) leaf_of_row[r] = point_leaf[rows[r]];
+    for (size_t r = 0; r < rows.size(); ++r) leaf_of_row[r] = point_leaf_[rows[r]];
     const int32_t k_used = static_cast<int32_t>(rows.empty() ? 0 : nn.size() / rows.size());
-    edges = GraphSimilarities(l, leaf_of_row, nn, k_used, mix.means());
+    edges_ = GraphSimilarities(l, leaf_of_row, nn, k_used, mix_->means());
   } else {
-    std::vector<ComponentPair> pairs = NearestComponentPairs(mix.means(), o.neighbors, cancelled);
-    if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
-    bridges = BridgingPairs(mix.means(), pairs, cancelled);
-    if (ctx.Cancelled()) return absl::CancelledError("job cancelled");
-    pairs.insert(pairs.end(), bridges.begin(), bridges.end());
-    NebOptions no = NebOptionsOf(o);
-    no.num_threads = threads;
+    std::vector<ComponentPair> pairs =
+        NearestComponentPairs(mix_->means(), o_.neighbors, cancelled);
+    if (ctx_.Cancelled()) return absl::CancelledError("job cancelled");
+    bridges_ = BridgingPairs(mix_->means(), pairs, cancelled);
+    if (ctx_.Cancelled()) return absl::CancelledError("job cancelled");
+    pairs.insert(pairs.end(), bridges_.begin(), bridges_.end());
+    NebOptions no = NebOptionsOf(o_);
+    no.num_threads = threads_;
     NebPaths paths;
     {
-      SubRangeContext sub(ctx, 0.6, 0.98);
-      DENDRO_ASSIGN_OR_RETURN(paths, OptimizePaths(mix, pairs, no, sub));
+      SubRangeContext sub(ctx_, 0.6, 0.98);
+      DENDRO_ASSIGN_OR_RETURN(paths, OptimizePaths(*mix_, pairs, no, sub));
     }
-    edges.reserve(pairs.size());
+    edges_.reserve(pairs.size());
     for (size_t p = 0; p < pairs.size(); ++p) {
-      edges.push_back(SimilarityEdge{pairs[p].first, pairs[p].second, paths.similarity[p]});
+      edges_.push_back(SimilarityEdge{pairs[p].first, pairs[p].second, paths.similarity[p]});
     }
   }
-  const double path_seconds = Seconds(t0);
+  path_seconds_ = Seconds(t0);
+  return absl::OkStatus();
+}
 
-  // 4. Tree.
-  t0 = std::chrono::steady_clock::now();
-  ctx.Report(0.98, "spanning tree");
+absl::Status TnebFit::BuildTree() {
+  const auto t0 = std::chrono::steady_clock::now();
+  ctx_.Report(0.98, "spanning tree");
+  const int32_t l = static_cast<int32_t>(filter_.keep.size());
   Eigen::VectorXd peak;
-  if (merge == TnebMerge::kGraph) {
+  if (merge_ == TnebMerge::kGraph) {
     peak = Eigen::VectorXd::Ones(l);  // similarities are <= 1: height = 1 - similarity
   } else {
-    const Eigen::MatrixXd means_d = mix.means();
-    peak = mix.LogDensity(means_d, threads);
+    const Eigen::MatrixXd means_d = mix_->means();
+    peak = mix_->LogDensity(means_d, threads_);
   }
-  double offset = 0.0;
   DENDRO_ASSIGN_OR_RETURN(
-      MergeTree mt,
-      ComponentMerges(l, edges, absl::Span<const double>(peak.data(), peak.size()),
-                      merge == TnebMerge::kPersistence, &offset));
-  DENDRO_ASSIGN_OR_RETURN(Hierarchy tree, Hierarchy::FromMerges(l, mt.merges));
-  DENDRO_RETURN_IF_ERROR(tree.SetPointLeaf(std::move(point_leaf)));
+      MergeTree mt, ComponentMerges(l, edges_, absl::Span<const double>(peak.data(), peak.size()),
+                                    merge_ == TnebMerge::kPersistence, &offset_));
+  DENDRO_ASSIGN_OR_RETURN(tree_, Hierarchy::FromMerges(l, mt.merges));
+  DENDRO_RETURN_IF_ERROR(tree_->SetPointLeaf(std::move(point_leaf_)));
+  Describe(mt);
+  merge_similarity_ = std::move(mt.similarity);
+  tree_seconds_ = Seconds(t0);
+  ctx_.Report(1.0, "done");
+  return absl::OkStatus();
+}
 
-  auto& md = tree.mutable_metadata();
-  md["method"] = o.gaussian ? "gneb" : "tneb";  // as asked; `gaussian` says what was kept
+// The tree's metadata: what was asked, what was kept, and the diagnostics
+// at the asked cut (auto_k unless diagnose_k).
+void TnebFit::Describe(const MergeTree& mt) {
+  const int m = fit_->mixture.num_components();
+  const int32_t l = static_cast<int32_t>(filter_.keep.size());
+  auto& md = tree_->mutable_metadata();
+  md["method"] = o_.gaussian ? "gneb" : "tneb";  // as asked; `gaussian` says what was kept
   md["components"] = absl::StrCat(m);
   md["surviving"] = absl::StrCat(l);
-  md["leaf_components"] = absl::StrJoin(keep, ",");
-  md["gaussian"] = tails == kGaussian ? "true" : "false";
-  if (!o.gaussian) {
-    md["dof"] = absl::StrCat(o.dof);
-    md["learn_dof"] = tails == kLearnedDof ? "true" : "false";
-    if (auto_dof) {
+  md["leaf_components"] = absl::StrJoin(filter_.keep, ",");
+  md["gaussian"] = tails_ == kGaussian ? "true" : "false";
+  if (!o_.gaussian) {
+    md["dof"] = absl::StrCat(o_.dof);
+    md["learn_dof"] = tails_ == kLearnedDof ? "true" : "false";
+    if (auto_dof_) {
       md["auto_dof"] = "true";
-      md["bic_fixed_dof"] = absl::StrFormat("%.10g", bic_of[kFixedDof]);
-      md["bic_learned_dof"] = absl::StrFormat("%.10g", bic_of[kLearnedDof]);
-      md["bic_gaussian"] = absl::StrFormat("%.10g", bic_of[kGaussian]);
+      md["bic_fixed_dof"] = absl::StrFormat("%.10g", bic_of_[kFixedDof]);
+      md["bic_learned_dof"] = absl::StrFormat("%.10g", bic_of_[kLearnedDof]);
+      md["bic_gaussian"] = absl::StrFormat("%.10g", bic_of_[kGaussian]);
     }
   }
-  md["ridge"] = absl::StrCat(o.ridge);
-  md["restarts"] = absl::StrCat(mo.restarts);
-  md["em_tolerance"] = absl::StrCat(o.tolerance);
-  md["em_max_iterations"] = absl::StrCat(o.max_iterations);
-  md["merge"] = TnebMergeName(merge);
-  md["converged_restarts"] = absl::StrCat(fit.converged_restarts);
-  md["log_likelihood"] = absl::StrFormat("%.10g", fit.log_likelihood);
-  md["kept_log_likelihood"] = absl::StrFormat("%.10g", kept_log_likelihood);
-  md["rank_restarts_by"] = TnebRestartRankingName(o.rank_restarts_by);
-  md["seed"] = absl::StrCat(o.seed);
-  md["standardize"] = o.standardize ? "true" : "false";
-  md["height_offset"] = absl::StrFormat("%.17g", offset);
+  md["ridge"] = absl::StrCat(o_.ridge);
+  md["restarts"] = absl::StrCat(mo_.restarts);
+  md["em_tolerance"] = absl::StrCat(o_.tolerance);
+  md["em_max_iterations"] = absl::StrCat(o_.max_iterations);
+  md["merge"] = TnebMergeName(merge_);
+  md["converged_restarts"] = absl::StrCat(fit_->converged_restarts);
+  md["log_likelihood"] = absl::StrFormat("%.10g", fit_->log_likelihood);
+  md["kept_log_likelihood"] = absl::StrFormat("%.10g", kept_log_likelihood_);
+  md["rank_restarts_by"] = TnebRestartRankingName(o_.rank_restarts_by);
+  md["seed"] = absl::StrCat(o_.seed);
+  md["standardize"] = o_.standardize ? "true" : "false";
+  md["height_offset"] = absl::StrFormat("%.17g", offset_);
   int32_t auto_k = l;
   if (l >= 3) {
     absl::StatusOr<AutoK> ak = ChooseK(mt.similarity);
@@ -549,72 +626,85 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
       md["auto_k_jump"] = absl::StrFormat("%.6g", ak->jump);
     }
   }
-  if (mo.init_min_rows > 0) md["init_min_rows"] = absl::StrCat(mo.init_min_rows);
-  if (mo.scale_prior_rows > 0.0) md["scale_prior_rows"] = absl::StrCat(mo.scale_prior_rows);
+  if (mo_.init_min_rows > 0) md["init_min_rows"] = absl::StrCat(mo_.init_min_rows);
+  if (mo_.scale_prior_rows > 0.0) md["scale_prior_rows"] = absl::StrCat(mo_.scale_prior_rows);
 
-  // Diagnostics at the asked cut.
-  static constexpr const char* kTailNames[kNumTails] = {"fixed_dof", "learned_dof", "gaussian"};
   TnebDiagnostics base;
   base.components = m;
   base.surviving = l;
-  base.filtered_small = filter.too_small;
-  base.filtered_elongated = filter.too_elongated;
-  if (auto_dof) {
+  base.filtered_small = filter_.too_small;
+  base.filtered_elongated = filter_.too_elongated;
+  if (auto_dof_) {
     for (int i = 0; i < kNumTails; ++i) {
       base.candidates.push_back(kTailNames[i]);
-      base.candidate_bic.push_back(bic_of[i]);
+      base.candidate_bic.push_back(bic_of_[i]);
     }
   }
-  base.kept_candidate = kTailNames[tails];
-  base.merge = TnebMergeName(merge);
-  TnebDiagnostics diagnostics =
-      TnebDiagnosticsAt(tree, base, o.diagnose_k > 0 ? std::min(o.diagnose_k, l) : auto_k);
-  md["diag_k"] = absl::StrCat(diagnostics.k);
-  md["diag_cluster_sizes"] = absl::StrJoin(diagnostics.cluster_sizes, ",");
-  md["diag_largest_share"] = absl::StrFormat("%.6g", diagnostics.largest_share);
-  md["diag_filtered_small"] = absl::StrCat(diagnostics.filtered_small);
-  md["diag_filtered_elongated"] = absl::StrCat(diagnostics.filtered_elongated);
-  if (!diagnostics.candidates.empty()) {
+  base.kept_candidate = kTailNames[tails_];
+  base.merge = TnebMergeName(merge_);
+  diagnostics_ =
+      TnebDiagnosticsAt(*tree_, base, o_.diagnose_k > 0 ? std::min(o_.diagnose_k, l) : auto_k);
+  md["diag_k"] = absl::StrCat(diagnostics_.k);
+  md["diag_cluster_sizes"] = absl::StrJoin(diagnostics_.cluster_sizes, ",");
+  md["diag_largest_share"] = absl::StrFormat("%.6g", diagnostics_.largest_share);
+  md["diag_filtered_small"] = absl::StrCat(diagnostics_.filtered_small);
+  md["diag_filtered_elongated"] = absl::StrCat(diagnostics_.filtered_elongated);
+  if (!diagnostics_.candidates.empty()) {
     std::string bics;
-    for (size_t i = 0; i < diagnostics.candidates.size(); ++i) {
-      absl::StrAppend(&bics, i ? "," : "", diagnostics.candidates[i], ":",
-                      absl::StrFormat("%.10g", diagnostics.candidate_bic[i]));
+    for (size_t i = 0; i < diagnostics_.candidates.size(); ++i) {
+      absl::StrAppend(&bics, i ? "," : "", diagnostics_.candidates[i], ":",
+                      absl::StrFormat("%.10g", diagnostics_.candidate_bic[i]));
     }
     md["diag_candidate_bic"] = bics;
   }
-  md["diag_degenerate"] = diagnostics.degenerate ? "true" : "false";
-  if (diagnostics.degenerate) md["diag_degenerate_reason"] = diagnostics.degenerate_reason;
-  const double tree_seconds = Seconds(t0);
-  ctx.Report(1.0, "done");
+  md["diag_degenerate"] = diagnostics_.degenerate ? "true" : "false";
+  if (diagnostics_.degenerate) md["diag_degenerate_reason"] = diagnostics_.degenerate_reason;
+}
 
-  TnebResult res{std::move(tree),
-                 TnebModel{std::move(mix), std::move(transform), keep, offset, diagnostics},
-                 {},
-                 {},
-                 0,
-                 {}};
-  res.merge_similarity = std::move(mt.similarity);
-  res.edges = std::move(edges);
-  res.bridging_pairs = static_cast<int32_t>(bridges.size());
-  res.components = std::move(info);
-  res.diagnostics = std::move(diagnostics);
-  res.log_likelihood = fit.log_likelihood;
-  res.kept_log_likelihood = kept_log_likelihood;
-  res.restarts = mo.restarts;
-  res.converged_restarts = fit.converged_restarts;
-  res.learned_dof = tails == kLearnedDof;
-  res.gaussian = tails == kGaussian;
-  res.bic_fixed_dof = bic_of[kFixedDof];
-  res.bic_learned_dof = bic_of[kLearnedDof];
-  res.bic_gaussian = bic_of[kGaussian];
-  res.failed_restarts = fit.failed_restarts;
-  res.em_converged = fit.converged;
-  res.em_iterations = fit.total_iterations;
-  res.em_seconds = em_seconds;
-  res.filter_seconds = filter_seconds;
-  res.path_seconds = path_seconds;
-  res.tree_seconds = tree_seconds;
+TnebResult TnebFit::Result() {
+  TnebResult res{
+      std::move(*tree_),
+      TnebModel{std::move(*mix_), std::move(transform_), filter_.keep, offset_, diagnostics_},
+      {},
+      {},
+      0,
+      {}};
+  res.merge_similarity = std::move(merge_similarity_);
+  res.edges = std::move(edges_);
+  res.bridging_pairs = static_cast<int32_t>(bridges_.size());
+  res.components = std::move(filter_.info);
+  res.diagnostics = std::move(diagnostics_);
+  res.log_likelihood = fit_->log_likelihood;
+  res.kept_log_likelihood = kept_log_likelihood_;
+  res.restarts = mo_.restarts;
+  res.converged_restarts = fit_->converged_restarts;
+  res.learned_dof = tails_ == kLearnedDof;
+  res.gaussian = tails_ == kGaussian;
+  res.bic_fixed_dof = bic_of_[kFixedDof];
+  res.bic_learned_dof = bic_of_[kLearnedDof];
+  res.bic_gaussian = bic_of_[kGaussian];
+  res.failed_restarts = fit_->failed_restarts;
+  res.em_converged = fit_->converged;
+  res.em_iterations = fit_->total_iterations;
+  res.em_seconds = em_seconds_;
+  res.filter_seconds = filter_seconds_;
+  res.path_seconds = path_seconds_;
+  res.tree_seconds = tree_seconds_;
   return res;
+}
+
+}  // namespace
+
+absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, RunContext& ctx) {
+  DENDRO_RETURN_IF_ERROR(ValidateTnebOptions(o));
+  const ProductsOnCallingThread products_here;
+  TnebFit fit(x, o, ctx);
+  DENDRO_RETURN_IF_ERROR(fit.Prepare());
+  DENDRO_RETURN_IF_ERROR(fit.FitMixture());
+  DENDRO_RETURN_IF_ERROR(fit.Filter());
+  DENDRO_RETURN_IF_ERROR(fit.ComputeSimilarities());
+  DENDRO_RETURN_IF_ERROR(fit.BuildTree());
+  return fit.Result();
 }
 
 }  // namespace dendro

@@ -5,7 +5,8 @@
 # it requires, fails the run. A syntax-only pass: nothing is built.
 #
 #   tests/thread_safety.sh [BUILD_DIR]   (default build-asan: its generated
-#                                         protobuf headers are needed)
+#                                         protobuf headers and version.h
+#                                         are needed)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build-asan}"
@@ -36,6 +37,7 @@ fi
 # CPPHTTPLIB_OPENSSL_SUPPORT, as the build defines it.
 printf '%s\n' "${sources[@]}" |
   xargs -P "$(nproc)" -I{} "$clang" -std=c++17 -fsyntax-only -Wthread-safety \
-    -Wthread-safety-beta -Werror -I"$root" -I"$build/proto/gen" -isystem /usr/include/eigen3 \
+    -Wthread-safety-beta -Werror -I"$root" -I"$build/proto/gen" -I"$build/generated" \
+    -isystem /usr/include/eigen3 \
     $(pkg-config --cflags libpqxx cpp-httplib 2>/dev/null) {}
 echo "thread_safety: ${#sources[@]} file(s) checked, no finding"

@@ -3,16 +3,15 @@
 // that only parses or prints these names (the CLI) needs no gHHC library.
 //
 // Name(x) is the canonical lower-case name; Parse(name) accepts exactly the
-// canonical names and answers InvalidArgument listing them otherwise.
+// canonical names and answers InvalidArgument listing them otherwise. One
+// table per enum (core/common/named_choice.h) serves both.
 #ifndef DENDRO_CORE_GHHC_CHOICES_H_
 #define DENDRO_CORE_GHHC_CHOICES_H_
 
-#include <string>
 #include <string_view>
 
-#include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
+#include "core/common/named_choice.h"
 
 namespace dendro {
 
@@ -39,48 +38,37 @@ enum class GhhcPoints {
   kAuto,     // choose_points, at any size
 };
 
-inline std::string_view GhhcLinkName(GhhcLink link) {
-  return link == GhhcLink::kSoftplus ? "softplus" : "sigmoid";
-}
+inline constexpr NamedChoice<GhhcLink> kGhhcLinks[] = {
+    {GhhcLink::kSigmoid, "sigmoid"},
+    {GhhcLink::kSoftplus, "softplus"},
+};
+inline constexpr NamedChoice<GhhcProjection> kGhhcProjections[] = {
+    {GhhcProjection::kPca, "pca"},
+    {GhhcProjection::kRandom, "random"},
+};
+inline constexpr NamedChoice<GhhcPoints> kGhhcPoints[] = {
+    {GhhcPoints::kFixed, "fixed"},
+    {GhhcPoints::kLearned, "learned"},
+    {GhhcPoints::kAuto, "auto"},
+};
 
+inline std::string_view GhhcLinkName(GhhcLink link) { return ChoiceName(kGhhcLinks, link); }
 inline absl::StatusOr<GhhcLink> ParseGhhcLink(std::string_view name) {
-  for (GhhcLink l : {GhhcLink::kSigmoid, GhhcLink::kSoftplus}) {
-    if (name == GhhcLinkName(l)) return l;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("link must be sigmoid or softplus, got '", std::string(name), "'"));
+  return ParseChoice(kGhhcLinks, "link", name);
 }
 
 inline std::string_view GhhcProjectionName(GhhcProjection projection) {
-  return projection == GhhcProjection::kRandom ? "random" : "pca";
+  return ChoiceName(kGhhcProjections, projection);
 }
-
 inline absl::StatusOr<GhhcProjection> ParseGhhcProjection(std::string_view name) {
-  for (GhhcProjection p : {GhhcProjection::kPca, GhhcProjection::kRandom}) {
-    if (name == GhhcProjectionName(p)) return p;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("projection must be pca or random, got '", std::string(name), "'"));
+  return ParseChoice(kGhhcProjections, "projection", name);
 }
 
 inline std::string_view GhhcPointsName(GhhcPoints points) {
-  switch (points) {
-    case GhhcPoints::kFixed:
-      return "fixed";
-    case GhhcPoints::kLearned:
-      return "learned";
-    case GhhcPoints::kAuto:
-      return "auto";
-  }
-  return "fixed";
+  return ChoiceName(kGhhcPoints, points);
 }
-
 inline absl::StatusOr<GhhcPoints> ParseGhhcPoints(std::string_view name) {
-  for (GhhcPoints p : {GhhcPoints::kFixed, GhhcPoints::kLearned, GhhcPoints::kAuto}) {
-    if (name == GhhcPointsName(p)) return p;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("points must be fixed, learned or auto, got '", std::string(name), "'"));
+  return ParseChoice(kGhhcPoints, "points", name);
 }
 
 }  // namespace dendro

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/common/named_choice.h"
 #include "core/common/status_macros.h"
 #include "core/hierarchy/refine.h"
 #include "core/hppca/internal.h"
@@ -138,15 +139,17 @@ absl::Status ValidateHppcaOptions(const HppcaOptions& options, int64_t d) {
   return ValidateOptionsImpl(options, d);
 }
 
-std::string_view PpcaScoreName(PpcaScore s) {
-  return s == PpcaScore::kLogDet ? "log_det" : "mahalanobis";
-}
+namespace {
+constexpr NamedChoice<PpcaScore> kPpcaScores[] = {
+    {PpcaScore::kMahalanobis, "mahalanobis"},
+    {PpcaScore::kLogDet, "log_det"},
+};
+}  // namespace
+
+std::string_view PpcaScoreName(PpcaScore s) { return ChoiceName(kPpcaScores, s); }
 
 absl::StatusOr<PpcaScore> ParsePpcaScore(std::string_view name) {
-  if (name == "mahalanobis") return PpcaScore::kMahalanobis;
-  if (name == "log_det") return PpcaScore::kLogDet;
-  return absl::InvalidArgumentError(absl::StrCat("unknown PPCA score '", std::string(name),
-                                                 "' (expected mahalanobis or log_det)"));
+  return ParseChoice(kPpcaScores, "PPCA score", name);
 }
 
 double HppcaPrediction::OperationSpeedup(int64_t num_classes, int32_t num_superclasses) const {

@@ -2,16 +2,14 @@
 // line ("sum_of_means", "mean_of_means", "sum_of_sums"). Header-only, so a
 // caller that only parses or prints the name (the CLI) needs no L2H library.
 // ParseL2hAggregation accepts exactly those names and answers InvalidArgument
-// listing them otherwise.
+// listing them otherwise (core/common/named_choice.h).
 #ifndef DENDRO_CORE_L2H_AGGREGATION_H_
 #define DENDRO_CORE_L2H_AGGREGATION_H_
 
-#include <string>
 #include <string_view>
 
-#include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
+#include "core/common/named_choice.h"
 
 namespace dendro {
 
@@ -25,26 +23,19 @@ enum class L2hAggregation {
   kSumOfMeans,
 };
 
+// In the order the CLI's help lists them; the paper's choice first.
+inline constexpr NamedChoice<L2hAggregation> kL2hAggregations[] = {
+    {L2hAggregation::kSumOfMeans, "sum_of_means"},
+    {L2hAggregation::kMeanOfMeans, "mean_of_means"},
+    {L2hAggregation::kSumOfSums, "sum_of_sums"},
+};
+
 inline std::string_view L2hAggregationName(L2hAggregation a) {
-  switch (a) {
-    case L2hAggregation::kSumOfSums:
-      return "sum_of_sums";
-    case L2hAggregation::kMeanOfMeans:
-      return "mean_of_means";
-    case L2hAggregation::kSumOfMeans:
-      return "sum_of_means";
-  }
-  return "unknown";
+  return ChoiceName(kL2hAggregations, a);
 }
 
 inline absl::StatusOr<L2hAggregation> ParseL2hAggregation(std::string_view name) {
-  for (L2hAggregation a : {L2hAggregation::kSumOfMeans, L2hAggregation::kMeanOfMeans,
-                           L2hAggregation::kSumOfSums}) {
-    if (name == L2hAggregationName(a)) return a;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown L2H aggregation '", std::string(name),
-                   "'; expected one of sum_of_means, mean_of_means, sum_of_sums"));
+  return ParseChoice(kL2hAggregations, "aggregation", name);
 }
 
 }  // namespace dendro

@@ -373,11 +373,11 @@ absl::StatusOr<v1::Dataset> Client::Impl::Upload(const v1::DatasetHeader& header
   return response;
 }
 
-absl::StatusOr<v1::Dataset> Client::UploadFile(MatrixFile& file,
-                                               absl::Span<const int64_t> labels,
+absl::StatusOr<v1::Dataset> Client::UploadFile(MatrixFile& file, absl::Span<const int64_t> labels,
                                                std::string_view display_name,
                                                const UploadProgress& progress, bool transient,
-                                               std::string_view prepare) {
+                                               std::string_view prepare,
+                                               std::string_view append_to) {
   if (!labels.empty() && static_cast<int64_t>(labels.size()) != file.rows()) {
     return absl::InvalidArgumentError(absl::StrCat("there are ", labels.size(),
                                                    " labels but ", file.path(), " has ",
@@ -390,6 +390,7 @@ absl::StatusOr<v1::Dataset> Client::UploadFile(MatrixFile& file,
   header.set_has_labels(!labels.empty());
   header.set_transient(transient);
   header.set_prepare(std::string(prepare));
+  header.set_append_to(std::string(append_to));
 
   const int64_t cols = file.cols();
   // Blocks are asked for once each, in order: the rows before a block have
@@ -413,13 +414,14 @@ absl::StatusOr<v1::Dataset> Client::UploadNpy(const std::string& path,
                                               const std::optional<std::string>& labels_path,
                                               std::string_view display_name,
                                               const UploadProgress& progress, bool transient,
-                                              std::string_view prepare) {
+                                              std::string_view prepare,
+                                              std::string_view append_to) {
   DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MatrixFile> file, MatrixFile::Open(path));
   LabelColumn labels;
   if (labels_path.has_value()) {
     DENDRO_ASSIGN_OR_RETURN(labels, ReadLabelFile(*labels_path));
   }
-  return UploadFile(*file, labels.ids, display_name, progress, transient, prepare);
+  return UploadFile(*file, labels.ids, display_name, progress, transient, prepare, append_to);
 }
 
 absl::StatusOr<v1::Dataset> Client::UploadMatrix(const MatrixView& matrix,

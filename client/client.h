@@ -123,18 +123,22 @@ class Client {
   // `transient` dataset is not written durably and is dropped when the
   // server restarts (see DatasetHeader.transient): right for one-shot fits.
   // `prepare` names a method whose first pass the server runs while the
-  // rows arrive (DatasetHeader.prepare: "" or "l2h").
+  // rows arrive (DatasetHeader.prepare: "" or "l2h"). A non-empty
+  // `append_to` ("ds-…" or "ds-…:G") makes the rows the next generation of
+  // that dataset (DatasetHeader.append_to).
   absl::StatusOr<v1::Dataset> UploadFile(MatrixFile& file, absl::Span<const int64_t> labels,
                                          std::string_view display_name,
                                          const UploadProgress& progress = nullptr,
-                                         bool transient = false, std::string_view prepare = "");
+                                         bool transient = false, std::string_view prepare = "",
+                                         std::string_view append_to = "");
   // UploadFile for a path, with labels read by ReadLabelFile (string labels
   // become ids in sorted order; their names are not sent).
   absl::StatusOr<v1::Dataset> UploadNpy(const std::string& path,
                                         const std::optional<std::string>& labels_path,
                                         std::string_view display_name,
                                         const UploadProgress& progress = nullptr,
-                                        bool transient = false, std::string_view prepare = "");
+                                        bool transient = false, std::string_view prepare = "",
+                                        std::string_view append_to = "");
   // Uploads an in-memory matrix; `labels` is empty or has one entry per row.
   absl::StatusOr<v1::Dataset> UploadMatrix(const MatrixView& matrix,
                                            absl::Span<const int64_t> labels,

@@ -360,6 +360,15 @@ absl::Status RunModelsRetain(Context& ctx, const Args& args) {
 
 // --- datasets -----------------------------------------------------------------
 
+namespace {
+// "LINEAGE:G" (the reference that names this generation), or "1" for a
+// dataset with no appends before it.
+std::string GenerationText(const v1::Dataset& d) {
+  if (d.generation() <= 1 || d.lineage().empty()) return "1";
+  return absl::StrCat(d.lineage(), ":", d.generation());
+}
+}  // namespace
+
 absl::Status RunDatasetsList(Context& ctx, const Args& args) {
   DENDRO_ASSIGN_OR_RETURN(PageArgs page, GetPageArgs(args));
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
@@ -371,11 +380,11 @@ absl::Status RunDatasetsList(Context& ctx, const Args& args) {
   if (args.Has("json")) return PrintMessageJson(resp);
   std::vector<std::vector<std::string>> rows;
   for (const v1::Dataset& d : resp.datasets()) {
-    rows.push_back({d.id(), d.display_name(), absl::StrCat(d.rows()), absl::StrCat(d.cols()),
-                    d.has_labels() ? "yes" : "no", FormatBytes(d.size_bytes()),
-                    FormatTime(d.create_time())});
+    rows.push_back({d.id(), d.display_name(), GenerationText(d), absl::StrCat(d.rows()),
+                    absl::StrCat(d.cols()), d.has_labels() ? "yes" : "no",
+                    FormatBytes(d.size_bytes()), FormatTime(d.create_time())});
   }
-  PrintTable({"ID", "NAME", "ROWS", "COLS", "LABELS", "SIZE", "CREATED"}, rows);
+  PrintTable({"ID", "NAME", "GENERATION", "ROWS", "COLS", "LABELS", "SIZE", "CREATED"}, rows);
   HintMore(resp.next_page_token());
   return absl::OkStatus();
 }
@@ -387,6 +396,7 @@ absl::Status RunDatasetsGet(Context& ctx, const Args& args) {
   PrintFields({
       {"id", d.id()},
       {"name", d.display_name()},
+      {"generation", GenerationText(d)},
       {"rows", absl::StrCat(d.rows())},
       {"cols", absl::StrCat(d.cols())},
       {"labels", d.has_labels() ? "yes" : "no"},

@@ -78,6 +78,10 @@ absl::Status RunUpload(Context& ctx, const Args& args) {
   if (!prepare.empty() && prepare != "l2h") {
     return UsageError(absl::StrCat("--prepare '", prepare, "': the one choice is l2h"));
   }
+  const std::string append_to = args.Get("append").value_or("");
+  if (!append_to.empty() && (args.Has("transient") || !prepare.empty())) {
+    return UsageError("--append makes a durable generation: drop --transient and --prepare");
+  }
   DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<MatrixFile> file, OpenMatrix(args, path));
   LabelColumn y;
   if (labels.has_value()) {
@@ -86,18 +90,30 @@ absl::Status RunUpload(Context& ctx, const Args& args) {
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
   const auto start = std::chrono::steady_clock::now();
   ProgressBar bar;
-  DENDRO_ASSIGN_OR_RETURN(v1::Dataset ds,
-                          client->UploadFile(*file, y.ids, name, UploadBar(&bar, path),
-                                             args.Has("transient"), prepare));
+  DENDRO_ASSIGN_OR_RETURN(
+      v1::Dataset ds,
+      client->UploadFile(*file, y.ids, append_to.empty() ? name : args.Get("name").value_or(""),
+                         UploadBar(&bar, path), args.Has("transient"), prepare, append_to));
   bar.Done();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << ds.id() << std::endl;
-  std::fprintf(stderr, "uploaded %s (%s) as %s: %lld x %lld float32%s, %s in %.1f s\n",
-               path.c_str(), file->description().c_str(), ds.id().c_str(),
-               static_cast<long long>(ds.rows()), static_cast<long long>(ds.cols()),
-               ds.has_labels() ? " with labels" : "", FormatBytes(ds.size_bytes()).c_str(),
-               seconds);
+  if (append_to.empty()) {
+    std::fprintf(stderr, "uploaded %s (%s) as %s: %lld x %lld float32%s, %s in %.1f s\n",
+                 path.c_str(), file->description().c_str(), ds.id().c_str(),
+                 static_cast<long long>(ds.rows()), static_cast<long long>(ds.cols()),
+                 ds.has_labels() ? " with labels" : "", FormatBytes(ds.size_bytes()).c_str(),
+                 seconds);
+  } else {
+    std::fprintf(stderr,
+                 "appended %s (%s, %lld rows) to %s as generation %d (%s:%d, id %s): %lld x %lld "
+                 "float32%s, %s in %.1f s\n",
+                 path.c_str(), file->description().c_str(), static_cast<long long>(file->rows()),
+                 ds.lineage().c_str(), ds.generation(), ds.lineage().c_str(), ds.generation(),
+                 ds.id().c_str(), static_cast<long long>(ds.rows()),
+                 static_cast<long long>(ds.cols()), ds.has_labels() ? " with labels" : "",
+                 FormatBytes(ds.size_bytes()).c_str(), seconds);
+  }
   if (!y.names.empty()) {
     std::fprintf(stderr,
                  "the %zu label strings were sent as 0..%zu in sorted order (%s = 0); to name a "

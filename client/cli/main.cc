@@ -107,10 +107,17 @@ const std::vector<Verb>& Verbs() {
   static const auto* verbs = new std::vector<Verb>{
       {"", "upload", "upload a matrix (.npy, .npz, .csv) as a dataset",
        "dendro upload X.npy [--labels Y.npy] [--name NAME] [--transient] [--prepare l2h]\n"
+       "              [--append DATASET]\n"
        "  Streams X.npy (2-D, converted to float32 block by block) to the server and\n"
        "  prints the dataset id.\n"
        "  --labels Y.npy  one label per row (default: none)\n"
-       "  --name NAME     display name (default: the file name)\n"
+       "  --name NAME     display name (default: the file name; with --append, the\n"
+       "                  dataset's)\n"
+       "  --append DATASET  add the rows to DATASET (ds-... for its newest generation,\n"
+       "                  ds-...:G to insist on generation G being the newest) as its next\n"
+       "                  generation: a new dataset id holding every row before and then\n"
+       "                  these; jobs naming ds-... use the newest generation, ds-...:G a\n"
+       "                  given one (default: a new dataset)\n"
        "  --transient     not written durably; dropped when the server restarts (default:\n"
        "                  durable)\n"
        "  --prepare l2h   the server computes L2H's first pass while the rows arrive, so\n"
@@ -118,7 +125,7 @@ const std::vector<Verb>& Verbs() {
        "                  (default: none; dendro l2h LOGITS.npy asks for it itself)\n" +
            kInputsHelp,
        {kKey, kLabelsKey, {"labels", true}, {"name", true}, {"transient", false}, {"prepare",
-        true}},
+        true}, {"append", true}},
        1, 1, RunUpload},
       {"", "l2h", "fit an L2H hierarchy to a logits matrix and fetch it",
        "dendro l2h LOGITS.npy|DATASET_ID [--out FILE ...] [--labels Y.npy]\n"
@@ -423,10 +430,14 @@ const std::vector<Verb>& Verbs() {
            kListFlagsHelp,
        {kPageSize, kPageToken, kAll, kJson}, 0, 0, RunDatasetsList},
       {"datasets", "get", "show a dataset",
-       "dendro datasets get DATASET_ID [--json]\n" + kJsonHelp, {kJson},
-       1, 1, RunDatasetsGet},
-      {"datasets", "delete", "delete a dataset", "dendro datasets delete DATASET_ID\n", {}, 1, 1,
-       RunDatasetsDelete},
+       "dendro datasets get DATASET [--json]\n"
+       "  DATASET: an id, ds-... (its newest generation after appends) or ds-...:G\n" +
+           kJsonHelp,
+       {kJson}, 1, 1, RunDatasetsGet},
+      {"datasets", "delete", "delete a dataset",
+       "dendro datasets delete DATASET\n"
+       "  DATASET: an id or ds-...:G; deletes that one generation, the others stay\n",
+       {}, 1, 1, RunDatasetsDelete},
       {"keys", "hash", "print the keys-file line for a key read from stdin",
        "dendro keys hash NAME ROLE < key\n"
        "  Reads the key from stdin's first line (at least 16 characters). ROLE is reader,\n"

@@ -109,6 +109,10 @@ absl::StatusOr<v1::ModelRef> ModelRefFromText(const std::string& name,
   return ref;
 }
 
+absl::StatusOr<v1::Dataset> Api::GetDataset(const std::string& ref) const {
+  return deps_.datasets->Resolve(ref);
+}
+
 absl::StatusOr<v1::ListDatasetsResponse> Api::ListDatasets(
     const v1::ListDatasetsRequest& req) const {
   DENDRO_ASSIGN_OR_RETURN(int64_t after, ParseToken(req.page_token(), "ds", ""));

@@ -85,6 +85,9 @@ class Api {
   // both transports: a token from one works with the other. Unfinished jobs
   // are listed as the job manager sees them now (progress, stage).
   absl::StatusOr<v1::ListDatasetsResponse> ListDatasets(const v1::ListDatasetsRequest& req) const;
+  // A dataset as users name it: its id, "LINEAGE" (the newest generation)
+  // or "LINEAGE:G" (DatasetStore::Resolve).
+  absl::StatusOr<v1::Dataset> GetDataset(const std::string& ref) const;
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& req) const;
   absl::StatusOr<v1::ListModelsResponse> ListModels(const v1::ListModelsRequest& req) const;
   // Every version of `name`, oldest first.

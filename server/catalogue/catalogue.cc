@@ -42,6 +42,13 @@ absl::Status DatasetInUseError(const std::string& id) {
       absl::StrCat("dataset '", id, "' is used by a queued or running job"));
 }
 
+absl::Status DatasetGenerationNotFound(const std::string& lineage, int generation) {
+  if (generation == 0)
+    return absl::NotFoundError(absl::StrCat("dataset '", lineage, "' not found"));
+  return absl::NotFoundError(
+      absl::StrCat("dataset '", lineage, "' has no generation ", generation));
+}
+
 JobSeqRange JobSeqRange::Of(int64_t cursor, const JobListing& listing) {
   JobSeqRange r;
   r.above = listing.newest_first ? 0 : cursor;

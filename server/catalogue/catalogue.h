@@ -88,8 +88,16 @@ class Catalogue {
  public:
   virtual ~Catalogue() = default;
 
+  // Inserts a dataset's row, indexed by its id and by (lineage,
+  // generation) (DatasetLineage/DatasetGeneration below); ALREADY_EXISTS when
+  // either is taken, which is how two appends racing for one generation
+  // are told apart.
   virtual absl::Status PutDataset(const v1::Dataset& d) = 0;
   virtual absl::StatusOr<v1::Dataset> GetDataset(const std::string& id) = 0;
+  // Generation `generation` (>= 1) of `lineage`, or its newest generation
+  // when `generation` is 0; NOT_FOUND when there is none.
+  virtual absl::StatusOr<v1::Dataset> GetDatasetGeneration(const std::string& lineage,
+                                                           int generation) = 0;
   virtual absl::StatusOr<Page<v1::Dataset>> ListDatasets(int64_t after_seq, int limit) = 0;
   virtual absl::Status DeleteDataset(const std::string& id) = 0;
   // Removes the row unless a QUEUED or RUNNING job other than `except_job`
@@ -267,6 +275,17 @@ absl::Status LeaseLost(const std::string& id);
 absl::Status CancelledBeforeCommit(const std::string& id);
 // FailedPrecondition: a queued or running job uses the dataset.
 absl::Status DatasetInUseError(const std::string& id);
+// A dataset's lineage and generation as indexed (v1::Dataset.lineage): a
+// dataset stored before generations is generation 1 of its own lineage.
+inline const std::string& DatasetLineage(const v1::Dataset& d) {
+  return d.lineage().empty() ? d.id() : d.lineage();
+}
+inline int DatasetGeneration(const v1::Dataset& d) {
+  return d.generation() < 1 ? 1 : d.generation();
+}
+// NotFound: `lineage` has no dataset (generation 0) or no generation
+// `generation`.
+absl::Status DatasetGenerationNotFound(const std::string& lineage, int generation);
 // NotFound: a job's dataset was deleted before the job could be queued.
 absl::Status DatasetGoneError(const std::string& id);
 

@@ -31,7 +31,7 @@
 namespace dendro::server {
 
 // The newest schema version this binary writes.
-inline constexpr int kPostgresSchemaVersion = 2;
+inline constexpr int kPostgresSchemaVersion = 3;
 
 // One step of the schema: brings version i to i + 1.
 struct SchemaMigration {
@@ -62,6 +62,8 @@ class PostgresCatalogue final : public Catalogue {
 
   absl::Status PutDataset(const v1::Dataset& d) override;
   absl::StatusOr<v1::Dataset> GetDataset(const std::string& id) override;
+  absl::StatusOr<v1::Dataset> GetDatasetGeneration(const std::string& lineage,
+                                                   int generation) override;
   absl::StatusOr<Page<v1::Dataset>> ListDatasets(int64_t after_seq, int limit) override;
   absl::Status DeleteDataset(const std::string& id) override;
   absl::Status DeleteUnusedDataset(const std::string& id, const std::string& except_job) override;

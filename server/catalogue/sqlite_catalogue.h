@@ -31,6 +31,8 @@ class SqliteCatalogue final : public Catalogue {
 
   absl::Status PutDataset(const v1::Dataset& d) override;
   absl::StatusOr<v1::Dataset> GetDataset(const std::string& id) override;
+  absl::StatusOr<v1::Dataset> GetDatasetGeneration(const std::string& lineage,
+                                                   int generation) override;
   absl::StatusOr<Page<v1::Dataset>> ListDatasets(int64_t after_seq, int limit) override;
   absl::Status DeleteDataset(const std::string& id) override;
   absl::Status DeleteUnusedDataset(const std::string& id, const std::string& except_job) override;

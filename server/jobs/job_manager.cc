@@ -163,7 +163,8 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
   v1::JobSpec spec = submitted;
   DENDRO_ASSIGN_OR_RETURN(const Method* method, options_.resolve_method(spec));
   if (spec.dataset_id().empty()) return absl::InvalidArgumentError("job spec: dataset_id is empty");
-  absl::StatusOr<v1::Dataset> found = datasets_->Get(spec.dataset_id());
+  // "LINEAGE" is its newest generation now: the job records which.
+  absl::StatusOr<v1::Dataset> found = datasets_->Resolve(spec.dataset_id());
   if (!found.ok() && !request_id.empty()) {
     // A concurrent duplicate may have created the job, run it and removed
     // its transient dataset since the lookup above: answer with that job.
@@ -172,6 +173,11 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
     if (previous.has_value()) return Replay(*previous, submitted);
   }
   DENDRO_ASSIGN_OR_RETURN(v1::Dataset dataset, std::move(found));
+  std::string dataset_ref;
+  if (dataset.id() != spec.dataset_id()) {
+    dataset_ref = spec.dataset_id();
+    spec.set_dataset_id(dataset.id());
+  }
   if (spec.leaf_names_size() > 0 && !method->leaf_names_refusal().empty()) {
     return absl::InvalidArgumentError(absl::StrCat("leaf_names do not apply to ",
                                                    std::string(method->name()), ": ",
@@ -197,6 +203,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
   job.set_id(NewId("job"));
   job.set_owner(owner);
   job.set_request_id(request_id);
+  job.set_dataset_ref(dataset_ref);
   job.set_memory_estimate_bytes(static_cast<int64_t>(method->PeakMemoryBytes(spec, dataset)));
   *job.mutable_spec() = spec;
   MarkQueued(job);
@@ -238,6 +245,10 @@ absl::Status JobManager::ValidateRequestId(const std::string& request_id) {
 absl::StatusOr<v1::Job> JobManager::Replay(const v1::Job& previous,
                                            const v1::JobSpec& submitted) {
   v1::JobSpec normalised = submitted;
+  // The server records the generation a "LINEAGE" reference resolved to.
+  if (!previous.dataset_ref().empty() && normalised.dataset_id() == previous.dataset_ref()) {
+    normalised.set_dataset_id(previous.spec().dataset_id());
+  }
   // The server fills an hppca_add job's model name from its base.
   if (normalised.model_name().empty()) normalised.set_model_name(previous.spec().model_name());
   if (!google::protobuf::util::MessageDifferencer::Equals(normalised, previous.spec())) {

@@ -5,13 +5,14 @@
 #include <set>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "spdlog/spdlog.h"
 #include "core/common/crash_point.h"
 #include "core/common/status_macros.h"
-#include "server/storage/checksum.h"
 #include "server/base/ids.h"
 #include "server/base/names.h"
+#include "server/storage/checksum.h"
+#include "spdlog/spdlog.h"
 
 namespace dendro::server {
 // --- LoadedDataset ------------------------------------------------------------
@@ -37,6 +38,7 @@ DatasetUpload::~DatasetUpload() {
 
 absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
   DENDRO_RETURN_IF_ERROR(ValidateDisplayName("upload: display_name", header.display_name()));
+  if (!header.append_to().empty()) return BeginAppend(header);
   DENDRO_RETURN_IF_ERROR(validator_.Begin(header.rows(), header.cols(), header.has_labels(),
                                           store_->max_dataset_bytes_));
   DENDRO_RETURN_IF_ERROR(store_->disk_.Check(validator_.total_bytes(), "upload"));
@@ -61,6 +63,84 @@ absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
   return absl::OkStatus();
 }
 
+absl::Status DatasetUpload::BeginAppend(const v1::DatasetHeader& header) {
+  if (header.transient()) {
+    return absl::InvalidArgumentError(
+        "upload: append_to and transient do not go together (generations are durable)");
+  }
+  if (!header.prepare().empty()) {
+    return absl::InvalidArgumentError("upload: prepare does not apply to an append");
+  }
+  DENDRO_ASSIGN_OR_RETURN(v1::Dataset base, store_->Resolve(header.append_to()));
+  const std::string& lineage = DatasetLineage(base);
+  if (base.transient()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("upload: dataset '", header.append_to(),
+                     "' is transient; only durable datasets take appends"));
+  }
+  absl::StatusOr<v1::Dataset> newest = store_->catalogue_->GetDatasetGeneration(lineage, 0);
+  if (newest.ok() && newest->id() != base.id()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "upload: append_to '", header.append_to(), "' is generation ", DatasetGeneration(base),
+        " of dataset '", lineage, "', whose newest is generation ", DatasetGeneration(*newest),
+        "; append to '", lineage, "' to follow the newest"));
+  }
+  if (!newest.ok() && !absl::IsNotFound(newest.status())) return newest.status();
+  if (header.cols() != base.cols()) {
+    return absl::InvalidArgumentError(absl::StrCat("upload: dataset '", header.append_to(),
+                                                   "' has ", base.cols(),
+                                                   " columns, the appended rows ", header.cols()));
+  }
+  if (header.has_labels() != base.has_labels()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("upload: dataset '", header.append_to(), "' is ",
+                     base.has_labels() ? "labelled" : "unlabelled", "; the appended rows must ",
+                     base.has_labels() ? "have labels too" : "have none"));
+  }
+  if (header.rows() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("upload: an append needs rows >= 1, got ", header.rows()));
+  }
+  const int64_t rows = base.rows() + header.rows();
+  DENDRO_RETURN_IF_ERROR(
+      validator_.Begin(rows, header.cols(), header.has_labels(), store_->max_dataset_bytes_));
+  DENDRO_RETURN_IF_ERROR(store_->disk_.Check(validator_.total_bytes(), "upload"));
+  DENDRO_ASSIGN_OR_RETURN(base_, store_->Open(base.id()));
+  header_ = header;
+  header_.set_rows(rows);
+  if (header_.display_name().empty()) header_.set_display_name(base.display_name());
+  id_ = NewId("ds");
+  prefix_ = DatasetStore::KeyFor(id_, false);
+  ArtifactStore* artifacts = store_->artifacts_;
+  DENDRO_ASSIGN_OR_RETURN(x_, artifacts->Create(prefix_ + "/X.npy", Durability::kDurable));
+  const int64_t shape[2] = {rows, header.cols()};
+  DENDRO_RETURN_IF_ERROR(x_->Append(MakeNpyHeader(DType::kFloat32, shape)));
+  if (header.has_labels()) {
+    DENDRO_ASSIGN_OR_RETURN(y_, artifacts->Create(prefix_ + "/y.npy", Durability::kDurable));
+    const int64_t yshape[1] = {rows};
+    DENDRO_RETURN_IF_ERROR(y_->Append(MakeNpyHeader(DType::kInt64, yshape)));
+  }
+  // The earlier rows, through the same checks as the new ones (they pass:
+  // they passed once), so the statistics cover every row.
+  const MatrixView x = base_->matrix();
+  const std::string_view all(reinterpret_cast<const char*>(x.data()),
+                             static_cast<size_t>(x.rows() * x.cols()) * sizeof(float));
+  constexpr size_t kChunk = size_t{8} << 20;
+  for (size_t at = 0; at < all.size(); at += kChunk) {
+    DENDRO_RETURN_IF_ERROR(AppendData(all.substr(at, kChunk)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DatasetUpload::AppendBaseLabels() {
+  if (base_ == nullptr || base_labels_sent_ || !y_) return absl::OkStatus();
+  base_labels_sent_ = true;
+  const absl::Span<const int64_t> y = base_->labels();
+  const std::string_view bytes(reinterpret_cast<const char*>(y.data()), y.size() * sizeof(int64_t));
+  DENDRO_RETURN_IF_ERROR(validator_.Labels(bytes));
+  return y_->Append(bytes);
+}
+
 absl::Status DatasetUpload::AppendData(std::string_view bytes) {
   DENDRO_RETURN_IF_ERROR(validator_.Data(bytes));
   if (!x_) return absl::FailedPreconditionError("upload: the header was refused");
@@ -74,12 +154,14 @@ absl::Status DatasetUpload::TakeData(std::string* bytes) {
 }
 
 absl::Status DatasetUpload::AppendLabels(std::string_view bytes) {
+  DENDRO_RETURN_IF_ERROR(AppendBaseLabels());
   DENDRO_RETURN_IF_ERROR(validator_.Labels(bytes));
   if (!y_) return absl::FailedPreconditionError("upload: the header was refused");
   return y_->Append(bytes);
 }
 
 absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
+  DENDRO_RETURN_IF_ERROR(AppendBaseLabels());
   DENDRO_RETURN_IF_ERROR(validator_.Finish());
   if (!x_) return absl::FailedPreconditionError("upload: the header was refused");
   v1::Dataset d;
@@ -95,6 +177,13 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
   (*d.mutable_checksums())["X.npy"] = x_->checksum();
   if (header_.has_labels()) (*d.mutable_checksums())["y.npy"] = y_->checksum();
   *d.mutable_stats() = validator_.stats().ToProto();
+  if (base_ != nullptr) {
+    d.set_lineage(DatasetLineage(base_->info()));
+    d.set_generation(DatasetGeneration(base_->info()) + 1);
+  } else {
+    d.set_lineage(id_);
+    d.set_generation(1);
+  }
   std::shared_ptr<const PreparedData> prepared;
   if (preparation_ != nullptr) {
     // Optional: without it a job computes the same itself.
@@ -114,7 +203,14 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
   if (header_.has_labels()) DENDRO_RETURN_IF_ERROR(y_->Commit());
   CrashPoint("upload.files_committed");
   // On an error the destructor removes the files.
-  DENDRO_RETURN_IF_ERROR(store_->catalogue_->PutDataset(d));
+  if (absl::Status put = store_->catalogue_->PutDataset(d); !put.ok()) {
+    if (base_ != nullptr && absl::IsAlreadyExists(put)) {
+      return absl::AbortedError(
+          absl::StrCat("upload: another append made generation ", d.generation(), " of dataset '",
+                       d.lineage(), "' while this one ran; nothing was stored, append again"));
+    }
+    return put;
+  }
   prefix_.clear();
   {
     // Its checksums were computed from the bytes as they were written.
@@ -220,8 +316,52 @@ absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const st
   return std::shared_ptr<const LoadedDataset>(ds);
 }
 
-absl::Status DatasetStore::Delete(const std::string& id, const std::string& except_job) {
-  DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, catalogue_->GetDataset(id));
+namespace {
+// "LINEAGE:G" split; generation 0 when the reference has no ":".
+struct DatasetRef {
+  std::string id;
+  int generation = 0;
+};
+
+absl::StatusOr<DatasetRef> ParseDatasetRef(const std::string& ref) {
+  const size_t colon = ref.rfind(':');
+  if (colon == std::string::npos) return DatasetRef{ref, 0};
+  int g = 0;
+  if (colon == 0 || !absl::SimpleAtoi(absl::string_view(ref).substr(colon + 1), &g) || g < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset '", ref, "': write LINEAGE:G with a generation G >= 1 after the ':'"));
+  }
+  return DatasetRef{ref.substr(0, colon), g};
+}
+}  // namespace
+
+absl::StatusOr<v1::Dataset> DatasetStore::Resolve(const std::string& ref) {
+  DENDRO_ASSIGN_OR_RETURN(DatasetRef r, ParseDatasetRef(ref));
+  if (r.generation > 0) return ResolveExact(ref);
+  absl::StatusOr<v1::Dataset> newest = catalogue_->GetDatasetGeneration(r.id, 0);
+  // Not a lineage: a later generation's own id, or a row written by a
+  // binary that knew no generations.
+  if (absl::IsNotFound(newest.status())) return catalogue_->GetDataset(r.id);
+  return newest;
+}
+
+absl::StatusOr<v1::Dataset> DatasetStore::ResolveExact(const std::string& ref) {
+  DENDRO_ASSIGN_OR_RETURN(DatasetRef r, ParseDatasetRef(ref));
+  if (r.generation == 0) return catalogue_->GetDataset(r.id);
+  absl::StatusOr<v1::Dataset> found = catalogue_->GetDatasetGeneration(r.id, r.generation);
+  if (absl::IsNotFound(found.status()) && r.generation == 1) {
+    // The first generation is the dataset whose id is the lineage's.
+    absl::StatusOr<v1::Dataset> first = catalogue_->GetDataset(r.id);
+    if (first.ok() && DatasetLineage(*first) == r.id && DatasetGeneration(*first) == 1) {
+      return first;
+    }
+  }
+  return found;
+}
+
+absl::Status DatasetStore::Delete(const std::string& ref, const std::string& except_job) {
+  DENDRO_ASSIGN_OR_RETURN(v1::Dataset info, ResolveExact(ref));
+  const std::string& id = info.id();
   DENDRO_RETURN_IF_ERROR(catalogue_->DeleteUnusedDataset(id, except_job));
   CrashPoint("dataset_delete.row_removed");
   {

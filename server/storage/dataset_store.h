@@ -10,6 +10,13 @@
 // datasets are memory-mapped and shared between concurrent jobs. An upload
 // may ask for a preparation (server/storage/upload_preparation.h) that runs beside
 // it; its result stays in memory with the dataset.
+//
+// Generations (v1::Dataset.lineage): an append writes a whole new dataset,
+// the previous generation's rows copied from its mapped file and then the
+// new ones, under an id of its own, so every generation is as immutable,
+// checksummed, mappable and deletable as any upload, and a job reading one
+// generation never sees another. The price is that an append writes the
+// earlier rows again (a server-side copy, no network).
 #ifndef DENDRO_SERVER_STORAGE_DATASET_STORE_H_
 #define DENDRO_SERVER_STORAGE_DATASET_STORE_H_
 
@@ -78,6 +85,11 @@ class DatasetUpload {
   friend class DatasetStore;
   explicit DatasetUpload(DatasetStore* store) : store_(store) {}
 
+  // An append: the rows (and labels) of `base_` go first.
+  absl::Status BeginAppend(const v1::DatasetHeader& header);
+  // Feeds the base's labels once, before the client's first label.
+  absl::Status AppendBaseLabels();
+
   DatasetStore* store_;
   UploadValidator validator_;
   v1::DatasetHeader header_;
@@ -87,6 +99,8 @@ class DatasetUpload {
   std::unique_ptr<ArtifactWriter> y_;
   std::string owner_;
   std::unique_ptr<UploadPreparation> preparation_;  // when the header asked for one
+  std::shared_ptr<const LoadedDataset> base_;       // an append's previous generation
+  bool base_labels_sent_ = false;
 };
 
 class DatasetStore {
@@ -110,15 +124,23 @@ class DatasetStore {
   std::unique_ptr<DatasetUpload> StartUpload() {
     return std::unique_ptr<DatasetUpload>(new DatasetUpload(this));
   }
+  // The dataset with this id, exactly.
   absl::StatusOr<v1::Dataset> Get(const std::string& id) { return catalogue_->GetDataset(id); }
+  // A dataset as users name it (v1::Dataset.lineage): "LINEAGE" is its
+  // newest generation, "LINEAGE:G" generation G, any other id that dataset.
+  absl::StatusOr<v1::Dataset> Resolve(const std::string& ref);
+  // As Resolve, except that "LINEAGE" is the dataset with that id (what a
+  // delete names: one generation, never "whichever is newest").
+  absl::StatusOr<v1::Dataset> ResolveExact(const std::string& ref);
   absl::StatusOr<Page<v1::Dataset>> List(int64_t after_seq, int limit) {
     return catalogue_->ListDatasets(after_seq, limit);
   }
   absl::StatusOr<std::shared_ptr<const LoadedDataset>> Open(const std::string& id)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Removes the metadata row, then the files; FailedPrecondition (nothing
-  // removed) while a queued or running job other than `except_job` uses it.
-  absl::Status Delete(const std::string& id, const std::string& except_job = "")
+  // Removes the metadata row, then the files, of the dataset `ref` names
+  // (ResolveExact); FailedPrecondition (nothing removed) while a queued or
+  // running job other than `except_job` uses it. Other generations stay.
+  absl::Status Delete(const std::string& ref, const std::string& except_job = "")
       ABSL_LOCKS_EXCLUDED(mu_);
   // At start-up: removes dataset artifacts with no metadata row (left by a
   // crash between writing files and recording them) and transient datasets

@@ -439,7 +439,7 @@ absl::StatusOr<HttpBody> JsonApi::ListDatasets(const QueryParams& query) const {
 }
 
 absl::StatusOr<HttpBody> JsonApi::GetDataset(const std::string& id) const {
-  DENDRO_ASSIGN_OR_RETURN(v1::Dataset d, deps_.datasets->Get(id));
+  DENDRO_ASSIGN_OR_RETURN(v1::Dataset d, api_.GetDataset(id));
   return ProtoJson(d);
 }
 

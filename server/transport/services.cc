@@ -242,8 +242,11 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
     const StreamLimiter::Slot::Working finishing(slot->get());
     auto d = upload->Finish();
     if (!d.ok()) return ToGrpc(d.status());
-    spdlog::info("dataset {}: {} x {} uploaded{}", d->id(), d->rows(), d->cols(),
-                 d->has_labels() ? " with labels" : "");
+    spdlog::info("dataset {}: {} x {} uploaded{}{}", d->id(), d->rows(), d->cols(),
+                 d->has_labels() ? " with labels" : "",
+                 d->generation() > 1
+                     ? absl::StrCat(" (generation ", d->generation(), " of ", d->lineage(), ")")
+                     : "");
     *response = *std::move(d);
     return grpc::Status::OK;
   }
@@ -252,7 +255,7 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
                           v1::Dataset* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kGetDataset);
     if (!who.ok()) return ToGrpc(who.status());
-    auto d = deps_.datasets->Get(req->id());
+    auto d = api_.GetDataset(req->id());
     if (!d.ok()) return ToGrpc(d.status());
     *resp = *std::move(d);
     return grpc::Status::OK;

@@ -647,6 +647,37 @@ run models delete jsonfit:1
 [[ $RC -eq 0 ]] || fail "an unlabelled version could not be deleted: $(cat err.txt)"
 pass "labels: NAME@LABEL everywhere, a labelled version is kept; retention keeps the newest"
 
+# --- appends: dataset generations ---------------------------------------------------
+read -r ROWS COLS < <("$PY" -c 'import numpy as np; print(*np.load("logits.npy").shape)')
+run upload logits.npy --labels labels.npy --append "$DS"
+[[ $RC -eq 0 && "$(cat out.txt)" == ds-* && "$(cat out.txt)" != "$DS" ]] ||
+  fail "upload --append: exit $RC, '$(cat out.txt)', $(cat err.txt)"
+DS2=$(cat out.txt)
+grep -q "as generation 2 ($DS:2, id $DS2)" err.txt || fail "upload --append did not say the generation: $(cat err.txt)"
+run datasets get "$DS" --json
+"$PY" -c 'import json, sys; d = json.load(open("out.txt")); assert d["id"] == sys.argv[1] and d["lineage"] == sys.argv[2] and d["generation"] == 2 and int(d["rows"]) == 2 * int(sys.argv[3]), d' "$DS2" "$DS" "$ROWS" ||
+  fail "datasets get LINEAGE is not its newest generation: $(cat out.txt)"
+run datasets get "$DS:1" --json
+"$PY" -c 'import json, sys; d = json.load(open("out.txt")); assert d["id"] == sys.argv[1] and int(d["rows"]) == int(sys.argv[2]), d' "$DS" "$ROWS" ||
+  fail "datasets get LINEAGE:1 is not the first upload: $(cat out.txt)"
+run datasets list
+grep -q "GENERATION" out.txt && grep "^$DS2 " out.txt | grep -q " $DS:2 " ||
+  fail "datasets list does not show the generation: $(cat out.txt)"
+expect_error 1 "whose newest is generation 2" upload logits.npy --labels labels.npy --append "$DS:1"
+expect_error 1 "has $COLS columns, the appended rows 4" upload diff_a.npy --append "$DS"
+expect_error 2 "drop --transient" upload logits.npy --append "$DS" --transient
+run l2h "$DS" --name grown --out grown.json
+[[ $RC -eq 0 ]] || fail "l2h LINEAGE exited $RC: $(cat err.txt)"
+run models get grown --json
+"$PY" -c 'import json, sys; m = json.load(open("out.txt")); assert m["dataset_id"] == sys.argv[1], m' "$DS2" ||
+  fail "a fit on the lineage did not use its newest generation: $(cat out.txt)"
+run datasets delete "$DS:2"
+[[ $RC -eq 0 ]] || fail "datasets delete LINEAGE:2 exited $RC: $(cat err.txt)"
+run datasets get "$DS" --json
+"$PY" -c 'import json, sys; assert json.load(open("out.txt"))["id"] == sys.argv[1]' "$DS" ||
+  fail "after deleting generation 2 the lineage does not name generation 1: $(cat out.txt)"
+pass "upload --append: generations named LINEAGE and LINEAGE:G, fits on the newest, one deleted alone"
+
 # --- TLS -----------------------------------------------------------------------
 if command -v openssl >/dev/null; then
   openssl req -x509 -newkey rsa:2048 -nodes -keyout key.pem -out cert.pem -days 2 \

@@ -36,7 +36,7 @@ from grpc_blackbox_test import pb, hierarchical_logits  # noqa: E402
 from pg_lib import Postgres  # noqa: E402
 import replicas_test as rt  # noqa: E402
 
-SCHEMA = 2  # kPostgresSchemaVersion of the binary under test
+SCHEMA = 3  # kPostgresSchemaVersion of the binary under test
 ADDITIVE = f"{SCHEMA};ALTER TABLE jobs ADD COLUMN upgrade_note TEXT"
 BREAKING = f"{SCHEMA + 1};ALTER TABLE jobs ADD COLUMN upgrade_note TEXT"
 
@@ -149,7 +149,7 @@ class RollingUpgradeTest(unittest.TestCase):
         old_again = self.start("rollback", catalog, data, old_binary_env())
         self.fit(old_again, ds, "rolled-back")
         with open(old_again.log_path, "rb") as f:
-            self.assertIn(b"newer than this dendrod's (2) and compatible", f.read())
+            self.assertIn(f"newer than this dendrod's ({SCHEMA}) and compatible".encode(), f.read())
 
     def test_an_old_binary_is_refused_after_an_incompatible_step(self):
         catalog = self.pg.create_database("breaking")

@@ -500,3 +500,25 @@ def test_tree_cut_on_an_nary_tree():
 def _has_matplotlib() -> bool:
     import importlib.util
     return importlib.util.find_spec("matplotlib") is not None
+
+
+def test_append_makes_generations_and_fits_use_the_newest(client, logits):
+    from dendro_client import DendroError
+    x, y = logits
+    first = client.upload(x[:1000], labels=y[:1000], name="py-grow")
+    assert (first.lineage, first.generation, first.ref) == (first.id, 1, f"{first.id}:1")
+    second = client.upload(x[1000:1500], labels=y[1000:1500], append_to=first.id)
+    assert second.id != first.id and second.lineage == first.id
+    assert (second.generation, second.rows, second.name) == (2, 1500, "py-grow")
+    assert client.dataset(first.id).id == second.id
+    assert client.dataset(first.ref).id == first.id
+    with pytest.raises(DendroError) as err:
+        client.upload(x[1500:], labels=y[1500:], append_to=first.ref)
+    assert err.value.code == "FAILED_PRECONDITION" and "newest is generation 2" in str(err.value)
+    with pytest.raises(DendroError) as err:
+        client.upload(x[1500:, :5], labels=y[1500:], append_to=first.id)
+    assert err.value.code == "INVALID_ARGUMENT" and "columns" in str(err.value)
+    model = client.fit_l2h(first.id, name="py_grown").wait()
+    assert model.dataset_id == second.id
+    with_points = model.tree(include_points=True)
+    assert (with_points.point_leaf == np.argmax(x[:1500], axis=1)).all()

@@ -243,6 +243,7 @@ def test_readme_cli_example(server, shell_env, tmp_path):
     shell_env["DENDRO_SERVER"] = server.target  # as the block's text says dendro finds it
     block = BlockRun(work, shell_env)
     dataset = None
+    appended = None
     try:
         for command in find_block(CLI_BLOCK):
             # SUBSTITUTIONS: "ds-…" stands for the id the block's upload printed.
@@ -250,7 +251,10 @@ def test_readme_cli_example(server, shell_env, tmp_path):
                 assert dataset is not None, f"'ds-…' before any upload: {command}"
                 command = command.replace("ds-…", dataset)
             out = block.run(command)
-            if command.startswith("dendro upload "):
+            if command.startswith("dendro upload ") and "--append" in command:
+                appended = out.strip()
+                assert re.fullmatch(r"ds-[0-9a-z-]+", appended), out
+            elif command.startswith("dendro upload "):
                 dataset = out.strip()
                 assert re.fullmatch(r"ds-[0-9a-z-]+", dataset), out
     finally:
@@ -282,6 +286,13 @@ def test_readme_cli_example(server, shell_env, tmp_path):
     assert labelled.returncode == 0, labelled.stderr
     assert int(json.loads(labelled.stdout)["version"]) == 1
     assert dataset in block.output_of("dendro upload embeddings.npy")
+    # "generation 2 of ds-…": the dataset's id now names the appended generation.
+    newest = subprocess.run(["dendro", "datasets", "get", dataset, "--json"], cwd=work,
+                            env=shell_env, capture_output=True, text=True, timeout=60)
+    assert newest.returncode == 0, newest.stderr
+    info = json.loads(newest.stdout)
+    assert appended is not None and appended != dataset
+    assert (info["id"], int(info["generation"]), int(info["rows"])) == (appended, 2, 2000), info
 
 
 def test_readme_security_example(shell_env, tmp_path):

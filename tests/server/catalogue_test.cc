@@ -93,6 +93,52 @@ TEST_P(CatalogueTest, DatasetsPutGetListDelete) {
             (std::set<std::string>{"ds-0", "ds-2", "ds-3", "ds-4"}));
 }
 
+TEST_P(CatalogueTest, DatasetGenerationsAreIndexedAndUnique) {
+  const auto put = [&](const std::string& id, const std::string& lineage, int generation,
+                       int64_t rows) {
+    v1::Dataset d;
+    d.set_id(id);
+    d.set_lineage(lineage);
+    d.set_generation(generation);
+    d.set_rows(rows);
+    return cat_->PutDataset(d);
+  };
+  // A record without generation fields is generation 1 of its own lineage.
+  v1::Dataset plain;
+  plain.set_id("ds-a");
+  plain.set_rows(10);
+  ASSERT_TRUE(cat_->PutDataset(plain).ok());
+  auto newest = cat_->GetDatasetGeneration("ds-a", 0);
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  EXPECT_EQ(newest->id(), "ds-a");
+  ASSERT_TRUE(put("ds-b", "ds-a", 2, 15).ok());
+  ASSERT_TRUE(put("ds-c", "ds-a", 3, 20).ok());
+  ASSERT_TRUE(put("ds-x", "ds-x", 1, 7).ok());
+  // A second generation 3 of ds-a loses, whatever its id.
+  EXPECT_EQ(put("ds-d", "ds-a", 3, 25).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(cat_->GetDataset("ds-d").status().code(), absl::StatusCode::kNotFound);
+
+  newest = cat_->GetDatasetGeneration("ds-a", 0);
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  EXPECT_EQ(newest->id(), "ds-c");
+  for (const auto& [g, id] :
+       std::vector<std::pair<int, std::string>>{{1, "ds-a"}, {2, "ds-b"}, {3, "ds-c"}}) {
+    auto got = cat_->GetDatasetGeneration("ds-a", g);
+    ASSERT_TRUE(got.ok()) << g << ": " << got.status();
+    EXPECT_EQ(got->id(), id);
+  }
+  EXPECT_EQ(cat_->GetDatasetGeneration("ds-a", 4).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(cat_->GetDatasetGeneration("ds-a", 4).status().message()),
+              HasSubstr("'ds-a' has no generation 4"));
+  EXPECT_EQ(cat_->GetDatasetGeneration("ds-b", 0).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(cat_->GetDatasetGeneration("ds-x", 0)->id(), "ds-x");
+  // Deleting the newest makes the one before it the newest again.
+  ASSERT_TRUE(cat_->DeleteDataset("ds-c").ok());
+  EXPECT_EQ(cat_->GetDatasetGeneration("ds-a", 0)->id(), "ds-b");
+  ASSERT_TRUE(cat_->DeleteDataset("ds-a").ok());
+  EXPECT_EQ(cat_->GetDatasetGeneration("ds-a", 0)->id(), "ds-b");
+}
+
 TEST_P(CatalogueTest, JobsUpsertRequestKeysUnfinishedAndExpiry) {
   ASSERT_TRUE(cat_->PutJob(Job("job-a")).ok());
   ASSERT_TRUE(cat_->PutJob(Job("job-b", v1::JOB_STATE_RUNNING)).ok());
@@ -596,6 +642,38 @@ TEST(PostgresCatalogueTest, OlderBinariesRunOnACompatibleNewerSchemaOnly) {
   EXPECT_THAT(std::string(refused.status().message()),
               HasSubstr(absl::StrCat("needs a dendrod of schema version ",
                                      kPostgresSchemaVersion + 1, " or later")));
+}
+
+// A catalogue written by a binary of schema 2 (before dataset generations)
+// gains them in place: its datasets become generation 1 of themselves, and
+// a binary of schema 2 still inserts (NULL lineage) beside a newer one.
+TEST(PostgresCatalogueTest, DatasetsFromBeforeGenerationsAreFirstGenerations) {
+  auto& pg = testing::PostgresHarness::Get();
+  if (!pg.Available()) GTEST_SKIP() << "PostgreSQL not available: " << pg.Why();
+  auto current = PostgresMigrations();
+  ASSERT_TRUE(current.ok()) << current.status();
+  ASSERT_GE(current->size(), 3u);
+  const std::vector<SchemaMigration> v2(current->begin(), current->begin() + 2);
+  const std::string uri = pg.NewDatabase();
+  {
+    auto old_binary = PostgresCatalogue::Open(uri, 1, v2);
+    ASSERT_TRUE(old_binary.ok()) << old_binary.status();
+    pqxx::connection c(uri);
+    pqxx::work txn(c);
+    v1::Dataset d;
+    d.set_id("ds-old");
+    txn.exec_params("INSERT INTO datasets (id, record) VALUES ($1, $2)", d.id(),
+                    pqxx::binarystring(d.SerializeAsString()));
+    txn.commit();
+  }
+  auto upgraded = PostgresCatalogue::Open(uri, 1, *current);
+  ASSERT_TRUE(upgraded.ok()) << upgraded.status();
+  auto first = (*upgraded)->GetDatasetGeneration("ds-old", 1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->id(), "ds-old");
+  // A schema-2 binary still running beside it keeps working.
+  auto old_binary = PostgresCatalogue::Open(uri, 1, v2);
+  ASSERT_TRUE(old_binary.ok()) << old_binary.status();
 }
 
 // With a pool, a transaction that waits (here on a table lock held by

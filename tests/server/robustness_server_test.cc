@@ -1031,6 +1031,46 @@ TEST_F(RobustnessTest, AnOlderSqliteCatalogueGainsTheRequestIdColumn) {
   EXPECT_EQ((*meta)->PutJob(job).code(), absl::StatusCode::kAlreadyExists);
 }
 
+TEST_F(RobustnessTest, AnOlderSqliteCatalogueGainsDatasetGenerations) {
+  std::filesystem::create_directories(dir_);
+  const std::string db = (dir_ / "metadata.db").string();
+  v1::Dataset old;
+  old.set_id("ds-old");
+  old.set_rows(4);
+  {
+    sqlite3* h = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(h,
+                           "CREATE TABLE datasets (seq INTEGER PRIMARY KEY AUTOINCREMENT, id "
+                           "TEXT NOT NULL UNIQUE, record BLOB NOT NULL);",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(
+        sqlite3_prepare_v2(h, "INSERT INTO datasets (id, record) VALUES (?, ?)", -1, &st, nullptr),
+        SQLITE_OK);
+    const std::string record = old.SerializeAsString();
+    sqlite3_bind_text(st, 1, old.id().c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_blob(st, 2, record.data(), static_cast<int>(record.size()), SQLITE_TRANSIENT);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+  }
+  auto meta = SqliteCatalogue::Open(db);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  auto first = (*meta)->GetDatasetGeneration("ds-old", 1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->rows(), 4);
+  v1::Dataset next;
+  next.set_id("ds-next");
+  next.set_lineage("ds-old");
+  next.set_generation(2);
+  ASSERT_TRUE((*meta)->PutDataset(next).ok());
+  EXPECT_EQ((*meta)->GetDatasetGeneration("ds-old", 0)->id(), "ds-next");
+  next.set_id("ds-again");
+  EXPECT_EQ((*meta)->PutDataset(next).code(), absl::StatusCode::kAlreadyExists);
+}
+
 TEST_F(RobustnessTest, AnOlderSqliteCatalogueGainsLabelsAndRetention) {
   std::filesystem::create_directories(dir_);
   const std::string db = (dir_ / "metadata.db").string();

@@ -146,10 +146,10 @@ class ServerTest : public ::testing::Test {
   }
 
   // Streams `x` (rows x cols) in chunks of `chunk` bytes.
-  grpc::Status Upload(const std::vector<float>& x, int64_t rows, int64_t cols,
-                      v1::Dataset* out, const std::vector<int64_t>* labels = nullptr,
-                      size_t chunk = 1 << 20, bool transient = false,
-                      const std::string& prepare = "") {
+  grpc::Status Upload(const std::vector<float>& x, int64_t rows, int64_t cols, v1::Dataset* out,
+                      const std::vector<int64_t>* labels = nullptr, size_t chunk = 1 << 20,
+                      bool transient = false, const std::string& prepare = "",
+                      const std::string& append_to = "") {
     grpc::ClientContext ctx;
     auto writer = datasets_->UploadDataset(&ctx, out);
     v1::UploadDatasetRequest req;
@@ -158,6 +158,7 @@ class ServerTest : public ::testing::Test {
     req.mutable_header()->set_has_labels(labels != nullptr);
     req.mutable_header()->set_transient(transient);
     req.mutable_header()->set_prepare(prepare);
+    req.mutable_header()->set_append_to(append_to);
     writer->Write(req);
     const char* bytes = reinterpret_cast<const char*>(x.data());
     const size_t total = x.size() * sizeof(float);

@@ -113,6 +113,73 @@ TEST_F(ServerTest, UploadFitAssignEndToEnd) {
   EXPECT_EQ(mresp.models(1).num_leaves(), k);
 }
 
+// Appends (DatasetHeader.append_to): a fit naming the lineage runs on its
+// newest generation, all of its rows, and the job says which generation.
+TEST_F(ServerTest, FitsOnALineageUseItsNewestGenerationAndSayWhich) {
+  StartServer();
+  const int n = 900, n1 = 600, k = 12;
+  const std::vector<float> x = MakeLogits(n, 3, 4, 7);
+  const std::vector<float> head(x.begin(), x.begin() + n1 * k);
+  const std::vector<float> tail(x.begin() + n1 * k, x.end());
+  v1::Dataset first, second;
+  ASSERT_TRUE(Upload(head, n1, k, &first).ok());
+  grpc::Status st = Upload(tail, n - n1, k, &second, nullptr, 1 << 20, false, "", first.id());
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(second.lineage(), first.id());
+  EXPECT_EQ(second.generation(), 2);
+  EXPECT_EQ(second.rows(), n);
+
+  // Over the wire, refusals carry their codes.
+  v1::Dataset refused;
+  st = Upload(tail, n - n1, k - 1, &refused, nullptr, 1 << 20, false, "", first.id());
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  st = Upload(tail, n - n1, k, &refused, nullptr, 1 << 20, false, "", first.id() + ":1");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("whose newest is generation 2"));
+
+  grpc::ClientContext gctx;
+  v1::GetDatasetRequest greq;
+  greq.set_id(first.id());
+  v1::Dataset got;
+  ASSERT_TRUE(datasets_->GetDataset(&gctx, greq, &got).ok());
+  EXPECT_EQ(got.id(), second.id());
+
+  const auto submit = [&](const std::string& dataset, const std::string& request_id) {
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    req.mutable_spec()->set_dataset_id(dataset);
+    req.mutable_spec()->set_model_name("grown");
+    req.mutable_spec()->mutable_l2h();
+    req.set_request_id(request_id);
+    v1::Job job;
+    const grpc::Status s = jobs_->SubmitJob(&ctx, req, &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return job;
+  };
+  v1::Job job = submit(first.id(), "grow-1");
+  EXPECT_EQ(job.spec().dataset_id(), second.id());
+  EXPECT_EQ(job.dataset_ref(), first.id());
+  job = Wait(job.id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+  NullRunContext null_ctx;
+  auto expected = RunL2h(MatrixView(x.data(), n, k), L2hOptions{}, null_ctx);
+  ASSERT_TRUE(expected.ok());
+  auto tree = ServedTree("grown");
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  ExpectSameTree(*tree, expected->hierarchy);
+
+  // A retry of the same request after another append is the same job.
+  v1::Dataset third;
+  ASSERT_TRUE(Upload(tail, n - n1, k, &third, nullptr, 1 << 20, false, "", first.id()).ok());
+  EXPECT_EQ(third.generation(), 3);
+  EXPECT_EQ(submit(first.id(), "grow-1").id(), job.id());
+  // A generation named outright.
+  v1::Job pinned = submit(first.id() + ":1", "grow-2");
+  EXPECT_EQ(pinned.spec().dataset_id(), first.id());
+  EXPECT_EQ(pinned.dataset_ref(), first.id() + ":1");
+  EXPECT_EQ(Wait(pinned.id()).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
 TEST_F(ServerTest, AFirstPassDuringTheUploadGivesTheSameModel) {
   StartServer();
   const int n = 5000, groups = 4, per = 5, k = groups * per;

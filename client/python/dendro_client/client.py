@@ -29,7 +29,12 @@ _MODEL_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
 
 @dataclass(frozen=True)
 class Dataset:
-    """An uploaded matrix, referenced by ``id`` ("ds-…") in fits."""
+    """An uploaded matrix, referenced by ``id`` ("ds-…") in fits.
+
+    ``lineage`` and ``generation``: appends (``Client.upload(append_to=)``)
+    make generations 2, 3, … of the first upload's ``lineage``; a fit naming
+    the lineage uses its newest generation, ``ref`` ("LINEAGE:G") this one.
+    """
     id: str
     name: str
     rows: int
@@ -39,11 +44,19 @@ class Dataset:
     size_bytes: int
     owner: str
     create_time: Optional[datetime.datetime]
+    lineage: str = ""
+    generation: int = 1
+
+    @property
+    def ref(self) -> str:
+        """"LINEAGE:G": names this generation whatever is appended later."""
+        return f"{self.lineage or self.id}:{self.generation}"
 
     @classmethod
     def from_proto(cls, d: Any) -> "Dataset":
         return cls(d.id, d.display_name, int(d.rows), int(d.cols), bool(d.has_labels),
-                   bool(d.transient), int(d.size_bytes), d.owner, _timestamp(d.create_time))
+                   bool(d.transient), int(d.size_bytes), d.owner, _timestamp(d.create_time),
+                   d.lineage or d.id, max(1, int(d.generation)))
 
 
 def _read(path: Optional[str]) -> Optional[bytes]:
@@ -297,7 +310,8 @@ class Client:
 
     # --- datasets ---------------------------------------------------------------
     def upload(self, data: Any, labels: Any = None, name: Optional[str] = None,
-               transient: bool = False, prepare: str = "") -> Dataset:
+               transient: bool = False, prepare: str = "",
+               append_to: Optional[str] = None) -> Dataset:
         """Uploads a 2-D matrix (a float32/float64 array or a .npy path).
 
         ``labels``: optional int labels, one per row (array or .npy path).
@@ -305,6 +319,10 @@ class Client:
         not written durably; the server drops it after the last job using it
         ends, and on restart. ``prepare``: "l2h" has the server run L2H's
         first pass while the rows arrive (DatasetHeader.prepare).
+        ``append_to``: a dataset ("ds-…", or "ds-…:G" to insist that G is
+        still its newest generation); the rows become its next generation,
+        a new dataset holding every earlier row and then these
+        (DatasetHeader.append_to). The name defaults to the dataset's.
 
         Every value is checked to be finite first: a ValueError names the
         first NaN or infinity's row and column, and nothing is sent. Data
@@ -313,10 +331,11 @@ class Client:
         pb = self._pb
         matrix, stem = load_matrix(data, "upload")
         label_array = None if labels is None else load_labels(labels, matrix.shape[0])
-        header = pb.DatasetHeader(display_name=name if name is not None else (stem or ""),
+        default_name = "" if append_to else (stem or "")
+        header = pb.DatasetHeader(display_name=name if name is not None else default_name,
                                   rows=matrix.shape[0], cols=matrix.shape[1],
                                   has_labels=label_array is not None, transient=transient,
-                                  prepare=prepare)
+                                  prepare=prepare, append_to=append_to or "")
 
         def requests() -> Iterator[Any]:
             yield pb.UploadDatasetRequest(header=header)
@@ -332,7 +351,7 @@ class Client:
         return Dataset.from_proto(resp)
 
     def dataset(self, dataset_id: str) -> Dataset:
-        """Looks up one dataset by id."""
+        """Looks up a dataset: an id, "ds-…" (the newest generation) or "ds-…:G"."""
         return Dataset.from_proto(self._unary(self._datasets.GetDataset,
                                               self._pb.GetDatasetRequest(id=dataset_id)))
 

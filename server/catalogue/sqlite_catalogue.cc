@@ -1,16 +1,16 @@
 #include "server/catalogue/sqlite_catalogue.h"
 
-#include <algorithm>
-
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <string_view>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -278,45 +278,36 @@ class ABSL_SCOPED_LOCKABLE SqliteCatalogue::Op {
   const MutexLock lock_;
 };
 
+absl::StatusOr<absl::flat_hash_set<std::string>> SqliteCatalogue::ColumnsOf(const char* table) {
+  absl::flat_hash_set<std::string> columns;
+  Stmt st(db_, "SELECT name FROM pragma_table_info(?)");
+  DENDRO_RETURN_IF_ERROR(st.prepared());
+  st.Bind(1, std::string(table));
+  for (;;) {
+    DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    columns.insert(st.Text(0));
+  }
+  return columns;
+}
+
 absl::Status SqliteCatalogue::Migrate() {
   // Catalogues made before jobs had request ids or end times, or names a
   // retention policy, lack those columns (end_seconds stays NULL for their
   // old finished jobs; keep_versions starts at 0, keep everything).
-  bool has_request_key = false;
-  bool has_end_seconds = false;
-  bool has_lease = false;
-  bool has_keep_versions = false;
-  {
-    Stmt st(db_, "SELECT name FROM pragma_table_info('model_names')");
-    DENDRO_RETURN_IF_ERROR(st.prepared());
-    for (;;) {
-      DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
-      if (!row) break;
-      if (st.Text(0) == "keep_versions") has_keep_versions = true;
-    }
-  }
-  if (!has_keep_versions) {
+  DENDRO_ASSIGN_OR_RETURN(const auto names, ColumnsOf("model_names"));
+  if (!names.contains("keep_versions")) {
     DENDRO_RETURN_IF_ERROR(
         Exec("ALTER TABLE model_names ADD COLUMN keep_versions INTEGER NOT NULL DEFAULT 0"));
   }
-  {
-    Stmt st(db_, "SELECT name FROM pragma_table_info('jobs')");
-    DENDRO_RETURN_IF_ERROR(st.prepared());
-    for (;;) {
-      DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
-      if (!row) break;
-      if (st.Text(0) == "request_key") has_request_key = true;
-      if (st.Text(0) == "end_seconds") has_end_seconds = true;
-      if (st.Text(0) == "lease_token") has_lease = true;
-    }
-  }
-  if (!has_request_key) {
+  DENDRO_ASSIGN_OR_RETURN(const auto jobs, ColumnsOf("jobs"));
+  if (!jobs.contains("request_key")) {
     DENDRO_RETURN_IF_ERROR(Exec("ALTER TABLE jobs ADD COLUMN request_key TEXT"));
   }
-  if (!has_end_seconds) {
+  if (!jobs.contains("end_seconds")) {
     DENDRO_RETURN_IF_ERROR(Exec("ALTER TABLE jobs ADD COLUMN end_seconds INTEGER"));
   }
-  if (!has_lease) {
+  if (!jobs.contains("lease_token")) {
     // Lease expiry in milliseconds since the epoch (this process's clock:
     // an SQLite catalogue has one dendrod).
     DENDRO_RETURN_IF_ERROR(Exec("ALTER TABLE jobs ADD COLUMN lease_holder TEXT; "
@@ -330,23 +321,12 @@ absl::Status SqliteCatalogue::Migrate() {
   // Dataset generations: rows stored before them are generation 1 of their
   // own lineage. (A table without an id column is not one of ours: it is
   // left for the start's read check to refuse, not backfilled.)
-  bool has_lineage = false;
-  bool has_id = false;
-  {
-    Stmt st(db_, "SELECT name FROM pragma_table_info('datasets')");
-    DENDRO_RETURN_IF_ERROR(st.prepared());
-    for (;;) {
-      DENDRO_ASSIGN_OR_RETURN(bool row, st.Step());
-      if (!row) break;
-      if (st.Text(0) == "lineage") has_lineage = true;
-      if (st.Text(0) == "id") has_id = true;
-    }
-  }
-  if (!has_lineage) {
+  DENDRO_ASSIGN_OR_RETURN(const auto datasets, ColumnsOf("datasets"));
+  if (!datasets.contains("lineage")) {
     DENDRO_RETURN_IF_ERROR(
         Exec("ALTER TABLE datasets ADD COLUMN lineage TEXT; "
              "ALTER TABLE datasets ADD COLUMN generation INTEGER;"));
-    if (has_id) {
+    if (datasets.contains("id")) {
       DENDRO_RETURN_IF_ERROR(Exec("UPDATE datasets SET lineage = id, generation = 1"));
     }
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "core/common/mutex.h"
 #include "server/catalogue/catalogue.h"
@@ -87,6 +88,8 @@ class SqliteCatalogue final : public Catalogue {
       : db_(db), reserve_path_(std::move(reserve_path)) {}
   absl::Status Exec(const char* sql);
   // Brings an older catalogue's schema up to date (idempotent).
+  // The column names of `table` (empty when there is no such table).
+  absl::StatusOr<absl::flat_hash_set<std::string>> ColumnsOf(const char* table);
   absl::Status Migrate();
 
   // Full-disk handling. A few MiB are kept allocated in `reserve_path_`;

@@ -26,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "dendro/v1/dendro.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -40,6 +42,24 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
+
+// Runs `sql` on the SQLite file `db` (made if missing), the way an older
+// dendrod left its catalogue: SQLite's message, or "" when it succeeded.
+std::string RunSqlite(const std::string& db, const std::string& sql) {
+  sqlite3* h = nullptr;
+  std::string error;
+  if (sqlite3_open(db.c_str(), &h) != SQLITE_OK) {
+    error = sqlite3_errmsg(h);
+  } else {
+    char* message = nullptr;
+    if (sqlite3_exec(h, sql.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
+      error = message != nullptr ? message : "failed";
+    }
+    sqlite3_free(message);
+  }
+  sqlite3_close(h);
+  return error;
+}
 
 // Fails every fit with an allocation failure, the way a job that asks for
 // more memory than the machine has does.
@@ -1004,17 +1024,11 @@ TEST_F(RobustnessTest, FinishedJobRecordsCanBeDeletedAndExpire) {
 TEST_F(RobustnessTest, AnOlderSqliteCatalogueGainsTheRequestIdColumn) {
   std::filesystem::create_directories(dir_);
   const std::string db = (dir_ / "metadata.db").string();
-  {
-    sqlite3* h = nullptr;
-    ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(h,
-                           "CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT "
-                           "NOT NULL UNIQUE, state INTEGER NOT NULL, dataset_id TEXT NOT NULL, "
-                           "record BLOB NOT NULL);",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(h);
-  }
+  ASSERT_EQ(RunSqlite(db,
+                      "CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL "
+                      "UNIQUE, state INTEGER NOT NULL, dataset_id TEXT NOT NULL, record BLOB "
+                      "NOT NULL);"),
+            "");
   auto meta = SqliteCatalogue::Open(db);
   ASSERT_TRUE(meta.ok()) << meta.status();
   v1::Job job;
@@ -1037,25 +1051,12 @@ TEST_F(RobustnessTest, AnOlderSqliteCatalogueGainsDatasetGenerations) {
   v1::Dataset old;
   old.set_id("ds-old");
   old.set_rows(4);
-  {
-    sqlite3* h = nullptr;
-    ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(h,
-                           "CREATE TABLE datasets (seq INTEGER PRIMARY KEY AUTOINCREMENT, id "
-                           "TEXT NOT NULL UNIQUE, record BLOB NOT NULL);",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_stmt* st = nullptr;
-    ASSERT_EQ(
-        sqlite3_prepare_v2(h, "INSERT INTO datasets (id, record) VALUES (?, ?)", -1, &st, nullptr),
-        SQLITE_OK);
-    const std::string record = old.SerializeAsString();
-    sqlite3_bind_text(st, 1, old.id().c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_blob(st, 2, record.data(), static_cast<int>(record.size()), SQLITE_TRANSIENT);
-    ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
-    sqlite3_finalize(st);
-    sqlite3_close(h);
-  }
+  ASSERT_EQ(RunSqlite(db, absl::StrCat("CREATE TABLE datasets (seq INTEGER PRIMARY KEY "
+                                       "AUTOINCREMENT, id TEXT NOT NULL UNIQUE, record BLOB NOT "
+                                       "NULL); INSERT INTO datasets (id, record) VALUES ('",
+                                       old.id(), "', X'",
+                                       absl::BytesToHexString(old.SerializeAsString()), "');")),
+            "");
   auto meta = SqliteCatalogue::Open(db);
   ASSERT_TRUE(meta.ok()) << meta.status();
   auto first = (*meta)->GetDatasetGeneration("ds-old", 1);
@@ -1074,16 +1075,10 @@ TEST_F(RobustnessTest, AnOlderSqliteCatalogueGainsDatasetGenerations) {
 TEST_F(RobustnessTest, AnOlderSqliteCatalogueGainsLabelsAndRetention) {
   std::filesystem::create_directories(dir_);
   const std::string db = (dir_ / "metadata.db").string();
-  {
-    sqlite3* h = nullptr;
-    ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(h,
-                           "CREATE TABLE model_names (name TEXT PRIMARY KEY, next_version "
-                           "INTEGER NOT NULL); INSERT INTO model_names VALUES ('old', 4);",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(h);
-  }
+  ASSERT_EQ(RunSqlite(db,
+                      "CREATE TABLE model_names (name TEXT PRIMARY KEY, next_version INTEGER NOT "
+                      "NULL); INSERT INTO model_names VALUES ('old', 4);"),
+            "");
   auto meta = SqliteCatalogue::Open(db);
   ASSERT_TRUE(meta.ok()) << meta.status();
   v1::Model m;

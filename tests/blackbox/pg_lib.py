@@ -53,13 +53,25 @@ class Postgres:
             self.user = "postgres"
             pw = pwd.getpwnam("postgres")
             os.chown(self.dir, pw.pw_uid, pw.pw_gid)
-        self.port = free_port()
         self._run(f"{BIN}/initdb", "-D", f"{self.dir}/data", "-U", "dendro", "--auth=trust",
                   "-E", "UTF8", "--no-sync")
-        opts = (f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 "
-                "-c max_connections=200" + ("" if self.durable else " -c fsync=off"))
-        self._run(f"{BIN}/pg_ctl", "-D", f"{self.dir}/data", "-l", f"{self.dir}/postgres.log",
-                  "-w", "-t", "60", "-o", opts, "start")
+        log = os.path.join(self.dir, "postgres.log")
+        # PostgreSQL cannot bind port 0, so the port is picked before it binds;
+        # a test running beside this one may take it in between. Then the
+        # postmaster exits saying so, and the start is tried on another port.
+        for attempt in range(5):
+            self.port = free_port()
+            opts = (f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 "
+                    "-c max_connections=200" + ("" if self.durable else " -c fsync=off"))
+            try:
+                self._run(f"{BIN}/pg_ctl", "-D", f"{self.dir}/data", "-l", log,
+                          "-w", "-t", "60", "-o", opts, "start")
+                return self
+            except subprocess.CalledProcessError:
+                with open(log, "rb") as f:
+                    taken = b"could not bind" in f.read()
+                if not taken or attempt == 4:
+                    raise
         return self
 
     def create_database(self, name):

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <string>
 
@@ -102,18 +103,29 @@ class PostgresHarness {
         return;
       }
     }
-    port_ = FreePort();
     if (!Run(Bin("initdb") + " -D " + dir_ + "/data -U dendro --auth=trust -E UTF8 --no-sync")) {
       why_ = "initdb failed (see " + dir_ + "/harness.log)";
       return;
     }
-    const std::string opts = "-p " + std::to_string(port_) + " -k " + dir_ +
-                             " -c listen_addresses=127.0.0.1 -c max_connections=200" +
-                             (durable_ ? "" : " -c fsync=off");
-    if (!Run(Bin("pg_ctl") + " -D " + dir_ + "/data -l " + dir_ + "/postgres.log -w -t 60 -o '" +
-             opts + "' start")) {
-      why_ = "postgres did not start (see " + dir_ + "/postgres.log)";
-      return;
+    // PostgreSQL cannot bind port 0, so the port is picked before it binds;
+    // a test running beside this one may take it in between. Then the
+    // postmaster exits saying so, and the start is tried on another port.
+    for (int attempt = 0;; ++attempt) {
+      port_ = FreePort();
+      const std::string opts = "-p " + std::to_string(port_) + " -k " + dir_ +
+                               " -c listen_addresses=127.0.0.1 -c max_connections=200" +
+                               (durable_ ? "" : " -c fsync=off");
+      if (Run(Bin("pg_ctl") + " -D " + dir_ + "/data -l " + dir_ + "/postgres.log -w -t 60 -o '" +
+              opts + "' start")) {
+        break;
+      }
+      std::ifstream log(dir_ + "/postgres.log");
+      const std::string text((std::istreambuf_iterator<char>(log)),
+                             std::istreambuf_iterator<char>());
+      if (attempt == 4 || text.find("could not bind") == std::string::npos) {
+        why_ = "postgres did not start (see " + dir_ + "/postgres.log)";
+        return;
+      }
     }
     ok_ = true;
     std::atexit([] { Get().Stop(); });

@@ -98,22 +98,16 @@ absl::Status RunUpload(Context& ctx, const Args& args) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << ds.id() << std::endl;
-  if (append_to.empty()) {
-    std::fprintf(stderr, "uploaded %s (%s) as %s: %lld x %lld float32%s, %s in %.1f s\n",
-                 path.c_str(), file->description().c_str(), ds.id().c_str(),
-                 static_cast<long long>(ds.rows()), static_cast<long long>(ds.cols()),
-                 ds.has_labels() ? " with labels" : "", FormatBytes(ds.size_bytes()).c_str(),
-                 seconds);
-  } else {
-    std::fprintf(stderr,
-                 "appended %s (%s, %lld rows) to %s as generation %d (%s:%d, id %s): %lld x %lld "
-                 "float32%s, %s in %.1f s\n",
-                 path.c_str(), file->description().c_str(), static_cast<long long>(file->rows()),
-                 ds.lineage().c_str(), ds.generation(), ds.lineage().c_str(), ds.generation(),
-                 ds.id().c_str(), static_cast<long long>(ds.rows()),
-                 static_cast<long long>(ds.cols()), ds.has_labels() ? " with labels" : "",
-                 FormatBytes(ds.size_bytes()).c_str(), seconds);
-  }
+  const std::string what =
+      append_to.empty()
+          ? absl::StrFormat("uploaded %s (%s) as %s", path, file->description(), ds.id())
+          : absl::StrFormat("appended %s (%s, %d rows) to %s as generation %d (%s:%d, id %s)", path,
+                            file->description(), file->rows(), ds.lineage(), ds.generation(),
+                            ds.lineage(), ds.generation(), ds.id());
+  std::fprintf(stderr, "%s: %lld x %lld float32%s, %s in %.1f s\n", what.c_str(),
+               static_cast<long long>(ds.rows()), static_cast<long long>(ds.cols()),
+               ds.has_labels() ? " with labels" : "", FormatBytes(ds.size_bytes()).c_str(),
+               seconds);
   if (!y.names.empty()) {
     std::fprintf(stderr,
                  "the %zu label strings were sent as 0..%zu in sorted order (%s = 0); to name a "

@@ -43,8 +43,9 @@ absl::Status DatasetInUseError(const std::string& id) {
 }
 
 absl::Status DatasetGenerationNotFound(const std::string& lineage, int generation) {
-  if (generation == 0)
+  if (generation == 0) {
     return absl::NotFoundError(absl::StrCat("dataset '", lineage, "' not found"));
+  }
   return absl::NotFoundError(
       absl::StrCat("dataset '", lineage, "' has no generation ", generation));
 }

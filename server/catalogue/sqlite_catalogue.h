@@ -87,9 +87,9 @@ class SqliteCatalogue final : public Catalogue {
   SqliteCatalogue(sqlite3* db, std::string reserve_path)
       : db_(db), reserve_path_(std::move(reserve_path)) {}
   absl::Status Exec(const char* sql);
-  // Brings an older catalogue's schema up to date (idempotent).
   // The column names of `table` (empty when there is no such table).
   absl::StatusOr<absl::flat_hash_set<std::string>> ColumnsOf(const char* table);
+  // Brings an older catalogue's schema up to date (idempotent).
   absl::Status Migrate();
 
   // Full-disk handling. A few MiB are kept allocated in `reserve_path_`;

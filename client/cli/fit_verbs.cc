@@ -349,6 +349,11 @@ absl::Status RunGhhc(Context& ctx, const Args& args) {
     if (!parsed.ok()) return UsageError(absl::StrCat("--", parsed.message()));
     p->set_points(*points);
   }
+  if (std::optional<std::string> standardize = args.Get("standardize")) {
+    const absl::Status parsed = ParseGhhcStandardize(*standardize).status();
+    if (!parsed.ok()) return UsageError(absl::StrCat("--", parsed.message()));
+    p->set_standardize(*standardize);
+  }
   p->set_point_learning_rate(point_lr);
   if (args.Has("no-gumbel")) p->set_gumbel_temperature(-1);
   p->set_projection_dim(static_cast<int32_t>(projection));

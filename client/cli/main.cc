@@ -203,7 +203,8 @@ const std::vector<Verb>& Verbs() {
        "           [--margin G] [--margin-every N] [--no-margin] [--link sigmoid|softplus]\n"
        "           [--learn-points] [--point-learning-rate X] [--no-gumbel]\n"
        "           [--validation-triples V] [--constant-step-size]\n"
-       "           [--points fixed|learned|auto] [--color-level K] [--layout L] [--json]\n"
+       "           [--points fixed|learned|auto] [--standardize auto|on|off]\n"
+       "           [--color-level K] [--layout L] [--json]\n"
        "  Learns M internal nodes in the Poincare ball from sampled triples and extracts\n"
        "  the tree; with --labels prints dendrogram purity and the flat metrics.\n"
        "  --internal-nodes M  internal nodes learned (default: 100)\n"
@@ -231,7 +232,10 @@ const std::vector<Verb>& Verbs() {
        "  --points P      fixed, learned (as --learn-points) or auto: fit both and keep\n"
        "                  the one with the better held-out triple accuracy, at twice the\n"
        "                  time (default: auto up to 50000 rows when validating, else\n"
-       "                  fixed)\n" +
+       "                  fixed)\n"
+       "  --standardize S  auto, on or off: divide the columns by their standard\n"
+       "                  deviations first (default: auto, when the largest is over 10x\n"
+       "                  the median)\n" +
            kFitFlagsHelp +
            kInputsHelp,
        {kKey, kLabelsKey, {"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
@@ -241,7 +245,7 @@ const std::vector<Verb>& Verbs() {
         {"no-center", false},
         {"learning-rate", true}, {"batch-size", true}, {"neighbors", true}, {"margin", true},
         {"margin-every", true}, {"no-margin", false}, {"link", true},
-        {"constant-step-size", false}, {"points", true},
+        {"constant-step-size", false}, {"points", true}, {"standardize", true},
         {"learn-points", false}, {"point-learning-rate", true}, {"no-gumbel", false},
         {"validation-triples", true}, kJson, {"color-level", true}, {"layout", true}},
        0, 1, RunGhhc},

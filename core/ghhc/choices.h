@@ -30,6 +30,14 @@ enum class GhhcProjection {
   kRandom,
 };
 
+// Whether the columns are divided by their standard deviations before the
+// rows are normalised (GhhcOptions::standardize; ghhc.h, step 1).
+enum class GhhcStandardize {
+  kAuto,  // when the largest column spread exceeds kGhhcStandardizeRatio x the median one
+  kOn,    // always
+  kOff,   // never: the paper's pipeline
+};
+
 // An explicit choice of how the points are placed (the API's `points`);
 // without one, GhhcOptions' defaults apply (choose_points_max_rows).
 enum class GhhcPoints {
@@ -45,6 +53,11 @@ inline constexpr NamedChoice<GhhcLink> kGhhcLinks[] = {
 inline constexpr NamedChoice<GhhcProjection> kGhhcProjections[] = {
     {GhhcProjection::kPca, "pca"},
     {GhhcProjection::kRandom, "random"},
+};
+inline constexpr NamedChoice<GhhcStandardize> kGhhcStandardizes[] = {
+    {GhhcStandardize::kAuto, "auto"},
+    {GhhcStandardize::kOn, "on"},
+    {GhhcStandardize::kOff, "off"},
 };
 inline constexpr NamedChoice<GhhcPoints> kGhhcPoints[] = {
     {GhhcPoints::kFixed, "fixed"},
@@ -62,6 +75,13 @@ inline std::string_view GhhcProjectionName(GhhcProjection projection) {
 }
 inline absl::StatusOr<GhhcProjection> ParseGhhcProjection(std::string_view name) {
   return ParseChoice(kGhhcProjections, "projection", name);
+}
+
+inline std::string_view GhhcStandardizeName(GhhcStandardize standardize) {
+  return ChoiceName(kGhhcStandardizes, standardize);
+}
+inline absl::StatusOr<GhhcStandardize> ParseGhhcStandardize(std::string_view name) {
+  return ParseChoice(kGhhcStandardizes, "standardize", name);
 }
 
 inline std::string_view GhhcPointsName(GhhcPoints points) {

@@ -137,7 +137,8 @@ absl::Status ValidateOptionsImpl(const GhhcOptions& o) {
   return absl::OkStatus();
 }
 
-// Centres (with model.mean), projects (with model.projection, if any),
+// Centres (with model.mean), divides by model.scale (if any), projects
+// (with model.projection, if any),
 // normalises and scales (model.point_norm) every row into `out`, which gets
 // model.ball_dim() columns. Returns InvalidArgument naming the first row
 // that has no direction left. `cancelled`, if set, is polled once per 4096
@@ -149,6 +150,8 @@ absl::Status NormaliseRows(const MatrixView& x, const GhhcModel& model, int thre
   const int64_t p = model.ball_dim();
   out->resize(n, p);
   const Eigen::Map<const Eigen::RowVectorXd> mu(model.mean.data(), d);
+  const bool scaled = !model.scale.empty();
+  const Eigen::Map<const Eigen::RowVectorXd> scale(model.scale.data(), scaled ? d : 0);
   const bool project = !model.projection.empty();
   const Eigen::Map<const RowMat<double>> proj(model.projection.data(), project ? d : 0,
                                               project ? p : 0);
@@ -166,9 +169,14 @@ absl::Status NormaliseRows(const MatrixView& x, const GhhcModel& model, int thre
     }
     if (stop.load(std::memory_order_relaxed)) continue;
     Eigen::RowVectorXd v = x.row(i).cast<double>() - mu;
+    // With divisors the tolerance applies to the centred row (it is in the
+    // mean's units, the divided row is not).
+    const double centred = scaled ? v.norm() : 0.0;
+    if (scaled) v = v.cwiseQuotient(scale);
     if (project) v = (v * proj).eval();
     const double len = v.norm();
-    if (!(len > tol) || (project && !(len > 1e-12))) {
+    if (!((scaled ? centred : len) > tol) || (project && !(len > 1e-12)) ||
+        (scaled && !(len > 0))) {
       first_bad = std::min(first_bad, i);
       continue;
     }
@@ -238,17 +246,20 @@ std::vector<double> RandomProjection(int64_t d, int64_t p, uint64_t seed) {
 }
 
 // d x p row-major: the top-p principal directions (columns, by decreasing
-// variance) of the rows minus `mean`, from the scatter matrix of a sample of
+// variance) of the rows minus `mean`, divided by `scale` when it is not
+// empty, from the scatter matrix of a sample of
 // at most kGhhcPcaSample rows. Each column's sign is fixed so that its
 // largest-magnitude entry is positive. `cancelled` is polled before each
 // block of 2048 sample rows (from any thread); once it returns true the
 // result is empty.
-std::vector<double> PcaProjection(const MatrixView& x, const std::vector<double>& mean, int64_t p,
-                                  uint64_t seed, int threads,
-                                  const std::function<bool()>& cancelled) {
+std::vector<double> PcaProjection(const MatrixView& x, const std::vector<double>& mean,
+                                  const std::vector<double>& scale, int64_t p, uint64_t seed,
+                                  int threads, const std::function<bool()>& cancelled) {
   const int64_t d = x.cols();
   const std::vector<int64_t> idx = SampleIndices(x.rows(), kGhhcPcaSample, seed);
   const Eigen::Map<const Eigen::RowVectorXd> mu(mean.data(), d);
+  Eigen::RowVectorXd inv = Eigen::RowVectorXd::Ones(d);
+  if (!scale.empty()) inv = Eigen::Map<const Eigen::RowVectorXd>(scale.data(), d).cwiseInverse();
   constexpr int64_t kBlock = 2048;
   const int64_t blocks = (static_cast<int64_t>(idx.size()) + kBlock - 1) / kBlock;
   std::vector<Eigen::MatrixXd> partial(std::max(1, threads), Eigen::MatrixXd::Zero(d, d));
@@ -268,7 +279,9 @@ std::vector<double> PcaProjection(const MatrixView& x, const std::vector<double>
       const int64_t r0 = b * kBlock;
       const int64_t rn = std::min<int64_t>(kBlock, static_cast<int64_t>(idx.size()) - r0);
       block.resize(rn, d);
-      for (int64_t r = 0; r < rn; ++r) block.row(r) = x.row(idx[r0 + r]).cast<double>() - mu;
+      for (int64_t r = 0; r < rn; ++r) {
+        block.row(r) = (x.row(idx[r0 + r]).cast<double>() - mu).cwiseProduct(inv);
+      }
       acc.selfadjointView<Eigen::Lower>().rankUpdate(block.transpose());
     }
   }
@@ -416,6 +429,48 @@ double TripleAccuracy(const RowMat<double>& z, const RowMat<float>& points,
 
 }  // namespace
 
+std::vector<double> GhhcColumnScale(const MatrixView& x, const std::vector<double>& mean,
+                                    GhhcStandardize standardize, int num_threads) {
+  const int64_t n = x.rows();
+  const int64_t d = x.cols();
+  if (standardize == GhhcStandardize::kOff || n < 1 || d < 1 ||
+      static_cast<int64_t>(mean.size()) != d) {
+    return {};
+  }
+  // Sums of squared deviations per fixed chunk, added in chunk order: the
+  // result does not depend on the thread count.
+  constexpr int64_t kChunk = 8192;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  const Eigen::Map<const Eigen::RowVectorXd> mu(mean.data(), d);
+  RowMat<double> partial = RowMat<double>::Zero(chunks, d);
+  const int threads = num_threads > 0 ? num_threads : 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t r1 = std::min(n, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < r1; ++i) {
+      partial.row(c) += (x.row(i).cast<double>() - mu).array().square().matrix();
+    }
+  }
+  Eigen::RowVectorXd ss = Eigen::RowVectorXd::Zero(d);
+  for (int64_t c = 0; c < chunks; ++c) ss += partial.row(c);
+  std::vector<double> sd(d);
+  std::vector<double> spread;  // the non-zero ones
+  for (int64_t j = 0; j < d; ++j) {
+    sd[j] = std::sqrt(ss[j] / static_cast<double>(n));
+    if (sd[j] > 0) spread.push_back(sd[j]);
+  }
+  if (spread.empty()) return {};
+  if (standardize == GhhcStandardize::kAuto) {
+    std::sort(spread.begin(), spread.end());
+    const double median = spread[(spread.size() - 1) / 2];
+    if (!(spread.back() > kGhhcStandardizeRatio * median)) return {};
+  }
+  for (double& v : sd) {
+    if (!(v > 0)) v = 1.0;
+  }
+  return sd;
+}
+
 double GhhcStepScale(const GhhcOptions& options) {
   const int64_t total = options.triples > 0 ? options.triples : kGhhcDefaultTriples;
   if (!options.step_budget || total <= kGhhcDefaultTriples) return 1.0;
@@ -562,12 +617,19 @@ absl::Status GhhcFit::PreparePoints() {
   model_.point_norm = options_.point_norm;
   model_.mean = options_.center ? ColumnMean(x_, threads_.threads())
                                 : std::vector<double>(input_dim, 0.0);
+  if (options_.standardize != GhhcStandardize::kOff) {
+    // The spread is taken about the column mean even when the rows are not
+    // centred: standardising is about units, centring about the origin.
+    const std::vector<double> mean =
+        options_.center ? model_.mean : ColumnMean(x_, threads_.threads());
+    model_.scale = GhhcColumnScale(x_, mean, options_.standardize, threads_.threads());
+    DENDRO_RETURN_IF_ERROR(ctx_.CheckCancelled());
+  }
   if (options_.projection_dim > 0) {
-    model_.projection =
-        options_.projection == GhhcProjection::kPca
-            ? PcaProjection(x_, model_.mean, options_.projection_dim, options_.seed,
-                            threads_.threads(), cancelled_)
-            : RandomProjection(input_dim, options_.projection_dim, options_.seed);
+    model_.projection = options_.projection == GhhcProjection::kPca
+                            ? PcaProjection(x_, model_.mean, model_.scale, options_.projection_dim,
+                                            options_.seed, threads_.threads(), cancelled_)
+                            : RandomProjection(input_dim, options_.projection_dim, options_.seed);
     if (cancel_.seen()) return absl::CancelledError("job cancelled");
   }
   DENDRO_RETURN_IF_ERROR(NormaliseRows(x_, model_, threads_.threads(), &pts_, cancelled_));
@@ -896,6 +958,8 @@ void GhhcFit::WriteMetadata(Hierarchy& tree) const {
     md["projection"] = std::string(GhhcProjectionName(options_.projection));
   }
   md["center"] = options_.center ? "true" : "false";
+  md["standardize"] = std::string(GhhcStandardizeName(options_.standardize));
+  md["standardized"] = model_.scale.empty() ? "false" : "true";
   md["link"] = std::string(GhhcLinkName(options_.link));
   md["max_node_norm"] = absl::StrCat(options_.max_node_norm);
   md["final_objective"] = absl::StrCat(stats_.final_objective);
@@ -982,8 +1046,10 @@ absl::StatusOr<std::vector<int32_t>> AssignGhhcLeaves(const GhhcModel& model,
   }
   if (static_cast<int64_t>(model.nodes.size()) != int64_t{m} * d ||
       static_cast<int64_t>(model.mean.size()) != model.dim ||
+      (!model.scale.empty() && static_cast<int64_t>(model.scale.size()) != model.dim) ||
       static_cast<int64_t>(model.projection.size()) % model.dim != 0 || m < 1) {
-    return absl::InvalidArgumentError("inconsistent gHHC model (node, mean or projection sizes)");
+    return absl::InvalidArgumentError(
+        "inconsistent gHHC model (node, mean, scale or projection sizes)");
   }
   DENDRO_RETURN_IF_ERROR(ValidateFinite(rows));
   ThreadScope threads(num_threads);

@@ -22,9 +22,25 @@
 //
 // Pipeline of FitGhhc:
 //  1. Points. Each row x is centred (minus the training mean; Options::center),
-//     normalised to unit length and scaled to norm point_norm (0.9): the
-//     points are fixed leaves on a sphere inside the ball. A row that is zero
-//     after centring has no direction: InvalidArgument naming the row.
+//     divided column by column by the training standard deviations when
+//     standardising (below), normalised to unit length and scaled to norm
+//     point_norm (0.9): the points are fixed leaves on a sphere inside the
+//     ball. A row that is zero after centring has no direction:
+//     InvalidArgument naming the row.
+//     Standardising (Options::standardize). Every later step sees only
+//     directions of the centred rows, so a column whose spread is far larger
+//     than the others' decides them alone. With kAuto (the default) the
+//     columns are standardised when s_max > kGhhcStandardizeRatio (10) x
+//     s_med, where s_j is the population standard deviation of column j (about
+//     its mean, whether or not the rows are centred), s_max the largest and
+//     s_med the median (the lower middle value for an even count) over the
+//     columns with s_j > 0; kOn always, kOff never. Standardising divides
+//     column j by s_j (by 1 when s_j = 0) after the centring and before any
+//     projection (PCA is then computed on the standardised rows). The divisors
+//     are part of the model (GhhcModel::scale), so new rows are placed the
+//     same way. A median rather than the smallest spread: a few nearly
+//     constant columns (digits' border pixels) do not trigger it, one
+//     column in other units (wine's proline) does.
 //  2. Neighbours. The k = neighbors nearest points of every point
 //     (Euclidean on the normalised points): exact for N <= exact_knn_max_points,
 //     else an inverted-file search over k-means cells (knn_method kIvf, the
@@ -194,6 +210,9 @@ struct GhhcOptions {
   // s (s - 1) / 2 doubles: 268 MB).
   int32_t init_sample = 0;
   bool center = true;          // subtract the mean before normalising
+  // Divide the columns by their standard deviations (step 1 above): kAuto
+  // when their spreads differ by more than kGhhcStandardizeRatio, kOn, kOff.
+  GhhcStandardize standardize = GhhcStandardize::kAuto;
   // Dimensions. 0: the ball has the data's dimension d (the paper: "a
   // Poincaré ball of the same dimension d as the original space"). p in
   // [1, d): every centred row is first mapped through a d x p projection
@@ -219,6 +238,15 @@ struct GhhcOptions {
 inline constexpr int32_t kGhhcMaxInitSample = 8192;
 inline constexpr int64_t kGhhcPcaSample = 100000;
 inline constexpr int64_t kGhhcDefaultTriples = 200000;
+// GhhcStandardize::kAuto standardises when the largest column standard
+// deviation exceeds this multiple of the median one (step 1 above).
+inline constexpr double kGhhcStandardizeRatio = 10.0;
+
+// The column divisors of step 1 for `x` under `standardize` (`mean` is the
+// column mean): empty when the columns are left as they are, else x.cols()
+// positive values, s_j or 1 for a constant column. Exposed for tests.
+std::vector<double> GhhcColumnScale(const MatrixView& x, const std::vector<double>& mean,
+                                    GhhcStandardize standardize, int num_threads = 1);
 
 // What AssignGhhcLeaves needs to place new points; Save/Load persist it.
 struct GhhcModel {
@@ -226,6 +254,9 @@ struct GhhcModel {
   bool center = true;
   double point_norm = 0.9;
   std::vector<double> mean;  // dim; zeros when !center
+  // dim positive column divisors applied after the centring (standardising,
+  // step 1), or empty: the columns as they are.
+  std::vector<double> scale;
   // dim x p row-major projection (PCA or random, see GhhcProjection), or
   // empty (the ball has dim dimensions).
   std::vector<double> projection;
@@ -312,7 +343,8 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
                                    RunContext& ctx);
 
 // Leaf cluster of each row: the row is preprocessed like the training points
-// (training mean, unit length, point_norm) and placed under the node with the
+// (training mean, column divisors if any, projection if any, unit length,
+// point_norm) and placed under the node with the
 // smallest d_cp among the nodes that hold training points (for a training
 // point this is its own leaf). With learned point embeddings
 // (model.train_points non-empty) a new row has no learned embedding: it takes
@@ -352,7 +384,9 @@ absl::StatusOr<GhhcTrees> GhhcModelTrees(const GhhcModel& model,
 // A model artifact (core/io/model_artifact.h) in `dir` (which must exist):
 // ghhc_model.json (format "dendro.ghhc_model", version 1, dim, center,
 // point_norm, internal_nodes, projection_dim: 0 or absent when none),
-// ghhc_mean.npy (d float64), ghhc_projection.npy (d x p float64, only with a
+// ghhc_mean.npy (d float64), ghhc_scale.npy (d float64, positive and finite;
+// only for a standardised model, absent otherwise, so unstandardised models
+// keep the files older versions wrote), ghhc_projection.npy (d x p float64, only with a
 // projection), ghhc_nodes.npy (M x ball_dim float64), ghhc_node_leaf.npy and
 // ghhc_node_parent.npy (M int32), and with learned point embeddings
 // (then, and only then, the manifest has "train_points": N) ghhc_train_points.npy

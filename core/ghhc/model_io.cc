@@ -70,6 +70,7 @@ absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir) {
   const int64_t bd = model.ball_dim();
   if (model.dim < 1 || static_cast<int64_t>(model.nodes.size()) != m.internal_nodes * bd ||
       static_cast<int64_t>(model.mean.size()) != model.dim ||
+      (!model.scale.empty() && static_cast<int64_t>(model.scale.size()) != model.dim) ||
       static_cast<int64_t>(model.projection.size()) != model.dim * m.projection_dim ||
       static_cast<int64_t>(model.node_parent.size()) != m.internal_nodes ||
       static_cast<int64_t>(model.train_points.size()) !=
@@ -78,6 +79,8 @@ absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir) {
   }
   ModelArtifactWriter w(dir, kFormat);
   w.Add("ghhc_mean.npy", model.mean, {model.dim});
+  // Standardised models only, so the others keep the files older versions wrote.
+  if (!model.scale.empty()) w.Add("ghhc_scale.npy", model.scale, {model.dim});
   if (m.projection_dim > 0) {
     w.Add("ghhc_projection.npy", model.projection, {model.dim, m.projection_dim});
   }
@@ -98,6 +101,7 @@ absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
   GhhcManifest m;
   std::error_code ec;
   m.learned = std::filesystem::exists(std::filesystem::path(dir) / "ghhc_train_leaf.npy", ec);
+  const bool scaled = std::filesystem::exists(std::filesystem::path(dir) / "ghhc_scale.npy", ec);
   DENDRO_ASSIGN_OR_RETURN(const ModelArtifactReader r,
                           ModelArtifactReader::Open(dir, kFormat, &m));
   if (!(m.point_norm > 0.0 && m.point_norm < 1.0)) {
@@ -114,6 +118,15 @@ absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
   const int64_t n = m.internal_nodes;
   const int64_t bd = m.projection_dim > 0 ? m.projection_dim : m.dim;
   DENDRO_ASSIGN_OR_RETURN(model.mean, r.Float64("ghhc_mean.npy", {m.dim}));
+  if (scaled) {
+    DENDRO_ASSIGN_OR_RETURN(model.scale, r.Float64("ghhc_scale.npy", {m.dim}));
+    for (size_t j = 0; j < model.scale.size(); ++j) {
+      if (!(model.scale[j] > 0.0) || !std::isfinite(model.scale[j])) {
+        return r.Error("ghhc_scale.npy", absl::StrCat("entry ", j, " = ", model.scale[j],
+                                                      " is not a positive finite number"));
+      }
+    }
+  }
   if (m.projection_dim > 0) {
     DENDRO_ASSIGN_OR_RETURN(model.projection,
                             r.Float64("ghhc_projection.npy", {m.dim, m.projection_dim}));

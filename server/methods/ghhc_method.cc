@@ -121,6 +121,11 @@ absl::StatusOr<GhhcOptions> OptionsFromSpec(const v1::JobSpec& spec) {
     }
     SetGhhcPoints(*points, &o);
   }
+  if (!p.standardize().empty()) {
+    absl::StatusOr<GhhcStandardize> standardize = ParseGhhcStandardize(p.standardize());
+    if (!standardize.ok()) return named(standardize.status());
+    o.standardize = *standardize;
+  }
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.projection_dim(), "projection_dim"));
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.margin_steps(), "margin_steps"));
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.margin_learning_rate(), "margin_learning_rate"));

@@ -10,13 +10,21 @@
 //              [--link=sigmoid] [--learn-points=0] [--point-lr=0.001]
 //              [--val=2000] [--val-every=0] [--step-budget=1]
 //              [--choose-points=0|1]  (absent: the default rule)
+//              [--standardize=auto|on|off]  GhhcOptions::standardize (default auto)
 //              [--assign-rows=R]  also time AssignGhhcLeaves on the first R
 //                                 rows: one call for all R, then single rows
 //              [--hac]            also run Dendro's O(N^2) average linkage
 //              [--write-npy=PREFIX]  write PREFIX_x.npy / PREFIX_y.npy and exit
+//              [--dump-tree=PREFIX]  write both trees as PREFIX_{coarse,refined}_
+//                                 {parent,height}.npy and PREFIX_point_leaf.npy
 //   ghhc_bench --x=X.npy --y=Y.npy [...]   data from files (labels int)
 //
-// Prints one line of key=value pairs; peak_rss_mb is this process's
+// Prints one line of key=value pairs; with labels, ari_k is the adjusted
+// Rand index of the returned (refined) tree cut into k = the number of
+// distinct labels (Hierarchy::CutToK on the leaf clusters, each point taking
+// its leaf's cluster; ari_k = -1 when the tree has fewer than k leaf clusters)
+// and ari_k_coarse that of the coarse tree cut at the reachable count nearest
+// to k (at or above it when there is one); peak_rss_mb is this process's
 // getrusage maximum resident set (the data generation is included; run with
 // /usr/bin/time -v for an outside view). tests/bench/ghhc_fastcluster.py runs
 // fastcluster's average linkage on the same data.
@@ -65,7 +73,7 @@ int Main(int argc, char** argv) {
   // come for free.
   spec.point_scale = 0.35;
   GhhcOptions opt;
-  std::string x_path, y_path, write_prefix;
+  std::string x_path, y_path, write_prefix, dump_prefix;
   bool run_hac = false;
   int64_t assign_rows = 0;
   for (int a = 1; a < argc; ++a) {
@@ -112,8 +120,14 @@ int Main(int argc, char** argv) {
       // absent: the default, choose up to choose_points_max_rows rows.
       opt.choose_points = v != "0";
       if (v == "0") opt.choose_points_max_rows = 0;
-    }
-    else if (Flag(arg, "--step-budget", &v))
+    } else if (Flag(arg, "--standardize", &v)) {
+      auto st = ParseGhhcStandardize(v);
+      if (!st.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(st.status().message()).c_str());
+        return 2;
+      }
+      opt.standardize = *st;
+    } else if (Flag(arg, "--step-budget", &v))
       opt.step_budget = v != "0";
     else if (Flag(arg, "--val", &v))
       opt.validation_triples = std::atoi(v.c_str());
@@ -157,6 +171,8 @@ int Main(int argc, char** argv) {
       assign_rows = std::atoll(v.c_str());
     else if (Flag(arg, "--write-npy", &v))
       write_prefix = v;
+    else if (Flag(arg, "--dump-tree", &v))
+      dump_prefix = v;
     else if (Flag(arg, "--x", &v))
       x_path = v;
     else if (Flag(arg, "--y", &v))
@@ -217,8 +233,55 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "FitGhhc: %s\n", std::string(r.status().message()).c_str());
     return 1;
   }
-  double dp = -1, coarse_dp = -1, leaf_purity = -1;
+  if (!dump_prefix.empty()) {
+    absl::Status st = absl::OkStatus();
+    auto dump = [&](const Hierarchy& h, const std::string& name) {
+      std::vector<int64_t> parent(h.num_nodes());
+      std::vector<double> height(h.num_nodes());
+      for (int32_t v = 0; v < h.num_nodes(); ++v) {
+        parent[v] = h.parent(v);
+        height[v] = h.height(v);
+      }
+      const int64_t shape[1] = {h.num_nodes()};
+      if (st.ok())
+        st = WriteNpy(dump_prefix + "_" + name + "_parent.npy", absl::MakeConstSpan(parent), shape);
+      if (st.ok())
+        st = WriteNpy(dump_prefix + "_" + name + "_height.npy", absl::MakeConstSpan(height), shape);
+    };
+    dump(r->coarse_hierarchy, "coarse");
+    dump(r->hierarchy, "refined");
+    const std::vector<int64_t> pl(r->hierarchy.point_leaf().begin(),
+                                  r->hierarchy.point_leaf().end());
+    const int64_t shape[1] = {n};
+    if (st.ok()) st = WriteNpy(dump_prefix + "_point_leaf.npy", absl::MakeConstSpan(pl), shape);
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+  }
+  double dp = -1, coarse_dp = -1, leaf_purity = -1, ari_k = -1, ari_k_coarse = -1;
+  int32_t true_k = 0, coarse_k = 0;
   if (!y.empty()) {
+    std::vector<int64_t> labels(y);
+    std::sort(labels.begin(), labels.end());
+    true_k = static_cast<int32_t>(std::unique(labels.begin(), labels.end()) - labels.begin());
+    // Points take the cluster of their leaf in the cut of the leaf-cluster tree.
+    auto ari_at = [&](const Hierarchy& h, int32_t k) -> double {
+      auto cut = h.CutToK(k);
+      if (!cut.ok()) return -1;
+      std::vector<int64_t> pred(n);
+      for (int64_t i = 0; i < n; ++i) pred[i] = (*cut)[h.point_leaf()[i]];
+      auto a = AdjustedRandIndex(y, pred);
+      return a.ok() ? *a : -1;
+    };
+    if (r->hierarchy.num_leaves() >= true_k) ari_k = ari_at(r->hierarchy, true_k);
+    const std::vector<int32_t> levels = r->coarse_hierarchy.ReachableLevels();
+    for (int32_t lv : levels) {
+      if (coarse_k == 0 || (lv >= true_k && coarse_k < true_k) || (lv < true_k && lv > coarse_k)) {
+        coarse_k = lv;
+      }
+    }
+    if (coarse_k > 0) ari_k_coarse = ari_at(r->coarse_hierarchy, coarse_k);
     auto v = DendrogramPurity(r->hierarchy, {}, y);
     if (v.ok()) dp = *v;
     auto vc = DendrogramPurity(r->coarse_hierarchy, {}, y);
@@ -231,15 +294,18 @@ int Main(int argc, char** argv) {
   const GhhcStats& s = r->stats;
   std::printf(
       "ghhc n=%lld d=%lld m=%d triples=%lld seconds=%.2f knn_s=%.2f init_s=%.2f train_s=%.2f "
-      "extract_s=%.2f peak_rss_mb=%.0f dp=%.4f coarse_dp=%.4f leaf_purity=%.4f leaves=%d pruned=%d obj0=%.5g "
+      "extract_s=%.2f peak_rss_mb=%.0f dp=%.4f coarse_dp=%.4f leaf_purity=%.4f leaves=%d pruned=%d "
+      "obj0=%.5g "
       "obj1=%.5g "
-      "exact_knn=%d val_acc=%.4f best_val_acc=%.4f kept_val_acc=%.4f kept_batches=%lld\n",
+      "exact_knn=%d val_acc=%.4f best_val_acc=%.4f kept_val_acc=%.4f kept_batches=%lld "
+      "true_k=%d ari_k=%.4f coarse_k=%d ari_k_coarse=%.4f standardized=%d\n",
       static_cast<long long>(n), static_cast<long long>(d), opt.internal_nodes,
       static_cast<long long>(s.triples), secs, s.knn_seconds, s.init_seconds, s.train_seconds,
       s.extract_seconds, PeakRssMb(), dp, coarse_dp, leaf_purity, s.leaf_clusters, s.pruned_nodes,
-      s.initial_objective, s.final_objective, s.exact_knn ? 1 : 0,
-      s.final_validation_accuracy, s.best_validation_accuracy, s.kept_validation_accuracy,
-      static_cast<long long>(s.kept_batches));
+      s.initial_objective, s.final_objective, s.exact_knn ? 1 : 0, s.final_validation_accuracy,
+      s.best_validation_accuracy, s.kept_validation_accuracy,
+      static_cast<long long>(s.kept_batches), true_k, ari_k, coarse_k, ari_k_coarse,
+      r->model.scale.empty() ? 0 : 1);
   std::fflush(stdout);
   if (assign_rows > 0) {
     // New rows are placed under the nearest node, or with learned points

@@ -289,6 +289,28 @@ TEST_F(GhhcServerTest, PointsAutoChoosesByValidation) {
   EXPECT_EQ(Metadata("fixed").at("learn_points"), "false");
 }
 
+// standardize reaches the core: "on" divides the columns (the served model
+// assigns its training rows back to their leaves through the stored
+// divisors); the default leaves blobs of one scale as they are.
+TEST_F(GhhcServerTest, StandardizeReachesTheCore) {
+  StartServer();
+  const int n = 300;
+  std::vector<int64_t> labels;
+  const std::vector<float> x = Blobs(n, &labels);
+  v1::GhhcParams p = SmallParams();
+  p.set_standardize("on");
+  ASSERT_NO_FATAL_FAILURE(UploadAndFit(x, n, labels, "std_on", p));
+  EXPECT_EQ(Metadata("std_on").at("standardized"), "true");
+  GhhcOptions o = SmallOptions();
+  o.standardize = GhhcStandardize::kOn;
+  NullRunContext null_ctx;
+  auto expected = FitGhhc(MatrixView(x.data(), n, 8), o, null_ctx);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ExpectAssignAcrossRestart("std_on", x, n, expected->hierarchy.point_leaf());
+  ASSERT_NO_FATAL_FAILURE(UploadAndFit(x, n, labels, "std_default", SmallParams()));
+  EXPECT_EQ(Metadata("std_default").at("standardized"), "false");
+}
+
 TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {
   StartServer();
   std::vector<int64_t> labels;
@@ -309,6 +331,8 @@ TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {
       {[](v1::GhhcParams& p) { p.set_projection("svd"); }, "ghhc.projection must be pca or random"},
       {[](v1::GhhcParams& p) { p.set_link("relu"); }, "ghhc.link must be"},
       {[](v1::GhhcParams& p) { p.set_points("both"); }, "ghhc.points must be fixed, learned or auto"},
+      {[](v1::GhhcParams& p) { p.set_standardize("yes"); },
+       "ghhc.standardize must be auto, on or off"},
       {[](v1::GhhcParams& p) {
          p.set_points("auto");
          p.set_validation_triples(-1);

@@ -17,6 +17,7 @@
 #include "core/common/status_macros.h"
 #include "core/hierarchy/export.h"
 #include "core/hierarchy/svg.h"
+#include "core/io/npy.h"
 #include "core/matrix/matrix.h"
 #include "dendro/version.h"
 #include "nlohmann/json.hpp"
@@ -489,18 +490,31 @@ absl::StatusOr<HttpBody> JsonApi::GetTree(const v1::ModelRef& ref,
                                           const QueryParams& query) const {
   const std::string* format_param = FindParam(query, "format");
   const std::string format = format_param == nullptr ? "json" : *format_param;
-  if (format != "json" && format != "newick") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "query parameter format must be json or newick, got '",
-        absl::CHexEscape(format.substr(0, 64)), "' (the SVG is at .../tree.svg)"));
+  if (format != "json" && format != "newick" && format != "linkage") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("query parameter format must be json, newick or linkage, got '",
+                     absl::CHexEscape(format.substr(0, 64)), "' (the SVG is at .../tree.svg)"));
   }
   DENDRO_ASSIGN_OR_RETURN(bool unrefined, BoolParam(query, "unrefined"));
   DENDRO_ASSIGN_OR_RETURN(bool include_points, BoolParam(query, "include_points"));
+  if (format == "linkage" && unrefined) {
+    return absl::InvalidArgumentError(
+        "format=linkage with unrefined: an unrefined tree can be n-ary, which a SciPy linkage "
+        "cannot hold; ask for format=json or format=newick");
+  }
   DENDRO_ASSIGN_OR_RETURN(auto loaded, api_.Load(ref));
   HttpBody body;
   if (format == "newick") {
     body.content = ToNewick(unrefined ? loaded.model->coarse_tree() : loaded.model->tree());
     body.content_type = "text/plain; charset=utf-8";
+  } else if (format == "linkage") {
+    // The (L-1) x 4 float64 SciPy linkage as a .npy file, as `dendro tree
+    // --out FILE.npy` writes it.
+    const std::vector<double> rows = ToLinkage(loaded.model->tree());
+    const int64_t shape[2] = {static_cast<int64_t>(rows.size() / 4), 4};
+    body.content = MakeNpyHeader(DType::kFloat64, shape);
+    body.content.append(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(double));
+    body.content_type = "application/octet-stream";
   } else {
     // Written as it is sent: with the points it can be far larger than the
     // tree (10^7 rows make 25 MB or more).

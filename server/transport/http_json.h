@@ -62,7 +62,8 @@ class JsonApi {
   absl::StatusOr<HttpBody> GetJob(const std::string& id) const;
   absl::StatusOr<HttpBody> ListModels(const QueryParams& query) const;
   absl::StatusOr<HttpBody> GetModel(const v1::ModelRef& ref) const;
-  // format=json (default; include_points, unrefined) or newick (unrefined).
+  // format=json (default; include_points, unrefined), newick (unrefined) or linkage (the
+  // refined tree's SciPy linkage as a float64 .npy).
   absl::StatusOr<HttpBody> GetTree(const v1::ModelRef& ref, const QueryParams& query) const;
   // ToSvg's picture: layout=auto|rectangular|radial, color_level=k.
   absl::StatusOr<HttpBody> GetTreeSvg(const v1::ModelRef& ref, const QueryParams& query) const;

@@ -2,22 +2,31 @@
 """The web console (--http_listen) in a real browser: headless Chromium.
 
 Starts a real dendrod with API keys, fits a model whose leaf names include
-markup, and keeps a second job running; then Chromium loads the console's
-pages from dendrod and the test reads the DOM Chromium rendered:
+markup (labelled "prod") and one of 10,000 leaves, and keeps a third job
+running; then Chromium loads the console's pages from dendrod and the test
+reads the DOM Chromium rendered:
   * the overview lists both jobs (the running one with its progress bar),
-    the model and the dataset, and the key given in the address is gone
-    from the page;
-  * the tree page holds the model's SVG inline, with one edge per non-root
+    the model with its labels and the dataset, and the key given in the
+    address is gone from the page;
+  * the tree page draws the model's tree inline, with one edge per non-root
     node and one label per leaf; the leaf search (q=) marks exactly the
-    leaves whose names match, and names with markup stay text;
+    leaves whose names match, and names with markup stay text; it shows the
+    fit's parameters and data shape;
+  * colouring cuts the tree as the server's CutToK does, and by default
+    picks the most even cut (the rule re-implemented here);
+  * driven over the DevTools protocol (chromium_cdp.py): hovering a node
+    shows its size, height and top labels, each download link saves what
+    the API serves, and the 10,000-leaf tree opens folded to a bounded
+    number of tips that a click opens and closes (its open time printed);
   * without a key the page shows the 401 error.
-Screenshots of the overview and the tree page are written to OUT_DIR for a
+Screenshots of the overview and the tree pages are written to OUT_DIR for a
 person to look at.
 
 Usage: http_console_test.py DENDROD_BINARY OUT_DIR
 """
 import html.parser
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -31,12 +40,69 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import http_lib as hl  # noqa: E402
 from http_lib import pb, get_json, KEYS  # noqa: E402
 from grpc_blackbox_test import hierarchical_logits  # noqa: E402
+from chromium_cdp import Chromium  # noqa: E402
+import numpy as np  # noqa: E402
 
 OUT_DIR = None
 
 # 12 leaves (3 groups of 4 classes); three contain "cat", one is markup.
 LEAF_NAMES = ["cat", "wildcat", "Catfish", "dog", "<img src=x onerror=alert(1)>", "wolf",
               "fox & hound", "ant", "bee", "\"quoted\"", "moth", "wasp"]
+
+
+# The console's defaults (server/transport/console/app.js).
+TIPS_DEFAULT = 100
+OPEN_STEP = 20
+BIG_LEAVES = 10000
+# The page has finished (drawn, or shown an error).
+LOADED = "document.body !== null && ['true', 'error'].includes(document.body.dataset.loaded)"
+
+
+class Tree:
+    """The JSON tree of .../tree, with the console's rules re-done here."""
+
+    def __init__(self, doc):
+        self.doc = doc
+        self.kids = {n["id"]: n["children"] for n in doc["nodes"]}
+        self.parent = {n["id"]: n["parent"] for n in doc["nodes"]}
+        self.height = {n["id"]: n["height"] for n in doc["nodes"]}
+        self.root = next(v for v, p in self.parent.items() if p < 0)
+        self.names = doc.get("leaf_names") or []
+        self.size = {}
+        for v in reversed(self.preorder()):
+            self.size[v] = 1 if not self.kids[v] else sum(self.size[c] for c in self.kids[v])
+        self.cut_order = sorted((v for v in self.kids if self.kids[v]),
+                                key=lambda v: (self.height[v], v), reverse=True)
+
+    def preorder(self, v=None):
+        out, stack = [], [self.root if v is None else v]
+        while stack:
+            u = stack.pop()
+            out.append(u)
+            stack.extend(reversed(self.kids[u]))
+        return out
+
+    def name(self, leaf):
+        return self.names[leaf] if leaf < len(self.names) else str(leaf)
+
+    def leaf_names_under(self, v):
+        return {self.name(u) for u in self.preorder(v) if not self.kids[u]}
+
+    def auto_k(self):
+        """The most even cut by Pielou's evenness, k in [2, 20], ties to the
+        smaller k."""
+        sizes, best, best_score = [self.size[self.root]], 0, -1.0
+        total = self.size[self.root]
+        for v in self.cut_order:
+            sizes.remove(self.size[v])
+            sizes.extend(self.size[c] for c in self.kids[v])
+            k = len(sizes)
+            if k > 20:
+                break
+            score = -sum(s / total * math.log(s / total) for s in sizes) / math.log(k)
+            if score > best_score + 1e-9:
+                best, best_score = k, score
+        return best
 
 
 def chromium():
@@ -125,6 +191,15 @@ class ConsoleBrowserTest(unittest.TestCase):
                                     leaf_names=LEAF_NAMES))
         assert done.state == pb.JOB_STATE_SUCCEEDED, done
         cls.done = done
+        s.models.SetModelLabel(pb.SetModelLabelRequest(name="demo", label="prod", version=1),
+                               metadata=hl.md("writer"), timeout=10)
+        # 10,000 classes, most of them never predicted: an L2H tree with
+        # that many leaves from little data.
+        big = np.random.default_rng(7).normal(size=(200, BIG_LEAVES)).astype(np.float32)
+        big_done = hl.fit(s, pb.JobSpec(dataset_id=hl.upload(s, big, name="big").id,
+                                        model_name="big", l2h=pb.L2hParams()))
+        assert big_done.state == pb.JOB_STATE_SUCCEEDED, big_done
+        # (Started last: one job runs at a time.)
         cls.running = hl.fit(s, hl.long_job_spec(cls.ds, "endless"), wait=False)
         # The console shows jobs as the server has them: wait until this
         # one runs.
@@ -155,6 +230,29 @@ class ConsoleBrowserTest(unittest.TestCase):
             capture_output=True, text=True, cwd=self.profile)
         self.assertEqual(out.returncode, 0, out.stderr[-2000:])
         return out.stdout
+
+    def driven(self):
+        """A Chromium to drive, closed at the end of the test."""
+        profile = tempfile.mkdtemp(prefix="dendro_cdp_")
+        browser = Chromium(self.browser, profile)
+
+        def close():
+            browser.close()
+            shutil.rmtree(profile, ignore_errors=True)
+        self.addCleanup(close)
+        return browser
+
+    def tree(self, name):
+        return Tree(get_json(f"{self.server.base}/api/v1/models/{name}/versions/1/tree"))
+
+    def server_clusters(self, k):
+        """Leaf name -> cluster of the server's own SVG at color_level=k."""
+        status, _, raw = hl.request(
+            f"{self.server.base}/api/v1/models/demo/versions/1/tree.svg?color_level={k}",
+            "reader")
+        self.assertEqual(status, 200)
+        return {t.all_text(): [c for c in t.classes() if c.startswith("cluster-")]
+                for t in Dom(raw.decode()).root.find_all("text", cls="leaf")}
 
     def page(self, fragment):
         return self.server.base + "/#" + fragment
@@ -203,6 +301,13 @@ class ConsoleBrowserTest(unittest.TestCase):
         model = root.find("tr", cls="model", data_model="demo")
         self.assertIsNotNone(model)
         self.assertIn("l2h", model.all_text())
+        # The labels column: the registry's label and the version it names.
+        label = model.find("td", cls="labels").find("span", cls="label")
+        self.assertIsNotNone(label, model.all_text())
+        self.assertEqual((label.attrs.get("data-label"), label.attrs.get("data-version")),
+                         ("prod", "1"))
+        self.assertIn("prod", label.all_text())
+        self.assertIsNone(root.find("tr", cls="model", data_model="big").find("span", cls="label"))
         self.assertIsNotNone(root.find("tr", cls="dataset", data_dataset_id=self.ds))
         # The key went from the address into session storage, not the page.
         self.assertNotIn(KEYS["reader"], self.chromium(self.page(f"/?key={key}"), "--dump-dom"))
@@ -229,29 +334,190 @@ class ConsoleBrowserTest(unittest.TestCase):
                       root.find("span", id="match-count").all_text())
         # Markup in a name stayed text: no element was made of it.
         self.assertIsNone(root.find("img"))
-        for button in ("zoom-in", "zoom-out", "zoom-reset"):
+        for button in ("zoom-in", "zoom-out", "zoom-reset", "tree-fold"):
             self.assertIsNotNone(root.find("button", id=button), button)
+        # The fit: its data's shape, its job's parameters, its metadata.
+        self.assertIn("600 rows \u00d7 12 columns", root.find("dd", id="model-shape").all_text())
+        params = root.find("table", id="model-params")
+        self.assertIsNotNone(params, root.all_text()[:2000])
+        self.assertIsNotNone(params.find("tr", cls="param", data_name="aggregation"))
+        self.assertIn("(l2h)", params.all_text())
+        meta = root.find("table", id="model-metadata")
+        self.assertIn("l2h", meta.find("tr", cls="meta", data_name="method").all_text())
+        self.assertIn("600", meta.find("tr", cls="meta", data_name="dataset_rows").all_text())
         self.screenshot(f"/models/demo/versions/1?q=cat&color=3&key={key}", "console-tree.png")
 
     def test_coloured_and_zoomed_tree(self):
         key = urllib.parse.quote(KEYS["reader"])
-        status, _, raw = hl.request(
-            f"{self.server.base}/api/v1/models/demo/versions/1/tree.svg?color_level=3", "reader")
-        self.assertEqual(status, 200)
-        drawn = Dom(raw.decode()).root.find("svg")
-        x0, y0, w0, h0 = map(float, drawn.attrs["viewbox"].split())
         root = self.dom(f"/models/demo/versions/1?color=3&zoom=2&key={key}")
         svg = root.find("svg", id="tree-svg")
         self.assertIsNotNone(svg)
         # zoom=2 halves the viewBox about its centre.
+        x0, y0, w0, h0 = map(float, svg.attrs["data-viewbox"].split())
         x, y, w, h = map(float, svg.attrs["viewbox"].split())
         self.assertAlmostEqual(w, w0 / 2, places=1)
         self.assertAlmostEqual(h, h0 / 2, places=1)
         self.assertAlmostEqual(x + w / 2, x0 + w0 / 2, places=1)
         self.assertAlmostEqual(y + h / 2, y0 + h0 / 2, places=1)
-        clusters = {c for t in svg.find_all("text", cls="leaf") for c in t.classes()
-                    if c.startswith("cluster-")}
-        self.assertEqual(clusters, {"cluster-0", "cluster-1", "cluster-2"})
+        # The page cuts as the server does (CutToK): leaf by leaf the same
+        # cluster as in the server's SVG.
+        page = {t.all_text(): [c for c in t.classes() if c.startswith("cluster-")]
+                for t in svg.find_all("text", cls="leaf")}
+        self.assertEqual(page, self.server_clusters(3))
+        self.assertEqual({c for cs in page.values() for c in cs},
+                         {"cluster-0", "cluster-1", "cluster-2"})
+
+    def test_default_colouring_is_the_most_even_cut(self):
+        key = urllib.parse.quote(KEYS["reader"])
+        tree = self.tree("demo")
+        k = tree.auto_k()
+        self.assertGreaterEqual(k, 2)
+        root = self.dom(f"/models/demo/versions/1?key={key}")
+        self.assertEqual(root.find("div", id="tree").attrs.get("data-color-level"), str(k))
+        self.assertEqual(root.find("input", id="color-level").attrs.get("value"), str(k))
+        page = {t.all_text(): [c for c in t.classes() if c.startswith("cluster-")]
+                for t in root.find("svg", id="tree-svg").find_all("text", cls="leaf")}
+        self.assertEqual(page, self.server_clusters(k))
+        # As many colours as the cut has clusters.
+        sizes = {}
+        for cs in page.values():
+            sizes[cs[0]] = sizes.get(cs[0], 0) + 1
+        self.assertEqual(len(sizes), k)
+        print(f"default colouring: k={k}, cluster sizes {sorted(sizes.values())}", flush=True)
+        # color=0 still means one colour.
+        root = self.dom(f"/models/demo/versions/1?color=0&key={key}")
+        self.assertEqual(root.find("div", id="tree").attrs.get("data-color-level"), "0")
+        self.assertFalse(any(c.startswith("cluster-") for t in root.find_all("text", cls="leaf")
+                             for c in t.classes()))
+
+    def test_hover_and_downloads(self):
+        key = urllib.parse.quote(KEYS["reader"])
+        tree = self.tree("demo")
+        b = self.driven()
+        downloads = tempfile.mkdtemp(prefix="dendro_downloads_")
+        self.addCleanup(shutil.rmtree, downloads, True)
+        b.allow_downloads(downloads)
+        b.open(self.page(f"/models/demo/versions/1?key={key}"))
+        b.wait_for(LOADED)
+        self.assertEqual(b.eval("document.body.getAttribute('data-view')"), "tree")
+
+        # Hover: an inner node (not the root) and then a leaf.
+        node = b.eval(f"[...document.querySelectorAll('#tree-svg circle.node')]"
+                      f".map(c => Number(c.getAttribute('data-node')))"
+                      f".find(v => v !== {tree.root})")
+        self.assertIsNotNone(node)
+        b.hover(f'#tree-svg circle.node[data-node="{node}"]')
+        b.wait_for("!document.getElementById('node-info').classList.contains('hidden')", 10)
+        info = b.eval("(() => { const i = document.getElementById('node-info'); return {"
+                      "node: i.getAttribute('data-node'), text: i.innerText}; })()")
+        self.assertEqual(info["node"], str(node))
+        self.assertIn(f"size: {tree.size[node]} leaves", info["text"])
+        self.assertIn("height: ", info["text"])
+        line = next(x for x in info["text"].split("\n") if x.startswith("top labels: "))
+        shown = line[len("top labels: "):].split(", ")
+        self.assertEqual(len(shown), min(5, tree.size[node]), line)
+        under = tree.leaf_names_under(node)
+        for name in shown:
+            self.assertIn(name, under, line)
+        b.hover('#tree-svg text.leaf[data-node="0"]')
+        b.wait_for("document.getElementById('node-info').getAttribute('data-node') === '0'", 10)
+        self.assertIn(f"leaf {LEAF_NAMES[0]}", b.eval("document.getElementById('node-info')"
+                                                      ".innerText"))
+
+        # Each link saves what the API serves for it.
+        base = f"{self.server.base}/api/v1/models/demo/versions/1"
+        level = b.eval("document.getElementById('tree').getAttribute('data-color-level')")
+        for link, name, path in (
+                ("download-newick", "demo-v1.nwk", "/tree?format=newick"),
+                ("download-linkage", "demo-v1.npy", "/tree?format=linkage"),
+                ("download-json", "demo-v1.json", "/tree?include_points=true"),
+                ("download-svg", "demo-v1.svg", f"/tree.svg?color_level={level}")):
+            b.eval(f"document.getElementById('{link}').click()")
+            target = os.path.join(downloads, name)
+            b.wait_for(f"document.getElementById('{link}').hasAttribute('data-downloaded')", 30)
+            deadline = time.monotonic() + 30
+            while not os.path.exists(target) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertTrue(os.path.exists(target), (name, os.listdir(downloads)))
+            status, _, want = hl.request(base + path, "reader")
+            self.assertEqual(status, 200, path)
+            with open(target, "rb") as f:
+                self.assertEqual(f.read(), want, name)
+        with open(os.path.join(downloads, "demo-v1.npy"), "rb") as f:
+            linkage = np.load(f)
+        self.assertEqual(linkage.shape, (len(LEAF_NAMES) - 1, 4))
+        self.assertEqual(linkage[-1, 3], len(LEAF_NAMES))
+        with open(os.path.join(downloads, "demo-v1.json"), "rb") as f:
+            self.assertEqual(len(json.load(f)["point_leaf"]), 600)
+
+    def test_large_tree_opens_folded(self):
+        key = urllib.parse.quote(KEYS["reader"])
+        tree = self.tree("big")
+        self.assertEqual(tree.size[tree.root], BIG_LEAVES)
+        b = self.driven()
+        b.open(self.page(f"/models/big/versions/1?key={key}"))
+        b.wait_for(LOADED, 120)
+        state = b.eval("(() => { const t = document.getElementById('tree'); return {"
+                       "loaded: document.body.getAttribute('data-loaded'),"
+                       "rendered: t.getAttribute('data-rendered'),"
+                       "tips: Number(t.getAttribute('data-visible-tips')),"
+                       "leaves: Number(t.getAttribute('data-visible-leaves')),"
+                       "nodes: Number(t.getAttribute('data-drawn-nodes')),"
+                       "open_ms: t.getAttribute('data-open-ms'),"
+                       "draw_ms: t.getAttribute('data-draw-ms'),"
+                       "fetch_ms: t.getAttribute('data-fetch-ms'),"
+                       "k: Number(t.getAttribute('data-color-level')),"
+                       "edges: document.querySelectorAll('#tree-svg path.edge').length,"
+                       "leafText: document.querySelectorAll('#tree-svg text.leaf').length,"
+                       "wedges: document.querySelectorAll('#tree-svg path.collapsed').length,"
+                       "status: document.getElementById('tree-status').textContent}; })()")
+        print(f"{BIG_LEAVES}-leaf tree: opened at {state['open_ms']} ms after the page started "
+              f"(fetching the model and tree {state['fetch_ms']} ms, drawing "
+              f"{state['draw_ms']} ms), {state['tips']} tips, {state['nodes']} nodes drawn",
+              flush=True)
+        self.assertEqual((state["loaded"], state["rendered"]), ("true", "true"), state)
+        # Folded: at most TIPS_DEFAULT tips, and a binary tree opened by its
+        # highest merges shows exactly that many, one shape each.
+        self.assertEqual(state["tips"], TIPS_DEFAULT)
+        self.assertLessEqual(state["leaves"], TIPS_DEFAULT)
+        self.assertEqual(state["nodes"], 2 * state["tips"] - 1)
+        self.assertEqual(state["edges"], state["nodes"] - 1)
+        self.assertEqual(state["leafText"] + state["wedges"], state["tips"])
+        self.assertGreater(state["wedges"], 0)
+        self.assertIn(f"showing {TIPS_DEFAULT} of {BIG_LEAVES} leaves", state["status"])
+        self.assertEqual(state["k"], tree.auto_k())
+        path = os.path.join(OUT_DIR, "console-tree-10000.png")
+        b.eval("document.getElementById('tree-status').scrollIntoView()")
+        b.screenshot(path)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        self.assertGreater(os.path.getsize(path), 10000, path)
+        print(f"screenshot: {path}", flush=True)
+
+        # The largest wedge: hover tells its size, a click opens at most
+        # OPEN_STEP of its tips, a click on it once open folds it again.
+        wedge = max((int(v) for v in b.eval(
+            "[...document.querySelectorAll('#tree-svg path.collapsed')]"
+            ".map(p => p.getAttribute('data-node'))")), key=lambda v: tree.size[v])
+        selector = f'#tree-svg path.collapsed[data-node="{wedge}"]'
+        b.hover(selector)
+        b.wait_for(f"document.getElementById('node-info').getAttribute('data-node') === "
+                   f"'{wedge}'", 10)
+        self.assertIn(f"size: {tree.size[wedge]} leaves",
+                      b.eval("document.getElementById('node-info').innerText"))
+        self.assertIn(f"{tree.size[wedge]} leaves", b.eval(
+            f"document.querySelector('#tree-svg text.collapsed-label[data-node=\"{wedge}\"]')"
+            ".textContent"))
+        b.click(selector)
+        b.wait_for(f"document.querySelector('#tree-svg circle.node[data-node=\"{wedge}\"]') "
+                   "!== null", 10)
+        opened = b.eval("Number(document.getElementById('tree').getAttribute("
+                        "'data-visible-tips'))")
+        self.assertEqual(opened - state["tips"], min(OPEN_STEP, tree.size[wedge]) - 1)
+        b.click(f'#tree-svg circle.node[data-node="{wedge}"]')
+        b.wait_for(f"document.querySelector('{selector}') !== null", 10)
+        self.assertEqual(b.eval("Number(document.getElementById('tree').getAttribute("
+                                "'data-visible-tips'))"), state["tips"])
 
     def test_without_a_key_the_page_says_401(self):
         root = self.dom("/")

@@ -16,6 +16,7 @@ a classifier and a running job over gRPC, then checks with urllib that
 
 Usage: http_json_test.py DENDROD_BINARY
 """
+import gzip
 import json
 import os
 import shutil
@@ -135,14 +136,31 @@ class JsonEndpointsTest(unittest.TestCase):
         versions = get_json(self.url("/api/v1/models?name=tree"))["models"]
         self.assertEqual([int(m["version"]) for m in versions], [1, 2])
 
-        for fmt, grpc_fmt in (("json", pb.TREE_FORMAT_JSON), ("newick", pb.TREE_FORMAT_NEWICK)):
+        for fmt, grpc_fmt, media in (
+                ("json", pb.TREE_FORMAT_JSON, "application/json"),
+                ("newick", pb.TREE_FORMAT_NEWICK, "text/plain; charset=utf-8"),
+                ("linkage", pb.TREE_FORMAT_LINKAGE_NPY, "application/octet-stream")):
             status, headers, body = request(
                 self.url(f"/api/v1/models/tree/versions/1/tree?format={fmt}"), "reader")
             self.assertEqual(status, 200)
+            self.assertEqual(headers["Content-Type"], media, fmt)
             tree = s.models.GetTree(pb.GetTreeRequest(model=pb.ModelRef(name="tree", version=1),
                                                       format=grpc_fmt),
                                     metadata=md("reader"), timeout=10)
             self.assertEqual(body, tree.content, fmt)
+        # Browsers accept Brotli, which cpp-httplib writes at quality 11 (about
+        # 1 MB/s); they get gzip instead, the same bytes once decoded.
+        status, headers, body = request(
+            self.url("/api/v1/models/tree/versions/1/tree"), "reader",
+            headers={"Accept-Encoding": "gzip, deflate, br, zstd"})
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["Content-Encoding"], "gzip")
+        self.assertEqual(gzip.decompress(body), request(
+            self.url("/api/v1/models/tree/versions/1/tree"), "reader")[2])
+        status, headers, _ = request(self.url("/api/v1/models/tree/versions/1/tree"), "reader",
+                                     headers={"Accept-Encoding": "br"})
+        self.assertEqual(status, 200)
+        self.assertIsNone(headers.get("Content-Encoding"))
         # The JSON tree is written as it is sent (chunked), points included.
         status, headers, body = request(
             self.url("/api/v1/models/tree/versions/1/tree?include_points=true"), "reader")
@@ -209,6 +227,13 @@ class JsonEndpointsTest(unittest.TestCase):
         self.assert_error(status, body, 400, "page_token")
         status, _, body = request(self.url("/api/v1/jobs?state=done"), "reader")
         self.assert_error(status, body, 400, "not a job state")
+        status, _, body = request(self.url("/api/v1/models/tree/versions/1/tree?format=npz"),
+                                  "reader")
+        self.assert_error(status, body, 400, "json, newick or linkage, got 'npz'")
+        status, _, body = request(
+            self.url("/api/v1/models/tree/versions/1/tree?format=linkage&unrefined=true"),
+            "reader")
+        self.assert_error(status, body, 400, "format=linkage with unrefined")
 
     def infer(self, model, payload, role="reader"):
         status, _, body = request(self.url(f"/v2/models/{model}/infer"), role, "POST",

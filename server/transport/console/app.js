@@ -8,12 +8,14 @@
 //   #/models/NAME/versions/V           one version and its tree (SVG)
 // A fragment may end in ?key=K (the API key: kept in this tab's session
 // storage, then removed from the address), q=TEXT (leaf search on the tree
-// page), color=K (colour the tree's K clusters) and zoom=F (start the tree
-// enlarged F times about its centre).
+// page), color=K (colour the tree's K clusters; 0 one colour; by default
+// the most even cut, see autoColorLevel), tips=N (open the tree with at
+// most N tips drawn, 100 by default) and zoom=F (start the tree enlarged F
+// times about its centre).
 //
 // Every value from the server reaches the page through textContent or an
-// attribute set by the DOM API, never as markup; the tree's SVG (drawn by
-// the server) is parsed as XML and stripped of scripts and event handlers.
+// attribute set by the DOM API, never as markup; the tree is drawn here
+// from its JSON, leaf names as text nodes.
 "use strict";
 
 (function () {
@@ -86,13 +88,14 @@
     }
   }
 
-  async function fetchText(path) {
+  // The answer to GET `path`, sent with the key; an ApiError unless 2xx.
+  async function fetchOk(path) {
     const headers = {};
     const key = currentKey();
     if (key) headers["Authorization"] = "Bearer " + key;
     const res = await fetch(path, { headers, cache: "no-store" });
-    const text = await res.text();
     if (!res.ok) {
+      const text = await res.text();
       let message = "HTTP " + res.status;
       try {
         const body = JSON.parse(text);
@@ -102,7 +105,15 @@
       }
       throw new ApiError(res.status, message);
     }
-    return text;
+    return res;
+  }
+
+  async function fetchText(path) {
+    return (await fetchOk(path)).text();
+  }
+
+  async function fetchBlob(path) {
+    return (await fetchOk(path)).blob();
   }
 
   async function fetchJson(path) {
@@ -140,7 +151,7 @@
       else if (k.startsWith("data-")) node.setAttribute(k, String(v));
       else if (k === "href" || k === "id" || k === "title" || k === "type" ||
                k === "placeholder" || k === "value" || k === "min" || k === "max" ||
-               k === "for" || k === "step") node.setAttribute(k, String(v));
+               k === "for" || k === "step" || k === "download") node.setAttribute(k, String(v));
       else throw new Error("el: attribute " + k + " is not allowed");
     }
     for (const c of children) {
@@ -313,12 +324,15 @@
         el("td", { class: "num" }, versions.length),
         el("td", {}, link("#/models/" + encodeURIComponent(name) + "/versions/" +
                           encodeURIComponent(latest.version), "v" + latest.version)),
+        el("td", { class: "labels" }, ...versions.flatMap((m) => (m.labels || []).map((l) =>
+          el("span", { class: "label", "data-label": l, "data-version": m.version },
+             l + " \u2192 v" + m.version)))),
         el("td", {}, latest.method),
         el("td", { class: "num" }, latest.num_leaves),
         el("td", { class: "num" }, latest.input_dim),
         el("td", {}, when(latest.create_time))));
     }
-    return table(["Model", { label: "Versions", num: true }, "Latest", "Method",
+    return table(["Model", { label: "Versions", num: true }, "Latest", "Labels", "Method",
                   { label: "Leaves", num: true }, { label: "Inputs", num: true }, "Created"],
       rows, { id: "models" });
   }
@@ -341,35 +355,295 @@
   }
 
   // --- the tree ----------------------------------------------------------
+  //
+  // The page draws the hierarchy itself from the JSON tree (.../tree, no
+  // points), in the picture ToSvg draws with its rectangular layout
+  // (core/hierarchy/svg.h): leaves left to right in depth-first order,
+  // height upwards with the root at the top, one elbow path (class "edge")
+  // per drawn node below the root, one text (class "leaf") per drawn leaf.
+  //
+  // Large trees open folded: the highest merges are opened, in the order a
+  // cut undoes them (CutToK), while at most TIPS_DEFAULT tips (?tips=N)
+  // show; every subtree still closed is drawn as a wedge (class "collapsed")
+  // with its leaf count. A click on a wedge opens its OPEN_STEP highest
+  // merges; a click on an open node closes it. So a tree of any size draws
+  // a bounded number of shapes until someone opens more.
 
-  // Parses the server's SVG as XML and keeps only drawing: no scripts,
-  // no event handlers, no external references.
-  function importSvg(text) {
-    const doc = new DOMParser().parseFromString(text, "image/svg+xml");
-    const root = doc.documentElement;
-    if (!root || root.nodeName !== "svg" || doc.getElementsByTagName("parsererror").length > 0) {
-      throw new Error("the tree picture could not be read");
+  const SVG_NS = "http://www.w3.org/2000/svg";
+  // ToSvg's colours (core/hierarchy/svg.cc).
+  const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+                   "#ff9da7", "#9c755f", "#bab0ac"];
+  const ABOVE_CUT = "#8c8c8c";
+  const PLAIN = "#3b3b3b";
+  const TIPS_DEFAULT = 100;
+  const TIPS_MAX = 2000;
+  const OPEN_STEP = 20;
+  const AUTO_K_MAX = 20;
+  const TOP_LABELS = 5;
+
+  // The JSON tree (core/hierarchy/export.h) indexed for drawing: parents,
+  // heights, children, each node's leaf count and its leaves' span in the
+  // depth-first leaf order, and the internal nodes in cut order.
+  function indexTree(doc) {
+    const n = doc.nodes.length;
+    const parent = new Int32Array(n);
+    const height = new Float64Array(n);
+    const kids = new Array(n);
+    let root = -1;
+    for (const node of doc.nodes) {
+      parent[node.id] = node.parent;
+      height[node.id] = node.height;
+      kids[node.id] = node.children || [];
+      if (node.parent < 0) root = node.id;
     }
-    for (const bad of root.querySelectorAll("script, foreignObject, a, use, image")) bad.remove();
-    for (const node of [root, ...root.querySelectorAll("*")]) {
-      for (const attr of [...node.attributes]) {
-        const n = attr.name.toLowerCase();
-        if (n.startsWith("on") || n === "href" || n === "xlink:href") node.removeAttribute(attr.name);
+    // Pre-order, iteratively (a chain of 10^4 merges is 10^4 deep).
+    const preorder = [];
+    const stack = [root];
+    while (stack.length > 0) {
+      const v = stack.pop();
+      preorder.push(v);
+      for (let i = kids[v].length - 1; i >= 0; i--) stack.push(kids[v][i]);
+    }
+    const leafOrder = preorder.filter((v) => kids[v].length === 0);
+    const pos = new Int32Array(n);  // a leaf's place in leafOrder
+    leafOrder.forEach((v, i) => { pos[v] = i; });
+    const size = new Int32Array(n);
+    const first = new Int32Array(n);  // the node's first leaf, in leaf order
+    let low = Infinity;
+    for (let i = preorder.length - 1; i >= 0; i--) {
+      const v = preorder[i];
+      if (kids[v].length === 0) {
+        size[v] = 1;
+        first[v] = v;
+        low = Math.min(low, height[v]);
+      } else {
+        let s = 0;
+        for (const c of kids[v]) s += size[c];
+        size[v] = s;
+        first[v] = first[kids[v][0]];
       }
     }
-    const svg = document.importNode(root, true);
-    svg.setAttribute("id", "tree-svg");
-    svg.removeAttribute("width");
-    svg.removeAttribute("height");
-    svg.setAttribute("preserveAspectRatio", "xMidYMid meet");
-    return svg;
+    // Internal nodes in the order a cut undoes their merges: (height, id)
+    // highest first, as Hierarchy::CutToK.
+    const cutOrder = preorder.filter((v) => kids[v].length > 0)
+      .sort((a, b) => height[b] - height[a] || b - a);
+    return { n, leaves: leafOrder.length, root, parent, height, kids, size, first, pos, preorder,
+             leafOrder, cutOrder, low, names: doc.leaf_names || [] };
   }
 
-  // Zoom and pan by rewriting the viewBox.
-  function makeZoomable(container, svg) {
-    const base = svg.getAttribute("viewBox").split(/[\s,]+/).map(Number);
+  function leafName(t, v) {
+    return v < t.names.length ? t.names[v] : String(v);
+  }
+
+  // The k clusters of CutToK(k): the k-1 highest merges undone, clusters
+  // numbered by their smallest leaf id. Returns node -> cluster (-1 above
+  // the cut), or null when an n-ary node makes k unreachable.
+  function cutToK(t, k) {
+    const above = new Uint8Array(t.n);
+    let count = 1;
+    for (let i = 0; count < k && i < t.cutOrder.length; i++) {
+      above[t.cutOrder[i]] = 1;
+      count += t.kids[t.cutOrder[i]].length - 1;
+    }
+    if (count !== k) return null;
+    const top = new Int32Array(t.n).fill(-1);  // each node's cluster root
+    const roots = [];
+    const smallest = new Map();
+    for (const v of [...t.preorder].reverse()) {
+      smallest.set(v, t.kids[v].length === 0 ? v
+        : Math.min(...t.kids[v].map((c) => smallest.get(c))));
+    }
+    for (const v of t.preorder) {
+      if (above[v]) continue;
+      const p = t.parent[v];
+      if (p < 0 || above[p]) {
+        top[v] = v;
+        roots.push(v);
+      } else {
+        top[v] = top[p];
+      }
+    }
+    roots.sort((a, b) => smallest.get(a) - smallest.get(b));
+    const number = new Map(roots.map((r, i) => [r, i]));
+    return Int32Array.from(top, (r) => (r < 0 ? -1 : number.get(r)));
+  }
+
+  // The colouring used when the address names none (?color=K does, 0 for
+  // one colour): the cut into k clusters, k in [2, 20], whose cluster sizes
+  // (in leaves) are the most even by Pielou's evenness H / ln k, H the
+  // entropy of the size shares; a tie (within 1e-9) goes to the smaller k,
+  // so three groups of four leaves get three colours, not twelve. The top
+  // cut alone often splits off a few stragglers and leaves one colour over
+  // nearly the whole tree; the most even cut shows its main parts.
+  function autoColorLevel(t) {
+    const sizes = [t.size[t.root]];
+    let best = 0;
+    let bestScore = -1;
+    for (const v of t.cutOrder) {
+      sizes.splice(sizes.indexOf(t.size[v]), 1);
+      for (const c of t.kids[v]) sizes.push(t.size[c]);
+      const k = sizes.length;
+      if (k > AUTO_K_MAX) break;
+      let entropy = 0;
+      for (const s of sizes) entropy -= (s / t.leaves) * Math.log(s / t.leaves);
+      const score = entropy / Math.log(k);
+      if (score > bestScore + 1e-9) {
+        best = k;
+        bestScore = score;
+      }
+    }
+    return best;
+  }
+
+  // Opens, below `v`, its highest merges in cut order while the subtree
+  // shows at most `tips` tips.
+  function openTop(t, open, v, tips) {
+    const inside = [];
+    const stack = [v];
+    while (stack.length > 0) {
+      const u = stack.pop();
+      if (t.kids[u].length === 0) continue;
+      inside.push(u);
+      stack.push(...t.kids[u]);
+    }
+    inside.sort((a, b) => t.height[b] - t.height[a] || b - a);
+    let count = 1;
+    for (const u of inside) {
+      if (u !== v && !open[t.parent[u]]) continue;
+      const grow = t.kids[u].length - 1;
+      if (count + grow > tips) break;
+      open[u] = 1;
+      count += grow;
+    }
+  }
+
+  function closeSubtree(t, open, v) {
+    const stack = [v];
+    while (stack.length > 0) {
+      const u = stack.pop();
+      open[u] = 0;
+      for (const c of t.kids[u]) if (open[c]) stack.push(c);
+    }
+  }
+
+  // Up to TOP_LABELS leaf names that speak for a subtree: the first leaf of
+  // each node in breadth-first order from it, so they come from its main
+  // branches rather than from one corner.
+  function topLabels(t, v) {
+    const out = [];
+    const seen = new Set();
+    const queue = [v];
+    for (let i = 0; i < queue.length && out.length < TOP_LABELS; i++) {
+      const u = queue[i];
+      if (!seen.has(t.first[u])) {
+        seen.add(t.first[u]);
+        out.push(leafName(t, t.first[u]));
+      }
+      queue.push(...t.kids[u]);
+    }
+    return out;
+  }
+
+  function svgEl(tag, attrs, text) {
+    const node = document.createElementNS(SVG_NS, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function fmt(x) {
+    return Number.isInteger(x) ? String(x) : Number(x).toPrecision(4);
+  }
+
+  // The drawn tree: the nodes `open` shows, coloured by `cluster` (node ->
+  // cluster, -1 above the cut; null: one colour).
+  function drawTree(t, open, cluster) {
+    const tips = [];
+    const shown = [];  // pre-order
+    const stack = [t.root];
+    while (stack.length > 0) {
+      const v = stack.pop();
+      shown.push(v);
+      if (t.kids[v].length === 0 || !open[v]) {
+        tips.push(v);
+        continue;
+      }
+      for (let i = t.kids[v].length - 1; i >= 0; i--) stack.push(t.kids[v][i]);
+    }
+    const slot = 16;
+    const left = 70;
+    const top = 20;
+    const plot = 480;
+    const labels = 130;
+    const width = left + tips.length * slot + 20;
+    const heightPx = top + plot + labels;
+    const high = t.height[t.root];
+    const span = high - t.low || 1;
+    const y = (h) => top + (high - h) / span * plot;
+    const base = y(t.low);
+    const x = new Map();
+    tips.forEach((v, i) => x.set(v, left + (i + 0.5) * slot));
+    for (let i = shown.length - 1; i >= 0; i--) {
+      const v = shown[i];
+      if (x.has(v)) continue;
+      const k = t.kids[v];
+      x.set(v, (x.get(k[0]) + x.get(k[k.length - 1])) / 2);
+    }
+    const colour = (v) => (cluster === null ? PLAIN
+      : cluster[v] < 0 ? ABOVE_CUT : PALETTE[cluster[v] % PALETTE.length]);
+    const svg = svgEl("svg", { xmlns: SVG_NS, viewBox: `0 0 ${width} ${heightPx}` });
+    svg.setAttribute("data-viewbox", `0 0 ${width} ${heightPx}`);
+    // The height axis.
+    const axis = svgEl("g", { class: "axis" });
+    axis.appendChild(svgEl("path", { d: `M${left - 10} ${top}V${base}` }));
+    for (let i = 0; i <= 4; i++) {
+      const h = t.low + span * i / 4;
+      axis.appendChild(svgEl("path", { d: `M${left - 14} ${y(h)}H${left - 10}` }));
+      axis.appendChild(svgEl("text", { x: left - 16, y: y(h) + 4 }, fmt(h)));
+    }
+    svg.appendChild(axis);
+    const edges = svgEl("g", { class: "edges" });
+    const marks = svgEl("g", { class: "marks" });
+    const names = svgEl("g", { class: "names" });
+    const label = (vx) => `translate(${vx + 4} ${base + 6}) rotate(90)`;  // under a tip, downwards
+    let leaves = 0;
+    for (const v of shown) {
+      const p = t.parent[v];
+      const vx = x.get(v);
+      const vy = y(t.height[v]);
+      if (p >= 0) {
+        edges.appendChild(svgEl("path", { class: "edge", "data-node": v, stroke: colour(v),
+                                          d: `M${vx} ${vy}V${y(t.height[p])}H${x.get(p)}` }));
+      }
+      if (t.kids[v].length === 0) {
+        leaves++;
+        const cls = "leaf" + (cluster !== null && cluster[v] >= 0 ? " cluster-" + cluster[v] : "");
+        names.appendChild(svgEl("text", { class: cls, "data-node": v, fill: colour(v),
+                                          transform: label(vx) }, leafName(t, v)));
+      } else if (!open[v]) {
+        const w = slot * 0.42;
+        marks.appendChild(svgEl("path", { class: "collapsed", "data-node": v, fill: colour(v),
+                                          d: `M${vx} ${vy}L${vx - w} ${base}H${vx + w}Z` }));
+        names.appendChild(svgEl("text", { class: "collapsed-label", "data-node": v,
+                                          transform: label(vx) },
+                                "\u25b8 " + t.size[v] + " leaves"));
+      } else {
+        marks.appendChild(svgEl("circle", { class: "node", "data-node": v, cx: vx, cy: vy, r: 3.5,
+                                            fill: colour(v) }));
+      }
+    }
+    svg.append(edges, marks, names);
+    return { svg, tips: tips.length, leaves, nodes: shown.length };
+  }
+
+  // Zoom and pan by rewriting the viewBox of the picture `show` gave last.
+  function makeZoomable(container) {
+    let svg = null;
+    let base = [0, 0, 1, 1];
     let box = base.slice();
-    const apply = () => svg.setAttribute("viewBox", box.map((v) => v.toFixed(2)).join(" "));
+    const apply = () => {
+      if (svg) svg.setAttribute("viewBox", box.map((v) => v.toFixed(2)).join(" "));
+    };
     // Zooms by `factor` (> 1 enlarges) about the point (fx, fy) of the box,
     // given as fractions of its width and height.
     function zoom(factor, fx, fy) {
@@ -381,6 +655,16 @@
       box = base.slice();
       apply();
     }
+    // A new picture; the view stays where it was if `keep` and the picture
+    // has the same size.
+    function show(next, keep) {
+      const nextBase = next.getAttribute("viewBox").split(/[\s,]+/).map(Number);
+      const same = nextBase.every((v, i) => v === base[i]);
+      svg = next;
+      base = nextBase;
+      if (!(keep && same)) box = base.slice();
+      apply();
+    }
     container.addEventListener("wheel", (ev) => {
       ev.preventDefault();
       const r = container.getBoundingClientRect();
@@ -388,44 +672,133 @@
            (ev.clientY - r.top) / r.height);
     }, { passive: false });
     let drag = null;
+    let dragged = false;  // the last press moved the picture
     container.addEventListener("mousedown", (ev) => {
-      drag = { x: ev.clientX, y: ev.clientY, box: box.slice() };
+      drag = { x: ev.clientX, y: ev.clientY, box: box.slice(), moved: false };
+      dragged = false;
       container.classList.add("dragging");
     });
     window.addEventListener("mouseup", () => {
-      drag = null;
       container.classList.remove("dragging");
+      dragged = drag !== null && drag.moved;
+      drag = null;
     });
     container.addEventListener("mousemove", (ev) => {
       if (!drag) return;
       const r = container.getBoundingClientRect();
       const scale = Math.max(drag.box[2] / r.width, drag.box[3] / r.height);
+      drag.moved = drag.moved || Math.abs(ev.clientX - drag.x) + Math.abs(ev.clientY - drag.y) > 3;
       box = [drag.box[0] - (ev.clientX - drag.x) * scale,
              drag.box[1] - (ev.clientY - drag.y) * scale, drag.box[2], drag.box[3]];
       apply();
     });
-    return { zoomIn: () => zoom(1.25, 0.5, 0.5), zoomOut: () => zoom(0.8, 0.5, 0.5), reset,
-             zoomBy: (factor) => zoom(factor, 0.5, 0.5) };
+    return { show, reset, zoomIn: () => zoom(1.25, 0.5, 0.5), zoomOut: () => zoom(0.8, 0.5, 0.5),
+             zoomBy: (factor) => zoom(factor, 0.5, 0.5), dragged: () => dragged };
   }
 
-  // Marks the leaf labels containing `query` (case-insensitive) and dims
-  // the rest; an empty query clears the marks. Returns the match count.
-  function searchLeaves(svg, query) {
+  // Which leaves contain `query` (case-insensitive): a prefix count over
+  // the leaf order, so any subtree's matches are one subtraction.
+  function matchLeaves(t, query) {
     const q = query.trim().toLowerCase();
-    let hits = 0;
-    for (const t of svg.querySelectorAll("text.leaf")) {
-      const match = q !== "" && t.textContent.toLowerCase().includes(q);
-      t.classList.toggle("hit", match);
-      t.classList.toggle("dim", q !== "" && !match);
-      if (match) hits++;
+    const before = new Int32Array(t.leaves + 1);
+    if (q === "") return { q, before, total: 0 };
+    t.leafOrder.forEach((v, i) => {
+      before[i + 1] = before[i] + (leafName(t, v).toLowerCase().includes(q) ? 1 : 0);
+    });
+    return { q, before, total: before[t.leaves] };
+  }
+
+  function matchesUnder(t, m, v) {
+    const lo = t.pos[t.first[v]];
+    return m.before[lo + t.size[v]] - m.before[lo];
+  }
+
+  // Marks the drawn leaves matching the query and dims the rest; a wedge
+  // holding matches is marked too.
+  function markMatches(t, svg, m) {
+    for (const node of svg.querySelectorAll("text.leaf, path.collapsed, text.collapsed-label")) {
+      const v = Number(node.getAttribute("data-node"));
+      const match = m.q !== "" && matchesUnder(t, m, v) > 0;
+      node.classList.toggle("hit", match);
+      node.classList.toggle("dim", m.q !== "" && !match);
     }
-    return hits;
+  }
+
+  // The fit behind a version: its job's method parameters and the shape of
+  // the data it was trained on (either may have been deleted since).
+  async function fitFacts(model) {
+    const [job, dataset] = await Promise.allSettled([
+      fetchJson("/api/v1/jobs/" + encodeURIComponent(model.job_id)),
+      fetchJson("/api/v1/datasets/" + encodeURIComponent(model.dataset_id))]);
+    const rows = dataset.status === "fulfilled" ? dataset.value.rows
+      : (model.metadata || {}).dataset_rows;
+    const cols = dataset.status === "fulfilled" ? dataset.value.cols : model.input_dim;
+    const shape = el("dd", { id: "model-shape" },
+      rows !== undefined ? Number(rows).toLocaleString("en") + " rows \u00d7 " +
+                           Number(cols).toLocaleString("en") + " columns"
+                         : Number(cols).toLocaleString("en") + " columns",
+      dataset.status === "fulfilled" ? "" : " (dataset deleted)");
+    const params = [];
+    const spec = job.status === "fulfilled" ? job.value.spec || {} : {};
+    const method = methodOf(spec);
+    // Zero, empty and false fields take the method's defaults (dendro.proto).
+    for (const [k, v] of Object.entries(method ? spec[method] || {} : {})) {
+      const unset = v === "" || v === 0 || v === "0" || v === false;
+      params.push(el("tr", { class: "param", "data-name": k }, el("td", {}, k),
+        el("td", { class: unset ? "default" : null }, unset ? "default" : JSON.stringify(v))));
+    }
+    const metadata = Object.entries(model.metadata || {}).sort((a, b) => a[0].localeCompare(b[0]))
+      .map(([k, v]) => el("tr", { class: "meta", "data-name": k }, el("td", {}, k),
+                          el("td", {}, v)));
+    const paramsBox = job.status === "fulfilled"
+      ? table(["Parameter (" + method + ")", "Value"], params, { id: "model-params" })
+      : el("p", { class: "empty", id: "model-params" }, "The fit's job record is gone.");
+    const metadataBox = table(["Recorded by the fit", "Value"], metadata, { id: "model-metadata" });
+    return { shape, paramsBox, metadataBox };
+  }
+
+  // A download: the answer to the link's address saved under `filename`,
+  // fetched with the key (a plain link could not send it).
+  function downloadLink(id, label, path, filename) {
+    const a = el("a", { id, class: "download", href: path, download: filename }, label);
+    a.addEventListener("click", (ev) => {
+      ev.preventDefault();
+      fetchBlob(a.getAttribute("href")).then((blob) => {
+        const url = URL.createObjectURL(blob);
+        const save = el("a", { href: url, download: filename });
+        document.body.appendChild(save);
+        save.click();
+        save.remove();
+        setTimeout(() => URL.revokeObjectURL(url), 60000);
+        a.setAttribute("data-downloaded", String(blob.size));
+      }).catch(showError);
+    });
+    return a;
   }
 
   async function treePage(gen, name, version, params) {
+    const started = performance.now();
     const model = await fetchJson(modelPath(name, version));
     if (gen !== generation) return;
-    const color = parseInt(params.get("color") || "0", 10) || 0;
+    const path = modelPath(name, model.version);
+    const [doc, fit] = await Promise.all([fetchJson(path + "/tree"), fitFacts(model)]);
+    if (gen !== generation) return;
+    const fetched = performance.now() - started;
+    const t = indexTree(doc);
+    const tipsParam = parseInt(params.get("tips") || "", 10);
+    const tips = Math.max(2, Math.min(TIPS_MAX, tipsParam > 0 ? tipsParam : TIPS_DEFAULT));
+    const colorParam = params.get("color");
+    let level = colorParam === null || colorParam === "" ? autoColorLevel(t)
+      : Math.max(0, Math.min(t.leaves, parseInt(colorParam, 10) || 0));
+
+    const stem = model.name + "-v" + model.version;
+    const svgLink = () => path + "/tree.svg" + (level > 0 ? "?color_level=" + level : "");
+    const downloads = el("p", { class: "downloads", id: "downloads" }, "Download: ",
+      downloadLink("download-newick", "Newick", path + "/tree?format=newick", stem + ".nwk"), " ",
+      downloadLink("download-linkage", "linkage (.npy)", path + "/tree?format=linkage",
+                   stem + ".npy"), " ",
+      downloadLink("download-json", "JSON", path + "/tree?include_points=true", stem + ".json"),
+      " ", downloadLink("download-svg", "SVG", svgLink(), stem + ".svg"));
     const facts = el("dl", { class: "facts", id: "model-facts" },
       el("dt", {}, "Model"), el("dd", {}, link("#/models/" + encodeURIComponent(model.name),
                                                model.name)),
@@ -433,51 +806,135 @@
       el("dt", {}, "Method"), el("dd", {}, model.method),
       el("dt", {}, "Leaf clusters"), el("dd", { id: "num-leaves" }, model.num_leaves),
       el("dt", {}, "Input columns"), el("dd", {}, model.input_dim),
+      el("dt", {}, "Data shape"), fit.shape,
       el("dt", {}, "Trained on"), el("dd", { class: "id" }, model.dataset_id),
+      el("dt", {}, "Job"), el("dd", { class: "id" }, model.job_id),
       el("dt", {}, "Created"), el("dd", {}, when(model.create_time)));
     const search = el("input", { type: "search", id: "leaf-search", placeholder: "search leaves",
                                  value: params.get("q") || "" });
     const count = el("span", { id: "match-count" });
     const colorInput = el("input", { type: "number", id: "color-level", min: 0,
-                                     max: model.num_leaves, value: color });
+                                     max: model.num_leaves, value: level });
     const zoomIn = el("button", { type: "button", id: "zoom-in", title: "zoom in" }, "+");
     const zoomOut = el("button", { type: "button", id: "zoom-out", title: "zoom out" }, "\u2212");
     const zoomReset = el("button", { type: "button", id: "zoom-reset" }, "reset");
-    const tree = el("div", { id: "tree" }, el("p", { class: "status" }, "Drawing the tree\u2026"));
+    const fold = el("button", { type: "button", id: "tree-fold",
+                                title: "close every subtree opened since" }, "fold");
+    const status = el("span", { id: "tree-status" });
+    const info = el("div", { id: "node-info", class: "hidden" });
+    const tree = el("div", { id: "tree" });
     render(model.name + " v" + model.version,
       el("h2", {}, "Model " + model.name + " v" + model.version), facts,
-      el("div", { class: "toolbar" }, zoomIn, zoomOut, zoomReset,
+      el("div", { class: "fit" }, fit.paramsBox, fit.metadataBox),
+      downloads,
+      el("div", { class: "toolbar" }, zoomIn, zoomOut, zoomReset, fold,
          el("label", { for: "color-level" }, "clusters"), colorInput,
          el("label", { for: "leaf-search" }, "find"), search, count),
-      tree);
+      el("p", { class: "status" }, status), tree);
+    tree.appendChild(info);
 
-    async function draw(level) {
-      const svgText = await fetchText(modelPath(name, model.version) + "/tree.svg" +
-                                      (level > 0 ? "?color_level=" + level : ""));
-      if (gen !== generation) return;
-      const svg = importSvg(svgText);
-      tree.replaceChildren(svg);
-      const zoomer = makeZoomable(tree, svg);
-      zoomIn.onclick = zoomer.zoomIn;
-      zoomOut.onclick = zoomer.zoomOut;
-      zoomReset.onclick = zoomer.reset;
-      const startZoom = parseFloat(params.get("zoom") || "");
-      if (startZoom > 0 && isFinite(startZoom)) zoomer.zoomBy(startZoom);
-      const update = () => {
-        const hits = searchLeaves(svg, search.value);
-        const total = svg.querySelectorAll("text.leaf").length;
-        tree.setAttribute("data-hits", hits);
-        count.textContent = search.value.trim() ? hits + " of " + total + " leaves match" : "";
-      };
-      search.oninput = update;
-      update();
+    const zoomer = makeZoomable(tree);
+    zoomIn.onclick = zoomer.zoomIn;
+    zoomOut.onclick = zoomer.zoomOut;
+    zoomReset.onclick = zoomer.reset;
+    let open = new Uint8Array(t.n);
+    openTop(t, open, t.root, tips);
+    let cluster = null;
+    let matches = matchLeaves(t, search.value);
+    let svg = null;
+    let note = "";
+
+    function recolour() {
+      cluster = level > 0 ? cutToK(t, level) : null;
+      note = level > 0 && cluster === null
+        ? " (this tree has no cut into " + level + " clusters: one colour)" : "";
+      document.getElementById("download-svg").setAttribute("href", svgLink());
+      tree.setAttribute("data-color-level", cluster === null ? 0 : level);
     }
-    colorInput.onchange = () => {
-      const level = Math.max(0, parseInt(colorInput.value, 10) || 0);
-      draw(level).catch(showError);
+
+    function draw(keepView) {
+      const started = performance.now();
+      const drawn = drawTree(t, open, cluster);
+      if (svg) svg.remove();
+      svg = drawn.svg;
+      svg.setAttribute("id", "tree-svg");
+      svg.setAttribute("preserveAspectRatio", "xMidYMid meet");
+      tree.insertBefore(svg, info);
+      zoomer.show(svg, keepView);
+      markMatches(t, svg, matches);
+      tree.setAttribute("data-visible-tips", drawn.tips);
+      tree.setAttribute("data-visible-leaves", drawn.leaves);
+      tree.setAttribute("data-drawn-nodes", drawn.nodes);
+      tree.setAttribute("data-draw-ms", (performance.now() - started).toFixed(1));
+      status.textContent = drawn.leaves === t.leaves
+        ? t.leaves + " leaves"
+        : "showing " + drawn.tips + " of " + t.leaves + " leaves: " + (drawn.tips - drawn.leaves) +
+          " folded subtrees (click one to open it, click an open node to close it)";
+      status.textContent += note;
+    }
+
+    function showMatches() {
+      matches = matchLeaves(t, search.value);
+      if (svg) markMatches(t, svg, matches);
+      tree.setAttribute("data-hits", matches.total);
+      count.textContent = matches.q ? matches.total + " of " + t.leaves + " leaves match" : "";
+    }
+
+    tree.addEventListener("click", (ev) => {
+      if (zoomer.dragged()) return;  // a drag is not a click on where it began
+      const target = ev.target.closest("[data-node]");
+      if (!target) return;
+      const v = Number(target.getAttribute("data-node"));
+      if (t.kids[v].length === 0) return;
+      if (open[v]) closeSubtree(t, open, v);
+      else openTop(t, open, v, OPEN_STEP);
+      draw(false);
+    });
+    tree.addEventListener("mouseover", (ev) => {
+      const target = ev.target.closest("[data-node]");
+      if (!target) return;
+      const v = Number(target.getAttribute("data-node"));
+      const leaf = t.kids[v].length === 0;
+      const lines = [
+        el("div", { class: "title" }, leaf ? "leaf " + leafName(t, v) : "node " + v),
+        el("div", {}, "size: " + t.size[v] + (t.size[v] === 1 ? " leaf" : " leaves")),
+        el("div", {}, "height: " + fmt(t.height[v]))];
+      if (!leaf) lines.push(el("div", {}, "top labels: " + topLabels(t, v).join(", ")));
+      if (matches.q) lines.push(el("div", {}, "matches: " + matchesUnder(t, matches, v)));
+      info.replaceChildren(...lines);
+      info.setAttribute("data-node", v);
+      info.setAttribute("data-size", t.size[v]);
+      const r = tree.getBoundingClientRect();
+      info.setAttribute("data-x", Math.round(ev.clientX - r.left));
+      info.classList.remove("hidden");
+      info.style.left = Math.min(ev.clientX - r.left + 14, r.width - 260) + "px";
+      info.style.top = (ev.clientY - r.top + 14) + "px";
+    });
+    tree.addEventListener("mouseout", (ev) => {
+      if (ev.target.closest("[data-node]")) info.classList.add("hidden");
+    });
+    fold.onclick = () => {
+      open = new Uint8Array(t.n);
+      openTop(t, open, t.root, tips);
+      draw(false);
     };
-    await draw(color);
-    if (gen === generation) loaded("tree");
+    colorInput.onchange = () => {
+      level = Math.max(0, Math.min(t.leaves, parseInt(colorInput.value, 10) || 0));
+      recolour();
+      draw(true);
+    };
+    search.oninput = showMatches;
+
+    recolour();
+    showMatches();
+    draw(false);
+    const startZoom = parseFloat(params.get("zoom") || "");
+    if (startZoom > 0 && isFinite(startZoom)) zoomer.zoomBy(startZoom);
+    // From the page's start to a drawn tree, for the test to print.
+    tree.setAttribute("data-open-ms", performance.now().toFixed(0));
+    tree.setAttribute("data-fetch-ms", fetched.toFixed(0));
+    tree.setAttribute("data-rendered", "true");
+    loaded("tree");
   }
 
   // --- pages -------------------------------------------------------------

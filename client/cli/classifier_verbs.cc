@@ -1,8 +1,8 @@
 // Verbs for classifier models: hppca train, hppca add, predict.
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 
@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
 #include "core/common/status_macros.h"
+#include "core/hppca/choices.h"
 #include "core/io/atomic_file.h"
 #include "core/io/npy.h"
 #include "nlohmann/json.hpp"
@@ -217,6 +218,12 @@ absl::Status RunHppcaTrain(Context& ctx, const Args& args) {
   p->set_log_det_score(args.Has("log-det"));
   p->set_raw_data_clustering(args.Has("raw-data"));
   if (args.Has("flat")) p->set_superclasses(-1);
+  if (std::optional<std::string> scoring = args.Get("scoring")) {
+    if (absl::Status s = ParseHppcaScoring(*scoring).status(); !s.ok()) {
+      return UsageError(absl::StrCat("--", s.message()));
+    }
+    p->set_scoring(*scoring);
+  }
   return TrainAndReport(ctx, args, data.input, data.labels, std::move(spec));
 }
 

@@ -252,14 +252,17 @@ const std::vector<Verb>& Verbs() {
       {"hppca", "train", "train a hierarchical PPCA classifier on labelled features",
        "dendro hppca train (FEATURES.npy LABELS.npy | DATASET_ID) --name NAME [--superclasses S]\n"
        "                   [--q Q] [--r R] [--lambda L] [--top-t T] [--log-det] [--raw-data]\n"
-       "                   [--seed S] [--seeding-rank N] [--flat] [--keep-dataset]\n"
+       "                   [--seed S] [--seeding-rank N] [--scoring HOW] [--flat]\n"
+       "                   [--keep-dataset]"
+       "\n"
        "                   [--allow-method-change] [--json]\n"
        "  Per-class PPCA Gaussians grouped into super-classes with their own PPCA.\n"
        "  DATASET_ID      a dataset uploaded with labels, used instead of the two files:\n"
        "                  nothing is uploaded and the dataset is kept\n"
        "  --dataset ID    the same as a DATASET_ID argument (default: none, files are given)\n"
        "  --name NAME     model name (required)\n"
-       "  --superclasses S  super-classes (default: about sqrt(K * T) for K classes)\n"
+       "  --superclasses S  super-classes (default: the cost model's choice, about\n"
+       "                  sqrt(K * T) for K classes)\n"
        "  --q Q           components of each class's PPCA (default: min(50, d))\n"
        "  --r R           components of each super-class's PPCA (default: min(50, d))\n"
        "  --lambda L      PPCA noise variance (default: 0.01)\n"
@@ -270,6 +273,9 @@ const std::vector<Verb>& Verbs() {
        "  --seed S        random seed of the k-means (default: 0)\n"
        "  --seeding-rank N  directions per class the k-means++ seeding compares; -1: all\n"
        "                  q (default: 10)\n"
+       "  --scoring HOW   how a prediction naming no --top-t is scored: auto (the cheaper of\n"
+       "                  flat and hierarchical by the model's cost model), hierarchical or\n"
+       "                  flat (default: auto)\n"
        "  --flat          no super-classes: one flat classifier (default: super-classes)\n"
        "  --keep-dataset  upload the files durably (default: a transient dataset, dropped\n"
        "                  when the job ends)\n"
@@ -282,7 +288,8 @@ const std::vector<Verb>& Verbs() {
         true}, {"seed", true},
         {"flat", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, {"lambda", true}, {"top-t", true},
-        {"log-det", false}, {"raw-data", false}, {"seeding-rank", true}, kJson},
+        {"log-det", false}, {"raw-data", false}, {"seeding-rank", true}, {"scoring", true},
+        kJson},
        0, 2, RunHppcaTrain},
       {"hppca", "add", "add the classes of a labelled dataset to a classifier",
        "dendro hppca add NAME[:VERSION] (FEATURES.npy LABELS.npy | DATASET_ID) [--recluster]\n"
@@ -310,11 +317,11 @@ const std::vector<Verb>& Verbs() {
        "  --model REF     the classifier (required)\n"
        "  --out PRED.npy  where the predictions go (required): .npy the labels, .txt or\n"
        "                  .csv the class names, one row per line (top-k comma-separated)\n"
-       "  --top-t T       super-classes to open per row (default: the model's, set by\n"
-       "                  'hppca train --top-t')\n"
+       "  --top-t T       super-classes to open per row (default: the model's scoring, set\n"
+       "                  by 'hppca train --scoring' and '--top-t')\n"
        "  --top-k K       labels per row, best first (default: 1)\n"
-       "  --flat          score every class, ignoring the super-classes (default: open the\n"
-       "                  top T super-classes only)\n"
+       "  --flat          score every class, ignoring the super-classes (default: the\n"
+       "                  model's scoring)\n"
        "  --labels Y.npy  also print accuracy, classes evaluated per row, and the measured\n"
        "                  speed-up over the flat classifier on the same rows, as JSON\n"
        "                  (default: none)\n" +

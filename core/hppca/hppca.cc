@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -64,12 +65,11 @@ absl::Status ValidateOptionsImpl(const HppcaOptions& o, int64_t d) {
   return absl::OkStatus();
 }
 
-// S for K classes; 0 = flat.
-absl::StatusOr<int32_t> ResolveSuperclasses(const HppcaOptions& o, int32_t k) {
+// S for K classes of d features; 0 = flat.
+absl::StatusOr<int32_t> ResolveSuperclasses(const HppcaOptions& o, int32_t k, int64_t d) {
   if (o.superclasses == kFlatClassifier) return 0;
   if (o.superclasses == kAutoSuperclasses) {
-    const double s = std::round(std::sqrt(static_cast<double>(k) * o.default_top_t));
-    return static_cast<int32_t>(std::clamp<double>(s, 1.0, k));
+    return ChooseHppcaSuperclasses(d, k, o.q, o.r, o.default_top_t);
   }
   if (o.superclasses > k) {
     return absl::InvalidArgumentError(absl::StrCat("superclasses = ", o.superclasses,
@@ -152,6 +152,44 @@ absl::StatusOr<PpcaScore> ParsePpcaScore(std::string_view name) {
   return ParseChoice(kPpcaScores, "PPCA score", name);
 }
 
+namespace {
+// c(p) of the cost model: one model of p components scored for one row.
+double ModelCost(int64_t d, int32_t p) {
+  return (static_cast<double>(p) + 1.0) * static_cast<double>(d) + kHppcaComponentCost * p +
+         kHppcaModelCost;
+}
+}  // namespace
+
+HppcaPredictCost EstimateHppcaPredictCost(int64_t d, int32_t k, int32_t q, int32_t s, int32_t r,
+                                          int32_t t, double classes_opened) {
+  HppcaPredictCost cost;
+  cost.flat = k * ModelCost(d, q);
+  cost.hierarchical = s <= 0 ? cost.flat
+                             : s * ModelCost(d, r) + classes_opened * ModelCost(d, q) +
+                                   std::min(t, s) * (static_cast<double>(d) + kHppcaOpenCost);
+  return cost;
+}
+
+int32_t ChooseHppcaSuperclasses(int64_t d, int32_t k, int32_t q, int32_t r, int32_t t) {
+  // From S = T on the cost is S c(r) + T K c(q) / S + const: convex, with its
+  // minimum next to sqrt(T K c(q) / c(r)). Fewer super-classes than T would
+  // all be opened: no hierarchy to speak of, so S stays >= T (or K).
+  const int32_t lo = std::clamp(t, 1, std::max(k, 1));
+  if (k <= lo) return lo;
+  const double root = std::sqrt(static_cast<double>(t) * k * ModelCost(d, q) / ModelCost(d, r));
+  const int32_t below = static_cast<int32_t>(std::floor(std::clamp<double>(root, lo, k)));
+  int32_t best = lo;
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (const int32_t s : {below, std::min(below + 1, k)}) {
+    const double cost = EstimateHppcaPredictCost(d, k, q, s, r, t, k * double{t} / s).hierarchical;
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = s;
+    }
+  }
+  return best;
+}
+
 double HppcaPrediction::OperationSpeedup(int64_t num_classes, int32_t num_superclasses) const {
   if (top_t == 0 || rows == 0) return 1.0;
   double mean = 0.0;
@@ -173,6 +211,8 @@ int32_t HppcaModel::num_classes() const { return impl_->classes.size(); }
 int32_t HppcaModel::num_superclasses() const { return impl_->num_superclasses; }
 const HppcaOptions& HppcaModel::options() const { return impl_->options; }
 const HppcaFitStats& HppcaModel::fit_stats() const { return impl_->stats; }
+bool HppcaModel::default_flat() const { return impl_->default_flat; }
+HppcaPredictCost HppcaModel::predict_cost() const { return impl_->predict_cost; }
 const Hierarchy& HppcaModel::hierarchy() const { return *impl_->tree; }
 const Hierarchy& HppcaModel::coarse_hierarchy() const { return *impl_->coarse_tree; }
 std::map<std::string, std::string>& HppcaModel::mutable_metadata() {
@@ -263,8 +303,42 @@ absl::StatusOr<HppcaModel> HppcaBuilder::Build(HppcaOptions options, HppcaFitSta
   impl->centroids = std::move(centroids);
   impl->classes = std::move(classes);
   DENDRO_RETURN_IF_ERROR(FillScoringCaches(*impl));
+  ChooseDefaultScoring(*impl);
   DENDRO_RETURN_IF_ERROR(BuildTrees(*impl, std::move(point_leaf)));
   return HppcaModel(std::move(impl));
+}
+
+// predict_cost and default_flat from the members' sizes and class counts.
+void HppcaBuilder::ChooseDefaultScoring(HppcaModel::Impl& impl) {
+  const ClassTable& t = impl.classes;
+  const int32_t k = t.size(), s = impl.num_superclasses;
+  const int32_t opened = std::min(impl.options.default_top_t, s);
+  double classes_opened = k;
+  if (s > 0) {
+    double rows = 0, weighted = 0;
+    for (int32_t c = 0; c < k; ++c) {
+      const double own = static_cast<double>(impl.members[impl.super_of[c]].size());
+      const double others = s > 1 ? (k - own) / (s - 1) : 0.0;
+      const double n = static_cast<double>(std::max<int64_t>(t.counts[c], 1));
+      rows += n;
+      weighted += n * std::min<double>(k, own + (opened - 1) * others);
+    }
+    classes_opened = weighted / rows;
+  }
+  impl.predict_cost =
+      EstimateHppcaPredictCost(t.d, k, t.q, s, impl.options.r, opened, classes_opened);
+  switch (impl.options.scoring) {
+    case HppcaScoring::kFlat:
+      impl.default_flat = true;
+      break;
+    case HppcaScoring::kHierarchical:
+      impl.default_flat = s == 0;
+      break;
+    case HppcaScoring::kAuto:
+      impl.default_flat =
+          s == 0 || impl.predict_cost.hierarchical >= kHppcaHierarchyShare * impl.predict_cost.flat;
+      break;
+  }
 }
 
 // members[j]: the classes of super-class j, in class order (none when flat,
@@ -441,6 +515,10 @@ absl::Status HppcaBuilder::BuildTrees(HppcaModel::Impl& impl, std::vector<int32_
   md["score"] = std::string(PpcaScoreName(options.score));
   md["clustering"] = s == 0 ? "flat" : (options.raw_data_clustering ? "raw_data" : "gaussian");
   md["default_top_t"] = absl::StrCat(options.default_top_t);
+  md["scoring"] = std::string(HppcaScoringName(options.scoring));
+  md["default_scoring"] = impl.default_flat ? "flat" : "hierarchical";
+  md["predict_cost_flat"] = absl::StrFormat("%.0f", impl.predict_cost.flat);
+  md["predict_cost_hierarchical"] = absl::StrFormat("%.0f", impl.predict_cost.hierarchical);
   md["kmeans_iterations"] = absl::StrCat(impl.stats.kmeans_iterations);
   md["kmeans_converged"] = impl.stats.kmeans_converged ? "true" : "false";
   md["reduced_rank_classes"] = absl::StrCat(impl.stats.reduced_rank_classes);
@@ -489,7 +567,7 @@ absl::StatusOr<HppcaModel> FitHppca(const MatrixView& x, absl::Span<const int64_
   stats.reduced_rank_classes = fit.reduced_rank_classes;
   const int32_t k = fit.table.size();
   fit.table.ComputeClusterExcess(options.lambda);
-  DENDRO_ASSIGN_OR_RETURN(const int32_t s, ResolveSuperclasses(options, k));
+  DENDRO_ASSIGN_OR_RETURN(const int32_t s, ResolveSuperclasses(options, k, fit.table.d));
   std::vector<int32_t> super_of;
   std::vector<Centroid> centroids;
   if (s > 0) {
@@ -612,7 +690,7 @@ absl::StatusOr<HppcaModel> AddClasses(const HppcaModel& base, const MatrixView& 
   if (s_old > 0 && add.recluster) {
     options.raw_data_clustering = false;  // the base's raw samples are not kept
     const HppcaOptions& o = options;
-    DENDRO_ASSIGN_OR_RETURN(const int32_t s, ResolveSuperclasses(o, k));
+    DENDRO_ASSIGN_OR_RETURN(const int32_t s, ResolveSuperclasses(o, k, t.d));
     DENDRO_ASSIGN_OR_RETURN(hppca_internal::KMeansResult km,
                             Cluster(t, o, s, false, nullptr, threads,
                                     progress.Sub(0.5, 0.98, "super-classes")));

@@ -50,8 +50,24 @@
 //     k-means++ seeding); each class joins the cluster holding most of its
 //     samples (ties: lower cluster id); clusters no class chose are dropped.
 //   * S = kFlatClassifier gives the flat classifier (no super-classes); S =
-//     kAutoSuperclasses picks round(sqrt(K * default_top_t)) (section 4.3),
-//     clamped to [1, K].
+//     kAutoSuperclasses picks the S >= default_top_t that minimises the
+//     prediction cost model below with K / S classes per super-class
+//     (ChooseHppcaSuperclasses): sqrt(T K c(q) / c(r)), which is section
+//     4.3's sqrt(K * default_top_t) when q = r.
+//
+// Prediction cost (EstimateHppcaPredictCost, docs/methods.md "When the
+// hierarchy pays"): per row, in units of one multiply-add of a large GEMM,
+//   flat         = K c(q)
+//   hierarchical = S c(r) + E c(q) + T (d + kHppcaOpenCost)
+//   c(p)         = (p + 1) d + kHppcaComponentCost p + kHppcaModelCost
+// where E is the number of class models the T opened super-classes hold. The
+// constants were measured on one machine (docs/benchmarks.md); the rule uses
+// no clock, so a model behaves the same on every machine. A model whose
+// options say HppcaScoring::kAuto (the default) scores a request that names
+// neither flat scoring nor T by this estimate at default_top_t:
+// hierarchically only where it costs less than kHppcaHierarchyShare of flat,
+// else flat, which is never less accurate (it scores every class). Its
+// super-classes and trees are the same either way.
 //
 // Scores (smaller is better): kMahalanobis is the paper's default, the
 // Theorem 1 form (eq. 7) of the Mahalanobis distance (eq. 2),
@@ -94,6 +110,7 @@
 #include "absl/types/span.h"
 #include "core/common/run_context.h"
 #include "core/hierarchy/hierarchy.h"
+#include "core/hppca/choices.h"
 #include "core/hppca/gaussian.h"
 #include "core/matrix/matrix.h"
 
@@ -108,6 +125,36 @@ absl::StatusOr<PpcaScore> ParsePpcaScore(std::string_view name);
 
 inline constexpr int32_t kAutoSuperclasses = 0;
 inline constexpr int32_t kFlatClassifier = -1;
+
+// The cost model's constants, in multiply-adds of a large GEMM: the work of
+// each of a model's components beyond its GEMM column (the weighted square),
+// of each scored model (its score and the top-k offer), and of each opened
+// super-class (copying the row for its GEMM, its candidate list). Fitted to
+// one-thread CPU times over K = 50..1,000 and d = 4..512 in two runs
+// (tests/bench/hppca_cost_fit.py; docs/benchmarks.md), rounded.
+inline constexpr double kHppcaComponentCost = 28.0;
+inline constexpr double kHppcaModelCost = 110.0;
+inline constexpr double kHppcaOpenCost = 2700.0;
+// kAuto scores hierarchically only where the estimate is below this share of
+// flat's: the fit's error (median 20%, up to 40%) and the GEMMs of small
+// super-classes, slower per multiply-add than flat's large ones, put
+// estimates of 0.8 to 1 on both sides of break-even (measured on two
+// threads at K = 50); flat is the exact answer, so a near tie goes to it.
+inline constexpr double kHppcaHierarchyShare = 0.75;
+
+// Per-row prediction work, in multiply-adds of a large GEMM (see above).
+struct HppcaPredictCost {
+  double flat = 0;
+  double hierarchical = 0;  // equal to flat for a flat model
+};
+// d features; K classes of q components; S super-classes of r components, T
+// of them opened per row, holding `classes_opened` classes in all per row.
+HppcaPredictCost EstimateHppcaPredictCost(int64_t d, int32_t k, int32_t q, int32_t s, int32_t r,
+                                          int32_t t, double classes_opened);
+// The S in [min(T, K), K] with the smallest hierarchical cost when each
+// super-class holds K / S classes and T are opened; the smaller S on a tie.
+// (Fewer than T super-classes would all be opened: no hierarchy at all.)
+int32_t ChooseHppcaSuperclasses(int64_t d, int32_t k, int32_t q, int32_t r, int32_t t);
 
 // Largest magnitude of a feature value, in training and prediction rows
 // alike. The scores are computed with float32 products (x B^T, x mu^T) and
@@ -135,6 +182,10 @@ struct HppcaOptions {
   int32_t seeding_rank = 10;
   uint64_t seed = 0;                   // k-means++ and raw-data sampling
   int32_t default_top_t = 5;           // T when a request gives none (>= 1)
+  // How a request that names neither flat nor T is scored (above). Models
+  // saved before this option existed load as kHierarchical, as they
+  // predicted then.
+  HppcaScoring scoring = HppcaScoring::kAuto;
   int num_threads = 0;                 // 0: all cores
 };
 
@@ -151,8 +202,10 @@ struct HppcaFitStats {
 };
 
 struct HppcaPredictOptions {
-  // Super-classes opened per row; 0: the model's default_top_t. Clamped to
-  // the number of super-classes (T = S scores every class, like flat).
+  // Super-classes opened per row; 0: the model's default scoring
+  // (HppcaModel::default_flat(): every class, or default_top_t super-
+  // classes). Clamped to the number of super-classes (T = S scores every
+  // class, like flat).
   int32_t top_t = 0;
   int32_t top_k = 1;   // classes returned per row, >= 1; clamped to K
   bool flat = false;   // score every class (always so for a flat model)
@@ -187,6 +240,15 @@ class HppcaModel {
   int32_t num_superclasses() const;  // 0 for a flat classifier
   const HppcaOptions& options() const;  // as trained (superclasses: as requested)
   const HppcaFitStats& fit_stats() const;
+  // Whether a request naming neither flat nor T scores every class: always
+  // for a flat model; else as options().scoring says, kAuto resolved by
+  // predict_cost() (flat unless the hierarchy costs less than
+  // kHppcaHierarchyShare of it).
+  bool default_flat() const;
+  // The cost model at default_top_t, E from this model's super-class sizes:
+  // a row of class c opens its own super-class and T - 1 others of the mean
+  // size of the rest, weighted by the classes' training counts.
+  HppcaPredictCost predict_cost() const;
   // The refined (binary) tree and the two-level tree it refines (see above).
   const Hierarchy& hierarchy() const;
   const Hierarchy& coarse_hierarchy() const;

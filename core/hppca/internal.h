@@ -235,6 +235,10 @@ struct HppcaModel::Impl {
   RowMatrixF super_bases;  // S*r x d
   Eigen::VectorXf center;  // d
   hppca_internal::ScorerBank class_bank, super_bank;
+  // A request naming neither flat nor T scores every class (HppcaModel::
+  // default_flat); predict_cost is the estimate that chose it under kAuto.
+  bool default_flat = true;
+  HppcaPredictCost predict_cost;
 };
 
 // Assembles a model (slot order, tree, scoring caches) from its parts.
@@ -257,6 +261,7 @@ class HppcaBuilder {
   static void OrderSlots(int32_t k, int32_t s, HppcaModel::Impl& impl);
   static void PermuteBasesToSlots(HppcaModel::Impl& impl, hppca_internal::ClassTable& classes);
   static absl::Status FillScoringCaches(HppcaModel::Impl& impl);
+  static void ChooseDefaultScoring(HppcaModel::Impl& impl);
   static absl::Status BuildTrees(HppcaModel::Impl& impl, std::vector<int32_t> point_leaf);
 };
 

@@ -25,6 +25,9 @@ struct HppcaManifest final : ArtifactManifest {
   int64_t dim = 0, classes = 0, superclasses = 0, q = 0, r = 0;
   HppcaOptions options;
   std::string score;  // options.score by name
+  // options.scoring by name; absent in models saved before it existed, which
+  // predicted hierarchically by default.
+  std::string scoring = "hierarchical";
   HppcaFitStats stats;
   void Fields(ManifestFields& f) override {
     f.Int("dim", &dim, 1, kMax);
@@ -44,6 +47,7 @@ struct HppcaManifest final : ArtifactManifest {
       o.Int("kmeans_restarts", &options.kmeans_restarts);
       o.Uint("seed", &options.seed);
       o.Int("default_top_t", &options.default_top_t);
+      o.Optional().String("scoring", &scoring);
     });
     // Informational: what is missing reads as zero.
     f.Optional().Object("stats", [&](ManifestFields& s) {
@@ -153,6 +157,7 @@ absl::Status HppcaModel::Save(const std::string& dir) const {
   const int64_t r = m.r = s > 0 ? impl.centroids[0].eigvals.size() : 0;
   m.options = impl.options;
   m.score = std::string(PpcaScoreName(impl.options.score));
+  m.scoring = std::string(HppcaScoringName(impl.options.scoring));
   m.stats = impl.stats;
 
   ModelArtifactWriter w(dir, kFormat);
@@ -202,6 +207,11 @@ absl::StatusOr<HppcaModel> HppcaModel::Load(const std::string& dir) {
   absl::StatusOr<PpcaScore> score = ParsePpcaScore(m.score);
   if (!score.ok()) return a.FieldError("options.score", std::string(score.status().message()));
   m.options.score = *score;
+  absl::StatusOr<HppcaScoring> scoring = ParseHppcaScoring(m.scoring);
+  if (!scoring.ok()) {
+    return a.FieldError("options.scoring", std::string(scoring.status().message()));
+  }
+  m.options.scoring = *scoring;
   DENDRO_ASSIGN_OR_RETURN(hppca_internal::ClassTable classes, ReadClasses(a, m));
   DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> super_of, ReadSuperclassOf(a, m));
   DENDRO_ASSIGN_OR_RETURN(std::vector<Centroid> centroids, ReadCentroids(a, m));

@@ -54,19 +54,17 @@ void ScoreBlock(const ScorerBank& b, const RowMatrixF& x, const double* xn2, int
     ws.p.resize(rows, static_cast<int64_t>(cnt) * k);
     ws.p.noalias() = x * v.transpose();
   }
+  using Span = Eigen::Map<const Eigen::ArrayXf>;
   for (int64_t i = 0; i < rows; ++i) {
     const float* prow = k > 0 ? ws.p.row(i).data() : nullptr;
     for (int32_t c = 0; c < cnt; ++c) {
       const int32_t m = m0 + c;
       float acc = 0.0f;
       if (k > 0) {
-        const float* pr = prow + static_cast<int64_t>(c) * k;
-        const float* w = b.weights.row(m).data();
-        const float* cp = b.proj.row(m).data();
-        for (int32_t j = 0; j < k; ++j) {
-          const float t = pr[j] - cp[j];
-          acc += w[j] * t * t;
-        }
+        // sum_j w_j (P_j - B_j . mu)^2, vectorised (Eigen's reduction).
+        const Span pr(prow + static_cast<int64_t>(c) * k, k);
+        const Span w(b.weights.row(m).data(), k), cp(b.proj.row(m).data(), k);
+        acc = (w * (pr - cp).square()).sum();
       }
       const double dist2 = xn2[i] - 2.0 * static_cast<double>(ws.g(i, c)) + b.mean_norm2[m];
       out[i * cnt + c] = (dist2 - static_cast<double>(acc)) * b.inv_lambda + b.offset[m];
@@ -77,6 +75,17 @@ void ScoreBlock(const ScorerBank& b, const RowMatrixF& x, const double* xn2, int
 struct Cand {
   double score;
   int32_t id;
+};
+
+// What scoring one block of rows needs (one per thread that scores blocks).
+struct BlockScratch {
+  Workspace main_ws;
+  std::vector<Workspace> ws;           // per inner thread
+  std::vector<std::vector<Cand>> tmp;  // per inner thread
+  std::vector<Cand> cand;
+  std::vector<int32_t> cand_n;
+  std::vector<double> sup;
+  std::vector<int32_t> opened;
 };
 inline bool Better(const Cand& a, const Cand& b) {
   return a.score < b.score || (a.score == b.score && a.id < b.id);
@@ -180,7 +189,7 @@ absl::StatusOr<HppcaPrediction> HppcaModel::Predict(const MatrixView& rows,
         absl::StrCat("block_rows = ", opt.block_rows, " must be >= 0 (0: automatic)"));
   }
   const int32_t k_all = num_classes(), s_all = num_superclasses();
-  const bool flat = opt.flat || s_all == 0;
+  const bool flat = opt.flat || s_all == 0 || (opt.top_t == 0 && m.default_flat);
   const int32_t kk = std::min(opt.top_k, k_all);
   const int32_t t = flat ? 0 : OpenedSuperclasses(m.members,
                                                   opt.top_t > 0 ? opt.top_t : m.options.default_top_t,
@@ -202,54 +211,62 @@ absl::StatusOr<HppcaPrediction> HppcaModel::Predict(const MatrixView& rows,
   out.superclasses.resize(n * t);
   out.classes_evaluated.resize(n);
 
-  std::vector<Workspace> ws(threads);
-  Workspace main_ws;
-  std::vector<std::vector<Cand>> tmp(threads);
   const int32_t flat_chunks = (k_all + kChunkModels - 1) / kChunkModels;
   // Candidate lists: per row, `lists` lists of kk.
   const int32_t lists = flat ? flat_chunks : t;
-  std::vector<Cand> cand;
-  std::vector<int32_t> cand_n;
-  std::vector<double> sup;
-  std::vector<int32_t> opened;
+  const double row_work = static_cast<double>(dim()) * (m.classes.q + 1);
+  // Rows are independent: with several blocks each thread scores whole
+  // blocks (both levels, single-threaded inside); a single block is split
+  // across the threads by models (flat) or opened super-classes instead.
+  const int64_t blocks = (n + block - 1) / block;
+  const int outer =
+      blocks > 1 && blocks * block * static_cast<double>(k_all) * row_work >= kParallelMinWork
+          ? static_cast<int>(std::min<int64_t>(threads, blocks))
+          : 1;
+  const int inner_threads = outer > 1 ? 1 : threads;
+  std::vector<BlockScratch> scratch(outer);
+  for (BlockScratch& sc : scratch) {
+    sc.ws.resize(inner_threads);
+    sc.tmp.resize(inner_threads);
+  }
 
-  for (int64_t r0 = 0; r0 < n; r0 += block) {
+  const auto score_block = [&](int64_t r0, BlockScratch& sc) {
     const int64_t nb = std::min<int64_t>(block, n - r0);
-    CenterRows(rows, r0, nb, m.center, main_ws);
-    cand.resize(nb * lists * kk);
-    cand_n.assign(nb * lists, 0);
-    const double row_work = static_cast<double>(dim()) * (m.classes.q + 1);
+    CenterRows(rows, r0, nb, m.center, sc.main_ws);
+    sc.cand.resize(nb * lists * kk);
+    sc.cand_n.assign(nb * lists, 0);
     if (flat) {
-      const int use = nb * k_all * row_work < kParallelMinWork ? 1 : threads;
+      const int use = nb * k_all * row_work < kParallelMinWork ? 1 : inner_threads;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(use)
       for (int32_t ch = 0; ch < flat_chunks; ++ch) {
-        Workspace& w = ws[omp_get_thread_num()];
+        Workspace& w = sc.ws[omp_get_thread_num()];
         const int32_t m0 = ch * kChunkModels;
         const int32_t cnt = std::min(kChunkModels, k_all - m0);
         w.scores.resize(nb * cnt);
-        ScoreBlock(m.class_bank, main_ws.x, main_ws.xn2.data(), m0, cnt, w.scores.data(), w);
+        ScoreBlock(m.class_bank, sc.main_ws.x, sc.main_ws.xn2.data(), m0, cnt, w.scores.data(), w);
         for (int64_t i = 0; i < nb; ++i) {
-          TopK top(&cand[(i * lists + ch) * kk], &cand_n[i * lists + ch], kk);
+          TopK top(&sc.cand[(i * lists + ch) * kk], &sc.cand_n[i * lists + ch], kk);
           top.OfferAll(w.scores.data() + i * cnt, m.slot_class.data() + m0, cnt,
-                       tmp[omp_get_thread_num()]);
+                       sc.tmp[omp_get_thread_num()]);
         }
       }
       for (int64_t i = 0; i < nb; ++i) out.classes_evaluated[r0 + i] = k_all;
     } else {
       // Level 1: every super-class for every row, then the T best per row.
-      sup.resize(nb * s_all);
-      ScoreBlock(m.super_bank, main_ws.x, main_ws.xn2.data(), 0, s_all, sup.data(), main_ws);
-      opened.resize(nb * t);
+      sc.sup.resize(nb * s_all);
+      ScoreBlock(m.super_bank, sc.main_ws.x, sc.main_ws.xn2.data(), 0, s_all, sc.sup.data(),
+                 sc.main_ws);
+      sc.opened.resize(nb * t);
       std::vector<std::vector<std::pair<int32_t, int32_t>>> rows_of(s_all);  // (row, slot t)
       {
-        std::vector<Cand> sc(s_all);
+        std::vector<Cand> order(s_all);
         for (int64_t i = 0; i < nb; ++i) {
-          for (int32_t j = 0; j < s_all; ++j) sc[j] = {sup[i * s_all + j], j};
-          std::partial_sort(sc.begin(), sc.begin() + t, sc.end(), Better);
+          for (int32_t j = 0; j < s_all; ++j) order[j] = {sc.sup[i * s_all + j], j};
+          std::partial_sort(order.begin(), order.begin() + t, order.end(), Better);
           int32_t evaluated = 0;
           for (int32_t a = 0; a < t; ++a) {
-            const int32_t j = sc[a].id;
-            opened[i * t + a] = j;
+            const int32_t j = order[a].id;
+            sc.opened[i * t + a] = j;
             out.superclasses[(r0 + i) * t + a] = j;
             rows_of[j].push_back({static_cast<int32_t>(i), a});
             evaluated += static_cast<int32_t>(m.members[j].size());
@@ -267,18 +284,18 @@ absl::StatusOr<HppcaPrediction> HppcaModel::Predict(const MatrixView& rows,
       });
       double evaluated = 0;
       for (int64_t i = 0; i < nb; ++i) evaluated += out.classes_evaluated[r0 + i];
-      const int use = evaluated * row_work < kParallelMinWork ? 1 : threads;
+      const int use = evaluated * row_work < kParallelMinWork ? 1 : inner_threads;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(use)
       for (size_t ti = 0; ti < tasks.size(); ++ti) {
-        Workspace& w = ws[omp_get_thread_num()];
+        Workspace& w = sc.ws[omp_get_thread_num()];
         const int32_t j = tasks[ti];
         const auto& who = rows_of[j];
         const int64_t rs = static_cast<int64_t>(who.size());
         RowMatrixF xs(rs, dim());
         std::vector<double> xn2(rs);
         for (int64_t a = 0; a < rs; ++a) {
-          xs.row(a) = main_ws.x.row(who[a].first);
-          xn2[a] = main_ws.xn2[who[a].first];
+          xs.row(a) = sc.main_ws.x.row(who[a].first);
+          xn2[a] = sc.main_ws.xn2[who[a].first];
         }
         const int32_t s0 = m.slot_begin[j], s1 = m.slot_begin[j + 1];
         for (int32_t m0 = s0; m0 < s1; m0 += kChunkModels) {
@@ -287,20 +304,21 @@ absl::StatusOr<HppcaPrediction> HppcaModel::Predict(const MatrixView& rows,
           ScoreBlock(m.class_bank, xs, xn2.data(), m0, cnt, w.scores.data(), w);
           for (int64_t a = 0; a < rs; ++a) {
             const int64_t li = static_cast<int64_t>(who[a].first) * lists + who[a].second;
-            TopK top(&cand[li * kk], &cand_n[li], kk);
+            TopK top(&sc.cand[li * kk], &sc.cand_n[li], kk);
             top.OfferAll(w.scores.data() + a * cnt, m.slot_class.data() + m0, cnt,
-                         tmp[omp_get_thread_num()]);
+                         sc.tmp[omp_get_thread_num()]);
           }
         }
       }
     }
     // Merge each row's lists.
-#pragma omp parallel for schedule(static) num_threads(nb * lists * kk < 65536 ? 1 : threads)
+#pragma omp parallel for schedule(static) num_threads(nb* lists* kk < 65536 ? 1 : inner_threads)
     for (int64_t i = 0; i < nb; ++i) {
       std::vector<Cand> best;
       for (int32_t l = 0; l < lists; ++l) {
         const int64_t li = i * lists + l;
-        best.insert(best.end(), cand.begin() + li * kk, cand.begin() + li * kk + cand_n[li]);
+        best.insert(best.end(), sc.cand.begin() + li * kk,
+                    sc.cand.begin() + li * kk + sc.cand_n[li]);
       }
       const int32_t have = std::min<int32_t>(kk, static_cast<int32_t>(best.size()));
       std::partial_sort(best.begin(), best.begin() + have, best.end(), Better);
@@ -313,7 +331,9 @@ absl::StatusOr<HppcaPrediction> HppcaModel::Predict(const MatrixView& rows,
                                : std::numeric_limits<float>::quiet_NaN();
       }
     }
-  }
+  };
+#pragma omp parallel for schedule(dynamic, 1) num_threads(outer)
+  for (int64_t b = 0; b < blocks; ++b) score_block(b * block, scratch[omp_get_thread_num()]);
   return out;
 }
 

@@ -7,8 +7,9 @@
 // HppcaTrainParams: zero means the paper default for q and r (50, capped at
 // the features' dimension d), lambda (0.01), kmeans_iterations (50) and
 // default_top_t (5), so q = 0 (RBF neurons) cannot be requested through the
-// service; superclasses 0 = about sqrt(K * default_top_t), -1 = flat;
-// seeding_rank 0 = the default (10), -1 = all q directions.
+// service; superclasses 0 = the cost model's choice (about
+// sqrt(K * default_top_t)), -1 = flat; seeding_rank 0 = the default (10), -1 =
+// all q directions; scoring "" = "auto".
 // Artifacts: core/hppca's model directory (which includes tree.json and
 // point_leaf.npy as SaveTree writes them).
 #include <algorithm>
@@ -66,7 +67,8 @@ class HppcaFitted final : public FittedModel {
   // opened super-classes, which a few rows seldom share; batches of up to
   // 32 rows cost as much per row as single rows (docs/benchmarks.md).
   bool BatchingPays(const PredictOptions* options) const override {
-    return model_.num_superclasses() == 0 || (options != nullptr && options->flat);
+    if (options == nullptr) return model_.default_flat();  // AssignLeaves: default scoring
+    return options->flat || (options->top_t == 0 && model_.default_flat());
   }
 
   absl::StatusOr<ClassTable> Classes() const override {
@@ -92,8 +94,15 @@ class HppcaFitted final : public FittedModel {
 
 // `cols`: the features' dimension d, which caps the default q and r (the
 // paper's 50 assumes d in the hundreds).
-HppcaOptions OptionsFrom(const v1::HppcaTrainParams& p, int64_t cols) {
+absl::StatusOr<HppcaOptions> OptionsFrom(const v1::HppcaTrainParams& p, int64_t cols) {
   HppcaOptions o;
+  if (!p.scoring().empty()) {
+    absl::StatusOr<HppcaScoring> scoring = ParseHppcaScoring(p.scoring());
+    if (!scoring.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("hppca.", scoring.status().message()));
+    }
+    o.scoring = *scoring;
+  }
   o.superclasses = p.superclasses();
   o.q = p.q() != 0 ? p.q() : static_cast<int32_t>(std::min<int64_t>(o.q, cols));
   o.r = p.r() != 0 ? p.r() : static_cast<int32_t>(std::min<int64_t>(o.r, cols));
@@ -157,7 +166,7 @@ class Hppca final : public Method {
           "hppca.seeding_rank = ", spec.hppca().seeding_rank(),
           " must be >= 1, 0 for the default (10) or -1 for all q directions"));
     }
-    const HppcaOptions o = OptionsFrom(spec.hppca(), dataset.cols());
+    DENDRO_ASSIGN_OR_RETURN(const HppcaOptions o, OptionsFrom(spec.hppca(), dataset.cols()));
     DENDRO_RETURN_IF_ERROR(ValidateHppcaOptions(o, dataset.cols()));
     DENDRO_RETURN_IF_ERROR(CheckAtMost("hppca.superclasses", o.superclasses, dataset.rows() / 2,
                                        "at most one super-class per two training rows"));
@@ -190,11 +199,15 @@ class Hppca final : public Method {
   double PeakMemoryBytes(const v1::JobSpec& spec, const v1::Dataset& dataset) const override {
     const double n = static_cast<double>(dataset.rows());
     const double d = static_cast<double>(dataset.cols());
-    const HppcaOptions o = OptionsFrom(spec.hppca(), dataset.cols());
+    // Validate refused bad options before this runs; the defaults stand in.
+    const HppcaOptions o = OptionsFrom(spec.hppca(), dataset.cols()).value_or(HppcaOptions());
     const double q = std::max(o.q, 1), r = std::max(o.r, 1);
     const double k = std::floor(n / 2);
-    const double s = o.superclasses != 0 ? std::max(o.superclasses, 0)
-                                         : std::ceil(std::sqrt(k * o.default_top_t));
+    const double s =
+        o.superclasses != 0
+            ? std::max(o.superclasses, 0)
+            : ChooseHppcaSuperclasses(dataset.cols(), static_cast<int32_t>(std::min(k, 2e9)), o.q,
+                                      o.r, std::max(o.default_top_t, 1));
     const double data = 2 * (4 * n * d + 8 * n);
     const double per_thread = 8 * (3 * d * d + 2 * d * q);
     const double models = k * (q + 2) * d * 28;
@@ -211,7 +224,7 @@ class Hppca final : public Method {
           "hppca_add grows an existing model: it runs through FitFrom with the base model");
     }
     DENDRO_RETURN_IF_ERROR(NeedLabels(dataset.info(), "hppca"));
-    const HppcaOptions o = OptionsFrom(spec.hppca(), dataset.info().cols());
+    DENDRO_ASSIGN_OR_RETURN(const HppcaOptions o, OptionsFrom(spec.hppca(), dataset.info().cols()));
     DENDRO_ASSIGN_OR_RETURN(HppcaModel model, FitHppca(dataset.matrix(), dataset.labels(), o, ctx));
     DENDRO_RETURN_IF_ERROR(NameClasses(spec, model));
     return Finish(std::move(model), dataset);

@@ -127,6 +127,25 @@ cmp -s <("$PY" -c 'import numpy as np; print(np.load("all_t.npy").tolist())') \
   fail "opening every super-class (T = S) does not give the flat predictions"
 pass "T = S gives exactly the flat predictions"
 
+# --- the default scoring: 20 classes of 16 features do not pay for a hierarchy -----
+run models get clf --json
+"$PY" - <<'EOF' || fail "clf's default scoring: $(cat out.txt)"
+import json
+md = json.load(open("out.txt"))["metadata"]
+assert md["scoring"] == "auto" and md["default_scoring"] == "flat", md
+assert float(md["predict_cost_hierarchical"]) >= 0.75 * float(md["predict_cost_flat"]), md
+EOF
+run predict --model clf test_x.npy --out default.npy --labels test_y.npy
+[[ $RC -eq 0 ]] || fail "predict without --top-t exited $RC: $(cat err.txt)"
+cmp -s <("$PY" -c 'import numpy as np; print(np.load("default.npy").tolist())') \
+  <("$PY" -c 'import numpy as np; print(np.load("flat.npy").tolist())') ||
+  fail "the default (flat) scoring does not give the flat predictions"
+"$PY" -c 'import json; r = json.loads(open("out.txt").read().splitlines()[-1]); assert r["top_t"] == 0, r' ||
+  fail "the default scoring opened super-classes: $(cat out.txt)"
+expect_error 2 "--scoring must be auto, hierarchical or flat" hppca train train_x.npy train_y.npy \
+  --name bad --scoring fastest
+pass "a model whose hierarchy would not pay scores flat by default, as flat; --scoring is checked"
+
 # --- training on uploaded datasets -----------------------------------------------
 run upload train_x.npy --labels train_y.npy
 [[ $RC -eq 0 && "$(cat out.txt)" == ds-* ]] || fail "upload train_x.npy: exit $RC, $(cat err.txt)"
@@ -156,7 +175,7 @@ pass "hppca train DATASET_ID and hppca add --dataset use the uploaded labels"
 
 # --- training options reach the model ----------------------------------------------
 run hppca train train_x.npy train_y.npy --name raw --superclasses 4 --q 5 --r 5 --raw-data \
-  --log-det --lambda 0.05 --top-t 2
+  --log-det --lambda 0.05 --top-t 2 --scoring hierarchical
 [[ $RC -eq 0 ]] || fail "hppca train --raw-data --log-det exited $RC: $(cat err.txt)"
 run models get raw --json
 "$PY" - <<'EOF' || fail "training flags did not reach the model: $(cat out.txt)"
@@ -164,6 +183,7 @@ import json
 md = json.load(open("out.txt"))["metadata"]
 assert (md["clustering"], md["score"], float(md["lambda"]), md["default_top_t"]) == \
     ("raw_data", "log_det", 0.05, "2"), md
+assert (md["scoring"], md["default_scoring"]) == ("hierarchical", "hierarchical"), md
 EOF
 run predict --model raw test_x.npy --out raw_pred.npy --labels test_y.npy
 [[ $RC -eq 0 ]] || fail "predict on the raw-data model exited $RC: $(cat err.txt)"

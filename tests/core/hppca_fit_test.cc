@@ -2,8 +2,11 @@
 // models vs the eigendecomposition of the sample covariance, Theorem 1 scores
 // vs the direct Mahalanobis form (eq. 2), hierarchical == flat at T = S,
 // exact KL assignment vs brute force, tree shape, growing, and errors.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -13,6 +16,7 @@
 
 #include "Eigen/Cholesky"
 #include "Eigen/Eigenvalues"
+#include "absl/strings/str_cat.h"
 #include "core/hppca/hppca.h"
 #include "core/hppca/internal.h"
 #include "core/hppca/synthetic.h"
@@ -402,7 +406,41 @@ TEST(HppcaFitTest, SameModelWhateverTheThreadCount) {
   EXPECT_TRUE(*sa == *sb) << "class scores differ between 1 and 2 threads";
 }
 
-TEST(HppcaFitTest, AutomaticSuperclassCountIsSqrtKT) {
+TEST(HppcaFitTest, AutomaticSuperclassCountMinimisesTheCostModel) {
+  // ChooseHppcaSuperclasses against every S in [min(T, K), K], with E = K T / S.
+  for (int64_t d : {2, 8, 64, 640}) {
+    for (int32_t k : {1, 2, 7, 42, 200, 1201}) {
+      for (int32_t q : {0, 3, 50}) {
+        for (int32_t t : {1, 3, 5, 50}) {
+          const int32_t r = q == 3 ? 9 : q;
+          const int32_t lo = std::min(t, k);
+          int32_t best = lo;
+          double best_cost = std::numeric_limits<double>::infinity();
+          for (int32_t s = lo; s <= k; ++s) {
+            const double opened = std::min(t, s);
+            const double c =
+                EstimateHppcaPredictCost(d, k, q, s, r, t, k * opened / s).hierarchical;
+            if (c < best_cost) {
+              best_cost = c;
+              best = s;
+            }
+          }
+          SCOPED_TRACE(absl::StrCat("d=", d, " K=", k, " q=", q, " r=", r, " T=", t));
+          const int32_t chosen = ChooseHppcaSuperclasses(d, k, q, r, t);
+          ASSERT_GE(chosen, std::min(t, k));
+          ASSERT_LE(chosen, std::max(k, 1));
+          const double opened = std::min(t, chosen);
+          EXPECT_EQ(
+              EstimateHppcaPredictCost(d, k, q, chosen, r, t, k * opened / chosen).hierarchical,
+              best_cost);
+          EXPECT_EQ(chosen, best);
+        }
+      }
+    }
+  }
+  // Equal ranks: section 4.3's sqrt(K T), to the nearest count of equal cost.
+  EXPECT_NEAR(ChooseHppcaSuperclasses(640, 1000, 50, 50, 5), std::sqrt(5000.0), 1.0);
+  // A fit uses it.
   const TwoLevelGenerator gen(SmallSpec());
   const LabelledData train = gen.Sample(20, 8);
   NullRunContext ctx;
@@ -412,7 +450,110 @@ TEST(HppcaFitTest, AutomaticSuperclassCountIsSqrtKT) {
     opt.default_top_t = t;
     auto model = FitHppca(View(train.x), train.labels, opt, ctx);
     ASSERT_TRUE(model.ok());
-    EXPECT_EQ(model->num_superclasses(), static_cast<int32_t>(std::round(std::sqrt(42.0 * t))));
+    EXPECT_EQ(model->num_superclasses(), ChooseHppcaSuperclasses(24, 42, 6, 6, t));
+  }
+}
+
+TEST(HppcaFitTest, CostModelCountsEveryScoredModelAndOpening) {
+  const auto c = [](double d, double p) {
+    return (p + 1) * d + kHppcaComponentCost * p + kHppcaModelCost;
+  };
+  const HppcaPredictCost cost = EstimateHppcaPredictCost(32, 100, 10, 8, 6, 3, 40.5);
+  EXPECT_DOUBLE_EQ(cost.flat, 100 * c(32, 10));
+  EXPECT_DOUBLE_EQ(cost.hierarchical, 8 * c(32, 6) + 40.5 * c(32, 10) + 3 * (32 + kHppcaOpenCost));
+  // T beyond S opens S; a flat model costs the same either way.
+  EXPECT_DOUBLE_EQ(EstimateHppcaPredictCost(32, 100, 10, 2, 6, 5, 100).hierarchical,
+                   2 * c(32, 6) + 100 * c(32, 10) + 2 * (32 + kHppcaOpenCost));
+  const HppcaPredictCost flat = EstimateHppcaPredictCost(32, 100, 10, 0, 6, 3, 100);
+  EXPECT_DOUBLE_EQ(flat.hierarchical, flat.flat);
+}
+
+// The default scoring: flat exactly where the model's estimate for the
+// hierarchy is not below kHppcaHierarchyShare of flat's, and then the same
+// answers as flat;
+// hierarchical otherwise, the same as asking for default_top_t. Forced
+// either way by options.scoring; an explicit T or flat overrides it.
+TEST(HppcaFitTest, DefaultScoringIsTheCheaperByTheCostModel) {
+  NullRunContext ctx;
+  // Few features and few classes per super-class: the per-opening work
+  // outweighs the classes skipped. Many features and classes: it pays.
+  TwoLevelSpec narrow = SmallSpec();
+  narrow.dim = 3;
+  narrow.group_rank = 2;
+  narrow.class_rank = 1;
+  TwoLevelSpec wide = SmallSpec();
+  wide.groups = 8;
+  wide.classes_per_group = 25;
+  wide.dim = 256;
+  int seen_flat = 0, seen_hierarchical = 0;
+  for (const TwoLevelSpec& spec : {narrow, wide}) {
+    const TwoLevelGenerator gen(spec);
+    const LabelledData train = gen.Sample(12, 21), test = gen.Sample(3, 22);
+    for (HppcaScoring scoring :
+         {HppcaScoring::kAuto, HppcaScoring::kHierarchical, HppcaScoring::kFlat}) {
+      HppcaOptions opt;
+      opt.q = opt.r = std::min<int32_t>(6, spec.dim);
+      opt.scoring = scoring;
+      // The narrow shape's own choice would be one super-class (the
+      // hierarchy never pays there); six make it a hierarchy to decide on.
+      if (spec.dim == narrow.dim) opt.superclasses = 6;
+      auto model = FitHppca(View(train.x), train.labels, opt, ctx);
+      ASSERT_TRUE(model.ok()) << model.status();
+      ASSERT_GT(model->num_superclasses(), 1);
+      const HppcaPredictCost cost = model->predict_cost();
+      const bool want_flat =
+          scoring == HppcaScoring::kFlat ||
+          (scoring == HppcaScoring::kAuto && cost.hierarchical >= kHppcaHierarchyShare * cost.flat);
+      SCOPED_TRACE(absl::StrCat("d=", spec.dim, " scoring=", std::string(HppcaScoringName(scoring)),
+                                " cost flat ", cost.flat, " hierarchical ", cost.hierarchical));
+      EXPECT_EQ(model->default_flat(), want_flat);
+      EXPECT_EQ(model->hierarchy().metadata().at("default_scoring"),
+                want_flat ? "flat" : "hierarchical");
+      if (scoring == HppcaScoring::kAuto) (want_flat ? seen_flat : seen_hierarchical)++;
+
+      HppcaPredictOptions def, flat, hier;
+      flat.flat = true;
+      hier.top_t = opt.default_top_t;
+      auto by_default = model->Predict(View(test.x), def);
+      auto by_flat = model->Predict(View(test.x), flat);
+      auto by_hier = model->Predict(View(test.x), hier);
+      ASSERT_TRUE(by_default.ok() && by_flat.ok() && by_hier.ok());
+      const HppcaPrediction& same = want_flat ? *by_flat : *by_hier;
+      EXPECT_EQ(by_default->top_t, same.top_t);
+      EXPECT_EQ(by_default->classes, same.classes);
+      EXPECT_EQ(by_default->classes_evaluated, same.classes_evaluated);
+      EXPECT_EQ(by_hier->top_t, std::min(opt.default_top_t, model->num_superclasses()));
+      EXPECT_EQ(by_flat->top_t, 0);
+    }
+  }
+  // The two shapes fall on either side of the rule.
+  EXPECT_EQ(seen_flat, 1);
+  EXPECT_EQ(seen_hierarchical, 1);
+}
+
+// The scoring option and what it decided survive Save/Load.
+TEST(HppcaFitTest, ScoringOptionIsKeptBySaveLoad) {
+  const TwoLevelGenerator gen(SmallSpec());
+  const LabelledData train = gen.Sample(20, 31);
+  NullRunContext ctx;
+  for (HppcaScoring scoring : {HppcaScoring::kFlat, HppcaScoring::kHierarchical}) {
+    HppcaOptions opt = SmallOptions();
+    opt.scoring = scoring;
+    auto model = FitHppca(View(train.x), train.labels, opt, ctx);
+    ASSERT_TRUE(model.ok());
+    const std::string dir =
+        (std::filesystem::temp_directory_path() /
+         absl::StrCat("hppca_scoring_", ::getpid(), "_", std::string(HppcaScoringName(scoring))))
+            .string();
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    ASSERT_TRUE(model->Save(dir).ok());
+    auto loaded = HppcaModel::Load(dir);
+    std::filesystem::remove_all(dir);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->options().scoring, scoring);
+    EXPECT_EQ(loaded->default_flat(), scoring == HppcaScoring::kFlat);
+    EXPECT_EQ(loaded->predict_cost().hierarchical, model->predict_cost().hierarchical);
   }
 }
 

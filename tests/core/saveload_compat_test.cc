@@ -14,10 +14,12 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "core/common/run_context.h"
 #include "core/ghhc/ghhc.h"
 #include "core/hierarchy/export.h"
@@ -119,8 +121,12 @@ std::string Read(const std::string& path) {
   return s;
 }
 
-// `fresh` holds the same files as `fixture`, with the same contents.
-void ExpectSameFiles(const std::string& fixture, const std::string& fresh) {
+// `fresh` holds the same files as `fixture`, with the same contents, except
+// for the JSON members the format gained since the fixture was written:
+// `gained` maps a file name to a merge patch (RFC 7396) of those members,
+// with the values an old model must read as.
+void ExpectSameFiles(const std::string& fixture, const std::string& fresh,
+                     const std::map<std::string, nlohmann::json>& gained = {}) {
   ASSERT_EQ(FileNames(fixture), FileNames(fresh));
   for (const std::string& name : FileNames(fixture)) {
     SCOPED_TRACE(name);
@@ -128,7 +134,9 @@ void ExpectSameFiles(const std::string& fixture, const std::string& fresh) {
     const std::string b = Read(fresh + "/" + name);
     if (fs::path(name).extension() == ".json") {
       // Same members, values and number types; whitespace may differ.
-      EXPECT_EQ(nlohmann::json::parse(a).dump(), nlohmann::json::parse(b).dump());
+      nlohmann::json want = nlohmann::json::parse(a);
+      if (auto it = gained.find(name); it != gained.end()) want.merge_patch(it->second);
+      EXPECT_EQ(want.dump(), nlohmann::json::parse(b).dump());
     } else {
       EXPECT_TRUE(a == b) << "bytes differ";
     }
@@ -184,12 +192,25 @@ TEST(SaveLoadCompatTest, HppcaVersion1) {
   EXPECT_EQ(loaded->options().seed, 11u);
   EXPECT_EQ(loaded->hierarchy().metadata().at("note"), "added after the fit");
   EXPECT_FALSE(loaded->hierarchy().point_leaf().empty());
+  // Written before the scoring option: it predicts hierarchically by
+  // default, as it did then.
+  EXPECT_EQ(loaded->options().scoring, HppcaScoring::kHierarchical);
+  EXPECT_FALSE(loaded->default_flat());
   // Everything Save writes comes from what Load read: saving again gives
-  // the fixture's files.
+  // the fixture's files, plus the scoring option and what it implies.
   const ScopedTempDir tmp("saveload_compat_hppca_");
   const std::string& dir = tmp.path();
   ASSERT_TRUE(loaded->Save(dir).ok());
-  ExpectSameFiles(FixtureDir("hppca"), dir);
+  const HppcaPredictCost cost = loaded->predict_cost();
+  ExpectSameFiles(
+      FixtureDir("hppca"), dir,
+      {{"hppca.json", {{"options", {{"scoring", "hierarchical"}}}}},
+       {"tree.json",
+        {{"metadata",
+          {{"scoring", "hierarchical"},
+           {"default_scoring", "hierarchical"},
+           {"predict_cost_flat", absl::StrFormat("%.0f", cost.flat)},
+           {"predict_cost_hierarchical", absl::StrFormat("%.0f", cost.hierarchical)}}}}}});
 }
 
 }  // namespace

@@ -253,7 +253,7 @@ TEST(SaveLoadCorruptTest, Hppca) {
   c.file = "hppca.json";
   c.load = [](const std::string& d) { return HppcaModel::Load(d).status(); };
   c.code = absl::StatusCode::kDataLoss;
-  c.optional = {"/stats"};
+  c.optional = {"/stats", "/options/scoring"};  // scoring: absent before it existed
   for (const char* s : {"kmeans_iterations", "kmeans_converged", "reseeded_superclasses",
                         "dropped_superclasses", "reduced_rank_classes", "kmeans_objective",
                         "class_seconds", "cluster_seconds", "seed_seconds", "total_seconds"}) {

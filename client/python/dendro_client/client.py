@@ -532,7 +532,9 @@ class Client:
         None). ``superclasses``: S (None/0 = automatic, -1 = flat); ``q``,
         ``r``: class and super-class PPCA components. Further ``params`` are
         HppcaTrainParams fields (``lambda_`` for ``lambda``, log_det_score,
-        raw_data_clustering, kmeans_iterations, seed, default_top_t, seeding_rank).
+        raw_data_clustering, kmeans_iterations, seed, default_top_t, seeding_rank,
+        scoring: "auto", "hierarchical" or "flat", how a prediction naming no
+        top_t is scored).
         """
         if "lambda_" in params:
             params["lambda"] = params.pop("lambda_")

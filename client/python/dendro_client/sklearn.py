@@ -218,8 +218,9 @@ class GHHC(_Clusterer):
 
 class HPPCAClassifier(ClassifierMixin, _DendroBase):
     """Hierarchical PPCA classifier. ``y`` may hold any labels (kept in
-    ``classes_``); ``lam`` is the method's λ. ``predict`` follows the hierarchy (``top_t`` super-classes
-    opened, 0 = the model's default); ``predict_proba`` scores every class
+    ``classes_``); ``lam`` is the method's λ. ``predict`` opens ``top_t``
+    super-classes, or with 0 scores as the model's default does (flat where
+    its cost model says the hierarchy would not pay); ``predict_proba`` scores every class
     and returns softmax(-score / 2), the Gaussian posterior under equal
     priors for ``log_det_score=True`` (with the default Mahalanobis score it
     leaves out each class's covariance volume)."""

@@ -181,7 +181,8 @@ int32_t ChooseHppcaSuperclasses(int64_t d, int32_t k, int32_t q, int32_t r, int3
   int32_t best = lo;
   double best_cost = std::numeric_limits<double>::infinity();
   for (const int32_t s : {below, std::min(below + 1, k)}) {
-    const double cost = EstimateHppcaPredictCost(d, k, q, s, r, t, k * double{t} / s).hierarchical;
+    const double cost =
+        EstimateHppcaPredictCost(d, k, q, s, r, t, k * static_cast<double>(t) / s).hierarchical;
     if (cost < best_cost) {
       best_cost = cost;
       best = s;

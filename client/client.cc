@@ -424,6 +424,27 @@ absl::StatusOr<v1::Dataset> Client::UploadNpy(const std::string& path,
   return UploadFile(*file, labels.ids, display_name, progress, transient, prepare, append_to);
 }
 
+absl::StatusOr<v1::Dataset> Client::ImportFile(const std::string& path,
+                                               absl::Span<const int64_t> labels,
+                                               std::string_view display_name, bool transient) {
+  v1::ImportDatasetRequest req;
+  req.set_path(path);
+  v1::DatasetHeader* header = req.mutable_header();
+  header->set_display_name(std::string(display_name));
+  header->set_transient(transient);
+  header->set_has_labels(!labels.empty());
+  if (!labels.empty()) {
+    std::string* bytes = req.mutable_labels();
+    bytes->resize(labels.size() * sizeof(int64_t));
+    std::memcpy(bytes->data(), labels.data(), bytes->size());  // little-endian hosts only
+  }
+  v1::Dataset resp;
+  grpc::ClientContext ctx;  // no deadline: the server reads the whole file
+  DENDRO_RETURN_IF_ERROR(
+      FromGrpc(impl_->datasets->ImportDataset(&ctx, req, &resp), impl_->options));
+  return resp;
+}
+
 absl::StatusOr<v1::Dataset> Client::UploadMatrix(const MatrixView& matrix,
                                                  absl::Span<const int64_t> labels,
                                                  std::string_view display_name,

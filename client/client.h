@@ -139,6 +139,11 @@ class Client {
                                         const UploadProgress& progress = nullptr,
                                         bool transient = false, std::string_view prepare = "",
                                         std::string_view append_to = "");
+  // Same-host import (v1::ImportDatasetRequest): the server reads `path`
+  // (absolute; a float32 C-order .npy under one of its --import_dirs)
+  // instead of receiving its bytes. No deadline, as for uploads.
+  absl::StatusOr<v1::Dataset> ImportFile(const std::string& path, absl::Span<const int64_t> labels,
+                                         std::string_view display_name, bool transient = false);
   // Uploads an in-memory matrix; `labels` is empty or has one entry per row.
   absl::StatusOr<v1::Dataset> UploadMatrix(const MatrixView& matrix,
                                            absl::Span<const int64_t> labels,

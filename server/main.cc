@@ -97,6 +97,10 @@ ABSL_FLAG(int64_t, max_dataset_mb, 65536, "largest dataset an upload may declare
 ABSL_FLAG(std::string, min_free_disk, "",
           "free space the data volume keeps: uploads and jobs are refused below it "
           "(a percentage like 5%, or MiB; at least 64 MiB in any case)");
+ABSL_FLAG(std::vector<std::string>, import_dirs, {},
+          "comma-separated absolute directories whose float32 .npy files clients on this host "
+          "may import by path instead of uploading (the importer role; none: imports are "
+          "refused)");
 ABSL_FLAG(int, max_streams, 64,
           "concurrent streaming calls (uploads, job watches, prediction and tree streams) and "
           "WaitJob calls; more are refused with RESOURCE_EXHAUSTED");
@@ -326,6 +330,7 @@ int main(int argc, char** argv) {
   options.admin_reserved_streams = absl::GetFlag(FLAGS_admin_reserved_streams);
   options.stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_seconds));
   options.min_free_disk = absl::GetFlag(FLAGS_min_free_disk);
+  options.import_dirs = absl::GetFlag(FLAGS_import_dirs);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.health_listen = absl::GetFlag(FLAGS_health_listen);
   options.http_listen = absl::GetFlag(FLAGS_http_listen);

@@ -37,6 +37,7 @@
 #include "server/storage/artifact_store.h"
 #include "server/storage/dataset_store.h"
 #include "server/storage/disk_guard.h"
+#include "server/storage/import_roots.h"
 #include "server/storage/open_artifact_store.h"
 #include "server/transport/http_console.h"
 #include "server/transport/services.h"
@@ -315,6 +316,11 @@ absl::Status DendroServer::State::OpenStores(const ServerOptions& o) {
   datasets = std::make_unique<DatasetStore>(artifacts.get(), catalogue.get(),
                                             DiskGuard(o.data_dir, min_free),
                                             o.max_dataset_bytes, UploadPreparers());
+  if (!o.import_dirs.empty()) {
+    DENDRO_ASSIGN_OR_RETURN(ImportRoots roots, ImportRoots::Open(o.import_dirs));
+    spdlog::info("same-host imports read .npy files under {}", absl::StrJoin(roots.paths(), ", "));
+    datasets->set_import_roots(std::move(roots));
+  }
   const int64_t cache_bytes =
       o.model_cache_bytes > 0 ? o.model_cache_bytes : DefaultJobMemoryBytes() / 3;
   models = std::make_unique<ModelRegistry>(artifacts.get(), catalogue.get(), cache_bytes);

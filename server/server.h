@@ -12,11 +12,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "server/transport/http_limits.h"
 #include "server/methods/method.h"
+#include "server/transport/http_limits.h"
 
 namespace dendro::server {
 
@@ -43,6 +44,9 @@ struct ServerOptions {
   absl::Duration model_table_reconcile = absl::Seconds(30);
   int64_t max_dataset_bytes = int64_t{64} << 30;  // one upload's data + labels
   std::string min_free_disk;                    // "5%" or MiB; see DiskGuard
+  // Directories whose .npy files same-host imports may read
+  // (server/storage/import_roots.h); empty: imports are refused.
+  std::vector<std::string> import_dirs;
   int max_streams = 64;                         // concurrent streaming RPCs
   // Assign/Predict computations at once (0: twice the CPUs) and calls that
   // may wait for one (server/api/serving_gate.h).

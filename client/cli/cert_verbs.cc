@@ -266,10 +266,12 @@ absl::Status RunCertsNew(Context&, const Args& args) {
     return UsageError("--role and --append are for --client certificates");
   }
   if (append.has_value() && !role.has_value()) {
-    return UsageError("--append needs --role (reader, writer or admin)");
+    return UsageError("--append needs --role (reader, writer, importer or admin)");
   }
-  if (role.has_value() && *role != "reader" && *role != "writer" && *role != "admin") {
-    return UsageError(absl::StrCat("--role must be reader, writer or admin, got '", *role, "'"));
+  if (role.has_value() && *role != "reader" && *role != "writer" && *role != "importer" &&
+      *role != "admin") {
+    return UsageError(
+        absl::StrCat("--role must be reader, writer, importer or admin, got '", *role, "'"));
   }
   for (const std::string& h : hosts) {
     if (h.empty() || h.find_first_of(" ,\t/") != std::string::npos) {

@@ -91,8 +91,8 @@ absl::Status TrainAndReport(Context& ctx, const Args& args, const FitInput& inpu
   if (input.existing()) {
     DENDRO_ASSIGN_OR_RETURN(ds, GetExistingDataset(*client, input.dataset_id));
   } else {
-    DENDRO_ASSIGN_OR_RETURN(ds, client->UploadFile(*file, y.ids, spec.model_name(), nullptr,
-                                                   !args.Has("keep-dataset")));
+    DENDRO_ASSIGN_OR_RETURN(ds, SendFile(args, *client, *file, y.ids, spec.model_name(), nullptr,
+                                         !args.Has("keep-dataset")));
   }
   spec.set_dataset_id(ds.id());
   DENDRO_ASSIGN_OR_RETURN(v1::Job job,

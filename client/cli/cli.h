@@ -150,6 +150,15 @@ absl::Status CheckNpyOutput(const std::string& verb, const std::string& path);
 // A data file named on the command line (.npy of any numeric dtype, .npz
 // with --key, .csv/.tsv/.txt; see core/input/matrix_file.h).
 absl::StatusOr<std::unique_ptr<MatrixFile>> OpenMatrix(const Args& args, const std::string& path);
+// Stores `file` on the server: read there from its own disk (a same-host
+// import) when --import (auto, on or off; see kImportHelp) allows it and the
+// file is a float32 C-order .npy, else uploaded; `append_to` uploads.
+absl::StatusOr<v1::Dataset> SendFile(const Args& args, client::Client& client, MatrixFile& file,
+                                     absl::Span<const int64_t> labels,
+                                     std::string_view display_name,
+                                     const client::UploadProgress& progress, bool transient,
+                                     std::string_view prepare = "",
+                                     std::string_view append_to = "");
 // Labels (numbers or strings; .npz with --labels-key), by ReadLabelFile.
 absl::StatusOr<LabelColumn> ReadLabels(const Args& args, const std::string& path);
 // Names, one per line (a final newline and CRLF line ends allowed; a blank

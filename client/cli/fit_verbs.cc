@@ -91,9 +91,9 @@ absl::Status RunUpload(Context& ctx, const Args& args) {
   const auto start = std::chrono::steady_clock::now();
   ProgressBar bar;
   DENDRO_ASSIGN_OR_RETURN(
-      v1::Dataset ds,
-      client->UploadFile(*file, y.ids, append_to.empty() ? name : args.Get("name").value_or(""),
-                         UploadBar(&bar, path), args.Has("transient"), prepare, append_to));
+      v1::Dataset ds, SendFile(args, *client, *file, y.ids,
+                               append_to.empty() ? name : args.Get("name").value_or(""),
+                               UploadBar(&bar, path), args.Has("transient"), prepare, append_to));
   bar.Done();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -191,10 +191,9 @@ absl::Status FitAndReport(Context& ctx, const Args& args, v1::JobSpec spec,
     // The input only matters until the model exists: upload it as a
     // transient dataset unless asked to keep it.
     // L2H's first pass runs on the server while the logits arrive.
-    DENDRO_ASSIGN_OR_RETURN(ds, client->UploadFile(*file, labels, *model_name,
-                                                   UploadBar(&bar, input.path),
-                                                   !args.Has("keep-dataset"),
-                                                   spec.has_l2h() ? "l2h" : ""));
+    DENDRO_ASSIGN_OR_RETURN(
+        ds, SendFile(args, *client, *file, labels, *model_name, UploadBar(&bar, input.path),
+                     !args.Has("keep-dataset"), spec.has_l2h() ? "l2h" : ""));
   }
   spec.set_model_name(*model_name);
   spec.set_dataset_id(ds.id());

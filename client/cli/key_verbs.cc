@@ -26,8 +26,9 @@ constexpr size_t kMinKeyLength = 16;
 absl::Status CheckNameAndRole(const Args& args) {
   const std::string& name = args.positional()[0];
   const std::string& role = args.positional()[1];
-  if (role != "reader" && role != "writer" && role != "admin") {
-    return UsageError(absl::StrCat("role must be reader, writer or admin, got '", role, "'"));
+  if (role != "reader" && role != "writer" && role != "importer" && role != "admin") {
+    return UsageError(
+        absl::StrCat("role must be reader, writer, importer or admin, got '", role, "'"));
   }
   if (name.empty() || name.find_first_of(" \t\n#") != std::string::npos) {
     return UsageError("the name must be one word");

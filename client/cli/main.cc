@@ -45,6 +45,7 @@ const FlagSpec kPageSize{"page-size", true, false};
 const FlagSpec kPageToken{"page-token", true, false};
 const FlagSpec kAll{"all", false, false};
 const FlagSpec kKey{"key", true, false};
+const FlagSpec kImport{"import", true, false};
 const FlagSpec kLabelsKey{"labels-key", true, false};
 const FlagSpec kClassNames{"class-names", true, false};
 
@@ -59,6 +60,13 @@ const std::string kKeyHelp =
 const std::string kLabelsKeyHelp =
     "  --labels-key NAME  the array of a .npz labels file (default: its only array)\n";
 const std::string kInputsHelp = kInputFormatsHelp + kKeyHelp + kLabelsKeyHelp;
+const std::string kImportHelp =
+    "  --import MODE   auto, on or off: whether the server reads a float32 .npy file\n"
+    "                  from its own disk (a server on this host started with\n"
+    "                  --import_dirs over the file's directory, and the importer role)\n"
+    "                  instead of receiving its bytes; auto tries it for a server on\n"
+    "                  127.0.0.1, localhost, [::1] or a unix: socket and uploads when it\n"
+    "                  is refused, on insists (default: auto)\n";
 const std::string kClassNamesHelp =
     "  --class-names FILE  names of the label values, one per line, line v naming label v\n"
     "                  (default: string labels name themselves, numbers are named by\n"
@@ -123,8 +131,8 @@ const std::vector<Verb>& Verbs() {
        "  --prepare l2h   the server computes L2H's first pass while the rows arrive, so\n"
        "                  an L2H fit of the dataset on that server starts at its merges\n"
        "                  (default: none; dendro l2h LOGITS.npy asks for it itself)\n" +
-           kInputsHelp,
-       {kKey, kLabelsKey, {"labels", true}, {"name", true}, {"transient", false}, {"prepare",
+           kInputsHelp + kImportHelp,
+       {kKey, kImport, kLabelsKey, {"labels", true}, {"name", true}, {"transient", false}, {"prepare",
         true}, {"append", true}},
        1, 1, RunUpload},
       {"", "l2h", "fit an L2H hierarchy to a logits matrix and fetch it",
@@ -140,8 +148,8 @@ const std::vector<Verb>& Verbs() {
        "                  model and used by the Newick, JSON and SVG trees (default: none,\n"
        "                  leaves are named by their cluster ids)\n" +
            kFitFlagsHelp +
-           kInputsHelp,
-       {kKey, kLabelsKey, {"labels", true}, {"name", true}, {"aggregation", true}, {"out", true,
+           kInputsHelp + kImportHelp,
+       {kKey, kImport, kLabelsKey, {"labels", true}, {"name", true}, {"aggregation", true}, {"out", true,
         true},
         {"leaf-names", true},
         {"level", true}, {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
@@ -185,8 +193,8 @@ const std::vector<Verb>& Verbs() {
        "                  d <= 10 columns, graph above)\n"
        "  --seed S        random seed (default: 0)\n" +
            kFitFlagsHelp +
-           kInputsHelp,
-       {kKey, kLabelsKey, {"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
+           kInputsHelp + kImportHelp,
+       {kKey, kImport, kLabelsKey, {"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
         {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, {"components", true}, {"restarts", true},
         {"standardize", false}, {"gaussian", false}, {"seed", true}, {"dof", true},
@@ -237,8 +245,8 @@ const std::vector<Verb>& Verbs() {
        "                  deviations first (default: auto, when the largest is over 10x\n"
        "                  the median)\n" +
            kFitFlagsHelp +
-           kInputsHelp,
-       {kKey, kLabelsKey, {"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
+           kInputsHelp + kImportHelp,
+       {kKey, kImport, kLabelsKey, {"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
         {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, {"internal-nodes", true},
         {"triples", true}, {"seed", true}, {"projection-dim", true}, {"projection", true},
@@ -283,8 +291,8 @@ const std::vector<Verb>& Verbs() {
        "                  fitted with another method (default: refused)\n"
        "  --json          print one JSON object: model, version, job, dataset (when kept)\n"
        "                  (default: \"model NAME version V\")\n" +
-           kInputsHelp + kClassNamesHelp,
-       {kKey, kLabelsKey, kClassNames, {"name", true}, {"superclasses", true}, {"q", true}, {"r",
+           kInputsHelp + kImportHelp + kClassNamesHelp,
+       {kKey, kImport, kLabelsKey, kClassNames, {"name", true}, {"superclasses", true}, {"q", true}, {"r",
         true}, {"seed", true},
         {"flat", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, {"lambda", true}, {"top-t", true},
@@ -305,8 +313,8 @@ const std::vector<Verb>& Verbs() {
        "  --allow-method-change  as for 'dendro hppca train' (default: refused)\n"
        "  --json          print one JSON object: model, version, job, dataset (when kept)\n"
        "                  (default: \"model NAME version V\")\n" +
-           kInputsHelp + kClassNamesHelp,
-       {kKey, kLabelsKey, kClassNames, {"recluster", false}, {"keep-dataset", false}, {"dataset",
+           kInputsHelp + kImportHelp + kClassNamesHelp,
+       {kKey, kImport, kLabelsKey, kClassNames, {"recluster", false}, {"keep-dataset", false}, {"dataset",
         true},
         {"allow-method-change", false}, kJson},
        1, 3, RunHppcaAdd},
@@ -475,7 +483,7 @@ const std::vector<Verb>& Verbs() {
        "  --client NAME        repeatable: DIR/NAME.pem and NAME.key, common name NAME, for\n"
        "                       mutual TLS (dendrod --tls_client_ca DIR/ca.pem) (default: none)\n"
        "  --days N             validity of the server and client certificates (default: 365)\n"
-       "  --role ROLE          reader, writer or admin: the role in each client's keys-file\n"
+       "  --role ROLE          reader, writer, importer or admin: the role in each client's keys-file\n"
        "                       line (default: the line says ROLE, for you to fill in)\n"
        "  --append KEYS_FILE   add those lines to the keys file (default: print them)\n",
        {{"ca-dir", true}, {"host", true, true}, {"client", true, true}, {"days", true},

@@ -543,6 +543,60 @@ absl::StatusOr<std::unique_ptr<MatrixFile>> OpenMatrix(const Args& args,
   return MatrixFile::Open(path, options);
 }
 
+namespace {
+
+// Whether the target is this host: the server can then see our files.
+bool LocalTarget(const std::string& target) {
+  for (const char* prefix : {"127.", "localhost:", "[::1]:", "unix:", "ipv4:127.", "ipv6:[::1]"}) {
+    if (absl::StartsWith(target, prefix)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Dataset> SendFile(const Args& args, client::Client& client, MatrixFile& file,
+                                     absl::Span<const int64_t> labels,
+                                     std::string_view display_name,
+                                     const client::UploadProgress& progress, bool transient,
+                                     std::string_view prepare, std::string_view append_to) {
+  const std::string mode = args.Get("import").value_or("auto");
+  if (mode != "auto" && mode != "on" && mode != "off") {
+    return UsageError(absl::StrCat("--import must be auto, on or off, got '", mode, "'"));
+  }
+  const bool npy = absl::EndsWithIgnoreCase(file.path(), ".npy");
+  const bool float32 = file.rows() > 0 && file.Float32Rows(0, 1) != nullptr;
+  if (mode == "on") {
+    if (!append_to.empty()) return UsageError("--import on does not go with --append");
+    if (!npy || !float32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file.path(), " is ", file.description(),
+          "; only float32 .npy files in C order are imported (drop --import on to upload it)"));
+    }
+  }
+  const bool try_import = mode == "on" || (mode == "auto" && npy && float32 && append_to.empty() &&
+                                           LocalTarget(client.options().target));
+  if (try_import) {
+    std::error_code ec;
+    const std::filesystem::path absolute = std::filesystem::canonical(file.path(), ec);
+    if (!ec) {
+      absl::StatusOr<v1::Dataset> ds =
+          client.ImportFile(absolute.string(), labels, display_name, transient);
+      if (ds.ok() || mode == "on") return ds;
+      // The server cannot or may not read it: send the bytes instead.
+      const absl::StatusCode code = ds.status().code();
+      if (code != absl::StatusCode::kFailedPrecondition &&
+          code != absl::StatusCode::kPermissionDenied && code != absl::StatusCode::kNotFound &&
+          code != absl::StatusCode::kUnimplemented) {
+        return ds;
+      }
+    } else if (mode == "on") {
+      return absl::InvalidArgumentError(absl::StrCat(file.path(), ": ", ec.message()));
+    }
+  }
+  return client.UploadFile(file, labels, display_name, progress, transient, prepare, append_to);
+}
+
 absl::StatusOr<LabelColumn> ReadLabels(const Args& args, const std::string& path) {
   InputFileOptions options;
   options.npz_key = args.Get("labels-key").value_or("");

@@ -21,6 +21,8 @@ namespace {
 
 constexpr RpcRule kRules[] = {
     {Rpc::kUploadDataset, "/dendro.v1.DatasetService/UploadDataset", Role::kWriter},
+    // Reads files of the server's host (under --import_dirs).
+    {Rpc::kImportDataset, "/dendro.v1.DatasetService/ImportDataset", Role::kImporter},
     {Rpc::kGetDataset, "/dendro.v1.DatasetService/GetDataset", Role::kReader},
     {Rpc::kListDatasets, "/dendro.v1.DatasetService/ListDatasets", Role::kReader},
     {Rpc::kDeleteDataset, "/dendro.v1.DatasetService/DeleteDataset", Role::kAdmin},
@@ -92,6 +94,8 @@ std::string RoleName(Role role) {
   switch (role) {
     case Role::kReader: return "reader";
     case Role::kWriter: return "writer";
+    case Role::kImporter:
+      return "importer";
     case Role::kAdmin: return "admin";
     default: return "none";
   }
@@ -100,9 +104,10 @@ std::string RoleName(Role role) {
 absl::StatusOr<Role> ParseRole(std::string_view name) {
   if (name == "reader") return Role::kReader;
   if (name == "writer") return Role::kWriter;
+  if (name == "importer") return Role::kImporter;
   if (name == "admin") return Role::kAdmin;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown role '", std::string(name), "' (reader, writer or admin)"));
+      absl::StrCat("unknown role '", std::string(name), "' (reader, writer, importer or admin)"));
 }
 
 std::string Sha256Hex(std::string_view bytes) {

@@ -9,7 +9,7 @@
 //   cn:<certificate common name>  <name>  <role>
 //
 // The file never holds a key in clear (`dendro keys hash` prints a line).
-// Roles are ordered: reader < writer < admin. Every RPC of the dendro.v1
+// Roles are ordered: reader < writer < importer < admin. Every RPC of the dendro.v1
 // services has exactly one rule (RpcRules); DendroServer refuses to start if
 // a service method has none, so a new RPC cannot be left open by accident.
 // Health checking and reflection are not dendro.v1 services and stay open
@@ -39,7 +39,9 @@
 
 namespace dendro::server {
 
-enum class Role { kNone = 0, kReader = 1, kWriter = 2, kAdmin = 3 };
+// An importer is a writer that may also have the server read files of its
+// own host (DatasetService.ImportDataset, under --import_dirs).
+enum class Role { kNone = 0, kReader = 1, kWriter = 2, kImporter = 3, kAdmin = 4 };
 
 std::string RoleName(Role role);
 absl::StatusOr<Role> ParseRole(std::string_view name);
@@ -77,10 +79,30 @@ class KeyTable {
 // Every RPC of the dendro.v1 services (the rule table is indexed by this
 // enum; kLast names the last one).
 enum class Rpc {
-  kUploadDataset, kGetDataset, kListDatasets, kDeleteDataset,
-  kSubmitJob, kGetJob, kListJobs, kCancelJob, kWatchJob, kWaitJob, kDeleteJob,
-  kGetModel, kListModels, kDeleteModel, kGetTree, kGetTreeStream, kAssign, kPredict, kPredictStream,
-  kGetClasses, kSetModelLabel, kDeleteModelLabel, kSetModelRetention,
+  kUploadDataset,
+  kImportDataset,
+  kGetDataset,
+  kListDatasets,
+  kDeleteDataset,
+  kSubmitJob,
+  kGetJob,
+  kListJobs,
+  kCancelJob,
+  kWatchJob,
+  kWaitJob,
+  kDeleteJob,
+  kGetModel,
+  kListModels,
+  kDeleteModel,
+  kGetTree,
+  kGetTreeStream,
+  kAssign,
+  kPredict,
+  kPredictStream,
+  kGetClasses,
+  kSetModelLabel,
+  kDeleteModelLabel,
+  kSetModelRetention,
   kLast = kSetModelRetention,
 };
 

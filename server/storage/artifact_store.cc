@@ -4,6 +4,12 @@
 
 namespace dendro::server {
 
+absl::StatusOr<std::unique_ptr<ArtifactWriter>> ArtifactStore::Link(const std::string& key,
+                                                                    int /*fd*/) {
+  return absl::UnimplementedError(
+      absl::StrCat("artifact '", key, "': this store cannot link files"));
+}
+
 absl::Status ValidateArtifactKey(std::string_view key) {
   const auto bad = [&](std::string_view why) {
     return absl::InvalidArgumentError(

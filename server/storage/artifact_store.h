@@ -76,6 +76,16 @@ class ArtifactStore {
   // Starts a new object at `key`, which must not exist yet.
   virtual absl::StatusOr<std::unique_ptr<ArtifactWriter>> Create(const std::string& key,
                                                                  Durability durability) = 0;
+  // Starts an object at `key` that is the open file `fd` itself, linked
+  // under the key rather than copied: no bytes are written. Append() takes
+  // the file's own bytes, front to back, only to count them (the checksum
+  // is of the file itself, and may be computed beside the caller's work);
+  // Commit() publishes the link, never durably (for transient objects). The
+  // file must not change while the object exists. Unimplemented where the
+  // store cannot link (the default); FailedPrecondition when this file
+  // cannot be linked (another file system, or the kernel refuses): the
+  // caller copies it instead.
+  virtual absl::StatusOr<std::unique_ptr<ArtifactWriter>> Link(const std::string& key, int fd);
   // Starts a new prefix, written as a directory of files.
   virtual absl::StatusOr<std::unique_ptr<StagedDirectory>> Stage(const std::string& prefix) = 0;
   // A local file (for an object) or directory (for a prefix) holding the

@@ -1,10 +1,16 @@
 #include "server/storage/dataset_store.h"
 
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <random>
 #include <set>
+#include <tuple>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/common/crash_point.h"
@@ -132,6 +138,105 @@ absl::Status DatasetUpload::BeginAppend(const v1::DatasetHeader& header) {
   return absl::OkStatus();
 }
 
+absl::Status DatasetUpload::BeginImport(const v1::ImportDatasetRequest& request,
+                                        const ImportedFile& file) {
+  const v1::DatasetHeader& asked = request.header();
+  const std::string what = absl::StrCat("import: '", request.path(), "'");
+  DENDRO_RETURN_IF_ERROR(ValidateDisplayName("import: display_name", asked.display_name()));
+  if (!asked.append_to().empty()) {
+    return absl::InvalidArgumentError("import: append_to is for uploads (append by upload)");
+  }
+  if (!asked.prepare().empty()) {
+    return absl::InvalidArgumentError(
+        "import: prepare is for uploads (a job on an imported file reads it itself)");
+  }
+  if (file.size() == 0) return absl::InvalidArgumentError(absl::StrCat(what, " is empty"));
+  const auto size = static_cast<size_t>(file.size());
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, file.fd(), 0);
+  if (map == MAP_FAILED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": cannot map it: ", std::strerror(errno)));
+  }
+  absl::Cleanup unmap = [map, size] { ::munmap(map, size); };
+  ::madvise(map, size, MADV_SEQUENTIAL);
+  const std::string_view bytes(static_cast<const char*>(map), size);
+
+  // Float32 in C order is what a dataset is stored as; anything else the
+  // clients convert while they upload it.
+  absl::StatusOr<NpyLayout> layout = ParseNpyLayout(bytes);
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", layout.status().message()));
+  }
+  const NpyElementType& e = layout->element;
+  if (e.kind != NpyElementType::Kind::kFloat || e.size != 4 || e.big_endian ||
+      layout->fortran_order || layout->shape.size() != 2) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " holds a ", layout->shape.size(), "-D ", e.Name(),
+        e.big_endian ? " (big-endian)" : "", " array",
+        layout->fortran_order ? " in Fortran order" : "",
+        "; imports take 2-D float32 in C order, as datasets are stored (upload it instead: the "
+        "clients convert)"));
+  }
+  DENDRO_ASSIGN_OR_RETURN(const NpyHeader npy, ParseNpyHeader(bytes));
+  const auto expected = static_cast<size_t>(npy.num_bytes());
+  if (size - npy.data_offset != expected) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, size - npy.data_offset < expected ? ": truncated: " : ": corrupt: ",
+                     "the header says ", npy.rows(), " x ", npy.cols(), " float32, the file holds ",
+                     size - npy.data_offset, " data bytes"));
+  }
+  header_ = asked;
+  for (const auto& [given, actual, name] : {std::tuple{asked.rows(), npy.rows(), "rows"},
+                                            std::tuple{asked.cols(), npy.cols(), "cols"}}) {
+    if (given != 0 && given != actual) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " has ", actual, " ", name, ", the request says ", given));
+    }
+  }
+  header_.set_rows(npy.rows());
+  header_.set_cols(npy.cols());
+  DENDRO_RETURN_IF_ERROR(validator_.Begin(header_.rows(), header_.cols(), header_.has_labels(),
+                                          store_->max_dataset_bytes_));
+  id_ = NewId("ds");
+  prefix_ = DatasetStore::KeyFor(id_, header_.transient());
+  ArtifactStore* artifacts = store_->artifacts_;
+  const std::string key = prefix_ + "/X.npy";
+  if (header_.transient()) {
+    absl::StatusOr<std::unique_ptr<ArtifactWriter>> link = artifacts->Link(key, file.fd());
+    if (link.ok()) {
+      x_ = *std::move(link);
+      linked_ = true;
+    } else if (!absl::IsFailedPrecondition(link.status()) &&
+               !absl::IsUnimplemented(link.status())) {
+      return link.status();
+    }
+  }
+  const Durability durability = header_.transient() ? Durability::kVolatile : Durability::kDurable;
+  if (!linked_) {
+    DENDRO_RETURN_IF_ERROR(store_->disk_.Check(validator_.total_bytes(), "import"));
+    DENDRO_ASSIGN_OR_RETURN(x_, artifacts->Create(key, durability));
+  }
+  // A link's bytes are the file's own, header included; a copy gets the
+  // header datasets are written with.
+  const int64_t shape[2] = {header_.rows(), header_.cols()};
+  DENDRO_RETURN_IF_ERROR(x_->Append(linked_
+                                        ? bytes.substr(0, npy.data_offset)
+                                        : std::string_view(MakeNpyHeader(DType::kFloat32, shape))));
+  if (header_.has_labels()) {
+    DENDRO_ASSIGN_OR_RETURN(y_, artifacts->Create(prefix_ + "/y.npy", durability));
+    const int64_t yshape[1] = {header_.rows()};
+    DENDRO_RETURN_IF_ERROR(y_->Append(MakeNpyHeader(DType::kInt64, yshape)));
+  }
+  const std::string_view data = bytes.substr(npy.data_offset);
+  constexpr size_t kChunk = size_t{8} << 20;
+  for (size_t at = 0; at < data.size(); at += kChunk) {
+    if (absl::Status s = AppendData(data.substr(at, kChunk)); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DatasetUpload::AppendBaseLabels() {
   if (base_ == nullptr || base_labels_sent_ || !y_) return absl::OkStatus();
   base_labels_sent_ = true;
@@ -226,6 +331,21 @@ absl::StatusOr<v1::Dataset> DatasetUpload::Finish() {
 }
 
 // --- DatasetStore -------------------------------------------------------------
+
+absl::StatusOr<v1::Dataset> DatasetStore::Import(const v1::ImportDatasetRequest& request,
+                                                 const std::string& owner, bool* linked) {
+  DENDRO_ASSIGN_OR_RETURN(const ImportedFile file, import_roots_.OpenFile(request.path()));
+  std::unique_ptr<DatasetUpload> upload = StartUpload();
+  upload->set_owner(owner);
+  DENDRO_RETURN_IF_ERROR(upload->BeginImport(request, file));
+  if (request.header().has_labels()) {
+    DENDRO_RETURN_IF_ERROR(upload->AppendLabels(request.labels()));
+  } else if (!request.labels().empty()) {
+    return absl::InvalidArgumentError("import: labels given, but header.has_labels is false");
+  }
+  if (linked != nullptr) *linked = upload->linked_;
+  return upload->Finish();
+}
 
 DatasetStore::DatasetStore(ArtifactStore* artifacts, Catalogue* catalogue, DiskGuard disk,
                            int64_t max_dataset_bytes,

@@ -17,13 +17,18 @@
 // checksummed, mappable and deletable as any upload, and a job reading one
 // generation never sees another. The price is that an append writes the
 // earlier rows again (a server-side copy, no network).
+//
+// Imports (v1::ImportDatasetRequest): a file of the server's host, opened
+// by ImportRoots, goes through the same validator and checksums as an
+// upload's bytes; a transient import is stored as a hard link to the file
+// itself (ArtifactStore::Link), anything else as a copy.
 #ifndef DENDRO_SERVER_STORAGE_DATASET_STORE_H_
 #define DENDRO_SERVER_STORAGE_DATASET_STORE_H_
 
 #include <cstdint>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,9 +41,10 @@
 #include "core/io/npy.h"
 #include "core/matrix/matrix.h"
 #include "dendro/v1/dendro.pb.h"
+#include "server/catalogue/catalogue.h"
 #include "server/storage/artifact_store.h"
 #include "server/storage/disk_guard.h"
-#include "server/catalogue/catalogue.h"
+#include "server/storage/import_roots.h"
 #include "server/storage/upload_preparation.h"
 #include "server/storage/upload_validator.h"
 
@@ -87,6 +93,11 @@ class DatasetUpload {
 
   // An append: the rows (and labels) of `base_` go first.
   absl::Status BeginAppend(const v1::DatasetHeader& header);
+  // A same-host import: checks `file`'s header against `request`, then
+  // passes its rows through the validator into a link to it (transient) or
+  // a copy (durable, or where it cannot be linked). Labels and Finish() as
+  // for an upload.
+  absl::Status BeginImport(const v1::ImportDatasetRequest& request, const ImportedFile& file);
   // Feeds the base's labels once, before the client's first label.
   absl::Status AppendBaseLabels();
 
@@ -101,6 +112,7 @@ class DatasetUpload {
   std::unique_ptr<UploadPreparation> preparation_;  // when the header asked for one
   std::shared_ptr<const LoadedDataset> base_;       // an append's previous generation
   bool base_labels_sent_ = false;
+  bool linked_ = false;  // an import linked, not copied
 };
 
 class DatasetStore {
@@ -124,6 +136,13 @@ class DatasetStore {
   std::unique_ptr<DatasetUpload> StartUpload() {
     return std::unique_ptr<DatasetUpload>(new DatasetUpload(this));
   }
+  // The directories same-host imports may read (none by default: every
+  // import is refused). Set before the store is shared.
+  void set_import_roots(ImportRoots roots) { import_roots_ = std::move(roots); }
+  // A same-host import by `owner` (v1::ImportDatasetRequest). *linked, if
+  // given, says whether the file was linked rather than copied.
+  absl::StatusOr<v1::Dataset> Import(const v1::ImportDatasetRequest& request,
+                                     const std::string& owner, bool* linked = nullptr);
   // The dataset with this id, exactly.
   absl::StatusOr<v1::Dataset> Get(const std::string& id) { return catalogue_->GetDataset(id); }
   // A dataset as users name it (v1::Dataset.lineage): "LINEAGE" is its
@@ -163,6 +182,7 @@ class DatasetStore {
   const int64_t max_dataset_bytes_;
   const DiskGuard disk_;
   const std::vector<const UploadPreparer*> preparers_;
+  ImportRoots import_roots_;
   // The preparer an upload's header asks for: null for none, InvalidArgument
   // for a name no preparer has.
   absl::StatusOr<const UploadPreparer*> PreparerFor(const v1::DatasetHeader& header) const;

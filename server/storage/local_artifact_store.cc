@@ -1,9 +1,15 @@
 #include "server/storage/local_artifact_store.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <system_error>
@@ -18,8 +24,8 @@
 #include "core/common/crash_point.h"
 #include "core/common/mutex.h"
 #include "core/common/status_macros.h"
-#include "server/storage/checksum.h"
 #include "server/base/ids.h"
+#include "server/storage/checksum.h"
 #include "spdlog/spdlog.h"
 
 namespace dendro::server {
@@ -90,6 +96,88 @@ class LocalArtifactStore::Writer : public ArtifactWriter {
   AtomicFileWriter file_;
   Checksum sum_;
   std::string dir_;
+};
+
+// --- LinkWriter -----------------------------------------------------------------
+
+// A hard link to an open file, made at once under a temporary name in the
+// key's directory and renamed onto it at Commit(). The file's checksum is
+// computed on a thread of its own from the file itself, beside whatever the
+// caller does with the bytes it passes to Append() (which are only counted).
+class LocalArtifactStore::LinkWriter : public ArtifactWriter {
+ public:
+  LinkWriter(std::string temp, std::string path, int fd)
+      : temp_(std::move(temp)), path_(std::move(path)), fd_(fd), summer_([this] { Sum(); }) {}
+  ~LinkWriter() override {
+    stop_.store(true);
+    Join();
+    ::close(fd_);
+    if (!committed_) ::unlink(temp_.c_str());
+  }
+  absl::Status Append(std::string_view bytes) override {
+    size_ += static_cast<int64_t>(bytes.size());
+    return absl::OkStatus();
+  }
+  int64_t size() const override { return size_; }
+  std::string checksum() const override {
+    const_cast<LinkWriter*>(this)->Join();
+    return sum_.Hex();
+  }
+  absl::Status Commit() override {
+    Join();
+    if (!sum_status_.ok()) return sum_status_;
+    if (summed_bytes_ != size_) {
+      return absl::InternalError(absl::StrCat("linking an imported file: ", size_,
+                                              " bytes passed, the file has ", summed_bytes_));
+    }
+    if (::rename(temp_.c_str(), path_.c_str()) != 0) {
+      return absl::InternalError(
+          absl::StrCat("linking an imported file: rename: ", std::strerror(errno)));
+    }
+    committed_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  void Join() {
+    if (summer_.joinable()) summer_.join();
+  }
+  void Sum() {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) {
+      sum_status_ =
+          absl::InternalError(absl::StrCat("imported file: fstat: ", std::strerror(errno)));
+      return;
+    }
+    const auto size = static_cast<size_t>(st.st_size);
+    if (size == 0) return;
+    void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd_, 0);
+    if (map == MAP_FAILED) {
+      sum_status_ =
+          absl::InternalError(absl::StrCat("imported file: mmap: ", std::strerror(errno)));
+      return;
+    }
+    ::madvise(map, size, MADV_SEQUENTIAL);
+    const char* bytes = static_cast<const char*>(map);
+    constexpr size_t kBlock = size_t{8} << 20;
+    for (size_t at = 0; at < size && !stop_.load(std::memory_order_relaxed); at += kBlock) {
+      const size_t n = std::min(kBlock, size - at);
+      sum_.Update(std::string_view(bytes + at, n));
+      summed_bytes_ += static_cast<int64_t>(n);
+    }
+    ::munmap(map, size);
+  }
+
+  const std::string temp_;
+  const std::string path_;
+  const int fd_;  // owned
+  Checksum sum_;
+  absl::Status sum_status_;
+  int64_t summed_bytes_ = 0;  // by the thread, read after Join()
+  std::atomic<bool> stop_{false};
+  int64_t size_ = 0;
+  bool committed_ = false;
+  std::thread summer_;  // last: starts once the rest exists
 };
 
 // --- Staged ---------------------------------------------------------------------
@@ -221,6 +309,36 @@ absl::StatusOr<std::unique_ptr<ArtifactWriter>> LocalArtifactStore::Create(
   writer->set_dir(dir);
   DENDRO_RETURN_IF_ERROR(AtomicFileWriter::Open(path, &writer->file(), durability));
   return std::unique_ptr<ArtifactWriter>(std::move(writer));
+}
+
+absl::StatusOr<std::unique_ptr<ArtifactWriter>> LocalArtifactStore::Link(const std::string& key,
+                                                                         int fd) {
+  DENDRO_RETURN_IF_ERROR(ValidateArtifactKey(key));
+  const std::string path = PathFor(key);
+  const std::string dir = Parent(path);
+  DENDRO_RETURN_IF_ERROR(MakeDirs(dir));
+  std::string temp = absl::StrCat(path, ".link-", NewId("t"), ".tmp");
+  // Linking a descriptor needs CAP_DAC_READ_SEARCH with AT_EMPTY_PATH, or
+  // /proc: try one, then the other.
+  int rc = ::linkat(fd, "", AT_FDCWD, temp.c_str(), AT_EMPTY_PATH);
+  if (rc != 0 && (errno == ENOENT || errno == EPERM || errno == EINVAL)) {
+    const std::string self = absl::StrCat("/proc/self/fd/", fd);
+    rc = ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, temp.c_str(), AT_SYMLINK_FOLLOW);
+  }
+  if (rc != 0) {
+    const int err = errno;
+    // EXDEV: another file system; EPERM: protected hard links (a file the
+    // server neither owns nor may write).
+    return absl::FailedPreconditionError(
+        absl::StrCat("artifact '", key, "': cannot link the file here: ", std::strerror(err)));
+  }
+  const int own = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    return absl::InternalError(absl::StrCat("artifact '", key, "': dup: ", std::strerror(err)));
+  }
+  return std::unique_ptr<ArtifactWriter>(std::make_unique<LinkWriter>(std::move(temp), path, own));
 }
 
 absl::StatusOr<std::unique_ptr<StagedDirectory>> LocalArtifactStore::Stage(

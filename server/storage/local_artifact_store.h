@@ -35,6 +35,9 @@ class LocalArtifactStore : public ArtifactStore {
 
   absl::StatusOr<std::unique_ptr<ArtifactWriter>> Create(const std::string& key,
                                                          Durability durability) override;
+  // A hard link from a temporary name beside the key, renamed onto it at
+  // Commit().
+  absl::StatusOr<std::unique_ptr<ArtifactWriter>> Link(const std::string& key, int fd) override;
   absl::StatusOr<std::unique_ptr<StagedDirectory>> Stage(const std::string& prefix) override;
   absl::StatusOr<std::string> LocalPath(const std::string& key) override;
   int64_t Bytes(const std::string& key) override;
@@ -66,6 +69,7 @@ class LocalArtifactStore : public ArtifactStore {
 
  private:
   class Writer;
+  class LinkWriter;
   class Staged;
   class Purger;
 

@@ -251,6 +251,19 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
     return grpc::Status::OK;
   }
 
+  grpc::Status ImportDataset(grpc::ServerContext* ctx, const v1::ImportDatasetRequest* req,
+                             v1::Dataset* response) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kImportDataset);
+    if (!who.ok()) return ToGrpc(who.status());
+    bool linked = false;
+    auto d = deps_.datasets->Import(*req, who->name, &linked);
+    if (!d.ok()) return ToGrpc(d.status());
+    spdlog::info("dataset {}: {} x {} imported{} ({})", d->id(), d->rows(), d->cols(),
+                 d->has_labels() ? " with labels" : "", linked ? "linked" : "copied");
+    *response = *std::move(d);
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetDataset(grpc::ServerContext* ctx, const v1::GetDatasetRequest* req,
                           v1::Dataset* resp) override {
     absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kGetDataset);

@@ -29,9 +29,11 @@ from grpc_blackbox_test import grpc, pb, rpc, Server, hierarchical_logits, uploa
 import hashlib  # noqa: E402
 
 KEYS = {"reader": "reader-key-0123456789", "writer": "writer-key-0123456789",
-        "writer2": "second-writer-key-0123", "admin": "admin-key-0123456789abc"}
-ROLES = {"reader": "reader", "writer": "writer", "writer2": "writer", "admin": "admin"}
-RANK = {"reader": 1, "writer": 2, "admin": 3}
+        "writer2": "second-writer-key-0123", "importer": "importer-key-012345678",
+        "admin": "admin-key-0123456789abc"}
+ROLES = {"reader": "reader", "writer": "writer", "writer2": "writer", "importer": "importer",
+         "admin": "admin"}
+RANK = {"reader": 1, "writer": 2, "importer": 3, "admin": 4}
 GUARD_SECONDS = 60
 
 
@@ -88,7 +90,7 @@ class AuthTest(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="dendro_auth_")
         cls.keys = os.path.join(cls.dir, "keys")
-        keys_file(cls.keys, ["reader", "writer", "writer2", "admin"])
+        keys_file(cls.keys, ["reader", "writer", "writer2", "importer", "admin"])
         cls.server = Server(cls.dir, ("--auth_keys", cls.keys, "--drain_seconds", "0"))
 
     @classmethod
@@ -110,7 +112,7 @@ class AuthTest(unittest.TestCase):
                                  grpc.StatusCode.UNAUTHENTICATED)
                 self.assertEqual(raw_call(ch, method, (("authorization", KEYS["admin"]),)),
                                  grpc.StatusCode.UNAUTHENTICATED)  # no "Bearer "
-                for name in ("reader", "writer", "admin"):
+                for name in ("reader", "writer", "importer", "admin"):
                     code = raw_call(ch, method, md(name))
                     if RANK[ROLES[name]] >= need:
                         self.assertNotIn(code, (grpc.StatusCode.UNAUTHENTICATED,

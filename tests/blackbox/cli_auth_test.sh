@@ -28,7 +28,7 @@ newkey=$(head -1 new.txt)
 # A CRLF line end and trailing blanks are not part of the key.
 [[ $(printf '%s \r\n' "$key" | "$DENDRO" keys hash alice reader) == "$want" ]] ||
   fail "keys hash kept the line end in the key"
-expect_error 2 "reader, writer or admin" keys hash bob root </dev/null
+expect_error 2 "reader, writer, importer or admin" keys hash bob root </dev/null
 expect_error 2 "one word" keys hash 'bob smith' reader </dev/null
 printf 'short\n' >short.txt
 expect_error 1 "at least 16" keys hash bob reader <short.txt

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import subprocess
 import time
@@ -522,3 +523,28 @@ def test_append_makes_generations_and_fits_use_the_newest(client, logits):
     assert model.dataset_id == second.id
     with_points = model.tree(include_points=True)
     assert (with_points.point_leaf == np.argmax(x[:1500], axis=1)).all()
+
+
+def test_import_file_reads_the_file_in_place(dendrod_path, logits, tmp_path, monkeypatch):
+    from dendro_client import Client, DendroError
+    x, y = logits
+    allowed = tmp_path / "in"
+    allowed.mkdir()
+    path = allowed / "x.npy"
+    np.save(path, x.astype(np.float32))
+    monkeypatch.setenv("DENDRO_DENDROD", dendrod_path)
+    with Client.local(import_dirs=str(allowed)) as local:
+        ds = local.import_file(str(path), labels=y, transient=True)
+        assert (ds.rows, ds.cols, ds.name) == (x.shape[0], x.shape[1], "x")
+        assert os.stat(path).st_nlink == 2  # linked, not copied
+        uploaded = local.upload(x, labels=y)
+        a = local.fit_l2h(ds.id, name="imported").wait().tree(include_points=True)
+        b = local.fit_l2h(uploaded.id, name="uploaded").wait().tree(include_points=True)
+        assert (a.point_leaf == b.point_leaf).all()
+        with pytest.raises(DendroError) as err:
+            local.import_file(str(tmp_path / "elsewhere.npy"))
+        assert err.value.code == "PERMISSION_DENIED"
+        np.save(allowed / "x64.npy", x.astype(np.float64))
+        with pytest.raises(DendroError) as err:
+            local.import_file(str(allowed / "x64.npy"))
+        assert err.value.code == "FAILED_PRECONDITION" and "float64" in str(err.value)

@@ -77,7 +77,7 @@ TEST(RuleTableTest, EveryServiceMethodHasExactlyOneRule) {
   }
   // A method without a rule (here: a table missing one) stops the start.
   std::vector<RpcRule> missing(RpcRules().begin(), RpcRules().end());
-  missing.erase(missing.begin() + 3);  // DeleteDataset
+  missing.erase(missing.begin() + static_cast<int>(Rpc::kDeleteDataset));
   absl::Status s = CheckRulesCover(ServiceNames(), missing);
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.message()), HasSubstr("/dendro.v1.DatasetService/DeleteDataset"));

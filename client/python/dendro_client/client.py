@@ -350,6 +350,35 @@ class Client:
             resp = self._datasets.UploadDataset(requests(), metadata=self._metadata)
         return Dataset.from_proto(resp)
 
+    def import_file(self, path: str, labels: Any = None, name: Optional[str] = None,
+                    transient: bool = False) -> Dataset:
+        """Has a server on this host read a .npy file itself instead of receiving it.
+
+        The server must have been started with ``--import_dirs`` over a
+        directory holding ``path``, and the caller needs the importer role.
+        The file must hold 2-D float32 in C order (what :meth:`upload`
+        converts anything else to). A transient import links the file into
+        the server's data directory (no copy: leave the file as it is until
+        the job on it has ended); a durable one is copied by the server.
+        ``labels`` and ``name`` as for :meth:`upload`.
+        """
+        pb = self._pb
+        label_array = None
+        if labels is not None:
+            import numpy as np
+            rows = int(np.load(path, mmap_mode="r").shape[0])
+            label_array = load_labels(labels, rows)
+        stem = os.path.splitext(os.path.basename(path))[0]
+        header = pb.DatasetHeader(display_name=name if name is not None else stem,
+                                  has_labels=label_array is not None, transient=transient)
+        req = pb.ImportDatasetRequest(
+            header=header, path=os.path.realpath(path),
+            labels=b"" if label_array is None else label_array.astype("<i8").tobytes())
+        with translate(self.target, self._tls):
+            # No deadline: the server reads the whole file.
+            resp = self._datasets.ImportDataset(req, metadata=self._metadata)
+        return Dataset.from_proto(resp)
+
     def dataset(self, dataset_id: str) -> Dataset:
         """Looks up a dataset: an id, "ds-…" (the newest generation) or "ds-…:G"."""
         return Dataset.from_proto(self._unary(self._datasets.GetDataset,

@@ -289,7 +289,11 @@ absl::Status RunTneb(Context& ctx, const Args& args) {
   p->set_components(static_cast<int32_t>(m));
   p->set_restarts(static_cast<int32_t>(restarts));
   p->set_seed(static_cast<uint64_t>(seed));
+  if (args.Has("standardize") && args.Has("no-standardize")) {
+    return UsageError("--standardize and --no-standardize exclude each other");
+  }
   p->set_standardize(args.Has("standardize"));
+  if (args.Has("no-standardize")) p->set_standardize_mode("off");
   p->set_gaussian(args.Has("gaussian"));
   p->set_learn_dof(args.Has("learn-dof"));
   DENDRO_ASSIGN_OR_RETURN(int64_t neighbors, IntFlag(args, "neighbors", 1, 100000));

@@ -157,8 +157,9 @@ const std::vector<Verb>& Verbs() {
        0, 1, RunL2h},
       {"", "tneb", "fit a t-NEB hierarchy (Student-t mixture, density paths) to embeddings",
        "dendro tneb EMBEDDINGS.npy|DATASET_ID [--out FILE ...] [--labels Y.npy]\n"
-       "           [--name NAME] [--components M] [--restarts R] [--standardize]\n"
-       "           [--gaussian] [--dof NU | --dof auto | --learn-dof] [--ridge R]\n"
+       "           [--name NAME] [--components M] [--restarts R]\n"
+       "           [--standardize | --no-standardize] [--gaussian]\n"
+       "           [--dof NU | --dof auto | --learn-dof] [--ridge R]\n"
        "           [--neighbors K] [--merge density|persistence|graph]\n"
        "           [--rank-restarts-by kept_log_likelihood|log_likelihood]\n"
        "           [--seed S] [--level K] [--no-wait] [--keep-dataset]\n"
@@ -175,7 +176,11 @@ const std::vector<Verb>& Verbs() {
        "                  the whole mixture's, as the authors rank them\n"
        "                  (default: kept_log_likelihood)\n"
        "  --standardize   zero mean, unit variance per feature, kept with the model and\n"
-       "                  applied by 'dendro assign' (default: the features as given)\n"
+       "                  applied by 'dendro assign' (default: only when the columns'\n"
+       "                  standard deviations differ by sqrt(500 d) or more, where the raw\n"
+       "                  columns would leave every component too elongated to keep)\n"
+       "  --no-standardize  the features as given, the paper's pipeline (default: see\n"
+       "                  --standardize)\n"
        "  --gaussian      g-NEB: Gaussian components (default: Student-t)\n"
        "  --dof NU        fixed degrees of freedom (the paper: 1); 'auto' fits NU fixed at\n"
        "                  1, NU learned and Gaussian components, and keeps the lowest BIC\n"
@@ -197,7 +202,8 @@ const std::vector<Verb>& Verbs() {
        {kKey, kImport, kLabelsKey, {"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
         {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, {"components", true}, {"restarts", true},
-        {"standardize", false}, {"gaussian", false}, {"seed", true}, {"dof", true},
+        {"standardize", false}, {"no-standardize", false}, {"gaussian", false}, {"seed", true},
+        {"dof", true},
         {"learn-dof", false}, {"ridge", true}, {"neighbors", true}, {"merge", true},
         {"rank-restarts-by", true}, kJson,
         {"color-level", true}, {"layout", true}},

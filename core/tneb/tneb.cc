@@ -131,6 +131,36 @@ absl::StatusOr<TnebMerge> ParseTnebMerge(const std::string& name) {
       absl::StrCat("t-NEB merge must be 'density', 'persistence' or 'graph', got '", name, "'"));
 }
 
+absl::StatusOr<TnebStandardize> ParseTnebStandardize(const std::string& name) {
+  if (name == "auto") return TnebStandardize::kAuto;
+  if (name == "on") return TnebStandardize::kOn;
+  if (name == "off") return TnebStandardize::kOff;
+  return absl::InvalidArgumentError(
+      absl::StrCat("t-NEB standardize must be 'auto', 'on' or 'off', got '", name, "'"));
+}
+
+const char* TnebStandardizeName(TnebStandardize standardize) {
+  switch (standardize) {
+    case TnebStandardize::kAuto:
+      return "auto";
+    case TnebStandardize::kOn:
+      return "on";
+    case TnebStandardize::kOff:
+      return "off";
+  }
+  return "auto";
+}
+
+TnebSpreadRatio TnebStandardizeNeeded(const std::vector<double>& sd, double max_elongation) {
+  TnebSpreadRatio out;
+  if (sd.empty()) return out;
+  const auto [lo, hi] = std::minmax_element(sd.begin(), sd.end());
+  out.ratio = *lo > 0.0 ? *hi / *lo : std::numeric_limits<double>::infinity();
+  // Compared squared, as the filter compares scale eigenvalues (variances).
+  out.standardize = out.ratio * out.ratio >= max_elongation * static_cast<double>(sd.size());
+  return out;
+}
+
 const char* TnebMergeName(TnebMerge merge) {
   switch (merge) {
     case TnebMerge::kDensity:
@@ -356,6 +386,10 @@ class TnebFit {
   absl::Status FitMixture();
   // 2. Components too small or too elongated dropped; rows to the kept ones.
   absl::Status Filter();
+  // With the auto standardisation, on raw columns whose fit left fewer than
+  // two components, some of them for elongation: switches to standardised
+  // columns (the mixture and filter are then run again) and says so.
+  bool StandardizeAfterFilterFailed(const absl::Status& filtered);
   // 3. Similarities between kept components: density paths, or the
   // neighbour graph of the training rows (the graph merge).
   absl::Status ComputeSimilarities();
@@ -379,6 +413,11 @@ class TnebFit {
   const int64_t d_;
   const int threads_;
   FeatureTransform transform_;
+  FeatureTransform columns_;  // the standardisation, whether used or not
+  TnebSpreadRatio spread_;    // the columns' s_max / s_min, and the auto rule's verdict
+  // Why the columns were standardised: "asked", "column_sd_ratio" (the auto
+  // rule before the fit), "filter" (auto, after the raw fit's filter), "".
+  std::string standardize_reason_;
   // 1.
   MixtureOptions mo_;
   bool by_kept_ = false;
@@ -419,10 +458,27 @@ absl::Status TnebFit::Prepare() {
   }
   DENDRO_RETURN_IF_ERROR(ValidateFinite(x_));
   DENDRO_RETURN_IF_ERROR(CheckColumns(x_));
-  if (o_.standardize) {
-    DENDRO_ASSIGN_OR_RETURN(transform_, StandardizationOf(x_));
+  DENDRO_ASSIGN_OR_RETURN(columns_, StandardizationOf(x_));
+  spread_ = TnebStandardizeNeeded(columns_.scale, o_.max_elongation);
+  if (o_.standardize || o_.standardize_mode == TnebStandardize::kOn) {
+    standardize_reason_ = "asked";
+  } else if (o_.standardize_mode == TnebStandardize::kAuto && spread_.standardize) {
+    standardize_reason_ = "column_sd_ratio";
   }
+  if (!standardize_reason_.empty()) transform_ = columns_;
   return absl::OkStatus();
+}
+
+bool TnebFit::StandardizeAfterFilterFailed(const absl::Status& filtered) {
+  if (filtered.ok() || !absl::IsFailedPrecondition(filtered) || o_.standardize ||
+      o_.standardize_mode != TnebStandardize::kAuto || !transform_.identity() ||
+      filter_.too_elongated == 0) {
+    return false;
+  }
+  transform_ = columns_;
+  standardize_reason_ = "filter";
+  fit_.reset();
+  return true;
 }
 
 MixtureOptions TnebFit::MixtureOptionsOf() const {
@@ -615,7 +671,11 @@ void TnebFit::Describe(const MergeTree& mt) {
   md["kept_log_likelihood"] = absl::StrFormat("%.10g", kept_log_likelihood_);
   md["rank_restarts_by"] = TnebRestartRankingName(o_.rank_restarts_by);
   md["seed"] = absl::StrCat(o_.seed);
-  md["standardize"] = o_.standardize ? "true" : "false";
+  // What happened, and why: the option and the columns' spread ratio.
+  md["standardize"] = transform_.identity() ? "false" : "true";
+  md["standardize_mode"] = o_.standardize ? "on" : TnebStandardizeName(o_.standardize_mode);
+  if (!standardize_reason_.empty()) md["standardize_reason"] = standardize_reason_;
+  md["column_sd_ratio"] = absl::StrFormat("%.6g", spread_.ratio);
   md["height_offset"] = absl::StrFormat("%.17g", offset_);
   int32_t auto_k = l;
   if (l >= 3) {
@@ -701,7 +761,13 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
   TnebFit fit(x, o, ctx);
   DENDRO_RETURN_IF_ERROR(fit.Prepare());
   DENDRO_RETURN_IF_ERROR(fit.FitMixture());
-  DENDRO_RETURN_IF_ERROR(fit.Filter());
+  absl::Status filtered = fit.Filter();
+  if (fit.StandardizeAfterFilterFailed(filtered)) {
+    // The raw columns left no hierarchy; the same fit on standardised ones.
+    DENDRO_RETURN_IF_ERROR(fit.FitMixture());
+    filtered = fit.Filter();
+  }
+  DENDRO_RETURN_IF_ERROR(filtered);
   DENDRO_RETURN_IF_ERROR(fit.ComputeSimilarities());
   DENDRO_RETURN_IF_ERROR(fit.BuildTree());
   return fit.Result();

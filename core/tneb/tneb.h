@@ -105,6 +105,38 @@ enum class TnebRestartRanking {
 absl::StatusOr<TnebRestartRanking> ParseTnebRestartRanking(const std::string& name);
 const char* TnebRestartRankingName(TnebRestartRanking ranking);
 
+// Whether the columns are standardised (zero mean, unit variance) before
+// modelling.
+enum class TnebStandardize {
+  // Beyond the paper [default]: the raw columns, unless
+  //  - their spreads already differ by as much as the component filter
+  //    tolerates in one component: s_max^2 >= max_elongation * d * s_min^2
+  //    over the columns' population standard deviations
+  //    (TnebStandardizeNeeded), as with a near-constant column; or
+  //  - the fit on them leaves fewer than two components after the filter,
+  //    some dropped as too elongated (a 0/1 column among wide ones: each
+  //    component sees it almost constant): the mixture is then fitted again
+  //    on standardised columns.
+  // Without this, such data fail after their EM with every component
+  // dropped. The model's metadata say which (standardize_reason).
+  kAuto,
+  kOn,
+  kOff,  // the paper's and the authors' pipeline: the raw columns
+};
+
+// "auto" / "on" / "off"; InvalidArgument otherwise.
+absl::StatusOr<TnebStandardize> ParseTnebStandardize(const std::string& name);
+const char* TnebStandardizeName(TnebStandardize standardize);
+
+// The auto rule above for columns with standard deviations `sd` (every one
+// > 0): the ratio s_max / s_min, and whether it reaches
+// sqrt(max_elongation * d).
+struct TnebSpreadRatio {
+  double ratio = 1.0;
+  bool standardize = false;
+};
+TnebSpreadRatio TnebStandardizeNeeded(const std::vector<double>& sd, double max_elongation);
+
 // Defaults are the paper's (Table 4) and the authors' code unless noted
 // (docs/methods.md lists every difference, with numbers).
 struct TnebOptions {
@@ -134,7 +166,10 @@ struct TnebOptions {
   int32_t path_steps = 200;      // s
   double learning_rate = 0.01;   // Adam
   int32_t eval_points = 1024;    // final path evaluation
-  bool standardize = false;      // zero mean, unit variance per feature
+  // Zero mean, unit variance per feature: `true` always; otherwise as
+  // `standardize_mode` says (auto by default, TnebStandardize).
+  bool standardize = false;
+  TnebStandardize standardize_mode = TnebStandardize::kAuto;
   uint64_t seed = 0;
   int32_t min_component_points = 10;  // drop components with <= this many points
   double max_elongation = 500.0;      // drop if eigenvalue ratio >= this * d

@@ -67,6 +67,11 @@ TnebOptions OptionsFrom(const v1::TnebParams& p) {
   if (p.learning_rate() != 0) o.learning_rate = p.learning_rate();
   if (p.eval_points() != 0) o.eval_points = p.eval_points();
   o.standardize = p.standardize();
+  // An unknown name is rejected by Validate (CheckStandardize).
+  if (absl::StatusOr<TnebStandardize> m = ParseTnebStandardize(p.standardize_mode());
+      !p.standardize_mode().empty() && m.ok()) {
+    o.standardize_mode = *m;
+  }
   o.seed = p.seed();
   if (p.min_component_points() != 0) o.min_component_points = p.min_component_points();
   if (p.max_elongation() != 0) o.max_elongation = p.max_elongation();
@@ -89,6 +94,21 @@ absl::Status CheckRestartRanking(const v1::TnebParams& p) {
   if (p.rank_restarts_by().empty()) return absl::OkStatus();
   absl::StatusOr<TnebRestartRanking> r = ParseTnebRestartRanking(p.rank_restarts_by());
   if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("tneb.", r.status().message()));
+  return absl::OkStatus();
+}
+
+absl::Status CheckStandardize(const v1::TnebParams& p) {
+  if (p.standardize_mode().empty()) return absl::OkStatus();
+  absl::StatusOr<TnebStandardize> m = ParseTnebStandardize(p.standardize_mode());
+  if (!m.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tneb.standardize_mode: ", m.status().message()));
+  }
+  if (p.standardize() && *m != TnebStandardize::kOn) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tneb.standardize is true but tneb.standardize_mode is '",
+                     p.standardize_mode(), "': set one of them"));
+  }
   return absl::OkStatus();
 }
 
@@ -177,6 +197,7 @@ class Tneb final : public Method {
   absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
                         const JobLimits& limits) const override {
     DENDRO_RETURN_IF_ERROR(CheckMerge(spec.tneb()));
+    DENDRO_RETURN_IF_ERROR(CheckStandardize(spec.tneb()));
     DENDRO_RETURN_IF_ERROR(CheckRestartRanking(spec.tneb()));
     const TnebOptions o = OptionsFrom(spec.tneb());
     // The bounds first: their messages name the service's fields.

@@ -193,6 +193,7 @@ int main(int argc, char** argv) {
       base.auto_dof_low_dimension = false;  // a nu given is used, as in the server
     } else if (a == "--no-standardize") {
       base.standardize = false;
+      base.standardize_mode = dendro::TnebStandardize::kOff;  // the raw columns, as the paper
     } else if (a == "--components") {
       const char* v = next();
       if (!v) return Usage();

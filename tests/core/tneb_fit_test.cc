@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
@@ -620,6 +621,90 @@ TEST(TnebFit, ReportsMonotoneProgressAndCancels) {
     EXPECT_TRUE(absl::IsCancelled(FitTneb(s.view(), SmallOptions(), cancel).status()))
         << "cancel after " << after;
   }
+}
+
+}  // namespace
+}  // namespace dendro
+
+namespace dendro {
+namespace {
+
+// Blobs({0,0}, {12,0}, {6,11}) with a third column appended: value(i) for row i.
+Data WithColumn(const Data& s, const std::function<float(int64_t)>& value) {
+  Data out;
+  out.n = s.n;
+  out.d = s.d + 1;
+  out.y = s.y;
+  for (int64_t i = 0; i < s.n; ++i) {
+    for (int j = 0; j < s.d; ++j) out.x.push_back(s.x[i * s.d + j]);
+    out.x.push_back(value(i));
+  }
+  return out;
+}
+
+TEST(TnebStandardizeAuto, RuleComparesTheSpreadRatioWithTheFilter) {
+  // sqrt(500 * 3) = 38.7
+  EXPECT_FALSE(TnebStandardizeNeeded({1.0, 2.0, 38.0}, 500.0).standardize);
+  EXPECT_TRUE(TnebStandardizeNeeded({1.0, 2.0, 39.0}, 500.0).standardize);
+  EXPECT_DOUBLE_EQ(TnebStandardizeNeeded({4.0, 0.5, 2.0}, 500.0).ratio, 8.0);
+  EXPECT_EQ(ParseTnebStandardize("auto").value(), TnebStandardize::kAuto);
+  EXPECT_EQ(ParseTnebStandardize("off").value(), TnebStandardize::kOff);
+  EXPECT_THAT(std::string(ParseTnebStandardize("yes").status().message()),
+              HasSubstr("'auto', 'on' or 'off'"));
+}
+
+TEST(TnebStandardizeAuto, ColumnsThatWouldEmptyTheFilterAreStandardized) {
+  const Data blobs = Blobs({{0, 0}, {12, 0}, {6, 11}}, 200, 1);
+  // A column one float step from constant (the a-priori rule), and a 0/1
+  // column set on every 50th row, constant within nearly every component.
+  const float five = 5.0f;
+  const float next = std::nextafter(five, 6.0f);
+  const Data near_constant = WithColumn(blobs, [&](int64_t i) { return i == 7 ? next : five; });
+  const Data indicator = WithColumn(blobs, [](int64_t i) { return i % 50 == 3 ? 1.0f : 0.0f; });
+  for (const Data* s : {&near_constant, &indicator}) {
+    SCOPED_TRACE(s == &near_constant ? "near-constant column" : "0/1 column");
+    NullRunContext ctx;
+    TnebOptions o = SmallOptions();
+    o.standardize_mode = TnebStandardize::kOff;
+    absl::StatusOr<TnebResult> raw = FitTneb(s->view(), o, ctx);
+    ASSERT_FALSE(raw.ok());
+    EXPECT_THAT(std::string(raw.status().message()), HasSubstr("survived filtering"));
+    o.standardize_mode = TnebStandardize::kAuto;
+    absl::StatusOr<TnebResult> r = FitTneb(s->view(), o, ctx);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const auto& md = r->hierarchy.metadata();
+    EXPECT_EQ(md.at("standardize"), "true");
+    EXPECT_EQ(md.at("standardize_mode"), "auto");
+    const double ratio = std::stod(md.at("column_sd_ratio"));
+    // The near-constant column is caught before any fit (ratio ~ 1e7); the
+    // 0/1 column's spread (0.14 against about 5) is within sqrt(500 x 3) =
+    // 38.7 of the others', and only the raw fit's empty filter shows it.
+    if (s == &near_constant) {
+      EXPECT_GT(ratio, 1e6);
+      EXPECT_EQ(md.at("standardize_reason"), "column_sd_ratio");
+    } else {
+      EXPECT_LT(ratio, 38.0);
+      EXPECT_EQ(md.at("standardize_reason"), "filter");
+    }
+    EXPECT_FALSE(r->model.transform.identity());
+    EXPECT_TRUE(SamePartition(ClustersAt(*r, 3), s->y));
+  }
+}
+
+TEST(TnebStandardizeAuto, ChangesNothingWhereTheRawColumnsWork) {
+  const Data s = Blobs({{0, 0}, {12, 0}, {6, 11}}, 200, 1);
+  NullRunContext ctx;
+  TnebOptions o = SmallOptions();
+  absl::StatusOr<TnebResult> automatic = FitTneb(s.view(), o, ctx);
+  o.standardize_mode = TnebStandardize::kOff;
+  absl::StatusOr<TnebResult> raw = FitTneb(s.view(), o, ctx);
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  EXPECT_EQ(automatic->hierarchy.metadata().at("standardize"), "false");
+  EXPECT_EQ(automatic->hierarchy.metadata().count("standardize_reason"), 0u);
+  EXPECT_TRUE(automatic->model.transform.identity());
+  EXPECT_EQ(automatic->merge_similarity, raw->merge_similarity);
+  EXPECT_EQ(automatic->hierarchy.point_leaf(), raw->hierarchy.point_leaf());
 }
 
 }  // namespace

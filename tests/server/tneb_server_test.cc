@@ -202,6 +202,36 @@ TEST_F(TnebServerTest, MergeOrderAndAutoDofPassThrough) {
             expected_all->hierarchy.metadata().at("log_likelihood"));
 }
 
+// standardize_mode reaches the core. These blobs are elongated (about 50:1
+// in their raw columns): "off", the paper's raw columns, leaves no
+// component through the filter and the job fails; the default (auto) then
+// standardises, as the core does.
+TEST_F(TnebServerTest, StandardizeModeReachesTheCore) {
+  const int n = 600;
+  std::vector<float> x;
+  v1::Dataset ds;
+  ASSERT_NO_FATAL_FAILURE(StartWithBlobs(n, &x, &ds));
+  v1::TnebParams p = SmallParams();
+  p.set_standardize(false);
+  p.set_standardize_mode("off");
+  auto raw = FitServed(ds.id(), "raw", p);
+  ASSERT_FALSE(raw.ok());
+  EXPECT_THAT(std::string(raw.status().message()), HasSubstr("survived filtering"));
+  p.clear_standardize_mode();
+  auto automatic = FitServed(ds.id(), "auto", p);
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ(automatic->metadata().at("standardize_mode"), "auto");
+  TnebOptions o = SmallOptions();
+  o.standardize = false;
+  NullRunContext null_ctx;
+  auto expected = FitTneb(MatrixView(x.data(), n, 3), o, null_ctx);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  EXPECT_EQ(automatic->metadata().at("standardize"), "true");
+  EXPECT_EQ(automatic->metadata().at("standardize_reason"),
+            expected->hierarchy.metadata().at("standardize_reason"));
+  EXPECT_EQ(automatic->point_leaf(), expected->hierarchy.point_leaf());
+}
+
 // Without a nu, a fit of 3-column data chooses it by BIC (the default for
 // d <= 10); a nu given, even the paper's 1, is kept fixed.
 TEST_F(TnebServerTest, AGivenDofIsFixedAndNoneIsChosenByBic) {
@@ -269,6 +299,10 @@ TEST_F(TnebServerTest, BadParametersAreRejectedAtSubmit) {
       {[](v1::TnebParams& p) { p.set_merge("single"); }, "tneb.merge"},
       {[](v1::TnebParams& p) { p.set_rank_restarts_by("bic"); },
        "tneb.rank_restarts_by must be 'kept_log_likelihood' or 'log_likelihood', got 'bic'"},
+      {[](v1::TnebParams& p) { p.set_standardize_mode("yes"); },
+       "tneb.standardize_mode: t-NEB standardize must be 'auto', 'on' or 'off', got 'yes'"},
+      {[](v1::TnebParams& p) { p.set_standardize_mode("off"); },
+       "tneb.standardize is true but tneb.standardize_mode is 'off'"},
   };
   grpc::Status st;
   for (const BadCase& c : cases) {

@@ -517,7 +517,8 @@ class Client:
         gaussian, ridge, restarts, max_iterations, tolerance, neighbors,
         path_points, path_steps, learning_rate, eval_points, standardize,
         seed, min_component_points, max_elongation, auto_dof, merge,
-        rank_restarts_by); unset ones take the defaults (docs/methods.md). An
+        rank_restarts_by, standardize_mode: "auto" (the default), "on" or
+        "off"); unset ones take the defaults (docs/methods.md). An
         unknown name raises TypeError. ``data`` and ``name`` as in
         :meth:`fit_l2h`.
         """

@@ -188,7 +188,12 @@ class TNEB(_Clusterer):
         self.model_name = model_name
 
     def _submit(self, client: Client, X: np.ndarray) -> Any:
-        return client.fit_tneb(X, name=self.model_name or "sklearn_tneb", **self._fit_params())
+        params = self._fit_params()
+        # standardize: None leaves the server's rule (auto), True and False insist.
+        if params.get("standardize") is False:
+            del params["standardize"]
+            params["standardize_mode"] = "off"
+        return client.fit_tneb(X, name=self.model_name or "sklearn_tneb", **params)
 
 
 class GHHC(_Clusterer):

@@ -651,6 +651,18 @@ absl::StatusOr<v1::Model> Client::GetModel(const v1::ModelRef& ref) {
   return resp;
 }
 
+absl::StatusOr<v1::DiffModelsResponse> Client::DiffModels(const v1::ModelRef& a,
+                                                          const v1::ModelRef& b, bool tanglegram) {
+  v1::DiffModelsRequest req;
+  *req.mutable_a() = a;
+  *req.mutable_b() = b;
+  req.set_tanglegram(tanglegram);
+  v1::DiffModelsResponse resp;
+  DENDRO_RETURN_IF_ERROR(impl_->Unary(
+      [&](grpc::ClientContext* c) { return impl_->models->DiffModels(c, req, &resp); }));
+  return resp;
+}
+
 absl::StatusOr<v1::GetClassesResponse> Client::GetClasses(const v1::ModelRef& ref) {
   v1::GetClassesRequest req;
   *req.mutable_model() = ref;

@@ -215,6 +215,9 @@ class Client {
                                       int32_t level = 0);
   // Classifier models: each class's original label and super-class.
   absl::StatusOr<v1::GetClassesResponse> GetClasses(const v1::ModelRef& ref);
+  // Two models' trees compared by the server (v1::DiffModelsRequest).
+  absl::StatusOr<v1::DiffModelsResponse> DiffModels(const v1::ModelRef& a, const v1::ModelRef& b,
+                                                    bool tanglegram = false);
   // Classifier models: top-k classes per row, batched like Assign.
   absl::StatusOr<PredictResult> Predict(const v1::ModelRef& ref, const MatrixView& rows,
                                         const PredictOptions& options);

@@ -12,6 +12,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
+#include "core/diff/diff.h"
+#include "core/diff/tanglegram.h"
 
 namespace dendro::server {
 namespace {
@@ -174,6 +176,51 @@ absl::StatusOr<v1::GetClassesResponse> Api::GetClasses(const v1::ModelRef& ref) 
   resp.mutable_train_counts()->Add(table.train_counts.begin(), table.train_counts.end());
   resp.set_num_superclasses(table.num_superclasses);
   for (std::string& name : table.names) resp.add_names(std::move(name));
+  return resp;
+}
+
+namespace {
+
+// "name:3" for messages and the tanglegram's captions.
+std::string RefName(const v1::Model& m) { return absl::StrCat(m.name(), ":", m.version()); }
+
+}  // namespace
+
+absl::StatusOr<v1::DiffModelsResponse> Api::DiffModels(const v1::DiffModelsRequest& req) const {
+  DENDRO_ASSIGN_OR_RETURN(LoadedModel a, Load(req.a()));
+  DENDRO_ASSIGN_OR_RETURN(LoadedModel b, Load(req.b()));
+  const Hierarchy& ta = a.model->tree();
+  const Hierarchy& tb = b.model->tree();
+  absl::StatusOr<DiffReport> report = DiffHierarchies(ta, tb);
+  if (!report.ok()) {
+    return absl::Status(report.status().code(),
+                        absl::StrCat("diff ", RefName(a.info()), " vs ", RefName(b.info()), ": ",
+                                     report.status().message()));
+  }
+  v1::DiffModelsResponse resp;
+  resp.set_report_json(DiffReportJson(*report));
+  if (req.tanglegram()) {
+    TanglegramLayout layout;
+    layout.order_a = report->order_a;
+    layout.order_b = report->order_b;
+    layout.crossings_before = report->crossings_before;
+    layout.crossings_after = report->crossings_after;
+    layout.sweeps = report->crossing_sweeps;
+    TanglegramOptions options;
+    options.a_label = absl::StrCat("A: ", RefName(a.info()));
+    options.b_label = absl::StrCat("B: ", RefName(b.info()));
+    DENDRO_ASSIGN_OR_RETURN(std::string svg,
+                            TanglegramSvg(ta, tb, report->matching, layout, options));
+    resp.set_tanglegram_svg(std::move(svg));
+  }
+  *resp.mutable_a() = a.info();
+  *resp.mutable_b() = b.info();
+  const auto bytes = static_cast<int64_t>(resp.ByteSizeLong());
+  if (bytes > deps_.max_message_bytes - 1024) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "diff: the answer is ", bytes, " bytes, over the ", deps_.max_message_bytes >> 20,
+        " MiB message limit", req.tanglegram() ? "; ask without the tanglegram" : ""));
+  }
   return resp;
 }
 

@@ -100,6 +100,9 @@ class Api {
   // A classifier's classes (labels, super-classes, counts, names), for
   // both transports; FAILED_PRECONDITION for a model that has none.
   absl::StatusOr<v1::GetClassesResponse> GetClasses(const v1::ModelRef& ref) const;
+  // Two models' trees compared (core/diff/diff.h); RESOURCE_EXHAUSTED when
+  // the answer (the tanglegram, mostly) would not fit one message.
+  absl::StatusOr<v1::DiffModelsResponse> DiffModels(const v1::DiffModelsRequest& req) const;
 
   // Rows sent as rows x cols little-endian float32 bytes: checked against
   // the model (shape, size, finite values) and viewed in place, copied into

@@ -163,6 +163,9 @@ absl::Status ValidateVersion(int64_t version) {
 }
 
 absl::Status ValidateRef(const v1::ModelRef& ref) {
+  // An empty name would otherwise list every model's versions and resolve
+  // to one of them.
+  DENDRO_RETURN_IF_ERROR(ValidateModelName(ref.name()));
   DENDRO_RETURN_IF_ERROR(ValidateVersion(ref.version()));
   if (!ref.label().empty()) {
     if (ref.version() != 0) {

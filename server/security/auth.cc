@@ -47,6 +47,7 @@ constexpr RpcRule kRules[] = {
     {Rpc::kSetModelLabel, "/dendro.v1.ModelService/SetModelLabel", Role::kWriter},
     {Rpc::kDeleteModelLabel, "/dendro.v1.ModelService/DeleteModelLabel", Role::kWriter},
     {Rpc::kSetModelRetention, "/dendro.v1.ModelService/SetModelRetention", Role::kAdmin},
+    {Rpc::kDiffModels, "/dendro.v1.ModelService/DiffModels", Role::kReader},
 };
 
 // RuleFor indexes kRules by the enum: keep the rows in its order.

@@ -103,7 +103,8 @@ enum class Rpc {
   kSetModelLabel,
   kDeleteModelLabel,
   kSetModelRetention,
-  kLast = kSetModelRetention,
+  kDiffModels,
+  kLast = kDiffModels,
 };
 
 struct RpcRule {

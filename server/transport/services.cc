@@ -715,6 +715,16 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     return grpc::Status::OK;
   }
 
+  grpc::Status DiffModels(grpc::ServerContext* ctx, const v1::DiffModelsRequest* req,
+                          v1::DiffModelsResponse* resp) override {
+    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kDiffModels);
+    if (!who.ok()) return ToGrpc(who.status());
+    absl::StatusOr<v1::DiffModelsResponse> diff = api_.DiffModels(*req);
+    if (!diff.ok()) return ToGrpc(diff.status());
+    *resp = *std::move(diff);
+    return grpc::Status::OK;
+  }
+
  private:
   absl::Status PredictOne(const v1::PredictRequest& req, absl::Time deadline,
                           v1::PredictResponse* resp) {

@@ -548,3 +548,21 @@ def test_import_file_reads_the_file_in_place(dendrod_path, logits, tmp_path, mon
         with pytest.raises(DendroError) as err:
             local.import_file(str(allowed / "x64.npy"))
         assert err.value.code == "FAILED_PRECONDITION" and "float64" in str(err.value)
+
+
+def test_diff_compares_two_versions_on_the_server(client, logits):
+    from dendro_client import DendroError
+    x, y = logits
+    client.fit_l2h(client.upload(x[:2000], labels=y[:2000]), name="py_diff").wait()
+    client.fit_l2h(client.upload(x, labels=y), name="py_diff").wait()
+    report = client.diff("py_diff:1", "py_diff:2", tanglegram=True)
+    assert report["format"] == "dendro.diff"
+    assert report["shared_leaves"] == report["a"]["leaves"] == report["b"]["leaves"]
+    assert report["tanglegram_svg"].lstrip().startswith(("<svg", "<?xml"))
+    same = client.diff("py_diff:2", "py_diff")  # the latest is version 2
+    assert same["robinson_foulds"]["distance"] == 0
+    assert "tanglegram_svg" not in same
+    assert same["events"]["list"] and all(e["type"] == "stayed" for e in same["events"]["list"])
+    with pytest.raises(DendroError) as err:
+        client.diff("py_diff:1", "no_such_model")
+    assert err.value.code == "NOT_FOUND"

@@ -652,6 +652,23 @@ class Client:
                                        self._pb.GetModelRequest(model=self._model_ref(name,
                                                                                       version))))
 
+    def diff(self, a: str, b: str, tanglegram: bool = False) -> Dict[str, Any]:
+        """Compares two models' trees on the server, as ``dendro diff A B --json`` does.
+
+        ``a`` and ``b`` are references ("m", "m:3", "m@stable"). Returns the
+        report (format "dendro.diff": Robinson-Foulds distance, cophenetic
+        correlation, ARI of the cuts at every k, cluster events; see
+        docs/methods.md), with "tanglegram_svg" (the two trees facing each
+        other, as SVG text) added when ``tanglegram`` is set.
+        """
+        import json
+        resp = self._unary(self._models.DiffModels, self._pb.DiffModelsRequest(
+            a=self._model_ref(a), b=self._model_ref(b), tanglegram=tanglegram))
+        report: Dict[str, Any] = json.loads(resp.report_json)
+        if tanglegram:
+            report["tanglegram_svg"] = resp.tanglegram_svg.decode("utf-8")
+        return report
+
     def models(self, name: Optional[str] = None) -> List[Model]:
         """Every model version (all pages), or only the versions of ``name``."""
         pb = self._pb

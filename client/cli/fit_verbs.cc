@@ -623,17 +623,10 @@ absl::Status RunDiff(Context& ctx, const Args& args) {
                         absl::StrCat(a_source, " vs ", b_source, ": ", report.status().message()));
   }
   if (out.has_value()) {
-    TanglegramLayout layout;
-    layout.order_a = report->order_a;
-    layout.order_b = report->order_b;
-    layout.crossings_before = report->crossings_before;
-    layout.crossings_after = report->crossings_after;
-    layout.sweeps = report->crossing_sweeps;
     TanglegramOptions options;
     options.a_label = absl::StrCat("A: ", a_source);
     options.b_label = absl::StrCat("B: ", b_source);
-    DENDRO_ASSIGN_OR_RETURN(std::string svg,
-                            TanglegramSvg(a, b, report->matching, layout, options));
+    DENDRO_ASSIGN_OR_RETURN(std::string svg, DiffTanglegramSvg(a, b, *report, options));
     DENDRO_RETURN_IF_ERROR(WriteFileAtomic(*out, svg));
   }
   if (args.Has("json")) {

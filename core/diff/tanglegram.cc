@@ -404,4 +404,16 @@ absl::StatusOr<std::string> TanglegramSvg(const Hierarchy& a, const Hierarchy& b
   return out;
 }
 
+absl::StatusOr<std::string> DiffTanglegramSvg(const Hierarchy& a, const Hierarchy& b,
+                                              const DiffReport& report,
+                                              const TanglegramOptions& options) {
+  TanglegramLayout layout;
+  layout.order_a = report.order_a;
+  layout.order_b = report.order_b;
+  layout.crossings_before = report.crossings_before;
+  layout.crossings_after = report.crossings_after;
+  layout.sweeps = report.crossing_sweeps;
+  return TanglegramSvg(a, b, report.matching, layout, options);
+}
+
 }  // namespace dendro

@@ -68,6 +68,12 @@ absl::StatusOr<std::string> TanglegramSvg(const Hierarchy& a, const Hierarchy& b
                                           const TanglegramLayout& layout,
                                           const TanglegramOptions& options = {});
 
+// The tanglegram of a comparison: `report` is DiffHierarchies(a, b), whose
+// matching and reduced leaf orders are drawn.
+absl::StatusOr<std::string> DiffTanglegramSvg(const Hierarchy& a, const Hierarchy& b,
+                                              const DiffReport& report,
+                                              const TanglegramOptions& options = {});
+
 }  // namespace dendro
 
 #endif  // DENDRO_CORE_DIFF_TANGLEGRAM_H_

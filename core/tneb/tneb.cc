@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/common/named_choice.h"
 #include "core/common/omp_threads.h"
 #include "core/common/status_macros.h"
 #include "core/common/sub_range_context.h"
@@ -131,24 +132,22 @@ absl::StatusOr<TnebMerge> ParseTnebMerge(const std::string& name) {
       absl::StrCat("t-NEB merge must be 'density', 'persistence' or 'graph', got '", name, "'"));
 }
 
+namespace {
+
+constexpr NamedChoice<TnebStandardize> kTnebStandardizes[] = {
+    {TnebStandardize::kAuto, "auto"},
+    {TnebStandardize::kOn, "on"},
+    {TnebStandardize::kOff, "off"},
+};
+
+}  // namespace
+
 absl::StatusOr<TnebStandardize> ParseTnebStandardize(const std::string& name) {
-  if (name == "auto") return TnebStandardize::kAuto;
-  if (name == "on") return TnebStandardize::kOn;
-  if (name == "off") return TnebStandardize::kOff;
-  return absl::InvalidArgumentError(
-      absl::StrCat("t-NEB standardize must be 'auto', 'on' or 'off', got '", name, "'"));
+  return ParseChoice(kTnebStandardizes, "t-NEB standardize", name);
 }
 
-const char* TnebStandardizeName(TnebStandardize standardize) {
-  switch (standardize) {
-    case TnebStandardize::kAuto:
-      return "auto";
-    case TnebStandardize::kOn:
-      return "on";
-    case TnebStandardize::kOff:
-      return "off";
-  }
-  return "auto";
+std::string_view TnebStandardizeName(TnebStandardize standardize) {
+  return ChoiceName(kTnebStandardizes, standardize);
 }
 
 TnebSpreadRatio TnebStandardizeNeeded(const std::vector<double>& sd, double max_elongation) {
@@ -673,7 +672,8 @@ void TnebFit::Describe(const MergeTree& mt) {
   md["seed"] = absl::StrCat(o_.seed);
   // What happened, and why: the option and the columns' spread ratio.
   md["standardize"] = transform_.identity() ? "false" : "true";
-  md["standardize_mode"] = o_.standardize ? "on" : TnebStandardizeName(o_.standardize_mode);
+  md["standardize_mode"] =
+      std::string(o_.standardize ? "on" : TnebStandardizeName(o_.standardize_mode));
   if (!standardize_reason_.empty()) md["standardize_reason"] = standardize_reason_;
   md["column_sd_ratio"] = absl::StrFormat("%.6g", spread_.ratio);
   md["height_offset"] = absl::StrFormat("%.17g", offset_);

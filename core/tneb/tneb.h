@@ -58,6 +58,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -126,7 +127,7 @@ enum class TnebStandardize {
 
 // "auto" / "on" / "off"; InvalidArgument otherwise.
 absl::StatusOr<TnebStandardize> ParseTnebStandardize(const std::string& name);
-const char* TnebStandardizeName(TnebStandardize standardize);
+std::string_view TnebStandardizeName(TnebStandardize standardize);
 
 // The auto rule above for columns with standard deviations `sd` (every one
 // > 0): the ratio s_max / s_min, and whether it reaches

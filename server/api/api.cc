@@ -200,17 +200,10 @@ absl::StatusOr<v1::DiffModelsResponse> Api::DiffModels(const v1::DiffModelsReque
   v1::DiffModelsResponse resp;
   resp.set_report_json(DiffReportJson(*report));
   if (req.tanglegram()) {
-    TanglegramLayout layout;
-    layout.order_a = report->order_a;
-    layout.order_b = report->order_b;
-    layout.crossings_before = report->crossings_before;
-    layout.crossings_after = report->crossings_after;
-    layout.sweeps = report->crossing_sweeps;
     TanglegramOptions options;
     options.a_label = absl::StrCat("A: ", RefName(a.info()));
     options.b_label = absl::StrCat("B: ", RefName(b.info()));
-    DENDRO_ASSIGN_OR_RETURN(std::string svg,
-                            TanglegramSvg(ta, tb, report->matching, layout, options));
+    DENDRO_ASSIGN_OR_RETURN(std::string svg, DiffTanglegramSvg(ta, tb, *report, options));
     resp.set_tanglegram_svg(std::move(svg));
   }
   *resp.mutable_a() = a.info();

@@ -257,7 +257,12 @@ class DatasetServiceImpl final : public v1::DatasetService::Service, private Ser
     if (!who.ok()) return ToGrpc(who.status());
     bool linked = false;
     auto d = deps_.datasets->Import(*req, who->name, &linked);
-    if (!d.ok()) return ToGrpc(d.status());
+    // The server read a file of its host for this caller: logged like a
+    // delete, refused or not.
+    const grpc::Status out = d.ok() ? grpc::Status::OK : ToGrpc(d.status());
+    Audit(*who, "imported", absl::StrCat("'", req->path(), "'", d.ok() ? " as " + d->id() : ""),
+          ctx, out);
+    if (!d.ok()) return out;
     spdlog::info("dataset {}: {} x {} imported{} ({})", d->id(), d->rows(), d->cols(),
                  d->has_labels() ? " with labels" : "", linked ? "linked" : "copied");
     *response = *std::move(d);

@@ -46,7 +46,7 @@ run --server "$IMPORTING" l2h in/logits.npy --name imp --out imported.nwk
 grep -q "imported (linked)" importing.log || fail "the server did not link the file"
 run --server "$IMPORTING" l2h in/logits.npy --name up --import off --out uploaded.nwk
 [[ $RC -eq 0 ]] || fail "l2h --import off exited $RC: $(cat err.txt)"
-[[ $(grep -c "imported" importing.log) -eq 1 ]] || fail "--import off imported"
+[[ $(grep -c " x 12 imported" importing.log) -eq 1 ]] || fail "--import off imported"
 cmp -s imported.nwk uploaded.nwk || fail "the imported and uploaded trees differ"
 pass "auto imports in place; the tree equals the upload's"
 # The transient dataset (and its link) goes with the job.
@@ -68,14 +68,14 @@ EOF
 pass "labels with an import"
 
 # --- auto falls back; on insists ----------------------------------------------------
-before=$(grep -c "imported" importing.log)
+before=$(grep -c " x 12 imported" importing.log)
 for args in "--server $PLAIN l2h in/logits.npy" "--server $IMPORTING l2h out/logits.npy" \
             "--server $IMPORTING l2h in/logits64.npy"; do
   # shellcheck disable=SC2086
   run $args --name fb --out fb.nwk
   [[ $RC -eq 0 ]] || fail "'dendro $args' (auto) exited $RC: $(cat err.txt)"
 done
-[[ $(grep -c "imported" importing.log) -eq $before ]] || fail "a refused import was counted"
+[[ $(grep -c " x 12 imported" importing.log) -eq $before ]] || fail "a refused import was counted"
 pass "auto uploads where the server cannot import"
 expect_error any "started without --import_dirs" --server "$PLAIN" l2h in/logits.npy --import on
 expect_error any "not under a directory this server imports from" \
@@ -84,6 +84,11 @@ expect_error any "float64" --server "$IMPORTING" upload in/logits64.npy --import
 expect_error any "--import must be auto, on or off" --server "$IMPORTING" l2h in/logits.npy \
   --import maybe
 pass "--import on reports why the server would not read the file"
+grep -q "audit: '' imported '$WORK/in/logits.npy' as ds-" importing.log ||
+  fail "no audit line for an import"
+grep -q "audit: '' imported '$WORK/out/logits.npy' (peer .*not under a directory" importing.log ||
+  fail "no audit line for a refused import"
+pass "imports, refused or not, are audited"
 
 # --- a durable import is a copy -------------------------------------------------------
 run --server "$IMPORTING" upload in/logits.npy --import on

@@ -650,7 +650,7 @@ TEST(TnebStandardizeAuto, RuleComparesTheSpreadRatioWithTheFilter) {
   EXPECT_EQ(ParseTnebStandardize("auto").value(), TnebStandardize::kAuto);
   EXPECT_EQ(ParseTnebStandardize("off").value(), TnebStandardize::kOff);
   EXPECT_THAT(std::string(ParseTnebStandardize("yes").status().message()),
-              HasSubstr("'auto', 'on' or 'off'"));
+              HasSubstr("t-NEB standardize must be auto, on or off, got 'yes'"));
 }
 
 TEST(TnebStandardizeAuto, ColumnsThatWouldEmptyTheFilterAreStandardized) {

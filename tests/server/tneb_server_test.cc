@@ -300,7 +300,7 @@ TEST_F(TnebServerTest, BadParametersAreRejectedAtSubmit) {
       {[](v1::TnebParams& p) { p.set_rank_restarts_by("bic"); },
        "tneb.rank_restarts_by must be 'kept_log_likelihood' or 'log_likelihood', got 'bic'"},
       {[](v1::TnebParams& p) { p.set_standardize_mode("yes"); },
-       "tneb.standardize_mode: t-NEB standardize must be 'auto', 'on' or 'off', got 'yes'"},
+       "tneb.standardize_mode: t-NEB standardize must be auto, on or off, got 'yes'"},
       {[](v1::TnebParams& p) { p.set_standardize_mode("off"); },
        "tneb.standardize is true but tneb.standardize_mode is 'off'"},
   };

@@ -36,6 +36,8 @@ namespace {
 constexpr int64_t kMessageOverhead = 64 << 10;
 // Assign's response costs at most ~12 bytes per row (two varint int32s).
 constexpr int64_t kAssignResponseBytesPerRow = 12;
+// With stable ids: two varint int64s more (<= 10 bytes each).
+constexpr int64_t kStableIdBytesPerRow = 22;
 constexpr int kWatchReconnects = 3;
 
 std::string StatusCodeName(grpc::StatusCode code) {
@@ -810,7 +812,7 @@ absl::Status ForEachBatch(
 }  // namespace
 
 absl::StatusOr<AssignResult> Client::Assign(const v1::ModelRef& ref, const MatrixView& rows,
-                                            int32_t level) {
+                                            int32_t level, bool stable_ids) {
   if (level < 0) {
     return absl::InvalidArgumentError(absl::StrCat("assign: level must be >= 0, got ", level));
   }
@@ -819,9 +821,11 @@ absl::StatusOr<AssignResult> Client::Assign(const v1::ModelRef& ref, const Matri
   *req.mutable_model() = ref;
   req.set_cols(rows.cols());
   req.set_level(level);
+  req.set_stable_ids(stable_ids);
   absl::Status mismatch;
   DENDRO_RETURN_IF_ERROR(ForEachBatch(
-      "assign", rows, kAssignResponseBytesPerRow, impl_->options.max_message_bytes,
+      "assign", rows, kAssignResponseBytesPerRow + (stable_ids ? kStableIdBytesPerRow : 0),
+      impl_->options.max_message_bytes,
       [&](const float* block, int64_t begin, int64_t count) {
         req.set_rows(count);
         req.mutable_data()->assign(reinterpret_cast<const char*>(block),
@@ -836,6 +840,13 @@ absl::StatusOr<AssignResult> Client::Assign(const v1::ModelRef& ref, const Matri
                               absl::StrCat("sent ", count, " rows but got ", resp.leaf_size(),
                                            " leaf and ", resp.cluster_size(), " cluster ids back"));
         }
+        if (stable_ids &&
+            (resp.stable_leaf_size() != count || resp.stable_cluster_size() != count)) {
+          return grpc::Status(
+              grpc::StatusCode::UNIMPLEMENTED,
+              absl::StrCat("sent ", count, " rows but got ", resp.stable_leaf_size(),
+                           " stable ids back: the server may predate stable ids"));
+        }
         if (begin == 0) {
           // Pin every later batch to the version the first one used.
           result.model_version = resp.model_version();
@@ -844,6 +855,10 @@ absl::StatusOr<AssignResult> Client::Assign(const v1::ModelRef& ref, const Matri
         result.leaf.insert(result.leaf.end(), resp.leaf().begin(), resp.leaf().end());
         result.cluster.insert(result.cluster.end(), resp.cluster().begin(),
                               resp.cluster().end());
+        result.stable_leaf.insert(result.stable_leaf.end(), resp.stable_leaf().begin(),
+                                  resp.stable_leaf().end());
+        result.stable_cluster.insert(result.stable_cluster.end(), resp.stable_cluster().begin(),
+                                     resp.stable_cluster().end());
         return grpc::Status::OK;
       },
       impl_->options));

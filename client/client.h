@@ -67,6 +67,9 @@ struct AssignResult {
   std::vector<int32_t> leaf;     // leaf-cluster id per input row
   std::vector<int32_t> cluster;  // cluster at the requested level (= leaf if 0)
   int64_t model_version = 0;     // the version every batch was assigned with
+  // With stable_ids: the stable id of each row's leaf and cluster (ids a
+  // cluster keeps across versions; empty otherwise).
+  std::vector<int64_t> stable_leaf, stable_cluster;
 };
 
 struct PredictOptions {
@@ -211,8 +214,9 @@ class Client {
   // to its cluster at `level` (0 = leaf level). Rows are sent in batches that
   // fit under max_message_bytes; every batch after the first is pinned to
   // the version the first one used, so one call never mixes versions.
+  // `stable_ids`: answer the stable ids too.
   absl::StatusOr<AssignResult> Assign(const v1::ModelRef& ref, const MatrixView& rows,
-                                      int32_t level = 0);
+                                      int32_t level = 0, bool stable_ids = false);
   // Classifier models: each class's original label and super-class.
   absl::StatusOr<v1::GetClassesResponse> GetClasses(const v1::ModelRef& ref);
   // Two models' trees compared by the server (v1::DiffModelsRequest).

@@ -140,6 +140,8 @@ absl::Status FitAndReport(Context& ctx, const Args& args, v1::JobSpec spec,
     return LabelsWithDataset(input, absl::StrCat("--labels ", *labels_path));
   }
   std::optional<std::string> model_name = args.Get("name");
+  // A warm start continues its model's versions unless told otherwise.
+  if (!model_name.has_value() && spec.has_warm_start()) model_name = spec.warm_start().name();
   if (model_name.has_value() && !ValidModelName(*model_name)) {
     return UsageError(absl::StrCat("--name '", *model_name,
                                    "': a model name is 1-128 letters, digits, '.', '_' or '-' "
@@ -277,6 +279,11 @@ absl::Status RunL2h(Context& ctx, const Args& args) {
     DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> names, ReadNamesFile("--leaf-names", *path));
     for (std::string& n : names) spec.add_leaf_names(std::move(n));
   }
+  if (std::optional<std::string> warm = args.Get("warm-start")) {
+    absl::StatusOr<v1::ModelRef> ref = client::ParseModelRef(*warm);
+    if (!ref.ok()) return UsageError(absl::StrCat("--warm-start: ", ref.status().message()));
+    *spec.mutable_warm_start() = *ref;
+  }
   return FitAndReport(ctx, args, std::move(spec), 2, "l2h needs logits with", "LOGITS.npy");
 }
 
@@ -413,7 +420,8 @@ absl::Status RunAssign(Context& ctx, const Args& args) {
   }
   const MatrixView rows(data, file->rows(), file->cols());
   DENDRO_ASSIGN_OR_RETURN(client::Client * client, ctx.client());
-  absl::StatusOr<client::AssignResult> result = client->Assign(*ref, rows, level);
+  const bool stable_ids = args.Has("stable-ids");
+  absl::StatusOr<client::AssignResult> result = client->Assign(*ref, rows, level, stable_ids);
   if (!result.ok()) {
     // Local validation reports positions in the input; name the file.
     if (absl::StartsWith(result.status().message(), "assign input:")) {
@@ -423,7 +431,11 @@ absl::Status RunAssign(Context& ctx, const Args& args) {
     return result.status();
   }
   const int64_t shape[1] = {file->rows()};
-  DENDRO_RETURN_IF_ERROR(WriteNpy(*out, result->cluster, shape));
+  if (stable_ids) {
+    DENDRO_RETURN_IF_ERROR(WriteNpy(*out, result->stable_cluster, shape));
+  } else {
+    DENDRO_RETURN_IF_ERROR(WriteNpy(*out, result->cluster, shape));
+  }
   std::cout << "model " << ref->name() << " version " << result->model_version << std::endl;
   return absl::OkStatus();
 }

@@ -138,12 +138,17 @@ const std::vector<Verb>& Verbs() {
       {"", "l2h", "fit an L2H hierarchy to a logits matrix and fetch it",
        "dendro l2h LOGITS.npy|DATASET_ID [--out FILE ...] [--labels Y.npy]\n"
        "          [--name NAME] [--aggregation sum_of_means|mean_of_means|sum_of_sums]\n"
-       "          [--level K] [--leaf-names FILE] [--no-wait] [--keep-dataset]\n"
-       "          [--allow-method-change] [--color-level K] [--layout L] [--json]\n"
+       "          [--level K] [--leaf-names FILE] [--warm-start REF] [--no-wait]\n"
+       "          [--keep-dataset] [--allow-method-change] [--color-level K] [--layout L]\n"
+       "          [--json]\n"
        "  Uploads LOGITS.npy (N x K), fits L2H, waits for the job, writes the trees asked\n"
        "  for and prints \"model NAME version V\".\n"
        "  --aggregation A how a group's cluster scores combine: sum_of_means, mean_of_means\n"
        "                  or sum_of_sums (default: sum_of_means, the paper's choice)\n"
+       "  --warm-start REF  start from version NAME[:VERSION|@LABEL], fitted on an earlier\n"
+       "                  generation of DATASET_ID (upload --append): its first pass over\n"
+       "                  those rows is reused, the tree is the one a fit from scratch\n"
+       "                  gives; --name defaults to REF's name (default: from scratch)\n"
        "  --leaf-names FILE  class names, one per line in column order; kept with the\n"
        "                  model and used by the Newick, JSON and SVG trees (default: none,\n"
        "                  leaves are named by their cluster ids)\n" +
@@ -151,7 +156,7 @@ const std::vector<Verb>& Verbs() {
            kInputsHelp + kImportHelp,
        {kKey, kImport, kLabelsKey, {"labels", true}, {"name", true}, {"aggregation", true}, {"out", true,
         true},
-        {"leaf-names", true},
+        {"leaf-names", true}, {"warm-start", true},
         {"level", true}, {"no-wait", false}, {"keep-dataset", false}, {"dataset", true},
         {"allow-method-change", false}, kJson, {"color-level", true}, {"layout", true}},
        0, 1, RunL2h},
@@ -361,14 +366,18 @@ const std::vector<Verb>& Verbs() {
        {{"out", true, true}, {"unrefined", false}, {"color-level", true}, {"layout", true}},
        1, 1, RunTree},
       {"", "assign", "assign new rows to a model's clusters",
-       "dendro assign --model NAME[:VERSION|@LABEL] INPUT.npy [--level K] --out A.npy\n"
-       "  Writes one int32 per row of INPUT.npy.\n"
+       "dendro assign --model NAME[:VERSION|@LABEL] INPUT.npy [--level K] [--stable-ids]\n"
+       "              --out A.npy\n"
+       "  Writes one int32 per row of INPUT.npy (int64 with --stable-ids).\n"
        "  --model REF     the model (required)\n"
        "  --out A.npy     where the assignments go (required)\n"
        "  --level K       give each row its cluster when the hierarchy is cut into K\n"
-       "                  clusters (default: its leaf-cluster id)\n" +
+       "                  clusters (default: its leaf-cluster id)\n"
+       "  --stable-ids    answer in stable cluster ids, which a cluster keeps from one\n"
+       "                  version of the model to the next (default: off, clusters\n"
+       "                  numbered 0 .. K-1 in this version)\n" +
            kInputFormatsHelp + kKeyHelp,
-       {kKey, {"model", true}, {"level", true}, {"out", true}},
+       {kKey, {"model", true}, {"level", true}, {"out", true}, {"stable-ids", false}},
        1, 1, RunAssign},
       {"", "eval", "score a hierarchy against true labels",
        "dendro eval TREE --labels Y.npy [--assignments A.npy] [--level K]\n"

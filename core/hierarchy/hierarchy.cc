@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/common/status_macros.h"
 
 namespace dendro {
 
@@ -328,7 +329,7 @@ int32_t Hierarchy::Lca(int32_t u, int32_t v) const {
 }
 
 template <typename Removed>
-std::vector<int32_t> Hierarchy::LabelLeaves(Removed removed) const {
+std::vector<int32_t> Hierarchy::ClusterRoots(Removed removed) const {
   const int32_t n = num_nodes();
   // rep[v]: the cluster root above v (itself if v is a cluster root); parents
   // have larger ids, so one descending pass suffices.
@@ -338,7 +339,13 @@ std::vector<int32_t> Hierarchy::LabelLeaves(Removed removed) const {
     const int32_t p = parent_[v];
     rep[v] = (p < 0 || removed(p)) ? v : rep[p];
   }
-  std::vector<int32_t> label_of_rep(n, -1);
+  return rep;
+}
+
+template <typename Removed>
+std::vector<int32_t> Hierarchy::LabelLeaves(Removed removed) const {
+  const std::vector<int32_t> rep = ClusterRoots(removed);
+  std::vector<int32_t> label_of_rep(num_nodes(), -1);
   std::vector<int32_t> labels(num_leaves_);
   int32_t next = 0;
   for (int32_t leaf = 0; leaf < num_leaves_; ++leaf) {
@@ -349,7 +356,7 @@ std::vector<int32_t> Hierarchy::LabelLeaves(Removed removed) const {
   return labels;
 }
 
-absl::StatusOr<std::vector<int32_t>> Hierarchy::CutToK(int32_t k) const {
+absl::StatusOr<int32_t> Hierarchy::FirstRemovedRank(int32_t k) const {
   if (k < 1 || k > num_leaves_) {
     return absl::InvalidArgumentError(
         absl::StrFormat("cannot cut into %d clusters: k must be in [1, %d]", k, num_leaves_));
@@ -364,9 +371,21 @@ absl::StatusOr<std::vector<int32_t>> Hierarchy::CutToK(int32_t k) const {
         k, below, above));
   }
   const int32_t undone = static_cast<int32_t>(it - levels_.begin());
-  const int32_t first_removed = num_internal() - undone;
+  return num_internal() - undone;
+}
+
+absl::StatusOr<std::vector<int32_t>> Hierarchy::CutToK(int32_t k) const {
+  DENDRO_ASSIGN_OR_RETURN(const int32_t first_removed, FirstRemovedRank(k));
   return LabelLeaves(
       [&](int32_t v) { return v >= num_leaves_ && merge_rank_[v - num_leaves_] >= first_removed; });
+}
+
+absl::StatusOr<std::vector<int32_t>> Hierarchy::ClusterRootsAtK(int32_t k) const {
+  DENDRO_ASSIGN_OR_RETURN(const int32_t first_removed, FirstRemovedRank(k));
+  std::vector<int32_t> rep = ClusterRoots(
+      [&](int32_t v) { return v >= num_leaves_ && merge_rank_[v - num_leaves_] >= first_removed; });
+  rep.resize(num_leaves_);
+  return rep;
 }
 
 std::vector<int32_t> Hierarchy::CutAtHeight(double h) const {

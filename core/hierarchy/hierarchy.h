@@ -103,6 +103,9 @@ class Hierarchy {
   // unreachable: then InvalidArgument names the nearest reachable counts.
   // Runs in O(L); k outside [1, L] is InvalidArgument.
   absl::StatusOr<std::vector<int32_t>> CutToK(int32_t k) const;
+  // The same cut as CutToK(k), as nodes: for each leaf, the node at the top
+  // of its cluster (the leaf itself when it is a cluster of its own).
+  absl::StatusOr<std::vector<int32_t>> ClusterRootsAtK(int32_t k) const;
   // Partition induced by removing every internal node with height > h,
   // labelled like CutToK.
   std::vector<int32_t> CutAtHeight(double h) const;
@@ -141,6 +144,11 @@ class Hierarchy {
   // internal node v is cut away (must be closed towards the root).
   template <typename Removed>
   std::vector<int32_t> LabelLeaves(Removed removed) const;
+  // For every node kept, the cluster root above it (-1 for removed nodes).
+  template <typename Removed>
+  std::vector<int32_t> ClusterRoots(Removed removed) const;
+  // The first merge rank CutToK(k) removes; InvalidArgument as CutToK.
+  absl::StatusOr<int32_t> FirstRemovedRank(int32_t k) const;
 
   int32_t num_leaves_ = 0;
   std::vector<int32_t> parent_;

@@ -1,7 +1,12 @@
 #include "core/l2h/first_pass.h"
 
+#include <cmath>
+#include <cstring>
+#include <string_view>
+
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
+#include "core/io/atomic_file.h"
 #include "core/l2h/kernels.h"
 #include "core/matrix/matrix.h"
 
@@ -55,6 +60,79 @@ absl::Status L2hFirstPass::AddRows(const float* rows, int64_t n) {
                                            rows_added() + bad);
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the saved pass is little-endian");
+constexpr char kMagic[8] = {'D', 'L', '2', 'H', 'F', 'P', '1', '\0'};
+constexpr size_t kHeaderBytes = 32;
+constexpr int32_t kStateBytes = sizeof(l2h_internal::PointState);
+
+}  // namespace
+
+absl::Status L2hFirstPass::Save(const std::string& path) const {
+  if (!complete()) {
+    return absl::FailedPreconditionError(absl::StrCat("L2H first pass: only ", rows_added(), " of ",
+                                                      rows_, " rows done; nothing saved"));
+  }
+  char header[kHeaderBytes] = {};
+  std::memcpy(header, kMagic, 8);
+  std::memcpy(header + 8, &rows_, 8);
+  std::memcpy(header + 16, &k_, 4);
+  std::memcpy(header + 20, &kStateBytes, 4);
+  AtomicFileWriter w;
+  DENDRO_RETURN_IF_ERROR(AtomicFileWriter::Open(path, &w));
+  DENDRO_RETURN_IF_ERROR(w.Append(std::string_view(header, kHeaderBytes)));
+  DENDRO_RETURN_IF_ERROR(w.Append(std::string_view(reinterpret_cast<const char*>(states_.data()),
+                                                   states_.size() * kStateBytes)));
+  return w.Commit();
+}
+
+L2hFirstPass L2hFirstPass::Adopt(int32_t k, std::vector<l2h_internal::PointState> states) {
+  L2hFirstPass pass(0, k);
+  pass.rows_ = static_cast<int64_t>(states.size());
+  pass.states_ = std::move(states);
+  return pass;
+}
+
+absl::StatusOr<L2hFirstPass> L2hFirstPass::Resume(const std::string& path, int64_t rows,
+                                                  int32_t k) {
+  std::string bytes;
+  DENDRO_RETURN_IF_ERROR(ReadFileToString(path, &bytes));
+  int64_t saved_rows = 0;
+  int32_t saved_k = 0, state_bytes = 0;
+  if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, 8) != 0) {
+    return absl::DataLossError("saved L2H first pass: not such a file (bad header)");
+  }
+  std::memcpy(&saved_rows, bytes.data() + 8, 8);
+  std::memcpy(&saved_k, bytes.data() + 16, 4);
+  std::memcpy(&state_bytes, bytes.data() + 20, 4);
+  if (state_bytes != kStateBytes || saved_rows < 1 || saved_k < 2 ||
+      (bytes.size() - kHeaderBytes) / kStateBytes != static_cast<uint64_t>(saved_rows) ||
+      (bytes.size() - kHeaderBytes) % kStateBytes != 0) {
+    return absl::DataLossError(absl::StrCat("saved L2H first pass: header says ", saved_rows,
+                                            " rows of ", state_bytes, " bytes, the file holds ",
+                                            bytes.size() - kHeaderBytes, " bytes after it"));
+  }
+  if (saved_k != k || saved_rows > rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the saved L2H first pass covers ", saved_rows, " rows of ", saved_k,
+                     " columns; it cannot start a pass over ", rows, " rows of ", k));
+  }
+  L2hFirstPass pass(rows, k);
+  pass.states_.resize(static_cast<size_t>(saved_rows));
+  std::memcpy(pass.states_.data(), bytes.data() + kHeaderBytes,
+              static_cast<size_t>(saved_rows) * kStateBytes);
+  for (int64_t i = 0; i < saved_rows; ++i) {
+    const l2h_internal::PointState& st = pass.states_[i];
+    if (st.best < 0 || st.best >= k || st.cluster != st.best || st.second < -1 || st.second >= k ||
+        !std::isfinite(st.shift) || !(st.rest >= 0) || !std::isfinite(st.rest)) {
+      return absl::DataLossError(
+          absl::StrCat("saved L2H first pass: the state of row ", i, " is out of range"));
+    }
+  }
+  return pass;
 }
 
 }  // namespace dendro

@@ -12,9 +12,11 @@
 #define DENDRO_CORE_L2H_FIRST_PASS_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace dendro {
 namespace l2h_internal {
@@ -74,6 +76,22 @@ class L2hFirstPass {
 
   // One state per row added, in row order.
   const std::vector<l2h_internal::PointState>& states() const { return states_; }
+
+  // Persistence, so that a later fit on the same rows followed by more (a
+  // dataset's next generation) passes over the new rows only. The file:
+  // a 32-byte header (the 8 bytes "DL2HFP1\0", rows as int64, k as int32,
+  // the state size 32 as int32, 8 zero bytes), then one 32-byte state per
+  // row in PointState's layout; little-endian throughout.
+  // Save writes a complete pass atomically (FailedPrecondition otherwise).
+  absl::Status Save(const std::string& path) const;
+  // A pass over `rows` rows of `k` columns whose first rows come from the
+  // pass saved at `path` (over at most `rows` rows of the same k); AddRows
+  // continues after them. InvalidArgument when the saved pass does not fit
+  // (more rows, another k); DataLoss when the file is damaged.
+  static absl::StatusOr<L2hFirstPass> Resume(const std::string& path, int64_t rows, int32_t k);
+  // A complete pass from the states FirstPassStates computed for every row
+  // of a matrix with `k` columns, in row order (RunL2h's own pass).
+  static L2hFirstPass Adopt(int32_t k, std::vector<l2h_internal::PointState> states);
 
  private:
   int64_t rows_;

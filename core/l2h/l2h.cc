@@ -139,6 +139,7 @@ class L2hRunner {
         n_(logits.rows()),
         k_(static_cast<int32_t>(logits.cols())),
         aggregation_(options.aggregation),
+        keep_first_pass_(options.keep_first_pass),
         num_threads_(num_threads),
         first_pass_(first_pass),
         ctx_(ctx),
@@ -164,6 +165,7 @@ class L2hRunner {
   const int64_t n_;
   const int32_t k_;
   const L2hAggregation aggregation_;
+  const bool keep_first_pass_;
   const int num_threads_;
   // The rows it holds are not passed over again (null: none).
   const L2hFirstPass* const first_pass_;
@@ -614,6 +616,9 @@ void L2hRunner::ReportMerging(int32_t step) {
 
 absl::StatusOr<L2hResult> L2hRunner::Run() {
   DENDRO_RETURN_IF_ERROR(FirstPass());
+  std::shared_ptr<const L2hFirstPass> kept;
+  if (keep_first_pass_)
+    kept = std::make_shared<const L2hFirstPass>(L2hFirstPass::Adopt(k_, state_));
   BuildClusters();
   // Reassign's batches: a subtracting update has at most K / 2 + 1 terms.
   batch_capacity_ = std::max<int64_t>(kMinBatchCapacity, k_ / 2 + 1);
@@ -728,7 +733,7 @@ absl::StatusOr<L2hResult> L2hRunner::Run() {
     sizes[c] = offset_[c + 1] - offset_[c];
     if (sizes[c] == 0) ++empty;
   }
-  return L2hResult{std::move(h), std::move(steps), std::move(sizes), empty};
+  return L2hResult{std::move(h), std::move(steps), std::move(sizes), empty, std::move(kept)};
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 #define DENDRO_CORE_L2H_L2H_H_
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -46,6 +47,9 @@ namespace dendro {
 struct L2hOptions {
   L2hAggregation aggregation = L2hAggregation::kSumOfMeans;
   int num_threads = 0;  // 0: DefaultThreads() (core/common/cpus.h)
+  // Return the finished first pass (L2hResult::first_pass), e.g. to save it
+  // for a later fit on these rows and more: a copy of 32 bytes per row.
+  bool keep_first_pass = false;
 };
 
 struct L2hStep {
@@ -64,6 +68,8 @@ struct L2hResult {
   std::vector<L2hStep> steps;   // K-1 merges in order
   std::vector<int64_t> cluster_sizes;  // |D^c|
   int32_t empty_clusters = 0;
+  // With L2hOptions::keep_first_pass: the complete first pass of the logits.
+  std::shared_ptr<const L2hFirstPass> first_pass;
 };
 
 // Validates (N >= 1, K >= 2, finite) and runs L2H. With `first_pass`, an

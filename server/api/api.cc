@@ -281,8 +281,8 @@ absl::Status Api::AnswerTooLarge(const CallWording& w, int64_t rows, int64_t byt
 }
 
 absl::StatusOr<Assignment> Api::Assign(const CallWording& w, const LoadedModel& model,
-                                       const MatrixView& rows, int64_t level, int64_t per_row,
-                                       absl::Time deadline) const {
+                                       const MatrixView& rows, int64_t level, bool stable_ids,
+                                       int64_t per_row, absl::Time deadline) const {
   const Hierarchy& tree = model.model->tree();
   if (level < 0 || level > tree.num_leaves()) {
     return absl::InvalidArgumentError(absl::StrCat(w.params, "level must be in [0, ",
@@ -317,6 +317,16 @@ absl::StatusOr<Assignment> Api::Assign(const CallWording& w, const LoadedModel& 
   if (level > 0) {
     DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> cut, tree.CutToK(out.level));
     for (int32_t& c : out.clusters) c = cut[c];
+  }
+  if (stable_ids) {
+    const StableIds& ids = *model.stable_ids;
+    DENDRO_ASSIGN_OR_RETURN(std::vector<int64_t> at_level, StableIdsAtLevel(tree, ids, out.level));
+    out.stable_leaves.reserve(out.leaves.size());
+    out.stable_clusters.reserve(out.leaves.size());
+    for (int32_t leaf : out.leaves) {
+      out.stable_leaves.push_back(ids.node[leaf]);
+      out.stable_clusters.push_back(at_level[leaf]);
+    }
   }
   return out;
 }

@@ -49,6 +49,8 @@ struct Assignment {
   std::vector<int32_t> leaves;
   std::vector<int32_t> clusters;
   int32_t level = 0;
+  // When asked for: the stable ids (core/diff/stable_ids.h) of the same.
+  std::vector<int64_t> stable_leaves, stable_clusters;
 };
 
 // How a transport names a call and its parts in messages: the call
@@ -119,10 +121,11 @@ class Api {
   // for none): see server/api/serving_gate.h for the refusals. Small calls may be
   // computed together with others on the same model, where the model says
   // that pays (FittedModel::BatchingPays, server/api/batcher.h).
-  // Assign: `level` in [0, leaves]; the answer costs `per_row` bytes a row.
+  // Assign: `level` in [0, leaves]; the answer costs `per_row` bytes a row
+  // (the caller counts the stable ids in when it asks for them).
   absl::StatusOr<Assignment> Assign(const CallWording& w, const LoadedModel& model,
-                                    const MatrixView& rows, int64_t level, int64_t per_row,
-                                    absl::Time deadline) const;
+                                    const MatrixView& rows, int64_t level, bool stable_ids,
+                                    int64_t per_row, absl::Time deadline) const;
   // Predict: top_k 0 means 1; top_k and top_t >= 0.
   absl::StatusOr<Prediction> Predict(const CallWording& w, const LoadedModel& model,
                                      const MatrixView& rows, int64_t top_k, int64_t top_t,

@@ -183,18 +183,32 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
                                                    std::string(method->name()), ": ",
                                                    std::string(method->leaf_names_refusal())));
   }
+  if (spec.has_warm_start() && !method->warm_starts()) {
+    return absl::InvalidArgumentError(absl::StrCat("warm_start is not available for ",
+                                                   std::string(method->name()),
+                                                   " yet (l2h only); fit without it"));
+  }
   DENDRO_RETURN_IF_ERROR(method->Validate(spec, dataset, options_.limits));
   // A fit writes a model: refuse it while the disk is at its floor.
   DENDRO_RETURN_IF_ERROR(datasets_->disk().Check(0, "job"));
   if (std::optional<v1::ModelRef> base = method->BaseModel(spec)) {
     DENDRO_ASSIGN_OR_RETURN(v1::Model base_model, models_->Get(*base));
     if (base_model.method() != std::string(method->name())) {
+      const std::string m(method->name());
       return absl::FailedPreconditionError(absl::StrCat(
-          "model '", base_model.name(), "' v", base_model.version(), " is a ",
-          base_model.method(), " model; only ", std::string(method->name()),
-          " models can be extended this way"));
+          "model '", base_model.name(), "' v", base_model.version(), " is a ", base_model.method(),
+          " model; ",
+          spec.has_warm_start() ? absl::StrCat("a ", m, " fit can only warm-start from a ", m)
+                                : absl::StrCat("only ", m, " models can be extended this way"),
+          spec.has_warm_start() ? " model" : ""));
     }
     if (spec.model_name().empty()) spec.set_model_name(base->name());
+    if (spec.has_warm_start()) {
+      DENDRO_RETURN_IF_ERROR(CheckWarmStart(base_model, dataset));
+      // What runs is the version this named now, not a newer one.
+      spec.mutable_warm_start()->set_version(base_model.version());
+      spec.mutable_warm_start()->clear_label();
+    }
   }
   DENDRO_RETURN_IF_ERROR(ValidateModelName(spec.model_name()));
   DENDRO_RETURN_IF_ERROR(CheckMethodChange(spec, *method));
@@ -230,6 +244,35 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
     if (previous.has_value()) return Replay(*previous, submitted);
   }
   return enqueued;
+}
+
+absl::Status JobManager::CheckWarmStart(const v1::Model& base, const v1::Dataset& dataset) {
+  const std::string what = absl::StrCat("warm_start: model '", base.name(), "' v", base.version());
+  const std::string lineage = dataset.lineage().empty() ? dataset.id() : dataset.lineage();
+  // The generation the version was fitted on, or why it cannot be compared.
+  absl::StatusOr<v1::Dataset> fitted_on = datasets_->ResolveExact(base.dataset_id());
+  if (absl::IsNotFound(fitted_on.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " was fitted on dataset ", base.dataset_id(),
+        ", which is gone, so its rows cannot be matched to this dataset's; fit without "
+        "warm_start"));
+  }
+  if (!fitted_on.ok()) return fitted_on.status();
+  const std::string base_lineage =
+      fitted_on->lineage().empty() ? fitted_on->id() : fitted_on->lineage();
+  if (base_lineage != lineage) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " was fitted on dataset ", base.dataset_id(), " (lineage ", base_lineage,
+                     "), not on this dataset's lineage ", lineage,
+                     ": a warm start needs the same rows followed by appended ones"));
+  }
+  if (fitted_on->rows() > dataset.rows()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " was fitted on ", fitted_on->rows(), " rows (generation ",
+        std::max(1, fitted_on->generation()), "), more than dataset ", dataset.id(), " has (",
+        dataset.rows(), "): warm-start from a version of an older generation"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status JobManager::ValidateRequestId(const std::string& request_id) {

@@ -206,6 +206,10 @@ class JobManager {
   void MaintenanceLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void RenewLeases() ABSL_LOCKS_EXCLUDED(mu_);
   static absl::Status ValidateRequestId(const std::string& request_id);
+  // FailedPrecondition unless `base` (a JobSpec.warm_start) was fitted on a
+  // generation of `dataset`'s lineage with no more rows than it: its rows
+  // are then the dataset's first rows.
+  absl::Status CheckWarmStart(const v1::Model& base, const v1::Dataset& dataset);
   // The answer to a repeated request: `previous` as it is now.
   absl::StatusOr<v1::Job> Replay(const v1::Job& previous, const v1::JobSpec& submitted);
   // Deletes a transient dataset unless a queued or running job other than

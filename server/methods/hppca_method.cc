@@ -133,6 +133,7 @@ class Hppca final : public Method {
   // leaf_names name label values: leaf_names[v] names the class labelled v
   // (how string labels arrive: mapped to 0 .. C-1 in sorted order).
   std::string_view leaf_names_refusal() const override { return ""; }
+  bool leaves_are_classes() const override { return true; }
   absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
                         const JobLimits& limits) const override {
     if (absl::Status s = CheckLeafNames(LabelNames(spec), spec.leaf_names_size()); !s.ok()) {

@@ -142,6 +142,15 @@ class Method {
   // checks Validate passes; Validate refuses a spec whose bound exceeds
   // JobLimits, and the job records it (Job.memory_estimate_bytes).
   virtual double PeakMemoryBytes(const v1::JobSpec& spec, const v1::Dataset& dataset) const = 0;
+  // Whether JobSpec.warm_start applies: BaseModel then names it, and FitFrom
+  // starts from it (the job manager has checked that it is of this method
+  // and was fitted on the dataset's lineage, no later generation).
+  virtual bool warm_starts() const { return false; }
+  // Whether the fitted tree's leaves are given classes that keep their
+  // identity across fits (a pre-trained model's clusters, a classifier's
+  // labels), rather than clusters the fit finds: the registry then matches
+  // versions' clusters through their leaves, else through their points.
+  virtual bool leaves_are_classes() const { return false; }
   // Why JobSpec.leaf_names cannot apply, or "" when the method names its
   // leaves from them (then Validate checks their count).
   virtual std::string_view leaf_names_refusal() const {

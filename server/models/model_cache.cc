@@ -4,19 +4,19 @@ namespace dendro::server {
 
 ModelCache::ModelCache(int64_t capacity_bytes) : capacity_(capacity_bytes) {}
 
-std::shared_ptr<const FittedModel> ModelCache::Get(const Key& key) {
+CachedModel ModelCache::Get(const Key& key) {
   MutexLock lock(&mu_);
   auto it = index_.find(key);
   if (it == index_.end()) {
     ++misses_;
-    return nullptr;
+    return {};
   }
   ++hits_;
   lru_.splice(lru_.begin(), lru_, it->second);
   return it->second->model;
 }
 
-bool ModelCache::Put(const Key& key, std::shared_ptr<const FittedModel> model, int64_t bytes) {
+bool ModelCache::Put(const Key& key, CachedModel model, int64_t bytes) {
   MutexLock lock(&mu_);
   if (auto it = index_.find(key); it != index_.end()) EraseLocked(it->second);
   if (bytes > capacity_) return false;

@@ -23,9 +23,17 @@
 
 #include "absl/base/thread_annotations.h"
 #include "core/common/mutex.h"
+#include "core/diff/stable_ids.h"
 #include "server/methods/method.h"
 
 namespace dendro::server {
+
+// A loaded version: the method's model and the ids the registry gave its
+// clusters (server/models/model_registry.h).
+struct CachedModel {
+  std::shared_ptr<const FittedModel> model;  // null: not cached
+  std::shared_ptr<const StableIds> stable_ids;
+};
 
 class ModelCache {
  public:
@@ -36,13 +44,12 @@ class ModelCache {
   ModelCache(const ModelCache&) = delete;
   ModelCache& operator=(const ModelCache&) = delete;
 
-  // The cached model, now the most recently used; nullptr on a miss.
-  std::shared_ptr<const FittedModel> Get(const Key& key) ABSL_LOCKS_EXCLUDED(mu_);
+  // The cached model, now the most recently used; a null model on a miss.
+  CachedModel Get(const Key& key) ABSL_LOCKS_EXCLUDED(mu_);
   // Caches `model` charged `bytes`, evicting least recently used entries
   // until it fits. Returns false (and caches nothing) when `bytes` alone
   // exceeds the capacity. Replaces an entry with the same key.
-  bool Put(const Key& key, std::shared_ptr<const FittedModel> model, int64_t bytes)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  bool Put(const Key& key, CachedModel model, int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Drops `key` if present.
   void Erase(const Key& key) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -59,7 +66,7 @@ class ModelCache {
  private:
   struct Entry {
     Key key;
-    std::shared_ptr<const FittedModel> model;
+    CachedModel model;
     int64_t bytes = 0;
   };
   using List = std::list<Entry>;  // most recently used first

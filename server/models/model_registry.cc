@@ -1,16 +1,20 @@
 #include "server/models/model_registry.h"
 
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <optional>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/common/crash_point.h"
 #include "core/common/status_macros.h"
-#include "server/storage/checksum.h"
+#include "core/io/atomic_file.h"
 #include "server/base/ids.h"
 #include "server/base/names.h"
+#include "server/storage/checksum.h"
 #include "spdlog/spdlog.h"
 
 namespace dendro::server {
@@ -25,6 +29,19 @@ size_t FirstOutsideNameAlphabet(const std::string& s) {
     if (!ok) return i;
   }
   return std::string::npos;
+}
+
+constexpr char kStableIdsFile[] = "stable_ids.json";
+
+// The ids stored with a version; its node ids when none are (versions
+// stored before stable ids were kept).
+absl::StatusOr<StableIds> ReadStableIds(const std::string& dir, const Hierarchy& tree) {
+  const std::string path = dir + "/" + kStableIdsFile;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return FirstStableIds(tree);
+  std::string text;
+  DENDRO_RETURN_IF_ERROR(ReadFileToString(path, &text));
+  return ParseStableIdsJson(text, tree);
 }
 
 }  // namespace
@@ -118,10 +135,15 @@ absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Jo
   DENDRO_RETURN_IF_ERROR(ValidateModelName(name));
   const std::string key = absl::StrCat("models/", name, "/", NewId("m"));
   ChecksumMap sums;
+  std::map<std::string, std::string> stable_metadata;
   {
     // Unpublished, the staged directory removes itself.
     DENDRO_ASSIGN_OR_RETURN(std::unique_ptr<StagedDirectory> staged, artifacts_->Stage(key));
     DENDRO_RETURN_IF_ERROR(model.Save(staged->path()));
+    StableIdsOutcome stable = StableIdsFor(name, model, job.spec().dataset_id());
+    DENDRO_RETURN_IF_ERROR(
+        WriteFileAtomic(staged->path() + "/" + kStableIdsFile, StableIdsJson(stable.ids)));
+    stable_metadata = std::move(stable.metadata);
     DENDRO_ASSIGN_OR_RETURN(sums, ChecksumTree(staged->path()));
     DENDRO_RETURN_IF_ERROR(staged->Publish());
   }
@@ -136,6 +158,7 @@ absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Jo
   m.set_input_dim(model.input_dim());
   SetNow(m.mutable_create_time());
   for (const auto& [k, v] : model.metadata()) (*m.mutable_metadata())[k] = v;
+  for (const auto& [k, v] : stable_metadata) (*m.mutable_metadata())[k] = v;
   m.mutable_checksums()->insert(sums.begin(), sums.end());
   auto committed = catalogue_->CommitModel(m, key, std::move(job), lease_token);
   if (!committed.ok()) {
@@ -153,6 +176,107 @@ absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Jo
     RemoveFiles(name, committed->pruned);
   }
   return m;
+}
+
+std::string ModelRegistry::LineageOf(const std::string& dataset_id) {
+  absl::StatusOr<v1::Dataset> d = catalogue_->GetDataset(dataset_id);
+  if (d.ok() && !d->lineage().empty()) return d->lineage();
+  return dataset_id;
+}
+
+ModelRegistry::StableIdsOutcome ModelRegistry::StableIdsFor(const std::string& name,
+                                                            const FittedModel& model,
+                                                            const std::string& dataset_id) {
+  const Hierarchy& tree = model.tree();
+  StableIdsOutcome out;
+  std::map<std::string, std::string>& md = out.metadata;
+  const std::string lineage = LineageOf(dataset_id);
+  md["dataset_lineage"] = lineage;
+  v1::ModelRef newest;
+  newest.set_name(name);
+  absl::StatusOr<LoadedModel> previous = Load(newest);
+  if (absl::IsNotFound(previous.status())) {
+    out.ids = FirstStableIds(tree);
+    md["stable_ids_basis"] = "first";
+    md["stable_ids_kept"] = "0";
+    md["stable_ids_new"] = absl::StrCat(tree.num_nodes());
+    md["stable_ids_next"] = absl::StrCat(out.ids.next);
+    return out;
+  }
+  // New ids start above every id the name has used; without a readable
+  // previous version, above what its recorded entry allows.
+  int64_t next = 0;
+  std::string note;
+  const Hierarchy* previous_tree = nullptr;
+  const StableIds* previous_ids = nullptr;
+  std::optional<v1::Model> previous_info;
+  if (previous.ok()) {
+    previous_info = previous->info();
+    previous_tree = &previous->model->tree();
+    previous_ids = previous->stable_ids.get();
+    next = previous_ids->next;
+  } else {
+    note = absl::StrCat("the newest version could not be read: ", previous.status().message());
+    if (absl::StatusOr<v1::Model> info = Get(newest); info.ok()) previous_info = *info;
+  }
+  if (previous_info.has_value()) {
+    md["stable_ids_previous_version"] = absl::StrCat(previous_info->version());
+    const auto& pmd = previous_info->metadata();
+    int64_t recorded = 0;
+    if (auto it = pmd.find("stable_ids_next");
+        it != pmd.end() && absl::SimpleAtoi(it->second, &recorded)) {
+      next = std::max(next, recorded);
+    }
+    // A version stored before ids were kept numbered its nodes (< 2 L).
+    next = std::max<int64_t>(next, 2 * int64_t{previous_info->num_leaves()});
+  }
+
+  const char* basis = "none";
+  absl::StatusOr<StableIdMatch> match = absl::FailedPreconditionError("");
+  if (previous_tree != nullptr) {
+    absl::StatusOr<const Method*> method = MethodByName(model.method());
+    absl::StatusOr<ClusterOverlap> overlap = absl::FailedPreconditionError("");
+    if (method.ok() && (*method)->leaves_are_classes()) {
+      overlap = OverlapByLeaves(*previous_tree, tree);
+    } else {
+      const auto& pmd = previous_info->metadata();
+      auto it = pmd.find("dataset_lineage");
+      const std::string previous_lineage =
+          it != pmd.end() ? it->second : LineageOf(previous_info->dataset_id());
+      if (previous_lineage == lineage) {
+        overlap = OverlapByPoints(*previous_tree, tree);
+      } else {
+        overlap = absl::FailedPreconditionError(
+            "the versions were fitted on different datasets (not generations of one lineage), "
+            "so they share neither points nor classes");
+      }
+    }
+    if (overlap.ok()) {
+      StableIds from = *previous_ids;
+      from.next = next;
+      match = CarryStableIds(*previous_tree, from, tree, *overlap);
+      if (match.ok()) basis = overlap->basis;
+    } else {
+      match = overlap.status();
+    }
+    if (!match.ok()) note = std::string(match.status().message());
+  }
+  if (match.ok()) {
+    out.ids = std::move(match->ids);
+    md["stable_ids_kept"] = absl::StrCat(match->kept);
+    md["stable_ids_new"] = absl::StrCat(match->fresh);
+  } else {
+    out.ids = FirstStableIds(tree);
+    for (int64_t& id : out.ids.node) id += next;
+    out.ids.next += next;
+    md["stable_ids_kept"] = "0";
+    md["stable_ids_new"] = absl::StrCat(tree.num_nodes());
+    md["stable_ids_note"] = note;
+    spdlog::info("model '{}': new stable ids for every cluster: {}", name, note);
+  }
+  md["stable_ids_basis"] = basis;
+  md["stable_ids_next"] = absl::StrCat(out.ids.next);
+  return out;
 }
 
 namespace {
@@ -225,8 +349,8 @@ absl::StatusOr<LoadedModel> ModelRegistry::Load(const v1::ModelRef& ref) {
   const StoredModel& stored = *entry;
   const std::string& name = ref.name();
   const auto key = std::make_pair(name, stored.model.version());
-  if (std::shared_ptr<const FittedModel> hit = cache_.Get(key)) {
-    return LoadedModel{std::move(hit), std::move(entry)};
+  if (CachedModel hit = cache_.Get(key); hit.model != nullptr) {
+    return LoadedModel{std::move(hit.model), std::move(entry), std::move(hit.stable_ids)};
   }
   DENDRO_ASSIGN_OR_RETURN(const Method* method, MethodByName(stored.model.method()));
   const std::string what = absl::StrCat("model '", name, "' version ", stored.model.version());
@@ -252,8 +376,14 @@ absl::StatusOr<LoadedModel> ModelRegistry::Load(const v1::ModelRef& ref) {
         absl::StrCat(what, " could not be loaded: ", loaded.status().message()));
   }
   std::shared_ptr<const FittedModel> model = *std::move(loaded);
+  absl::StatusOr<StableIds> ids = ReadStableIds(*path, model->tree());
+  if (!ids.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(what, " could not be loaded: ", ids.status().message()));
+  }
+  CachedModel cached{model, std::make_shared<const StableIds>(*std::move(ids))};
   const int64_t bytes = artifacts_->Bytes(stored.dir);
-  if (!cache_.Put(key, model, bytes)) {
+  if (!cache_.Put(key, cached, bytes)) {
     // Such a model is reloaded on every request: say so once, not each time.
     static std::atomic<bool> warned{false};
     spdlog::log(warned.exchange(true) ? spdlog::level::debug : spdlog::level::warn,
@@ -261,7 +391,7 @@ absl::StatusOr<LoadedModel> ModelRegistry::Load(const v1::ModelRef& ref) {
                 "served but reloaded on every use (raise --model_cache_mb)",
                 name, stored.model.version(), bytes >> 20);
   }
-  return LoadedModel{std::move(model), std::move(entry)};
+  return LoadedModel{std::move(cached.model), std::move(entry), std::move(cached.stable_ids)};
 }
 
 absl::StatusOr<int> ModelRegistry::Delete(const std::string& name, int64_t version) {

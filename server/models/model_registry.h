@@ -10,9 +10,21 @@
 // a version deleted or a label moved is never served from the cache once
 // the table knows. The table learns this process's writes before they are
 // answered, and other replicas' through StartWatching.
+//
+// Stable cluster ids (core/diff/stable_ids.h). Commit numbers the nodes of
+// a name's first version 0 .. n-1 and matches every later version to the
+// newest one before it: through their shared leaves when the method's
+// leaves are given classes (Method::leaves_are_classes), else through the
+// points of a shared dataset lineage (a dataset and its appended
+// generations); versions that share neither get new ids. The ids are stored
+// with the version (stable_ids.json, checksummed with its other files) and
+// its metadata says what the match found (stable_ids_basis,
+// stable_ids_previous_version, stable_ids_kept, stable_ids_new,
+// stable_ids_next; stable_ids_note when the match could not be made).
 #ifndef DENDRO_SERVER_MODELS_MODEL_REGISTRY_H_
 #define DENDRO_SERVER_MODELS_MODEL_REGISTRY_H_
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,11 +32,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/storage/artifact_store.h"
+#include "core/diff/stable_ids.h"
 #include "server/catalogue/catalogue.h"
+#include "server/methods/method.h"
 #include "server/models/model_cache.h"
 #include "server/models/model_table.h"
-#include "server/methods/method.h"
+#include "server/storage/artifact_store.h"
 
 namespace dendro::server {
 
@@ -39,6 +52,9 @@ absl::Status ValidateLabel(const std::string& label);
 struct LoadedModel {
   std::shared_ptr<const FittedModel> model;
   std::shared_ptr<const StoredModel> entry;
+  // The ids of model->tree()'s nodes; for versions stored before stable ids
+  // were kept, their node ids (FirstStableIds).
+  std::shared_ptr<const StableIds> stable_ids;
   const v1::Model& info() const { return entry->model; }
 };
 
@@ -93,6 +109,18 @@ class ModelRegistry {
   ModelCache::Stats CacheStats() const { return cache_.stats(); }
 
  private:
+  // The stable ids of `model`, a new version of `name` fitted on
+  // `dataset_id`, and the metadata that says how they were found. Never
+  // fails: what cannot be matched gets new ids.
+  struct StableIdsOutcome {
+    StableIds ids;
+    std::map<std::string, std::string> metadata;
+  };
+  StableIdsOutcome StableIdsFor(const std::string& name, const FittedModel& model,
+                                const std::string& dataset_id);
+  // The first generation of `dataset_id`'s lineage (itself when it has none
+  // or is gone).
+  std::string LineageOf(const std::string& dataset_id);
   // Drops removed versions from the cache and removes their artifacts.
   void RemoveFiles(const std::string& name, const std::vector<StoredModel>& removed);
   // The table's entry for `ref`, read from the catalogue when the table

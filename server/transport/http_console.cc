@@ -1008,19 +1008,22 @@ void HttpConsole::Impl::Route(httplib::Server& srv) {
     Serve(req, res, false, Rpc::kListModels,
           [&](const Principal&) { return api.ListModels(query(req)); });
   });
-  // /api/v1/models/{name}/versions/{v}[/tree|/tree.svg|/classes]
-  srv.Get(R"(/api/v1/models/([^/]+)/versions/([^/]+)(/tree|/tree\.svg|/classes)?)",
+  // /api/v1/models/{name}/versions/{v}[/tree|/tree.svg|/classes|/diff|/diff.svg]
+  srv.Get(R"(/api/v1/models/([^/]+)/versions/([^/]+)(/tree|/tree\.svg|/classes|/diff|/diff\.svg)?)",
           [this, query](const httplib::Request& req, httplib::Response& res) {
             const std::string what = req.matches[3];
-            const Rpc rpc = what.empty()           ? Rpc::kGetModel
-                            : what == "/classes"   ? Rpc::kGetClasses
-                                                   : Rpc::kGetTree;
+            const bool diff = what == "/diff" || what == "/diff.svg";
+            const Rpc rpc = what.empty()         ? Rpc::kGetModel
+                            : what == "/classes" ? Rpc::kGetClasses
+                            : diff               ? Rpc::kDiffModels
+                                                 : Rpc::kGetTree;
             Serve(req, res, false, rpc, [&](const Principal&) -> absl::StatusOr<HttpBody> {
               absl::StatusOr<v1::ModelRef> ref = ModelRefFromText(req.matches[1].str(),
                                                                req.matches[2].str());
               if (!ref.ok()) return ref.status();
               if (what.empty()) return api.GetModel(*ref);
               if (what == "/classes") return api.GetClasses(*ref);
+              if (diff) return api.DiffModels(*ref, query(req), what == "/diff.svg");
               if (what == "/tree") return api.GetTree(*ref, query(req));
               return api.GetTreeSvg(*ref, query(req));
             });

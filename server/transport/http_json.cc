@@ -92,10 +92,12 @@ absl::StatusOr<Req> PageRequest(const QueryParams& query) {
 }
 
 // The answer sizes of the JSON encoding, in characters with commas. Assign:
-// two numbers of at most 11 characters per row. Predict: per label up to 20
+// two numbers of at most 11 characters per row, and two of at most 20 with
+// stable ids. Predict: per label up to 20
 // characters and a score up to 16, per super-class up to 11, and a count
 // per row.
 constexpr int64_t kAssignCharsPerRow = 24;
+constexpr int64_t kStableIdCharsPerRow = 42;
 constexpr AnswerCost kPredictCost{/*per_row=*/12, /*per_label=*/38, /*per_superclass=*/12};
 constexpr CallWording kInferWording{"infer", "inputs[0]: ", "parameters."};
 
@@ -114,6 +116,7 @@ struct InferRequest {
   int64_t top_k = 0;
   int64_t top_t = 0;
   bool flat = false;
+  bool stable_ids = false;
 };
 
 absl::StatusOr<int64_t> JsonInt(const json& parent, const char* key, const std::string& where) {
@@ -416,11 +419,14 @@ absl::StatusOr<InferRequest> ParseInfer(std::string_view body, int64_t max_messa
     DENDRO_ASSIGN_OR_RETURN(req.level, JsonInt(*params, "level", "parameters."));
     DENDRO_ASSIGN_OR_RETURN(req.top_k, JsonInt(*params, "top_k", "parameters."));
     DENDRO_ASSIGN_OR_RETURN(req.top_t, JsonInt(*params, "top_t", "parameters."));
-    if (auto flat = params->find("flat"); flat != params->end()) {
-      if (!flat->is_boolean()) {
-        return absl::InvalidArgumentError("parameters.flat must be true or false");
+    for (auto [key, field] : {std::pair{"flat", &req.flat}, {"stable_ids", &req.stable_ids}}) {
+      if (auto it = params->find(key); it != params->end()) {
+        if (!it->is_boolean()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("parameters.", key, " must be true or false"));
+        }
+        *field = it->get<bool>();
       }
-      req.flat = flat->get<bool>();
     }
   }
   return req;
@@ -555,6 +561,35 @@ absl::StatusOr<HttpBody> JsonApi::GetTreeSvg(const v1::ModelRef& ref,
   return body;
 }
 
+absl::StatusOr<HttpBody> JsonApi::DiffModels(const v1::ModelRef& ref, const QueryParams& query,
+                                             bool svg) const {
+  const std::string* from = FindParam(query, "from");
+  if (from == nullptr) {
+    return absl::InvalidArgumentError(
+        "query parameter from (the version to compare with: a number, a label or latest) is "
+        "required");
+  }
+  const std::string* from_name = FindParam(query, "from_name");
+  v1::DiffModelsRequest req;
+  DENDRO_ASSIGN_OR_RETURN(*req.mutable_a(),
+                          ModelRefFromText(from_name != nullptr ? *from_name : ref.name(), *from));
+  *req.mutable_b() = ref;
+  req.set_tanglegram(svg);
+  DENDRO_ASSIGN_OR_RETURN(v1::DiffModelsResponse resp, api_.DiffModels(req));
+  HttpBody body;
+  if (svg) {
+    body.content = std::move(*resp.mutable_tanglegram_svg());
+    body.content_type = "image/svg+xml";
+    return body;
+  }
+  DENDRO_ASSIGN_OR_RETURN(HttpBody a, ProtoJson(resp.a()));
+  DENDRO_ASSIGN_OR_RETURN(HttpBody b, ProtoJson(resp.b()));
+  // Three documents this server wrote, put side by side unparsed.
+  body.content = absl::StrCat("{\"a\":", a.content, ",\"b\":", b.content,
+                              ",\"report\":", resp.report_json(), "}");
+  return body;
+}
+
 absl::StatusOr<HttpBody> JsonApi::GetClasses(const v1::ModelRef& ref) const {
   DENDRO_ASSIGN_OR_RETURN(v1::GetClassesResponse resp, api_.GetClasses(ref));
   return ProtoJson(resp);
@@ -581,12 +616,13 @@ absl::StatusOr<HttpBody> JsonApi::ModelMetadata(const v1::ModelRef& ref) const {
   out["outputs"] = json::array({
       json{{"name", "leaf"}, {"datatype", "INT32"}, {"shape", {-1}}, {"op", "assign"}},
       json{{"name", "cluster"}, {"datatype", "INT32"}, {"shape", {-1}}, {"op", "assign"}},
+      json{{"name", "stable_leaf"}, {"datatype", "INT64"}, {"shape", {-1}}, {"op", "assign"}},
+      json{{"name", "stable_cluster"}, {"datatype", "INT64"}, {"shape", {-1}}, {"op", "assign"}},
       json{{"name", "labels"}, {"datatype", "INT64"}, {"shape", {-1, -1}}, {"op", "predict"}},
       json{{"name", "scores"}, {"datatype", "FP32"}, {"shape", {-1, -1}}, {"op", "predict"}},
-      json{{"name", "superclasses"}, {"datatype", "INT32"}, {"shape", {-1, -1}},
-           {"op", "predict"}},
-      json{{"name", "classes_evaluated"}, {"datatype", "INT32"}, {"shape", {-1}},
-           {"op", "predict"}},
+      json{{"name", "superclasses"}, {"datatype", "INT32"}, {"shape", {-1, -1}}, {"op", "predict"}},
+      json{
+          {"name", "classes_evaluated"}, {"datatype", "INT32"}, {"shape", {-1}}, {"op", "predict"}},
   });
   out["model"] = json::parse(model_json.content);
   return JsonBody(out);
@@ -617,12 +653,18 @@ absl::StatusOr<HttpBody> JsonApi::Infer(
   out["model_version"] = std::to_string(info.version());
   if (!req.id.is_null()) out["id"] = req.id;
   if (op == Op::kAssign) {
-    DENDRO_ASSIGN_OR_RETURN(Assignment a, api_.Assign(kInferWording, loaded, rows, req.level,
-                                                      kAssignCharsPerRow,
-                                                      absl::InfiniteFuture()));
+    DENDRO_ASSIGN_OR_RETURN(
+        Assignment a, api_.Assign(kInferWording, loaded, rows, req.level, req.stable_ids,
+                                  kAssignCharsPerRow + (req.stable_ids ? kStableIdCharsPerRow : 0),
+                                  absl::InfiniteFuture()));
     out["parameters"] = json{{"op", "assign"}, {"level", req.level}};
     out["outputs"] = json::array({Tensor("leaf", "INT32", {req.rows}, a.leaves),
                                   Tensor("cluster", "INT32", {req.rows}, a.clusters)});
+    if (req.stable_ids) {
+      out["parameters"]["stable_ids"] = true;
+      out["outputs"].push_back(Tensor("stable_leaf", "INT64", {req.rows}, a.stable_leaves));
+      out["outputs"].push_back(Tensor("stable_cluster", "INT64", {req.rows}, a.stable_clusters));
+    }
     return JsonBody(out);
   }
   DENDRO_ASSIGN_OR_RETURN(Prediction p, api_.Predict(kInferWording, loaded, rows, req.top_k,

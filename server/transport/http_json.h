@@ -68,6 +68,12 @@ class JsonApi {
   // ToSvg's picture: layout=auto|rectangular|radial, color_level=k.
   absl::StatusOr<HttpBody> GetTreeSvg(const v1::ModelRef& ref, const QueryParams& query) const;
   absl::StatusOr<HttpBody> GetClasses(const v1::ModelRef& ref) const;
+  // The diff of version `from` (query: from=VERSION|LABEL|latest, and
+  // from_name=NAME, default `ref`'s name) to `ref`, as DiffModels answers:
+  // {"a", "b": the two dendro.v1 Models, "report": the dendro.diff report};
+  // with `svg`, the tanglegram picture instead.
+  absl::StatusOr<HttpBody> DiffModels(const v1::ModelRef& ref, const QueryParams& query,
+                                      bool svg) const;
 
   // KServe-v2-like (/v2/...).
   // Server metadata: name, version, extensions.

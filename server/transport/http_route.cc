@@ -43,11 +43,12 @@ std::string HttpRoute(std::string_view path) {
   }
   if (s[2] != "models") return "other";
   if (n == 3) return "/api/v1/models";
-  // /api/v1/models/{name}/versions/{version}[/tree|/tree.svg|/classes]
+  // /api/v1/models/{name}/versions/{version}[/tree|/tree.svg|/classes|/diff|/diff.svg]
   if (n < 6 || s[4] != "versions") return "other";
   const std::string route = "/api/v1/models/{name}/versions/{version}";
   if (n == 6) return route;
-  if (n == 7 && (s[6] == "tree" || s[6] == "tree.svg" || s[6] == "classes")) {
+  if (n == 7 && (s[6] == "tree" || s[6] == "tree.svg" || s[6] == "classes" || s[6] == "diff" ||
+                 s[6] == "diff.svg")) {
     return route + "/" + s[6];
   }
   return "other";

@@ -170,10 +170,12 @@ class ServiceBase {
 };
 
 // The answer sizes of the gRPC encoding (varints at their longest).
-// Assign: two int32 (<= 5 bytes each) per row. Predict: per row one
+// Assign: two int32 (<= 5 bytes each) per row, and two int64 (<= 10) with
+// stable ids. Predict: per row one
 // evaluated count (<= 5); per label an int64 (<= 10) and a float (4); per
 // super-class an int32 (<= 5).
 constexpr int64_t kAssignBytesPerRow = 10;
+constexpr int64_t kStableIdBytesPerRow = 20;
 constexpr AnswerCost kPredictCost{/*per_row=*/5, /*per_label=*/14, /*per_superclass=*/5};
 constexpr CallWording kAssignWording{"assign", "assign: ", "assign: "};
 constexpr CallWording kPredictWording{
@@ -661,11 +663,16 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     auto rows = api_.RowsFromBytes(kAssignWording, *loaded, req->rows(), req->cols(),
                                    req->data(), &aligned);
     if (!rows.ok()) return ToGrpc(rows.status());
-    auto assigned = api_.Assign(kAssignWording, *loaded, *rows, req->level(), kAssignBytesPerRow,
+    auto assigned = api_.Assign(kAssignWording, *loaded, *rows, req->level(), req->stable_ids(),
+                                kAssignBytesPerRow + (req->stable_ids() ? kStableIdBytesPerRow : 0),
                                 absl::FromChrono(ctx->deadline()));
     if (!assigned.ok()) return ToGrpc(assigned.status());
     resp->mutable_leaf()->Add(assigned->leaves.begin(), assigned->leaves.end());
     resp->mutable_cluster()->Add(assigned->clusters.begin(), assigned->clusters.end());
+    resp->mutable_stable_leaf()->Add(assigned->stable_leaves.begin(),
+                                     assigned->stable_leaves.end());
+    resp->mutable_stable_cluster()->Add(assigned->stable_clusters.begin(),
+                                        assigned->stable_clusters.end());
     resp->set_level(assigned->level);
     resp->set_model_version(loaded->info().version());
     return grpc::Status::OK;

@@ -671,6 +671,28 @@ run l2h "$DS" --name grown --out grown.json
 run models get grown --json
 "$PY" -c 'import json, sys; m = json.load(open("out.txt")); assert m["dataset_id"] == sys.argv[1], m' "$DS2" ||
   fail "a fit on the lineage did not use its newest generation: $(cat out.txt)"
+# Stable ids: a second version on generation 1 keeps the classes' ids.
+run l2h "$DS:1" --name grown --out grown2.json
+[[ $RC -eq 0 ]] || fail "l2h LINEAGE:1 exited $RC: $(cat err.txt)"
+run models get grown:2 --json
+"$PY" -c 'import json; m = json.load(open("out.txt"))["metadata"]; assert m["stable_ids_basis"] == "leaves" and m["stable_ids_previous_version"] == "1" and int(m["stable_ids_kept"]) > 0, m' ||
+  fail "version 2 has no stable id match: $(cat out.txt)"
+for v in 1 2; do
+  run assign --model "grown:$v" logits.npy --stable-ids --out "stable_leaf_$v.npy"
+  [[ $RC -eq 0 ]] || fail "assign --stable-ids exited $RC: $(cat err.txt)"
+  run assign --model "grown:$v" logits.npy --level 3 --stable-ids --out "stable_3_$v.npy"
+  [[ $RC -eq 0 ]] || fail "assign --level 3 --stable-ids exited $RC: $(cat err.txt)"
+done
+run assign --model grown:2 logits.npy --level 3 --out plain_3_2.npy
+"$PY" - <<'EOF' || fail "assign --stable-ids answers are wrong"
+import numpy as np
+a, b = np.load("stable_leaf_1.npy"), np.load("stable_leaf_2.npy")
+assert a.dtype == np.int64 and (a == b).all(), (a[:10], b[:10])
+s, p = np.load("stable_3_2.npy"), np.load("plain_3_2.npy")
+# The same three clusters, named by ids instead of 0..2.
+assert len(set(s)) == len(set(p)) == 3 and len(set(zip(s, p))) == 3
+EOF
+pass "assign --stable-ids: classes keep their ids across versions; the cut's clusters are named by id"
 run datasets delete "$DS:2"
 [[ $RC -eq 0 ]] || fail "datasets delete LINEAGE:2 exited $RC: $(cat err.txt)"
 run datasets get "$DS" --json

@@ -199,6 +199,13 @@ class ConsoleBrowserTest(unittest.TestCase):
         big_done = hl.fit(s, pb.JobSpec(dataset_id=hl.upload(s, big, name="big").id,
                                         model_name="big", l2h=pb.L2hParams()))
         assert big_done.state == pb.JOB_STATE_SUCCEEDED, big_done
+        # Two versions of one model, for the diff page: the second fitted on
+        # more rows.
+        for rows in (400, 600):
+            evolved = hl.fit(s, pb.JobSpec(dataset_id=hl.upload(s, x[:rows], name="evolve").id,
+                                           model_name="evolve", l2h=pb.L2hParams(),
+                                           leaf_names=LEAF_NAMES))
+            assert evolved.state == pb.JOB_STATE_SUCCEEDED, evolved
         # (Started last: one job runs at a time.)
         cls.running = hl.fit(s, hl.long_job_spec(cls.ds, "endless"), wait=False)
         # The console shows jobs as the server has them: wait until this
@@ -518,6 +525,41 @@ class ConsoleBrowserTest(unittest.TestCase):
         b.wait_for(f"document.querySelector('{selector}') !== null", 10)
         self.assertEqual(b.eval("Number(document.getElementById('tree').getAttribute("
                                 "'data-visible-tips'))"), state["tips"])
+
+    def test_diff_page_compares_two_versions(self):
+        key = urllib.parse.quote(KEYS["reader"])
+        versions = self.dom(f"/models/evolve?key={key}")
+        links = [a.attrs.get("href") for a in versions.find_all("a", cls="diff-link")]
+        self.assertEqual(links, ["#/models/evolve/diff/1/2"])  # version 1 has none before it
+        root = self.dom(f"/models/evolve/diff/1/2?key={key}")
+        body = root.find("body")
+        self.assertEqual(body.attrs.get("data-loaded"), "true", root.all_text()[:2000])
+        self.assertEqual(body.attrs.get("data-view"), "diff")
+        doc = get_json(f"{self.server.base}/api/v1/models/evolve/versions/2/diff?from=1")
+        self.assertEqual((doc["a"]["version"], doc["b"]["version"]), ("1", "2"))
+        report = doc["report"]
+        self.assertEqual(report["format"], "dendro.diff")
+        summary = root.find("table", id="diff-summary").all_text()
+        self.assertIn("Robinson", summary)
+        self.assertIn(f"{report['robinson_foulds']['distance']} "
+                      f"({report['robinson_foulds']['normalized']:.3f})", summary)
+        changed = [e for e in report["events"]["list"] if e["type"] != "stayed"]
+        rows = list(root.find_all("tr", cls="diff-event"))
+        self.assertEqual(len(rows), min(50, len(changed)))
+        self.assertEqual([r.attrs["data-type"] for r in rows], [e["type"] for e in changed[:50]])
+        picture = root.find("img", id="diff-tanglegram")
+        self.assertIsNotNone(picture)
+        self.assertEqual(picture.attrs.get("data-drawn"), "true")
+        self.assertTrue(picture.attrs.get("src", "").startswith("data:image/svg+xml"))
+        status, _, raw = hl.request(
+            f"{self.server.base}/api/v1/models/evolve/versions/2/diff.svg?from=1", "reader")
+        self.assertEqual(status, 200)
+        self.assertIn(b"<svg", raw[:400])
+        status, _, raw = hl.request(
+            f"{self.server.base}/api/v1/models/evolve/versions/2/diff", "reader")
+        self.assertEqual(status, 400)
+        self.assertIn(b"query parameter from", raw)
+        self.screenshot(f"/models/evolve/diff/1/2?key={key}", "console-diff.png")
 
     def test_without_a_key_the_page_says_401(self):
         root = self.dom("/")

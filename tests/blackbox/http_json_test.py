@@ -265,6 +265,24 @@ class JsonEndpointsTest(unittest.TestCase):
                 self.assertEqual(out["model_version"], "1")
                 self.assertEqual(out["parameters"]["op"], "assign")
         self.assertEqual(json.loads(self.infer("tree/versions/1", flat)[1])["id"], "q1")
+        # Stable ids, as gRPC answers them.
+        gs = self.server.models.Assign(pb.AssignRequest(
+            model=pb.ModelRef(name="tree", version=1), rows=7, cols=rows.shape[1],
+            data=rows.astype("<f4").tobytes(), level=3, stable_ids=True), metadata=md("reader"),
+            timeout=10)
+        self.assertEqual(len(gs.stable_cluster), 7)
+        status, body = self.infer("tree/versions/1", dict(flat, parameters={"level": 3,
+                                                                          "stable_ids": True}))
+        self.assertEqual(status, 200, body)
+        out = json.loads(body)
+        tensors = {t["name"]: t for t in out["outputs"]}
+        self.assertEqual(tensors["stable_leaf"]["data"], list(gs.stable_leaf))
+        self.assertEqual(tensors["stable_cluster"]["data"], list(gs.stable_cluster))
+        self.assertEqual(tensors["stable_cluster"]["datatype"], "INT64")
+        self.assertTrue(out["parameters"]["stable_ids"])
+        status, body = self.infer("tree/versions/1", dict(flat, parameters={"stable_ids": 1}))
+        self.assertEqual(status, 400, body)
+        self.assertIn(b"parameters.stable_ids must be true or false", body)
 
     def test_6_infer_predict_matches_grpc(self):
         rows = self.xc[::37][:9]

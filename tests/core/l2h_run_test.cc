@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -14,9 +15,11 @@
 #include <vector>
 
 #include "core/common/run_context.h"
+#include "core/io/atomic_file.h"
 #include "core/l2h/l2h.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/temp_dir.h"
 
 namespace dendro {
 namespace {
@@ -657,6 +660,59 @@ TEST(L2hRun, FirstPassRefusesWhatDoesNotFit) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("2 of 2 rows x 3 columns"));
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("for logits of 3 x 2"));
+}
+
+TEST(L2hRun, ASavedFirstPassStartsTheFitOfMoreRowsBitForBit) {
+  // A warm start: the pass a fit of the first 30000 rows kept, saved and
+  // resumed for all 40000 (a dataset's next generation), gives the tree a
+  // cold fit of the 40000 gives.
+  const Logits l = RandomLogits(37, 40000, 64, 1.5, 4.0);
+  const int64_t old_rows = 30000;
+  L2hOptions keep;
+  keep.num_threads = 2;
+  keep.keep_first_pass = true;
+  NullRunContext ctx;
+  auto before = RunL2h(MatrixView(l.x.data(), old_rows, l.k), keep, ctx);
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_NE(before->first_pass, nullptr);
+  ASSERT_TRUE(before->first_pass->complete());
+  // The pass kept is the first pass, not the states the merges changed.
+  L2hFirstPass direct(old_rows, l.k);
+  ASSERT_TRUE(direct.AddRows(l.x.data(), old_rows).ok());
+  ASSERT_EQ(std::memcmp(direct.states().data(), before->first_pass->states().data(), old_rows * 32),
+            0);
+  EXPECT_EQ(RunL2h(l.view(), L2hOptions(), ctx)->first_pass, nullptr);  // not asked for
+
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/pass.bin";
+  ASSERT_TRUE(before->first_pass->Save(path).ok());
+  auto resumed = L2hFirstPass::Resume(path, l.n, l.k);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->rows_added(), old_rows);
+  auto own = RunOn(l, L2hAggregation::kSumOfMeans, 2);
+  ASSERT_TRUE(own.ok());
+  L2hOptions o;
+  o.num_threads = 2;
+  auto warm = RunL2h(l.view(), o, ctx, &*resumed);
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_EQ(warm->hierarchy.point_leaf(), own->hierarchy.point_leaf());
+  ExpectIdenticalSteps(warm->steps, own->steps);
+
+  // What does not fit is refused; a damaged file is data loss.
+  EXPECT_EQ(L2hFirstPass::Resume(path, old_rows - 1, l.k).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(L2hFirstPass::Resume(path, l.n, l.k + 1).status().message()),
+              HasSubstr("covers 30000 rows of 64 columns"));
+  std::string bytes;
+  ASSERT_TRUE(ReadFileToString(path, &bytes).ok());
+  ASSERT_TRUE(WriteFileAtomic(path, bytes.substr(0, bytes.size() - 5)).ok());
+  EXPECT_EQ(L2hFirstPass::Resume(path, l.n, l.k).status().code(), absl::StatusCode::kDataLoss);
+  bytes[32 + 16] = 99;  // row 0's best cluster, out of range
+  ASSERT_TRUE(WriteFileAtomic(path, bytes).ok());
+  EXPECT_THAT(std::string(L2hFirstPass::Resume(path, l.n, l.k).status().message()),
+              HasSubstr("row 0 is out of range"));
+  L2hFirstPass partial(10, l.k);
+  EXPECT_EQ(partial.Save(path).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(L2hRun, ArgmaxRowsTiesGoToTheLowestIndex) {

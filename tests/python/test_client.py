@@ -566,3 +566,22 @@ def test_diff_compares_two_versions_on_the_server(client, logits):
     with pytest.raises(DendroError) as err:
         client.diff("py_diff:1", "no_such_model")
     assert err.value.code == "NOT_FOUND"
+
+
+def test_warm_start_and_stable_ids(client, logits):
+    x, y = logits
+    first = client.upload(x[:1500], labels=y[:1500], name="py-evolve")
+    v1 = client.fit_l2h(first.id, name="py_evolve").wait()
+    client.upload(x[1500:], labels=y[1500:], append_to=first.id)
+    v2 = client.fit_l2h(first.id, warm_start="py_evolve").wait()  # the name: the warm start's
+    assert (v2.name, v2.version) == ("py_evolve", 2)
+    assert v2.metadata["warm_start"] == "py_evolve:1"
+    assert v2.metadata["warm_start_rows"] == "1500"
+    cold = client.fit_l2h(first.id, name="py_evolve_cold").wait()
+    assert (v2.tree().linkage == cold.tree().linkage).all()
+    # Classes keep their ids; the cut's clusters are named by stable ids.
+    assert v2.metadata["stable_ids_basis"] == "leaves"
+    leaf1, leaf2 = v1.assign(x, stable_ids=True), v2.assign(x, stable_ids=True)
+    assert leaf1.dtype == np.int64 and (leaf1 == leaf2).all()
+    ids, plain = v2.assign(x, level=3, stable_ids=True), v2.assign(x, level=3)
+    assert len(set(ids)) == 3 and len(set(zip(ids, plain))) == 3

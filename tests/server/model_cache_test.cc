@@ -27,17 +27,17 @@ class FakeModel final : public FittedModel {
 };
 
 ModelCache::Key K(int v) { return {"m", v}; }
-std::shared_ptr<const FittedModel> M(int id) { return std::make_shared<FakeModel>(id); }
-int IdOf(const std::shared_ptr<const FittedModel>& m) {
-  return m == nullptr ? -1 : static_cast<const FakeModel&>(*m).id();
+CachedModel M(int id) { return {std::make_shared<FakeModel>(id), nullptr}; }
+int IdOf(const CachedModel& m) {
+  return m.model == nullptr ? -1 : static_cast<const FakeModel&>(*m.model).id();
 }
 
 TEST(ModelCache, HitsAndMisses) {
   ModelCache cache(100);
-  EXPECT_EQ(cache.Get(K(1)), nullptr);
+  EXPECT_EQ(IdOf(cache.Get(K(1))), -1);
   EXPECT_TRUE(cache.Put(K(1), M(1), 10));
   EXPECT_EQ(IdOf(cache.Get(K(1))), 1);
-  EXPECT_EQ(cache.Get({"other", 1}), nullptr);
+  EXPECT_EQ(IdOf(cache.Get({"other", 1})), -1);
   const ModelCache::Stats s = cache.stats();
   EXPECT_EQ(s.entries, 1);
   EXPECT_EQ(s.bytes, 10);
@@ -51,10 +51,10 @@ TEST(ModelCache, EvictsLeastRecentlyUsedToStayWithinBytes) {
   ModelCache cache(100);
   ASSERT_TRUE(cache.Put(K(1), M(1), 40));
   ASSERT_TRUE(cache.Put(K(2), M(2), 40));
-  ASSERT_NE(cache.Get(K(1)), nullptr);  // 2 is now the least recently used
+  ASSERT_EQ(IdOf(cache.Get(K(1))), 1);  // 2 is now the least recently used
   ASSERT_TRUE(cache.Put(K(3), M(3), 40));
   EXPECT_EQ(IdOf(cache.Get(K(1))), 1);
-  EXPECT_EQ(cache.Get(K(2)), nullptr);
+  EXPECT_EQ(IdOf(cache.Get(K(2))), -1);
   EXPECT_EQ(IdOf(cache.Get(K(3))), 3);
   EXPECT_EQ(cache.stats().bytes, 80);
   EXPECT_EQ(cache.stats().evictions, 1);
@@ -69,7 +69,7 @@ TEST(ModelCache, EntryLargerThanCapacityIsNotKept) {
   ModelCache cache(100);
   ASSERT_TRUE(cache.Put(K(1), M(1), 50));
   EXPECT_FALSE(cache.Put(K(2), M(2), 101));
-  EXPECT_EQ(cache.Get(K(2)), nullptr);
+  EXPECT_EQ(IdOf(cache.Get(K(2))), -1);
   EXPECT_EQ(IdOf(cache.Get(K(1))), 1);  // nothing was evicted for it
   EXPECT_EQ(cache.stats().bytes, 50);
 }
@@ -83,7 +83,7 @@ TEST(ModelCache, PutReplacesAndEraseRemoves) {
   EXPECT_EQ(cache.stats().entries, 1);
   cache.Erase(K(1));
   cache.Erase(K(7));  // absent: no effect
-  EXPECT_EQ(cache.Get(K(1)), nullptr);
+  EXPECT_EQ(IdOf(cache.Get(K(1))), -1);
   EXPECT_EQ(cache.stats().bytes, 0);
   EXPECT_EQ(cache.stats().entries, 0);
 }
@@ -91,9 +91,9 @@ TEST(ModelCache, PutReplacesAndEraseRemoves) {
 TEST(ModelCache, EvictedModelStaysValidForItsHolder) {
   ModelCache cache(10);
   ASSERT_TRUE(cache.Put(K(1), M(1), 10));
-  std::shared_ptr<const FittedModel> held = cache.Get(K(1));
+  CachedModel held = cache.Get(K(1));
   ASSERT_TRUE(cache.Put(K(2), M(2), 10));
-  EXPECT_EQ(cache.Get(K(1)), nullptr);
+  EXPECT_EQ(IdOf(cache.Get(K(1))), -1);
   EXPECT_EQ(IdOf(held), 1);
 }
 

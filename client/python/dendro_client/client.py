@@ -492,19 +492,28 @@ class Client:
 
     def fit_l2h(self, data: Any, name: Optional[str] = None, aggregation: Optional[str] = None,
                 leaf_names: Optional[Sequence[str]] = None, request_id: Optional[str] = None,
-                allow_method_change: bool = False) -> Job:
+                allow_method_change: bool = False, warm_start: Optional[str] = None) -> Job:
         """Submits an L2H fit over N x K logits; returns the Job.
 
         ``data``: an array or .npy path (uploaded as a transient dataset) or
         a dataset id "ds-…". ``name``: the model name (default: the file's
-        stem, the dataset's display name, else "l2h"). ``aggregation``:
-        "sum_of_means" (default), "mean_of_means" or "sum_of_sums".
-        ``leaf_names``: one name per column (class). ``request_id``: an
-        idempotency key (a retry with the same key returns the same job).
+        stem, the dataset's display name, else "l2h"; with ``warm_start``,
+        its name). ``aggregation``: "sum_of_means" (default),
+        "mean_of_means" or "sum_of_sums". ``leaf_names``: one name per
+        column (class). ``request_id``: an idempotency key (a retry with the
+        same key returns the same job). ``warm_start``: a version ("m",
+        "m:3", "m@stable") fitted on an earlier generation of the dataset
+        ``data`` names; its first pass over those rows is reused (the tree
+        is the one a fit from scratch gives).
         """
+        if warm_start is not None and name is None:
+            name = parse_model_ref(warm_start, 0)[0]
+
         def fill(spec: Any) -> None:
             spec.l2h.SetInParent()
             self._params(spec.l2h, {"aggregation": aggregation}, "l2h")
+            if warm_start is not None:
+                spec.warm_start.CopyFrom(self._model_ref(warm_start))
         return self._submit(data, None, name, "l2h", fill, leaf_names, request_id,
                             allow_method_change)
 

@@ -184,12 +184,16 @@ class Model:
 
         return Tree(json.loads(fetch(pb.TREE_FORMAT_JSON, include_points)), fetch, unrefined)
 
-    def assign(self, x: Any, level: int = 0) -> np.ndarray:
+    def assign(self, x: Any, level: int = 0, stable_ids: bool = False) -> np.ndarray:
         """Assigns rows (an array or a .npy path) to the hierarchy.
 
         ``level=0`` returns each row's leaf-cluster id; ``level=k`` its
         cluster when the tree is cut into k clusters (numbered as
         ``Tree.cut(k)`` numbers them). Returns int32 of shape ``(rows,)``.
+        With ``stable_ids=True``, the same clusters' stable ids instead
+        (int64): ids a cluster keeps from one version of the model to the
+        next while it is the same cluster (the model's metadata
+        ``stable_ids_basis`` and ``stable_ids_kept`` say how they matched).
         Large inputs are sent in several requests under the message limit.
         """
         pb = self._client._pb
@@ -198,8 +202,11 @@ class Model:
         for block in row_batches(matrix, self._client._batch_bytes):
             resp = self._client._unary(self._client._models.Assign, pb.AssignRequest(
                 model=self._ref(), rows=block.shape[0], cols=block.shape[1],
-                data=block.tobytes(), level=int(level)))
-            out.append(np.asarray(resp.cluster if level else resp.leaf, dtype=np.int32))
+                data=block.tobytes(), level=int(level), stable_ids=bool(stable_ids)))
+            if stable_ids:
+                out.append(np.asarray(resp.stable_cluster, dtype=np.int64))
+            else:
+                out.append(np.asarray(resp.cluster if level else resp.leaf, dtype=np.int32))
         return np.concatenate(out)
 
     def predict(self, x: Any, top_t: int = 0, top_k: int = 1, flat: bool = False) -> Prediction:

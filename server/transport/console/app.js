@@ -337,9 +337,17 @@
       rows, { id: "models" });
   }
 
+  // `versions` ascending; each but the first links to its diff with the one before.
   function versionsTable(name, versions) {
+    const before = new Map();
+    versions.forEach((m, i) => { if (i > 0) before.set(m.version, versions[i - 1].version); });
+    const diffLink = (m) => before.has(m.version)
+      ? el("a", { class: "diff-link", href: "#/models/" + encodeURIComponent(name) + "/diff/" +
+                  encodeURIComponent(before.get(m.version)) + "/" + encodeURIComponent(m.version) },
+           "diff v" + before.get(m.version))
+      : "";
     return table([{ label: "Version", num: true }, "Labels", "Method", { label: "Leaves", num: true },
-                  { label: "Inputs", num: true }, "Dataset", "Job", "Created", "Owner", ""],
+                  { label: "Inputs", num: true }, "Dataset", "Job", "Created", "Owner", "", ""],
       versions.slice().reverse().map((m) => el("tr", { class: "version", "data-version": m.version },
         el("td", { class: "num" }, m.version),
         el("td", {}, labels(m)),
@@ -351,7 +359,68 @@
         el("td", {}, when(m.create_time)),
         el("td", {}, m.owner || ""),
         el("td", {}, link("#/models/" + encodeURIComponent(name) + "/versions/" +
-                          encodeURIComponent(m.version), "tree")))), { id: "versions" });
+                          encodeURIComponent(m.version), "tree")),
+        el("td", {}, diffLink(m)))), { id: "versions" });
+  }
+
+  // --- two versions compared (GET .../diff, the 'dendro diff' report) -----
+
+  function num(x, digits) {
+    return x === null || x === undefined ? "undefined" : Number(x).toFixed(digits);
+  }
+
+  async function diffPage(gen, name, from, to) {
+    const path = modelPath(name, to);
+    const query = "?from=" + encodeURIComponent(from);
+    const [doc, svg] = await Promise.all([fetchJson(path + "/diff" + query),
+                                          fetchBlob(path + "/diff.svg" + query)]);
+    if (gen !== generation) return;
+    const r = doc.report;
+    const a = name + " v" + doc.a.version, b = name + " v" + doc.b.version;
+    const counts = r.events.counts;
+    const summary = table(["Measure", { label: "Value", num: true }], [
+      ["Leaves (shared)", r.a.leaves + " → " + r.b.leaves + " (" + r.shared_leaves +
+        ", matched by " + r.matching + ")"],
+      ["Robinson–Foulds (normalized)", r.robinson_foulds.distance + " (" +
+        num(r.robinson_foulds.normalized, 3) + ")"],
+      ["Cophenetic correlation", num(r.cophenetic_correlation.value, 3)],
+      ["ARI of the cuts, mean / min (over " + r.ari.basis + ")",
+        num(r.ari.mean, 3) + " / " + num(r.ari.min, 3)],
+      ["Clusters stayed / moved", counts.stayed + " / " + counts.moved],
+      ["Split / merged", counts.split + " / " + counts.merged],
+      ["Gone / new", counts.gone + " / " + counts.new],
+      ["Tanglegram crossings", r.tanglegram.crossings_before + " → " +
+        r.tanglegram.crossings_after],
+    ].map(([k, v]) => el("tr", { class: "diff-measure" }, el("td", {}, k),
+                         el("td", { class: "num" }, String(v)))), { id: "diff-summary" });
+    const shown = r.events.list.filter((e) => e.type !== "stayed").slice(0, 50);
+    const points = (n) => n === null || n === undefined ? "" : Number(n).toLocaleString("en");
+    const events = shown.length === 0
+      ? el("p", { class: "empty", id: "diff-events" }, "Every cluster stayed.")
+      : table(["Event", { label: "Leaves", num: true }, { label: "Points " + a, num: true },
+               { label: "Points " + b, num: true }, "Parts", "Example leaves"],
+        shown.map((e) => el("tr", { class: "diff-event", "data-type": e.type },
+          el("td", {}, e.type), el("td", { class: "num" }, e.leaves),
+          el("td", { class: "num" }, points(e.a_points)),
+          el("td", { class: "num" }, points(e.b_points)),
+          el("td", {}, e.parts.map((p) => p.leaves).join(" + ")),
+          el("td", {}, e.example_leaves.join(", ")))), { id: "diff-events" });
+    const picture = el("img", { id: "diff-tanglegram", class: "tanglegram",
+                                title: "The two trees facing each other, shared leaves joined" });
+    picture.addEventListener("load", () => picture.setAttribute("data-drawn", "true"));
+    // As a data: address, which the page's img-src allows; an <img> runs no
+    // script the picture might hold.
+    const reader = new FileReader();
+    reader.onload = () => { picture.src = reader.result; };
+    reader.readAsDataURL(new Blob([svg], { type: "image/svg+xml" }));
+    render(a + " vs " + b, el("h2", {}, "Model " + name + ": v" + doc.a.version + " → v" +
+                                        doc.b.version),
+           el("p", {}, link("#/models/" + encodeURIComponent(name), "all versions"), " · ",
+              link("#/models/" + encodeURIComponent(name) + "/versions/" +
+                   encodeURIComponent(doc.b.version), "tree of v" + doc.b.version)),
+           summary, el("h3", {}, "What changed (largest first)"), events,
+           el("h3", {}, "Tanglegram"), picture);
+    loaded("diff");
   }
 
   // --- the tree ----------------------------------------------------------
@@ -979,6 +1048,8 @@
         loaded("model");
       } else if (parts[0] === "models" && parts.length === 4 && parts[2] === "versions") {
         await treePage(gen, parts[1], parts[3], params);
+      } else if (parts[0] === "models" && parts.length === 5 && parts[2] === "diff") {
+        await diffPage(gen, parts[1], parts[3], parts[4]);
       } else {
         throw new ApiError(404, "no such page: #/" + parts.join("/"));
       }

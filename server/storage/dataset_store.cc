@@ -52,17 +52,8 @@ absl::Status DatasetUpload::Begin(const v1::DatasetHeader& header) {
   header_ = header;
   id_ = NewId("ds");
   prefix_ = DatasetStore::KeyFor(id_, header.transient());
-  const Durability durability =
-      header.transient() ? Durability::kVolatile : Durability::kDurable;
-  ArtifactStore* artifacts = store_->artifacts_;
-  DENDRO_ASSIGN_OR_RETURN(x_, artifacts->Create(prefix_ + "/X.npy", durability));
-  const int64_t shape[2] = {header.rows(), header.cols()};
-  DENDRO_RETURN_IF_ERROR(x_->Append(MakeNpyHeader(DType::kFloat32, shape)));
-  if (header.has_labels()) {
-    DENDRO_ASSIGN_OR_RETURN(y_, artifacts->Create(prefix_ + "/y.npy", durability));
-    const int64_t yshape[1] = {header.rows()};
-    DENDRO_RETURN_IF_ERROR(y_->Append(MakeNpyHeader(DType::kInt64, yshape)));
-  }
+  DENDRO_RETURN_IF_ERROR(
+      CreateFiles(header.transient() ? Durability::kVolatile : Durability::kDurable));
   if (preparer != nullptr && store_->PreparedFits(preparer->ResultBytes(header))) {
     preparation_ = preparer->Start(header);
   }
@@ -117,15 +108,7 @@ absl::Status DatasetUpload::BeginAppend(const v1::DatasetHeader& header) {
   if (header_.display_name().empty()) header_.set_display_name(base.display_name());
   id_ = NewId("ds");
   prefix_ = DatasetStore::KeyFor(id_, false);
-  ArtifactStore* artifacts = store_->artifacts_;
-  DENDRO_ASSIGN_OR_RETURN(x_, artifacts->Create(prefix_ + "/X.npy", Durability::kDurable));
-  const int64_t shape[2] = {rows, header.cols()};
-  DENDRO_RETURN_IF_ERROR(x_->Append(MakeNpyHeader(DType::kFloat32, shape)));
-  if (header.has_labels()) {
-    DENDRO_ASSIGN_OR_RETURN(y_, artifacts->Create(prefix_ + "/y.npy", Durability::kDurable));
-    const int64_t yshape[1] = {rows};
-    DENDRO_RETURN_IF_ERROR(y_->Append(MakeNpyHeader(DType::kInt64, yshape)));
-  }
+  DENDRO_RETURN_IF_ERROR(CreateFiles(Durability::kDurable));
   // The earlier rows, through the same checks as the new ones (they pass:
   // they passed once), so the statistics cover every row.
   const MatrixView x = base_->matrix();
@@ -199,10 +182,9 @@ absl::Status DatasetUpload::BeginImport(const v1::ImportDatasetRequest& request,
                                           store_->max_dataset_bytes_));
   id_ = NewId("ds");
   prefix_ = DatasetStore::KeyFor(id_, header_.transient());
-  ArtifactStore* artifacts = store_->artifacts_;
-  const std::string key = prefix_ + "/X.npy";
   if (header_.transient()) {
-    absl::StatusOr<std::unique_ptr<ArtifactWriter>> link = artifacts->Link(key, file.fd());
+    absl::StatusOr<std::unique_ptr<ArtifactWriter>> link =
+        store_->artifacts_->Link(prefix_ + "/X.npy", file.fd());
     if (link.ok()) {
       x_ = *std::move(link);
       linked_ = true;
@@ -211,28 +193,35 @@ absl::Status DatasetUpload::BeginImport(const v1::ImportDatasetRequest& request,
       return link.status();
     }
   }
-  const Durability durability = header_.transient() ? Durability::kVolatile : Durability::kDurable;
-  if (!linked_) {
+  if (linked_) {
+    // A link's bytes are the file's own, header included.
+    DENDRO_RETURN_IF_ERROR(x_->Append(bytes.substr(0, npy.data_offset)));
+  } else {
     DENDRO_RETURN_IF_ERROR(store_->disk_.Check(validator_.total_bytes(), "import"));
-    DENDRO_ASSIGN_OR_RETURN(x_, artifacts->Create(key, durability));
   }
-  // A link's bytes are the file's own, header included; a copy gets the
-  // header datasets are written with.
-  const int64_t shape[2] = {header_.rows(), header_.cols()};
-  DENDRO_RETURN_IF_ERROR(x_->Append(linked_
-                                        ? bytes.substr(0, npy.data_offset)
-                                        : std::string_view(MakeNpyHeader(DType::kFloat32, shape))));
-  if (header_.has_labels()) {
-    DENDRO_ASSIGN_OR_RETURN(y_, artifacts->Create(prefix_ + "/y.npy", durability));
-    const int64_t yshape[1] = {header_.rows()};
-    DENDRO_RETURN_IF_ERROR(y_->Append(MakeNpyHeader(DType::kInt64, yshape)));
-  }
+  DENDRO_RETURN_IF_ERROR(
+      CreateFiles(header_.transient() ? Durability::kVolatile : Durability::kDurable));
   const std::string_view data = bytes.substr(npy.data_offset);
   constexpr size_t kChunk = size_t{8} << 20;
   for (size_t at = 0; at < data.size(); at += kChunk) {
     if (absl::Status s = AppendData(data.substr(at, kChunk)); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DatasetUpload::CreateFiles(Durability durability) {
+  ArtifactStore* artifacts = store_->artifacts_;
+  if (x_ == nullptr) {
+    DENDRO_ASSIGN_OR_RETURN(x_, artifacts->Create(prefix_ + "/X.npy", durability));
+    const int64_t shape[2] = {header_.rows(), header_.cols()};
+    DENDRO_RETURN_IF_ERROR(x_->Append(MakeNpyHeader(DType::kFloat32, shape)));
+  }
+  if (header_.has_labels()) {
+    DENDRO_ASSIGN_OR_RETURN(y_, artifacts->Create(prefix_ + "/y.npy", durability));
+    const int64_t yshape[1] = {header_.rows()};
+    DENDRO_RETURN_IF_ERROR(y_->Append(MakeNpyHeader(DType::kInt64, yshape)));
   }
   return absl::OkStatus();
 }

@@ -100,6 +100,10 @@ class DatasetUpload {
   absl::Status BeginImport(const v1::ImportDatasetRequest& request, const ImportedFile& file);
   // Feeds the base's labels once, before the client's first label.
   absl::Status AppendBaseLabels();
+  // Creates prefix_/X.npy (unless x_ is open already: an import's link)
+  // and, for a labelled dataset, prefix_/y.npy, each starting with the .npy
+  // header of header_'s shape; the rows and labels follow.
+  absl::Status CreateFiles(Durability durability);
 
   DatasetStore* store_;
   UploadValidator validator_;

@@ -24,14 +24,8 @@ trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$data"' EXIT
 for _ in $(seq 1 100); do [ -s "$data/port" ] && break; sleep 0.1; done
 export DENDRO_SERVER="127.0.0.1:$(cat "$data/port")"
 dendro="${DENDRO:-$build/client/dendro}"
-ticks=$(getconf CLK_TCK)
-server_cpu() { awk -v t="$ticks" '{ print ($14 + $15) / t }' "/proc/$pid/stat"; }
-tree_shape() {
-  /usr/bin/python3 -c 'import json, sys
-t = json.load(open(sys.argv[1]))
-t.pop("metadata", None)
-print(json.dumps(t, sort_keys=True))' "$1"
-}
+# shellcheck source=tests/bench/ab_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ab_lib.sh"
 
 run() {  # run MODE OUT: prints "wall server_cpu"
   local c0 t0 t1 c1
@@ -55,7 +49,6 @@ for r in $(seq 1 "$rounds"); do
   printf 'round %s: import %s s (server CPU %s s) | upload %s s (server CPU %s s)\n' \
     "$r" ${a% *} ${a#* } ${b% *} ${b#* }
 done
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 printf 'median wall: import %s s, upload %s s; median server CPU: import %s s, upload %s s\n' \
   "$(cut -d' ' -f1 "$data/a" | median)" "$(cut -d' ' -f1 "$data/b" | median)" \
   "$(cut -d' ' -f2 "$data/a" | median)" "$(cut -d' ' -f2 "$data/b" | median)"

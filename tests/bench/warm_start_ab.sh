@@ -45,14 +45,8 @@ ds=$("$dendro" upload "$data/head.npy" 2>/dev/null)
 rm -f "$data/head.npy" "$data/tail.npy"
 echo "dataset $ds: $old rows, then $(( n - old )) appended (${pct} %), K = $k"
 
-ticks=$(getconf CLK_TCK)
-server_cpu() { awk -v t="$ticks" '{ print ($14 + $15) / t }' "/proc/$pid/stat"; }
-tree_shape() {
-  /usr/bin/python3 -c 'import json, sys
-t = json.load(open(sys.argv[1]))
-t.pop("metadata", None)
-print(json.dumps(t, sort_keys=True))' "$1"
-}
+# shellcheck source=tests/bench/ab_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ab_lib.sh"
 job_seconds() {  # the newest job's start..end, from its record
   "$dendro" jobs list --limit 1 --json | /usr/bin/python3 -c 'import json, sys, datetime
 j = json.load(sys.stdin)["jobs"][0]
@@ -86,7 +80,6 @@ for r in $(seq 1 "$rounds"); do
   printf 'round %s: warm %s s (job %s s, server CPU %s s) | cold %s s (job %s s, server CPU %s s)\n' \
     "$r" "$aw" "$aj" "$ac" "$bw" "$bj" "$bc"
 done
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 for f in 1 2 3; do
   ma=$(cut -d' ' -f$f "$data/a" | median); mb=$(cut -d' ' -f$f "$data/b" | median)
   printf 'median %s: warm %s, cold %s, ratio %s\n' "$(echo wall job server_cpu | cut -d' ' -f$f)" \

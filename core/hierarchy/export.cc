@@ -390,11 +390,26 @@ OrderedJson JsonHead(const Hierarchy& h) {
 }  // namespace
 
 absl::Status WriteJson(const Hierarchy& h, bool include_points, size_t chunk_bytes,
-                       absl::FunctionRef<absl::Status(std::string_view)> sink) {
+                       absl::FunctionRef<absl::Status(std::string_view)> sink,
+                       absl::Span<const int64_t> stable_ids) {
+  if (!stable_ids.empty() && static_cast<int64_t>(stable_ids.size()) != h.num_nodes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(stable_ids.size(), " stable ids for a tree of ", h.num_nodes(), " nodes"));
+  }
   chunk_bytes = std::max<size_t>(chunk_bytes, 64);
   std::string buf = Dump(JsonHead(h));
-  // The head is an object ("{...}"); the points go before its closing brace.
+  // The head is an object ("{...}"); the ids and points go before its
+  // closing brace.
   buf.pop_back();
+  if (!stable_ids.empty()) {
+    buf.append(",\"stable_ids\":[");
+    char text[24];
+    for (size_t v = 0; v < stable_ids.size(); ++v) {
+      if (v > 0) buf.push_back(',');
+      buf.append(text, std::to_chars(text, text + sizeof(text), stable_ids[v]).ptr);
+    }
+    buf.push_back(']');
+  }
   // Sends the whole chunks at the front of `buf`; the rest waits for more.
   auto flush_whole_chunks = [&]() -> absl::Status {
     size_t sent = 0;

@@ -20,6 +20,7 @@
 //       "nodes": [{"id": v, "parent": p, "height": h, "children": [...]}, ...],
 //       "merges": [[a, b, height, count], ...],   // the linkage rows
 //       "leaf_names": ["cat", ...],                // optional
+//       "stable_ids": [...],                       // optional, one per node
 //       "point_leaf": [...]}                       // optional
 //    ParseJson accepts exactly what ToJson writes (and rebuilds from
 //    "nodes"; "merges" is informational).
@@ -33,6 +34,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "core/hierarchy/hierarchy.h"
 
 namespace dendro {
@@ -61,8 +63,12 @@ std::string ToJson(const Hierarchy& h, bool include_points = true);
 // never empty. Memory stays at the tree's head (nodes, merges, names) plus
 // one chunk however many points there are. Stops at, and returns, the first
 // error `sink` returns.
+// `stable_ids`, when not empty, are written as "stable_ids" (one per node,
+// in node order: a registry's cluster ids, core/diff/stable_ids.h);
+// InvalidArgument unless there is one per node. ParseJson ignores them.
 absl::Status WriteJson(const Hierarchy& h, bool include_points, size_t chunk_bytes,
-                       absl::FunctionRef<absl::Status(std::string_view)> sink);
+                       absl::FunctionRef<absl::Status(std::string_view)> sink,
+                       absl::Span<const int64_t> stable_ids = {});
 absl::StatusOr<Hierarchy> ParseJson(std::string_view json);
 
 }  // namespace dendro

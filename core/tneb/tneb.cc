@@ -377,7 +377,8 @@ class TnebFit {
         ctx_(ctx),
         n_(x.rows()),
         d_(x.cols()),
-        threads_(o.num_threads > 0 ? o.num_threads : std::max(1, omp_get_max_threads())) {}
+        threads_(o.num_threads > 0 ? o.num_threads : std::max(1, omp_get_max_threads())),
+        standardize_mode_(o.standardize ? TnebStandardize::kOn : o.standardize_mode) {}
 
   // The input checks that need the data, and the standardisation.
   absl::Status Prepare();
@@ -411,6 +412,8 @@ class TnebFit {
   const int64_t n_;
   const int64_t d_;
   const int threads_;
+  // The standardisation asked for: TnebOptions::standardize means kOn.
+  const TnebStandardize standardize_mode_;
   FeatureTransform transform_;
   FeatureTransform columns_;  // the standardisation, whether used or not
   TnebSpreadRatio spread_;    // the columns' s_max / s_min, and the auto rule's verdict
@@ -459,9 +462,9 @@ absl::Status TnebFit::Prepare() {
   DENDRO_RETURN_IF_ERROR(CheckColumns(x_));
   DENDRO_ASSIGN_OR_RETURN(columns_, StandardizationOf(x_));
   spread_ = TnebStandardizeNeeded(columns_.scale, o_.max_elongation);
-  if (o_.standardize || o_.standardize_mode == TnebStandardize::kOn) {
+  if (standardize_mode_ == TnebStandardize::kOn) {
     standardize_reason_ = "asked";
-  } else if (o_.standardize_mode == TnebStandardize::kAuto && spread_.standardize) {
+  } else if (standardize_mode_ == TnebStandardize::kAuto && spread_.standardize) {
     standardize_reason_ = "column_sd_ratio";
   }
   if (!standardize_reason_.empty()) transform_ = columns_;
@@ -469,8 +472,8 @@ absl::Status TnebFit::Prepare() {
 }
 
 bool TnebFit::StandardizeAfterFilterFailed(const absl::Status& filtered) {
-  if (filtered.ok() || !absl::IsFailedPrecondition(filtered) || o_.standardize ||
-      o_.standardize_mode != TnebStandardize::kAuto || !transform_.identity() ||
+  if (filtered.ok() || !absl::IsFailedPrecondition(filtered) ||
+      standardize_mode_ != TnebStandardize::kAuto || !transform_.identity() ||
       filter_.too_elongated == 0) {
     return false;
   }
@@ -672,8 +675,7 @@ void TnebFit::Describe(const MergeTree& mt) {
   md["seed"] = absl::StrCat(o_.seed);
   // What happened, and why: the option and the columns' spread ratio.
   md["standardize"] = transform_.identity() ? "false" : "true";
-  md["standardize_mode"] =
-      std::string(o_.standardize ? "on" : TnebStandardizeName(o_.standardize_mode));
+  md["standardize_mode"] = std::string(TnebStandardizeName(standardize_mode_));
   if (!standardize_reason_.empty()) md["standardize_reason"] = standardize_reason_;
   md["column_sd_ratio"] = absl::StrFormat("%.6g", spread_.ratio);
   md["height_offset"] = absl::StrFormat("%.17g", offset_);

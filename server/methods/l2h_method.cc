@@ -17,9 +17,10 @@
 namespace dendro::server {
 namespace {
 
-// Artifacts: tree.json + point_leaf.npy (SaveTree) and, for a fresh fit,
-// first_pass.bin: the first pass over the rows (L2hFirstPass::Save), so a
-// later fit that warm-starts from this version passes over new rows only.
+// Artifacts: tree.json + point_leaf.npy (SaveTree) and, for a fit of a
+// durable dataset, first_pass.bin: the first pass over the rows
+// (L2hFirstPass::Save), so a later fit that warm-starts from this version
+// passes over new rows only. Load leaves it on disk.
 constexpr char kFirstPassFile[] = "first_pass.bin";
 
 class L2hModel final : public FittedModel {
@@ -144,7 +145,9 @@ class L2h final : public Method {
       const L2hFirstPass* first_pass, std::map<std::string, std::string> md_in) const {
     L2hOptions options;
     DENDRO_ASSIGN_OR_RETURN(options.aggregation, ParseAggregation(spec));
-    options.keep_first_pass = true;
+    // Kept for later warm starts, which need this dataset's rows: a
+    // transient dataset is gone after the job, so its pass is not saved.
+    options.keep_first_pass = !dataset.info().transient();
     DENDRO_ASSIGN_OR_RETURN(L2hResult result, RunL2h(dataset.matrix(), options, ctx, first_pass));
     Hierarchy tree = std::move(result.hierarchy);
     DENDRO_RETURN_IF_ERROR(tree.SetLeafNames(LeafNames(spec)));
@@ -159,6 +162,8 @@ class L2h final : public Method {
   }
 
   const UploadPreparer* upload_preparer() const override { return &L2hUploadPreparer(); }
+
+  std::vector<std::string> files_left_on_disk() const override { return {kFirstPassFile}; }
 
   absl::StatusOr<std::unique_ptr<FittedModel>> Load(const std::string& dir) const override {
     DENDRO_ASSIGN_OR_RETURN(Hierarchy tree, LoadTree(dir));

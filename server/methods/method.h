@@ -160,6 +160,9 @@ class Method {
                                                            const v1::JobSpec& spec,
                                                            RunContext& ctx) const = 0;
   virtual absl::StatusOr<std::unique_ptr<FittedModel>> Load(const std::string& dir) const = 0;
+  // Artifact files Load leaves on disk (read only on demand, e.g. by a warm
+  // start): the model cache does not charge their bytes.
+  virtual std::vector<std::string> files_left_on_disk() const { return {}; }
 
   // The work this method does on an upload's rows while they arrive, for
   // uploads whose DatasetHeader.prepare is its name() (see

@@ -3,7 +3,8 @@
 //
 // Keys are (model name, version). Each entry is charged the bytes its loader
 // reported (ModelRegistry uses the size of the model's artifact files: the
-// arrays they hold are what the loaded model keeps in memory). Invariants,
+// arrays they hold are what the loaded model keeps in memory; files the
+// method's Load leaves on disk are not counted). Invariants,
 // under the lock:
 //   * bytes() == the sum of the charges of the entries held;
 //   * bytes() <= capacity() after every Put, except that a single entry

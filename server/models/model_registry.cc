@@ -382,7 +382,13 @@ absl::StatusOr<LoadedModel> ModelRegistry::Load(const v1::ModelRef& ref) {
         absl::StrCat(what, " could not be loaded: ", ids.status().message()));
   }
   CachedModel cached{model, std::make_shared<const StableIds>(*std::move(ids))};
-  const int64_t bytes = artifacts_->Bytes(stored.dir);
+  // What the loaded model holds: its files, less those Load left on disk.
+  int64_t bytes = artifacts_->Bytes(stored.dir);
+  for (const std::string& file : method->files_left_on_disk()) {
+    std::error_code ec;
+    const std::uintmax_t size = std::filesystem::file_size(*path + "/" + file, ec);
+    if (!ec) bytes -= static_cast<int64_t>(size);
+  }
   if (!cache_.Put(key, cached, bytes)) {
     // Such a model is reloaded on every request: say so once, not each time.
     static std::atomic<bool> warned{false};

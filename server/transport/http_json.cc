@@ -524,10 +524,13 @@ absl::StatusOr<HttpBody> JsonApi::GetTree(const v1::ModelRef& ref,
   } else {
     // Written as it is sent: with the points it can be far larger than the
     // tree (10^7 rows make 25 MB or more).
-    body.write = [model = std::move(loaded.model), unrefined, include_points](
-                     absl::FunctionRef<absl::Status(std::string_view)> sink) {
+    // The refined tree carries the version's stable ids.
+    body.write = [model = std::move(loaded.model), ids = std::move(loaded.stable_ids), unrefined,
+                  include_points](absl::FunctionRef<absl::Status(std::string_view)> sink) {
       return WriteJson(unrefined ? model->coarse_tree() : model->tree(), include_points,
-                       size_t{1} << 20, sink);
+                       size_t{1} << 20, sink,
+                       unrefined || ids == nullptr ? absl::Span<const int64_t>()
+                                                   : absl::MakeConstSpan(ids->node));
     };
   }
   return body;

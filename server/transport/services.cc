@@ -460,9 +460,10 @@ class JobServiceImpl final : public v1::JobService::Service, private ServiceBase
 
 // The tree `req` asks for, as text (JSON, Newick) or bytes (a linkage .npy),
 // handed to `sink` in consecutive pieces of at most `piece_bytes`.
-absl::Status WriteTree(const FittedModel& model, const v1::GetTreeRequest& req,
-                       size_t piece_bytes,
+// The refined tree's JSON carries the version's stable ids.
+absl::Status WriteTree(const LoadedModel& loaded, const v1::GetTreeRequest& req, size_t piece_bytes,
                        absl::FunctionRef<absl::Status(std::string_view)> sink) {
+  const FittedModel& model = *loaded.model;
   if (req.unrefined() && req.format() == v1::TREE_FORMAT_LINKAGE_NPY) {
     return absl::InvalidArgumentError(
         "an unrefined tree can be n-ary, which a SciPy linkage cannot hold; ask for JSON or "
@@ -475,7 +476,10 @@ absl::Status WriteTree(const FittedModel& model, const v1::GetTreeRequest& req,
     case v1::TREE_FORMAT_JSON:
       // The only form that grows with the rows (point assignments): written
       // piece by piece.
-      return WriteJson(tree, req.include_points(), piece_bytes, sink);
+      return WriteJson(tree, req.include_points(), piece_bytes, sink,
+                       req.unrefined() || loaded.stable_ids == nullptr
+                           ? absl::Span<const int64_t>()
+                           : absl::MakeConstSpan(loaded.stable_ids->node));
     case v1::TREE_FORMAT_NEWICK:
       text = ToNewick(tree);
       break;
@@ -600,7 +604,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     std::string* content = resp->mutable_content();
     int64_t total = 0;
     const absl::Status written =
-        WriteTree(*loaded->model, *req, size_t{1} << 20, [&](std::string_view piece) {
+        WriteTree(*loaded, *req, size_t{1} << 20, [&](std::string_view piece) {
           total += static_cast<int64_t>(piece.size());
           if (total <= room) content->append(piece);
           return absl::OkStatus();
@@ -634,7 +638,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
         std::clamp<int64_t>(deps_.max_message_bytes / 2, 64, int64_t{1} << 20));
     bool first = true;
     const absl::Status written =
-        WriteTree(*loaded->model, *req, piece_bytes, [&](std::string_view piece) {
+        WriteTree(*loaded, *req, piece_bytes, [&](std::string_view piece) {
           v1::GetTreeChunk chunk;
           chunk.set_content(piece.data(), piece.size());
           if (first) *chunk.mutable_model() = loaded->info();

@@ -684,13 +684,19 @@ for v in 1 2; do
   [[ $RC -eq 0 ]] || fail "assign --level 3 --stable-ids exited $RC: $(cat err.txt)"
 done
 run assign --model grown:2 logits.npy --level 3 --out plain_3_2.npy
+run assign --model grown:2 logits.npy --out plain_leaf_2.npy
+run tree grown:2 --out grown2_tree.json
 "$PY" - <<'EOF' || fail "assign --stable-ids answers are wrong"
+import json
 import numpy as np
 a, b = np.load("stable_leaf_1.npy"), np.load("stable_leaf_2.npy")
 assert a.dtype == np.int64 and (a == b).all(), (a[:10], b[:10])
 s, p = np.load("stable_3_2.npy"), np.load("plain_3_2.npy")
 # The same three clusters, named by ids instead of 0..2.
 assert len(set(s)) == len(set(p)) == 3 and len(set(zip(s, p))) == 3
+# The tree file names every node by the same ids.
+ids = np.array(json.load(open("grown2_tree.json"))["stable_ids"])
+assert (ids[np.load("plain_leaf_2.npy")] == b).all() and set(s) <= set(ids.tolist())
 EOF
 pass "assign --stable-ids: classes keep their ids across versions; the cut's clusters are named by id"
 run datasets delete "$DS:2"

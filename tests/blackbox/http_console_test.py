@@ -420,6 +420,10 @@ class ConsoleBrowserTest(unittest.TestCase):
         self.assertEqual(info["node"], str(node))
         self.assertIn(f"size: {tree.size[node]} leaves", info["text"])
         self.assertIn("height: ", info["text"])
+        # The node's stable id, as the served tree gives it (demo is a first
+        # version: its ids are its node ids).
+        ids = get_json(f"{self.server.base}/api/v1/models/demo/versions/1/tree")["stable_ids"]
+        self.assertIn(f"stable id: {ids[node]}", info["text"])
         line = next(x for x in info["text"].split("\n") if x.startswith("top labels: "))
         shown = line[len("top labels: "):].split(", ")
         self.assertEqual(len(shown), min(5, tree.size[node]), line)

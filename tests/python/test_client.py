@@ -585,3 +585,9 @@ def test_warm_start_and_stable_ids(client, logits):
     assert leaf1.dtype == np.int64 and (leaf1 == leaf2).all()
     ids, plain = v2.assign(x, level=3, stable_ids=True), v2.assign(x, level=3)
     assert len(set(ids)) == 3 and len(set(zip(ids, plain))) == 3
+    # The tree names its nodes by the same ids: a leaf's, and the cut's clusters'.
+    tree = v2.tree()
+    leaves = v2.assign(x)
+    assert (tree.stable_ids[leaves] == leaf2).all()
+    assert set(ids) <= set(tree.stable_ids.tolist())
+    assert v2.tree(unrefined=True).stable_ids is None

@@ -14,6 +14,7 @@
 
 #include "core/diff/stable_ids.h"
 #include "gmock/gmock.h"
+#include "nlohmann/json.hpp"
 #include "tests/server/server_fixture.h"
 
 namespace dendro::server {
@@ -85,6 +86,18 @@ class EvolveServerTest : public ServerTest {
     EXPECT_EQ(resp.stable_cluster_size(), req.rows());
     return resp;
   }
+  std::string TreeJson(const std::string& name, int64_t version, bool unrefined) {
+    grpc::ClientContext ctx;
+    v1::GetTreeRequest req;
+    req.mutable_model()->set_name(name);
+    req.mutable_model()->set_version(version);
+    req.set_format(v1::TREE_FORMAT_JSON);
+    req.set_unrefined(unrefined);
+    v1::GetTreeResponse resp;
+    const grpc::Status st = models_->GetTree(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.content();
+  }
   absl::StatusOr<Hierarchy> Tree(const std::string& name, int64_t version) {
     grpc::ClientContext ctx;
     v1::GetTreeRequest req;
@@ -119,13 +132,21 @@ TEST_F(EvolveServerTest, L2hVersionsKeepTheIdsOfTheClustersTheyShare) {
 
   absl::StatusOr<Hierarchy> t1 = Tree("grow", 1), t2 = Tree("grow", 2);
   ASSERT_TRUE(t1.ok() && t2.ok());
+  // The served JSON tree names every node by its stable id; the unrefined
+  // tree (other nodes) has none.
+  const nlohmann::json doc = nlohmann::json::parse(TreeJson("grow", 2, false));
+  ASSERT_TRUE(doc.contains("stable_ids"));
+  ASSERT_EQ(doc["stable_ids"].size(), static_cast<size_t>(t2->num_nodes()));
+  EXPECT_FALSE(nlohmann::json::parse(TreeJson("grow", 2, true)).contains("stable_ids"));
   for (int level = 0; level <= k; level += (level == 0 ? 2 : 1)) {
     const v1::AssignResponse a1 = AssignStable("grow", 1, x, k, level);
     const v1::AssignResponse a2 = AssignStable("grow", 2, x, k, level);
-    // The first version's ids are its node ids; leaves keep theirs.
+    // The first version's ids are its node ids; leaves keep theirs; the
+    // tree's ids are Assign's.
     for (int i = 0; i < n; ++i) {
       ASSERT_EQ(a1.stable_leaf(i), a1.leaf(i));
       ASSERT_EQ(a2.stable_leaf(i), a1.stable_leaf(i));
+      ASSERT_EQ(doc["stable_ids"][a2.leaf(i)].get<int64_t>(), a2.stable_leaf(i));
     }
     if (level < 2) continue;
     // A cluster of the cut found in both versions (the same classes) has

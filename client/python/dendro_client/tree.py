@@ -66,6 +66,14 @@ class Tree:
         return None if points is None else np.asarray(points, dtype=np.int32)
 
     @property
+    def stable_ids(self) -> Optional[np.ndarray]:
+        """The stable id of every node, indexed by node id (int64): the ids
+        ``Model.assign(..., stable_ids=True)`` answers, which a cluster keeps
+        across the model's versions. None for an unrefined tree."""
+        ids = self._doc.get("stable_ids")
+        return None if ids is None else np.asarray(ids, dtype=np.int64)
+
+    @property
     def metadata(self) -> Dict[str, Any]:
         """The tree's metadata (method, parameters)."""
         return dict(self._doc.get("metadata", {}))

@@ -497,7 +497,8 @@
     const cutOrder = preorder.filter((v) => kids[v].length > 0)
       .sort((a, b) => height[b] - height[a] || b - a);
     return { n, leaves: leafOrder.length, root, parent, height, kids, size, first, pos, preorder,
-             leafOrder, cutOrder, low, names: doc.leaf_names || [] };
+             leafOrder, cutOrder, low, names: doc.leaf_names || [],
+             stableIds: doc.stable_ids || null };
   }
 
   function leafName(t, v) {
@@ -968,6 +969,8 @@
         el("div", { class: "title" }, leaf ? "leaf " + leafName(t, v) : "node " + v),
         el("div", {}, "size: " + t.size[v] + (t.size[v] === 1 ? " leaf" : " leaves")),
         el("div", {}, "height: " + fmt(t.height[v]))];
+      // The id 'dendro assign --stable-ids' answers for this cluster.
+      if (t.stableIds) lines.push(el("div", { class: "stable-id" }, "stable id: " + t.stableIds[v]));
       if (!leaf) lines.push(el("div", {}, "top labels: " + topLabels(t, v).join(", ")));
       if (matches.q) lines.push(el("div", {}, "matches: " + matchesUnder(t, matches, v)));
       info.replaceChildren(...lines);

@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -216,7 +217,10 @@ ModelRegistry::StableIdsOutcome ModelRegistry::StableIdsFor(const std::string& n
     previous_ids = previous->stable_ids.get();
     next = previous_ids->next;
   } else {
-    note = absl::StrCat("the newest version could not be read: ", previous.status().message());
+    // (The status's message may name the server's files: the log has it.)
+    note = absl::StrCat("the newest version could not be read (",
+                        absl::StatusCodeToString(previous.status().code()), ")");
+    spdlog::warn("model '{}': stable ids not matched: {}", name, previous.status().ToString());
     if (absl::StatusOr<v1::Model> info = Get(newest); info.ok()) previous_info = *info;
   }
   if (previous_info.has_value()) {
@@ -236,7 +240,11 @@ ModelRegistry::StableIdsOutcome ModelRegistry::StableIdsFor(const std::string& n
   if (previous_tree != nullptr) {
     absl::StatusOr<const Method*> method = MethodByName(model.method());
     absl::StatusOr<ClusterOverlap> overlap = absl::FailedPreconditionError("");
-    if (method.ok() && (*method)->leaves_are_classes()) {
+    if (previous_info->method() != model.method()) {
+      overlap = absl::FailedPreconditionError(
+          absl::StrCat("the method changed (", previous_info->method(), " to ",
+                       std::string(model.method()), "), so the clusters are not comparable"));
+    } else if (method.ok() && (*method)->leaves_are_classes()) {
       overlap = OverlapByLeaves(*previous_tree, tree);
     } else {
       const auto& pmd = previous_info->metadata();

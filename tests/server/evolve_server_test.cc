@@ -222,6 +222,22 @@ TEST_F(EvolveServerTest, TnebRefitOnAnAppendedGenerationKeepsItsClustersIds) {
     ASSERT_GE(a3.stable_cluster(i), next2);
   }
 
+  // Another method under the name: nothing to compare, all ids new.
+  {
+    v1::JobSpec spec;
+    spec.set_dataset_id(ds.id());
+    spec.set_model_name("blobs");
+    spec.set_allow_method_change(true);
+    spec.mutable_l2h();
+    grpc::Status st;
+    const v1::Job job = Wait(SubmitSpec(spec, &st).id());
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+    const v1::Model v4m = Info("blobs", 4);
+    EXPECT_EQ(v4m.metadata().at("stable_ids_basis"), "none");
+    EXPECT_THAT(v4m.metadata().at("stable_ids_note"), HasSubstr("the method changed"));
+  }
+
   // Stored with the version: the same answers after a restart.
   StopServer();
   StartServer();

@@ -248,7 +248,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
 
 absl::Status JobManager::CheckWarmStart(const v1::Model& base, const v1::Dataset& dataset) {
   const std::string what = absl::StrCat("warm_start: model '", base.name(), "' v", base.version());
-  const std::string lineage = dataset.lineage().empty() ? dataset.id() : dataset.lineage();
+  const std::string& lineage = DatasetLineage(dataset);
   // The generation the version was fitted on, or why it cannot be compared.
   absl::StatusOr<v1::Dataset> fitted_on = datasets_->ResolveExact(base.dataset_id());
   if (absl::IsNotFound(fitted_on.status())) {
@@ -258,8 +258,7 @@ absl::Status JobManager::CheckWarmStart(const v1::Model& base, const v1::Dataset
         "warm_start"));
   }
   if (!fitted_on.ok()) return fitted_on.status();
-  const std::string base_lineage =
-      fitted_on->lineage().empty() ? fitted_on->id() : fitted_on->lineage();
+  const std::string& base_lineage = DatasetLineage(*fitted_on);
   if (base_lineage != lineage) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, " was fitted on dataset ", base.dataset_id(), " (lineage ", base_lineage,
@@ -267,10 +266,10 @@ absl::Status JobManager::CheckWarmStart(const v1::Model& base, const v1::Dataset
                      ": a warm start needs the same rows followed by appended ones"));
   }
   if (fitted_on->rows() > dataset.rows()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, " was fitted on ", fitted_on->rows(), " rows (generation ",
-        std::max(1, fitted_on->generation()), "), more than dataset ", dataset.id(), " has (",
-        dataset.rows(), "): warm-start from a version of an older generation"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " was fitted on ", fitted_on->rows(), " rows (generation ",
+                     DatasetGeneration(*fitted_on), "), more than dataset ", dataset.id(), " has (",
+                     dataset.rows(), "): warm-start from a version of an older generation"));
   }
   return absl::OkStatus();
 }

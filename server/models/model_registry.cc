@@ -181,8 +181,7 @@ absl::StatusOr<v1::Model> ModelRegistry::Commit(const FittedModel& model, v1::Jo
 
 std::string ModelRegistry::LineageOf(const std::string& dataset_id) {
   absl::StatusOr<v1::Dataset> d = catalogue_->GetDataset(dataset_id);
-  if (d.ok() && !d->lineage().empty()) return d->lineage();
-  return dataset_id;
+  return d.ok() ? DatasetLineage(*d) : dataset_id;
 }
 
 ModelRegistry::StableIdsOutcome ModelRegistry::StableIdsFor(const std::string& name,

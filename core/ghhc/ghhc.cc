@@ -528,8 +528,13 @@ namespace {
 // phase that sets them).
 class GhhcFit {
  public:
-  GhhcFit(const MatrixView& x, const GhhcOptions& options, RunContext& ctx)
+  // `base` (may be null: a cold fit) is a warm start's previous model,
+  // fitted on x's first base_rows rows (see FitGhhcFrom).
+  GhhcFit(const MatrixView& x, const GhhcOptions& options, RunContext& ctx,
+          const GhhcModel* base = nullptr, int64_t base_rows = 0)
       : x_(x),
+        base_(base),
+        base_rows_(base_rows),
         options_(options),
         ctx_(ctx),
         n_(x.rows()),
@@ -558,11 +563,22 @@ class GhhcFit {
   ghhc::Rng AnchorRng(int64_t step) const {
     return ghhc::Rng(ghhc::StreamSeed(options_.seed, 3, static_cast<uint64_t>(step)));
   }
+  // A training triple's anchor x_i: uniform over the rows, or in a warm
+  // start with appended rows, one of those with probability 1/2.
+  int64_t DrawAnchor(ghhc::Rng& ri) const {
+    const int64_t appended = base_ != nullptr ? n_ - base_rows_ : 0;
+    if (appended > 0 && ri.Below(2) == 0) {
+      return base_rows_ + static_cast<int64_t>(ri.Below(static_cast<uint64_t>(appended)));
+    }
+    return static_cast<int64_t>(ri.Below(n_));
+  }
   const RowMat<float>& TrainPoints() const { return options_.learn_points ? emb_ : pts_; }
 
   static constexpr uint64_t kValidationStream = 0xFA11DA7E;
 
   const MatrixView& x_;
+  const GhhcModel* const base_;
+  const int64_t base_rows_;
   const GhhcOptions& options_;
   RunContext& ctx_;
   const int64_t n_;
@@ -613,11 +629,20 @@ absl::Status GhhcFit::PreparePoints() {
   DENDRO_RETURN_IF_ERROR(ctx_.CheckCancelled());
   const int64_t input_dim = x_.cols();
   model_.dim = input_dim;
-  model_.center = options_.center;
-  model_.point_norm = options_.point_norm;
-  model_.mean = options_.center ? ColumnMean(x_, threads_.threads())
-                                : std::vector<double>(input_dim, 0.0);
-  if (options_.standardize != GhhcStandardize::kOff) {
+  if (base_ != nullptr) {
+    // A warm start places the rows exactly as the base model placed them.
+    model_.center = base_->center;
+    model_.point_norm = base_->point_norm;
+    model_.mean = base_->mean;
+    model_.scale = base_->scale;
+    model_.projection = base_->projection;
+  } else {
+    model_.center = options_.center;
+    model_.point_norm = options_.point_norm;
+    model_.mean =
+        options_.center ? ColumnMean(x_, threads_.threads()) : std::vector<double>(input_dim, 0.0);
+  }
+  if (base_ == nullptr && options_.standardize != GhhcStandardize::kOff) {
     // The spread is taken about the column mean even when the rows are not
     // centred: standardising is about units, centring about the origin.
     const std::vector<double> mean =
@@ -625,7 +650,7 @@ absl::Status GhhcFit::PreparePoints() {
     model_.scale = GhhcColumnScale(x_, mean, options_.standardize, threads_.threads());
     DENDRO_RETURN_IF_ERROR(ctx_.CheckCancelled());
   }
-  if (options_.projection_dim > 0) {
+  if (base_ == nullptr && options_.projection_dim > 0) {
     model_.projection = options_.projection == GhhcProjection::kPca
                             ? PcaProjection(x_, model_.mean, model_.scale, options_.projection_dim,
                                             options_.seed, threads_.threads(), cancelled_)
@@ -672,7 +697,7 @@ absl::Status GhhcFit::FindNeighbours() {
     for (int64_t step = 0; step < steps_; ++step) {
       ghhc::Rng ri = AnchorRng(step);
       const int64_t bsize = std::min(batch_, total_ - step * batch_);
-      for (int64_t t = 0; t < bsize; ++t) anchor_mask[ri.Below(n_)] = 1;
+      for (int64_t t = 0; t < bsize; ++t) anchor_mask[DrawAnchor(ri)] = 1;
     }
     for (int64_t a : val_anchor) anchor_mask[a] = 1;
   }
@@ -694,6 +719,11 @@ absl::Status GhhcFit::FindNeighbours() {
 
 absl::Status GhhcFit::InitialiseNodes() {
   const auto t0 = Clock::now();
+  if (base_ != nullptr) {
+    z_ = Eigen::Map<const RowMat<double>>(base_->nodes.data(), m_, d_);
+    stats_.init_seconds = Seconds(t0);
+    return ctx_.CheckCancelled();
+  }
   progress_.Report(0.30, 0.32, 0.0, "initialisation (HAC on a sample)");
   int64_t s = options_.init_sample > 0
                   ? options_.init_sample
@@ -746,7 +776,7 @@ absl::StatusOr<double> GhhcFit::BatchObjective(int64_t step, int64_t bsize, int 
   ghhc::Rng rng(ghhc::StreamSeed(options_.seed, 1, static_cast<uint64_t>(step)));
   ghhc::Rng ri = AnchorRng(step);
   for (int64_t t = 0; t < bsize; ++t) {
-    triples_[t] = DrawTriple(pts_, knn_, k_, static_cast<int64_t>(ri.Below(n_)), rng);
+    triples_[t] = DrawTriple(pts_, knn_, k_, DrawAnchor(ri), rng);
   }
   zf_ = z_.cast<float>();
   // Small batches run on the calling thread: a parallel region per step
@@ -955,7 +985,9 @@ void GhhcFit::WriteMetadata(Hierarchy& tree) const {
   md["point_norm"] = absl::StrCat(options_.point_norm);
   md["ball_dim"] = absl::StrCat(d_);
   if (options_.projection_dim > 0) {
-    md["projection"] = std::string(GhhcProjectionName(options_.projection));
+    // A warm start's projection is its base model's, of whichever kind.
+    md["projection"] = base_ != nullptr ? std::string("the warm start's")
+                                        : std::string(GhhcProjectionName(options_.projection));
   }
   md["center"] = options_.center ? "true" : "false";
   md["standardize"] = std::string(GhhcStandardizeName(options_.standardize));
@@ -967,6 +999,10 @@ void GhhcFit::WriteMetadata(Hierarchy& tree) const {
   md["learn_points"] = options_.learn_points ? "true" : "false";
   if (options_.learn_points) {
     md["point_learning_rate"] = absl::StrCat(options_.point_learning_rate);
+  }
+  if (base_ != nullptr) {
+    md["warm_start_rows"] = absl::StrCat(n_ - base_rows_);
+    md["warm_start_base_rows"] = absl::StrCat(base_rows_);
   }
   md["validation_triples"] = absl::StrCat(num_val_);
   if (num_val_ > 0) {
@@ -1029,6 +1065,58 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
     return absl::InvalidArgumentError(absl::StrCat("too many points: ", n));
   }
   GhhcFit fit(x, options, ctx);
+  DENDRO_RETURN_IF_ERROR(fit.PreparePoints());
+  DENDRO_RETURN_IF_ERROR(fit.FindNeighbours());
+  DENDRO_RETURN_IF_ERROR(fit.InitialiseNodes());
+  DENDRO_RETURN_IF_ERROR(fit.Train());
+  return fit.Extract();
+}
+
+int64_t GhhcWarmTriples(const GhhcOptions& options, int64_t base_rows, int64_t n) {
+  if (options.triples > 0) return options.triples;
+  const double appended =
+      n > 0 ? static_cast<double>(std::max<int64_t>(0, n - base_rows)) / static_cast<double>(n)
+            : 0.0;
+  const auto triples = static_cast<int64_t>(std::ceil(2.0 * appended * kGhhcDefaultTriples));
+  return std::clamp<int64_t>(triples, kGhhcDefaultTriples / 10, kGhhcDefaultTriples);
+}
+
+absl::StatusOr<GhhcResult> FitGhhcFrom(const GhhcModel& base, int64_t base_rows,
+                                       const MatrixView& x, const GhhcOptions& options,
+                                       RunContext& ctx) {
+  if (!base.train_points.empty()) {
+    return absl::FailedPreconditionError(
+        "the version learned its point embeddings, which its model does not keep, so its nodes "
+        "cannot be trained further on the points");
+  }
+  if (base.dim != x.cols()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the version was fitted on ", base.dim, " columns, the rows have ", x.cols()));
+  }
+  if (base_rows < 1 || base_rows > x.rows()) {
+    return absl::FailedPreconditionError(absl::StrCat("the version was fitted on ", base_rows,
+                                                      " rows, more than the ", x.rows(), " given"));
+  }
+  const int64_t d = base.ball_dim();
+  const int32_t m = base.num_nodes();
+  if (m < 2 || static_cast<int64_t>(base.nodes.size()) != int64_t{m} * d ||
+      static_cast<int64_t>(base.mean.size()) != base.dim ||
+      (!base.scale.empty() && static_cast<int64_t>(base.scale.size()) != base.dim)) {
+    return absl::InvalidArgumentError("inconsistent gHHC model (node, mean or scale sizes)");
+  }
+  GhhcOptions o = options;
+  o.internal_nodes = m;
+  o.center = base.center;
+  o.point_norm = base.point_norm;
+  o.projection_dim = base.projection.empty() ? 0 : static_cast<int32_t>(d);
+  o.standardize = base.scale.empty() ? GhhcStandardize::kOff : GhhcStandardize::kOn;
+  SetGhhcPoints(GhhcPoints::kFixed, &o);
+  o.triples = GhhcWarmTriples(options, base_rows, x.rows());
+  DENDRO_RETURN_IF_ERROR(ValidateGhhcOptions(o));
+  if (x.rows() > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("too many points: ", x.rows()));
+  }
+  GhhcFit fit(x, o, ctx, &base, base_rows);
   DENDRO_RETURN_IF_ERROR(fit.PreparePoints());
   DENDRO_RETURN_IF_ERROR(fit.FindNeighbours());
   DENDRO_RETURN_IF_ERROR(fit.InitialiseNodes());

@@ -342,6 +342,37 @@ absl::Status ValidateGhhcOptions(const GhhcOptions& options);
 absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& options,
                                    RunContext& ctx);
 
+// Warm start (a refit after rows were appended to the dataset `base` was
+// fitted on): x's first base_rows rows must be the rows `base` was fitted
+// on, in the same order (the caller checks the dataset's lineage). The fit
+// runs FitGhhc's phases with three changes:
+//  - the points are prepared with base's mean, divisors and projection (so
+//    its nodes sit where the same rows land), whatever options.center,
+//    standardize and projection say; point_norm too;
+//  - the nodes start at base's M nodes instead of the HAC initialisation
+//    (options.internal_nodes is ignored);
+//  - training takes GhhcWarmTriples triples (options.triples when set), and
+//    each anchor x_i is an appended row with probability 1/2, else uniform
+//    over all rows; the neighbours are searched for those anchors only.
+//    Held-out triples and keep-the-best are as in a cold fit (anchors
+//    uniform over all rows), and the starting nodes are its first check, so
+//    the result is never worse on them than base's nodes by more than the
+//    keep-the-best margin.
+// The points are fixed (learn_points and choose_points are ignored).
+// Errors: FailedPrecondition when base learned its point embeddings (they
+// are not part of the model, so its nodes fit positions a warm start cannot
+// rebuild: fit cold instead), when base_rows > x.rows() or base's dimension
+// differs from x's; otherwise as FitGhhc.
+absl::StatusOr<GhhcResult> FitGhhcFrom(const GhhcModel& base, int64_t base_rows,
+                                       const MatrixView& x, const GhhcOptions& options,
+                                       RunContext& ctx);
+
+// Triples of a warm start of n rows of which base_rows were fitted before
+// (options.triples when set): kGhhcDefaultTriples times the share of
+// appended rows, doubled, clamped to [kGhhcDefaultTriples / 10,
+// kGhhcDefaultTriples].
+int64_t GhhcWarmTriples(const GhhcOptions& options, int64_t base_rows, int64_t n);
+
 // Leaf cluster of each row: the row is preprocessed like the training points
 // (training mean, column divisors if any, projection if any, unit length,
 // point_norm) and placed under the node with the

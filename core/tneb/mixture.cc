@@ -623,36 +623,61 @@ RestartResult RunRestart(const MatrixView& x, const FeatureTransform& t, const M
   const int d = static_cast<int>(x.cols());
   const int m = o.components;
   progress->Start();
-  std::mt19937_64 rng(RestartSeed(o.seed, restart));
-  const int64_t min_rows = std::min<int64_t>(o.init_min_rows, n / m);
-  absl::StatusOr<MatrixXd> centers =
-      KMeans(x, t, m, &rng, threads, moments.mean_variance, min_rows, ctx);
-  if (!centers.ok()) {
-    res.cancelled = true;
-    cancelled->store(true);
-    return res;
-  }
-  progress->Step(1);
-
   EmState& st = res.state;
-  st.mu = centers->transpose();
-  st.weight.assign(m, 1.0 / m);
-  st.dof.assign(m, o.gaussian ? kInf : o.dof);
-  MatrixXd s0 = moments.cov;
-  s0.diagonal().array() += o.ridge;
-  MatrixXd u0;
-  double ld0 = 0.0;
-  if (!Factor(&s0, o.ridge, moments.mean_variance, &u0, &ld0)) {
-    res.failed = true;
-    res.failure = "the data covariance is not positive definite";
-    return res;
-  }
-  st.scale.assign(m, s0);
-  st.inv_chol_t.assign(m, u0);
-  st.log_det.assign(m, ld0);
-  st.log_coef.resize(m);
-  for (int k = 0; k < m; ++k) {
-    st.log_coef[k] = std::log(st.weight[k]) + LogNormaliser(st.dof[k], d, ld0);
+  if (o.start != nullptr) {
+    // A warm start: the given mixture's parameters, factored again.
+    const StudentMixture& from = *o.start;
+    st.mu = from.means().transpose();
+    st.weight = from.weights();
+    st.dof = from.dof();
+    if (o.gaussian) st.dof.assign(m, kInf);
+    st.scale.resize(m);
+    st.inv_chol_t.resize(m);
+    st.log_det.resize(m);
+    st.log_coef.resize(m);
+    for (int k = 0; k < m; ++k) {
+      st.scale[k] = from.scale(k);
+      if (!Factor(&st.scale[k], o.ridge, moments.mean_variance, &st.inv_chol_t[k],
+                  &st.log_det[k])) {
+        res.failed = true;
+        res.failure = absl::StrCat("the starting mixture's component ", k,
+                                   " has a scale matrix that is not positive definite");
+        return res;
+      }
+      st.log_coef[k] = std::log(st.weight[k]) + LogNormaliser(st.dof[k], d, st.log_det[k]);
+    }
+    progress->Step(1);
+  } else {
+    std::mt19937_64 rng(RestartSeed(o.seed, restart));
+    const int64_t min_rows = std::min<int64_t>(o.init_min_rows, n / m);
+    absl::StatusOr<MatrixXd> centers =
+        KMeans(x, t, m, &rng, threads, moments.mean_variance, min_rows, ctx);
+    if (!centers.ok()) {
+      res.cancelled = true;
+      cancelled->store(true);
+      return res;
+    }
+    progress->Step(1);
+
+    st.mu = centers->transpose();
+    st.weight.assign(m, 1.0 / m);
+    st.dof.assign(m, o.gaussian ? kInf : o.dof);
+    MatrixXd s0 = moments.cov;
+    s0.diagonal().array() += o.ridge;
+    MatrixXd u0;
+    double ld0 = 0.0;
+    if (!Factor(&s0, o.ridge, moments.mean_variance, &u0, &ld0)) {
+      res.failed = true;
+      res.failure = "the data covariance is not positive definite";
+      return res;
+    }
+    st.scale.assign(m, s0);
+    st.inv_chol_t.assign(m, u0);
+    st.log_det.assign(m, ld0);
+    st.log_coef.resize(m);
+    for (int k = 0; k < m; ++k) {
+      st.log_coef[k] = std::log(st.weight[k]) + LogNormaliser(st.dof[k], d, ld0);
+    }
   }
 
   // The scale prior's S0 (MixtureOptions::scale_prior_rows).
@@ -799,6 +824,11 @@ absl::Status ValidateMixtureOptions(const MixtureOptions& o, int64_t n, int64_t 
   }
   if (!(o.tolerance > 0.0)) {
     return absl::InvalidArgumentError(absl::StrCat("tolerance must be > 0, got ", o.tolerance));
+  }
+  if (o.start != nullptr && (o.start->num_components() != o.components || o.start->dim() != d)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the starting mixture has ", o.start->num_components(), " components of dimension ",
+        o.start->dim(), ", the fit asks for ", o.components, " of dimension ", d));
   }
   return absl::OkStatus();
 }

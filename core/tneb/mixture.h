@@ -169,6 +169,13 @@ struct MixtureOptions {
   // status ends the fit with that status. t-NEB ranks by the log-likelihood
   // of the components its filter keeps.
   std::function<absl::StatusOr<double>(const StudentMixture&)> restart_score;
+  // A warm start: when set, every restart starts from this mixture (its
+  // locations, weights, scale matrices and degrees of freedom; a scale that
+  // is not positive definite after the ridge escalation fails the restart)
+  // instead of k-means, so one restart suffices. It must have `components`
+  // components of the data's dimension (InvalidArgument otherwise); its
+  // degrees of freedom replace `dof` (learn_dof still applies). Not owned.
+  const StudentMixture* start = nullptr;
 };
 
 struct MixtureFit {

@@ -371,8 +371,12 @@ namespace {
 // paths [0.6, 0.98), the tree at 0.98.
 class TnebFit {
  public:
-  TnebFit(const MatrixView& x, const TnebOptions& o, RunContext& ctx)
+  // `base` (may be null: a cold fit) is a warm start's previous model (see
+  // FitTnebFrom).
+  TnebFit(const MatrixView& x, const TnebOptions& o, RunContext& ctx,
+          const TnebModel* base = nullptr)
       : x_(x),
+        base_(base),
         o_(o),
         ctx_(ctx),
         n_(x.rows()),
@@ -407,6 +411,7 @@ class TnebFit {
   void Describe(const MergeTree& mt);
 
   const MatrixView& x_;
+  const TnebModel* const base_;
   const TnebOptions& o_;
   RunContext& ctx_;
   const int64_t n_;
@@ -462,6 +467,12 @@ absl::Status TnebFit::Prepare() {
   DENDRO_RETURN_IF_ERROR(CheckColumns(x_));
   DENDRO_ASSIGN_OR_RETURN(columns_, StandardizationOf(x_));
   spread_ = TnebStandardizeNeeded(columns_.scale, o_.max_elongation);
+  if (base_ != nullptr) {
+    // A warm start models the rows in its base model's coordinates.
+    transform_ = base_->transform;
+    if (!transform_.identity()) standardize_reason_ = "warm_start";
+    return absl::OkStatus();
+  }
   if (standardize_mode_ == TnebStandardize::kOn) {
     standardize_reason_ = "asked";
   } else if (standardize_mode_ == TnebStandardize::kAuto && spread_.standardize) {
@@ -472,7 +483,7 @@ absl::Status TnebFit::Prepare() {
 }
 
 bool TnebFit::StandardizeAfterFilterFailed(const absl::Status& filtered) {
-  if (filtered.ok() || !absl::IsFailedPrecondition(filtered) ||
+  if (base_ != nullptr || filtered.ok() || !absl::IsFailedPrecondition(filtered) ||
       standardize_mode_ != TnebStandardize::kAuto || !transform_.identity() ||
       filter_.too_elongated == 0) {
     return false;
@@ -512,6 +523,17 @@ double TnebFit::Bic(const MixtureFit& f, bool learned) const {
 absl::Status TnebFit::FitMixture() {
   const auto t0 = std::chrono::steady_clock::now();
   mo_ = MixtureOptionsOf();
+  if (base_ != nullptr) {
+    // One EM run from the base model's mixture, with its tails (FitTnebFrom
+    // set the options from them).
+    mo_.start = &base_->mixture;
+    mo_.restarts = 1;
+    tails_ = o_.gaussian ? kGaussian : (o_.learn_dof ? kLearnedDof : kFixedDof);
+    SubRangeContext sub(ctx_, 0.0, 0.6);
+    DENDRO_ASSIGN_OR_RETURN(fit_, FitStudentMixture(x_, transform_, mo_, sub));
+    em_seconds_ = Seconds(t0);
+    return absl::OkStatus();
+  }
   by_kept_ = o_.rank_restarts_by == TnebRestartRanking::kKeptLogLikelihood;
   if (by_kept_) {
     // A component that collapsed onto a few rows raises the whole mixture's
@@ -688,6 +710,7 @@ void TnebFit::Describe(const MergeTree& mt) {
       md["auto_k_jump"] = absl::StrFormat("%.6g", ak->jump);
     }
   }
+  if (base_ != nullptr) md["warm_start_components"] = absl::StrCat(m);
   if (mo_.init_min_rows > 0) md["init_min_rows"] = absl::StrCat(mo_.init_min_rows);
   if (mo_.scale_prior_rows > 0.0) md["scale_prior_rows"] = absl::StrCat(mo_.scale_prior_rows);
 
@@ -770,6 +793,41 @@ absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, Ru
     filtered = fit.Filter();
   }
   DENDRO_RETURN_IF_ERROR(filtered);
+  DENDRO_RETURN_IF_ERROR(fit.ComputeSimilarities());
+  DENDRO_RETURN_IF_ERROR(fit.BuildTree());
+  return fit.Result();
+}
+
+absl::StatusOr<TnebResult> FitTnebFrom(const TnebModel& base, const MatrixView& x,
+                                       const TnebOptions& o, RunContext& ctx) {
+  const StudentMixture& start = base.mixture;
+  if (start.dim() != x.cols()) {
+    return absl::FailedPreconditionError(absl::StrCat("the version was fitted on ", start.dim(),
+                                                      " columns, the rows have ", x.cols()));
+  }
+  if (start.num_components() < 2) {
+    return absl::FailedPreconditionError(absl::StrCat("the version kept ", start.num_components(),
+                                                      " component; a warm start needs two"));
+  }
+  TnebOptions warm = o;
+  warm.components = start.num_components();
+  warm.restarts = 1;
+  warm.auto_dof = false;
+  warm.auto_dof_low_dimension = false;
+  const std::vector<double>& dof = start.dof();
+  warm.gaussian = std::all_of(dof.begin(), dof.end(), [](double v) { return std::isinf(v); });
+  if (!warm.gaussian) {
+    // Learned tails differ between components; fixed ones are all `dof`.
+    warm.learn_dof =
+        std::any_of(dof.begin(), dof.end(), [&](double v) { return v != dof.front(); });
+    warm.dof = std::isfinite(dof.front()) ? dof.front() : o.dof;
+  }
+  DENDRO_RETURN_IF_ERROR(ValidateTnebOptions(warm));
+  const ProductsOnCallingThread products_here;
+  TnebFit fit(x, warm, ctx, &base);
+  DENDRO_RETURN_IF_ERROR(fit.Prepare());
+  DENDRO_RETURN_IF_ERROR(fit.FitMixture());
+  DENDRO_RETURN_IF_ERROR(fit.Filter());
   DENDRO_RETURN_IF_ERROR(fit.ComputeSimilarities());
   DENDRO_RETURN_IF_ERROR(fit.BuildTree());
   return fit.Result();

@@ -334,6 +334,21 @@ absl::Status ValidateTnebOptions(const TnebOptions& options);
 absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& options,
                                    RunContext& ctx);
 
+// Warm start (a refit after rows were appended to base's dataset): the EM
+// runs once, from base's mixture (its surviving components, weights,
+// scales and degrees of freedom) instead of k-means restarts, on x in base's
+// coordinates (its standardisation, whatever the options say); filtering,
+// similarities and the merge follow as in FitTneb. The tails are base's:
+// Gaussian when every component is, learned when its components' nu
+// differ, else fixed at their common nu (options.components, restarts,
+// dof, learn_dof, gaussian, auto_dof and the standardisation are ignored).
+// A warm start finds no more components than base kept; new structure in
+// the appended rows needs a cold fit. FailedPrecondition when base's
+// dimension differs from x's or base kept fewer than two components;
+// otherwise as FitTneb.
+absl::StatusOr<TnebResult> FitTnebFrom(const TnebModel& base, const MatrixView& x,
+                                       const TnebOptions& options, RunContext& ctx);
+
 // Leaf -> cluster label at k clusters, with a t-NEB specific message when k
 // is outside [1, L] (e.g. because components were filtered).
 absl::StatusOr<std::vector<int32_t>> TnebCutToK(const Hierarchy& tree, int32_t k);

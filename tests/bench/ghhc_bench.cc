@@ -17,6 +17,11 @@
 //              [--write-npy=PREFIX]  write PREFIX_x.npy / PREFIX_y.npy and exit
 //              [--dump-tree=PREFIX]  write both trees as PREFIX_{coarse,refined}_
 //                                 {parent,height}.npy and PREFIX_point_leaf.npy
+//              [--warm-base-rows=B]  warm start (FitGhhcFrom): a cold fit of
+//                                 the first B rows, then a warm fit of all
+//                                 rows from it, each reported on its own
+//                                 line ("ghhc_base", "ghhc_warm") before the
+//                                 cold fit of all rows
 //   ghhc_bench --x=X.npy --y=Y.npy [...]   data from files (labels int)
 //
 // Prints one line of key=value pairs; with labels, ari_k is the adjusted
@@ -75,7 +80,7 @@ int Main(int argc, char** argv) {
   GhhcOptions opt;
   std::string x_path, y_path, write_prefix, dump_prefix;
   bool run_hac = false;
-  int64_t assign_rows = 0;
+  int64_t assign_rows = 0, warm_base_rows = 0;
   for (int a = 1; a < argc; ++a) {
     std::string v;
     const std::string_view arg = argv[a];
@@ -175,6 +180,8 @@ int Main(int argc, char** argv) {
       dump_prefix = v;
     else if (Flag(arg, "--x", &v))
       x_path = v;
+    else if (Flag(arg, "--warm-base-rows", &v))
+      warm_base_rows = std::atoll(v.c_str());
     else if (Flag(arg, "--y", &v))
       y_path = v;
     else {
@@ -226,9 +233,84 @@ int Main(int argc, char** argv) {
   }
   const MatrixView view(x.data(), n, d);
   NullRunContext ctx;
+  auto report = [&](const char* tag, const GhhcResult& res, int64_t rows, double secs) {
+    double dp = -1, coarse_dp = -1, leaf_purity = -1, ari_k = -1, ari_k_coarse = -1;
+    int32_t true_k = 0, coarse_k = 0;
+    if (!y.empty()) {
+      const std::vector<int64_t> ys(y.begin(), y.begin() + rows);
+      std::vector<int64_t> labels(y.begin(), y.begin() + rows);
+      std::sort(labels.begin(), labels.end());
+      true_k = static_cast<int32_t>(std::unique(labels.begin(), labels.end()) - labels.begin());
+      // Points take the cluster of their leaf in the cut of the leaf-cluster tree.
+      auto ari_at = [&](const Hierarchy& h, int32_t k) -> double {
+        auto cut = h.CutToK(k);
+        if (!cut.ok()) return -1;
+        std::vector<int64_t> pred(rows);
+        for (int64_t i = 0; i < rows; ++i) pred[i] = (*cut)[h.point_leaf()[i]];
+        auto a = AdjustedRandIndex(ys, pred);
+        return a.ok() ? *a : -1;
+      };
+      if (res.hierarchy.num_leaves() >= true_k) ari_k = ari_at(res.hierarchy, true_k);
+      const std::vector<int32_t> levels = res.coarse_hierarchy.ReachableLevels();
+      for (int32_t lv : levels) {
+        if (coarse_k == 0 || (lv >= true_k && coarse_k < true_k) ||
+            (lv < true_k && lv > coarse_k)) {
+          coarse_k = lv;
+        }
+      }
+      if (coarse_k > 0) ari_k_coarse = ari_at(res.coarse_hierarchy, coarse_k);
+      auto v = DendrogramPurity(res.hierarchy, {}, ys);
+      if (v.ok()) dp = *v;
+      auto vc = DendrogramPurity(res.coarse_hierarchy, {}, ys);
+      if (vc.ok()) coarse_dp = *vc;
+      const std::vector<int64_t> pl(res.hierarchy.point_leaf().begin(),
+                                    res.hierarchy.point_leaf().end());
+      auto lp = LeafPurity(ys, pl);
+      if (lp.ok()) leaf_purity = *lp;
+    }
+    const GhhcStats& s = res.stats;
+    std::printf(
+        "%s n=%lld d=%lld m=%d triples=%lld seconds=%.2f knn_s=%.2f init_s=%.2f train_s=%.2f "
+        "extract_s=%.2f peak_rss_mb=%.0f dp=%.4f coarse_dp=%.4f leaf_purity=%.4f leaves=%d "
+        "pruned=%d "
+        "obj0=%.5g "
+        "obj1=%.5g "
+        "exact_knn=%d val_acc=%.4f best_val_acc=%.4f kept_val_acc=%.4f kept_batches=%lld "
+        "true_k=%d ari_k=%.4f coarse_k=%d ari_k_coarse=%.4f standardized=%d\n",
+        tag, static_cast<long long>(rows), static_cast<long long>(d), res.model.num_nodes(),
+        static_cast<long long>(s.triples), secs, s.knn_seconds, s.init_seconds, s.train_seconds,
+        s.extract_seconds, PeakRssMb(), dp, coarse_dp, leaf_purity, s.leaf_clusters, s.pruned_nodes,
+        s.initial_objective, s.final_objective, s.exact_knn ? 1 : 0, s.final_validation_accuracy,
+        s.best_validation_accuracy, s.kept_validation_accuracy,
+        static_cast<long long>(s.kept_batches), true_k, ari_k, coarse_k, ari_k_coarse,
+        res.model.scale.empty() ? 0 : 1);
+    std::fflush(stdout);
+  };
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  if (warm_base_rows > 0) {
+    const int64_t b = std::min(warm_base_rows, n);
+    const auto b0 = std::chrono::steady_clock::now();
+    absl::StatusOr<GhhcResult> base = FitGhhc(MatrixView(x.data(), b, d), opt, ctx);
+    const double base_secs = seconds_since(b0);
+    if (!base.ok()) {
+      std::fprintf(stderr, "FitGhhc (base): %s\n", std::string(base.status().message()).c_str());
+      return 1;
+    }
+    report("ghhc_base", *base, b, base_secs);
+    const auto w0 = std::chrono::steady_clock::now();
+    absl::StatusOr<GhhcResult> warm = FitGhhcFrom(base->model, b, view, opt, ctx);
+    const double warm_secs = seconds_since(w0);
+    if (!warm.ok()) {
+      std::fprintf(stderr, "FitGhhcFrom: %s\n", std::string(warm.status().message()).c_str());
+      return 1;
+    }
+    report("ghhc_warm", *warm, n, warm_secs);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<GhhcResult> r = FitGhhc(view, opt, ctx);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = seconds_since(t0);
   if (!r.ok()) {
     std::fprintf(stderr, "FitGhhc: %s\n", std::string(r.status().message()).c_str());
     return 1;
@@ -259,54 +341,7 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
-  double dp = -1, coarse_dp = -1, leaf_purity = -1, ari_k = -1, ari_k_coarse = -1;
-  int32_t true_k = 0, coarse_k = 0;
-  if (!y.empty()) {
-    std::vector<int64_t> labels(y);
-    std::sort(labels.begin(), labels.end());
-    true_k = static_cast<int32_t>(std::unique(labels.begin(), labels.end()) - labels.begin());
-    // Points take the cluster of their leaf in the cut of the leaf-cluster tree.
-    auto ari_at = [&](const Hierarchy& h, int32_t k) -> double {
-      auto cut = h.CutToK(k);
-      if (!cut.ok()) return -1;
-      std::vector<int64_t> pred(n);
-      for (int64_t i = 0; i < n; ++i) pred[i] = (*cut)[h.point_leaf()[i]];
-      auto a = AdjustedRandIndex(y, pred);
-      return a.ok() ? *a : -1;
-    };
-    if (r->hierarchy.num_leaves() >= true_k) ari_k = ari_at(r->hierarchy, true_k);
-    const std::vector<int32_t> levels = r->coarse_hierarchy.ReachableLevels();
-    for (int32_t lv : levels) {
-      if (coarse_k == 0 || (lv >= true_k && coarse_k < true_k) || (lv < true_k && lv > coarse_k)) {
-        coarse_k = lv;
-      }
-    }
-    if (coarse_k > 0) ari_k_coarse = ari_at(r->coarse_hierarchy, coarse_k);
-    auto v = DendrogramPurity(r->hierarchy, {}, y);
-    if (v.ok()) dp = *v;
-    auto vc = DendrogramPurity(r->coarse_hierarchy, {}, y);
-    if (vc.ok()) coarse_dp = *vc;
-    const std::vector<int64_t> pl(r->hierarchy.point_leaf().begin(),
-                                  r->hierarchy.point_leaf().end());
-    auto lp = LeafPurity(y, pl);
-    if (lp.ok()) leaf_purity = *lp;
-  }
-  const GhhcStats& s = r->stats;
-  std::printf(
-      "ghhc n=%lld d=%lld m=%d triples=%lld seconds=%.2f knn_s=%.2f init_s=%.2f train_s=%.2f "
-      "extract_s=%.2f peak_rss_mb=%.0f dp=%.4f coarse_dp=%.4f leaf_purity=%.4f leaves=%d pruned=%d "
-      "obj0=%.5g "
-      "obj1=%.5g "
-      "exact_knn=%d val_acc=%.4f best_val_acc=%.4f kept_val_acc=%.4f kept_batches=%lld "
-      "true_k=%d ari_k=%.4f coarse_k=%d ari_k_coarse=%.4f standardized=%d\n",
-      static_cast<long long>(n), static_cast<long long>(d), opt.internal_nodes,
-      static_cast<long long>(s.triples), secs, s.knn_seconds, s.init_seconds, s.train_seconds,
-      s.extract_seconds, PeakRssMb(), dp, coarse_dp, leaf_purity, s.leaf_clusters, s.pruned_nodes,
-      s.initial_objective, s.final_objective, s.exact_knn ? 1 : 0, s.final_validation_accuracy,
-      s.best_validation_accuracy, s.kept_validation_accuracy,
-      static_cast<long long>(s.kept_batches), true_k, ari_k, coarse_k, ari_k_coarse,
-      r->model.scale.empty() ? 0 : 1);
-  std::fflush(stdout);
+  report("ghhc", *r, n, secs);
   if (assign_rows > 0) {
     // New rows are placed under the nearest node, or with learned points
     // by the nearest training point (a brute-force search over all N).

@@ -330,6 +330,72 @@ TEST(GhhcFitTest, AssignsNewPointsWithTheTrainingTransform) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(GhhcFitTest, WarmTriplesFollowTheAppendedShare) {
+  GhhcOptions o;
+  EXPECT_EQ(GhhcWarmTriples(o, 900, 1000), 40000);   // 2 x 10% of 200,000
+  EXPECT_EQ(GhhcWarmTriples(o, 999, 1000), 20000);   // at least a tenth
+  EXPECT_EQ(GhhcWarmTriples(o, 100, 1000), 200000);  // at most a cold fit's
+  o.triples = 1234;
+  EXPECT_EQ(GhhcWarmTriples(o, 900, 1000), 1234);
+}
+
+// A refit after appending rows: the base's nodes and preprocessing, no HAC,
+// a tree as good as a cold fit's on separated blobs.
+TEST(GhhcFitTest, WarmStartContinuesFromTheBaseModel) {
+  const int n = 1100, nb = 1000, d = 6;
+  std::vector<int64_t> labels;
+  const std::vector<float> x = Blobs(n, d, 5, 0.4, 12, &labels);
+  NullRunContext ctx;
+  GhhcOptions o = SmallOptions();
+  o.standardize = GhhcStandardize::kOn;
+  o.projection_dim = 4;
+  auto base = FitGhhc(MatrixView(x.data(), nb, d), o, ctx);
+  ASSERT_TRUE(base.ok()) << base.status();
+  GhhcOptions other = o;
+  other.internal_nodes = 40;  // ignored: the base's nodes
+  other.projection_dim = 0;   // ignored: the base's projection
+  auto warm = FitGhhcFrom(base->model, nb, MatrixView(x.data(), n, d), other, ctx);
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  ExpectValidFit(*warm, MatrixView(x.data(), n, d));
+  EXPECT_EQ(warm->model.num_nodes(), base->model.num_nodes());
+  EXPECT_EQ(warm->model.mean, base->model.mean);
+  EXPECT_EQ(warm->model.scale, base->model.scale);
+  EXPECT_EQ(warm->model.projection, base->model.projection);
+  EXPECT_EQ(warm->stats.init_sample, 0);
+  EXPECT_EQ(warm->stats.triples, 4000);  // options.triples, as given
+  const auto& md = warm->hierarchy.metadata();
+  EXPECT_EQ(md.at("warm_start_rows"), "100");
+  EXPECT_EQ(md.at("warm_start_base_rows"), "1000");
+  auto cold = FitGhhc(MatrixView(x.data(), n, d), o, ctx);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  const double warm_dp = *DendrogramPurity(warm->hierarchy, {}, labels);
+  const double cold_dp = *DendrogramPurity(cold->hierarchy, {}, labels);
+  EXPECT_GE(warm_dp, 0.95);
+  EXPECT_GE(warm_dp, cold_dp - 0.05);
+}
+
+TEST(GhhcFitTest, WarmStartRefusesWhatItCannotContinue) {
+  const int n = 300, d = 4;
+  const std::vector<float> x = Blobs(n, d, 3, 0.5, 13);
+  NullRunContext ctx;
+  GhhcOptions o = SmallOptions();
+  o.learn_points = true;
+  auto learned = FitGhhc(MatrixView(x.data(), 200, d), o, ctx);
+  ASSERT_TRUE(learned.ok()) << learned.status();
+  auto st = FitGhhcFrom(learned->model, 200, MatrixView(x.data(), n, d), o, ctx).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("learned its point embeddings"));
+  o.learn_points = false;
+  auto fixed = FitGhhc(MatrixView(x.data(), 200, d), o, ctx);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  st = FitGhhcFrom(fixed->model, 400, MatrixView(x.data(), n, d), o, ctx).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("fitted on 400 rows, more than the 300 given"));
+  st = FitGhhcFrom(fixed->model, 200, MatrixView(x.data(), 100, 3), o, ctx).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("fitted on 4 columns, the rows have 3"));
+}
+
 TEST(GhhcFitTest, LearnedPointEmbeddingsMoveOnTheSphereAndAssignNewRows) {
   const int n = 400, d = 5;
   std::vector<float> x = Blobs(n, d, 4, 0.8, 9);

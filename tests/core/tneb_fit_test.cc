@@ -136,6 +136,39 @@ TEST(TnebFit, RecoversSeparatedBlobs) {
   EXPECT_GE(static_cast<int>(r->edges.size()), l - 1);
 }
 
+// A refit after appending rows, from the earlier model's mixture: one EM
+// run from it, the base's components and standardisation, the same blobs.
+TEST(TnebFit, WarmStartRunsTheEmOnceFromTheBaseMixture) {
+  const Data s = Blobs({{0, 0}, {12, 0}, {6, 11}}, 220, 4);  // rows interleave the blobs
+  const int64_t nb = 600;
+  NullRunContext ctx;
+  TnebOptions o = SmallOptions();
+  o.standardize = true;
+  auto base = FitTneb(MatrixView(s.x.data(), nb, 2), o, ctx);
+  ASSERT_TRUE(base.ok()) << base.status();
+  auto warm = FitTnebFrom(base->model, s.view(), o, ctx);
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  auto cold = FitTneb(s.view(), o, ctx);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  EXPECT_TRUE(SamePartition(ClustersAt(*warm, 3), s.y));
+  EXPECT_TRUE(SamePartition(ClustersAt(*cold, 3), s.y));
+  EXPECT_EQ(warm->restarts, 1);
+  EXPECT_LT(warm->em_iterations, cold->em_iterations);
+  const auto& md = warm->hierarchy.metadata();
+  EXPECT_EQ(md.at("warm_start_components"), std::to_string(base->hierarchy.num_leaves()));
+  EXPECT_EQ(md.at("standardize_reason"), "warm_start");
+  EXPECT_EQ(warm->model.transform.center, base->model.transform.center);
+  EXPECT_EQ(warm->model.transform.scale, base->model.transform.scale);
+  EXPECT_LE(warm->hierarchy.num_leaves(), base->hierarchy.num_leaves());
+  EXPECT_EQ(warm->hierarchy.point_leaf().size(), static_cast<size_t>(s.n));
+
+  // What it cannot start from.
+  std::vector<float> wide(s.n * 3, 1.0f);
+  for (int64_t i = 0; i < s.n * 3; ++i) wide[i] = static_cast<float>(i % 7) + 0.1f * (i % 5);
+  EXPECT_EQ(FitTnebFrom(base->model, MatrixView(wide.data(), s.n, 3), o, ctx).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 // Records the calling thread's OpenMP default team size at every report.
 class TeamSizeContext : public RunContext {
  public:

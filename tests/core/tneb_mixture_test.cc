@@ -370,6 +370,39 @@ TEST(TnebMixtureEm, ReproducibleWithSeedAndIndependentOfThreads) {
   EXPECT_NE(a->restart_log_likelihood, e->restart_log_likelihood);
 }
 
+// A warm start from a converged fit is already at a fixed point: one run
+// from it converges at once to the same likelihood, and keeps its tails.
+TEST(TnebMixtureEm, StartsFromAGivenMixture) {
+  const int n = 3000;
+  const Sample s = TrueSample(n, 17);
+  MatrixView x(s.x.data(), n, 3);
+  MixtureOptions o = EmOptions(3, 4, 5);
+  o.tolerance = 1e-6;
+  o.max_iterations = 500;
+  NullRunContext ctx;
+  auto cold = FitStudentMixture(x, FeatureTransform{}, o, ctx);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  ASSERT_TRUE(cold->converged);
+  MixtureOptions warm = o;
+  warm.restarts = 1;
+  warm.dof = 7.0;  // replaced by the start's nu
+  warm.start = &cold->mixture;
+  auto again = FitStudentMixture(x, FeatureTransform{}, warm, ctx);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->converged);
+  EXPECT_LE(again->iterations, 3);
+  EXPECT_LT(again->iterations, cold->iterations);
+  EXPECT_NEAR(again->log_likelihood, cold->log_likelihood, 1e-5);
+  EXPECT_EQ(again->mixture.dof(), cold->mixture.dof());
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_LT((again->mixture.means().row(k) - cold->mixture.means().row(k)).norm(), 1e-2);
+  }
+  // The start must match the fit's shape.
+  warm.components = 4;
+  EXPECT_THAT(FitStudentMixture(x, FeatureTransform{}, warm, ctx).status().message(),
+              HasSubstr("the starting mixture has 3 components of dimension 3"));
+}
+
 TEST(TnebMixtureEm, KeepsBestConvergedRestart) {
   const TrueMixture t;
   const int n = 3000;

@@ -264,6 +264,16 @@ absl::StatusOr<int64_t> IntFlag(const Args& args, const char* name, int64_t lo, 
 
 }  // namespace
 
+// --warm-start REF into spec.warm_start (l2h, tneb, ghhc).
+absl::Status SetWarmStart(const Args& args, v1::JobSpec* spec) {
+  if (std::optional<std::string> warm = args.Get("warm-start")) {
+    absl::StatusOr<v1::ModelRef> ref = client::ParseModelRef(*warm);
+    if (!ref.ok()) return UsageError(absl::StrCat("--warm-start: ", ref.status().message()));
+    *spec->mutable_warm_start() = *ref;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunL2h(Context& ctx, const Args& args) {
   v1::JobSpec spec;
   if (std::optional<std::string> agg = args.Get("aggregation")) {
@@ -279,11 +289,7 @@ absl::Status RunL2h(Context& ctx, const Args& args) {
     DENDRO_ASSIGN_OR_RETURN(std::vector<std::string> names, ReadNamesFile("--leaf-names", *path));
     for (std::string& n : names) spec.add_leaf_names(std::move(n));
   }
-  if (std::optional<std::string> warm = args.Get("warm-start")) {
-    absl::StatusOr<v1::ModelRef> ref = client::ParseModelRef(*warm);
-    if (!ref.ok()) return UsageError(absl::StrCat("--warm-start: ", ref.status().message()));
-    *spec.mutable_warm_start() = *ref;
-  }
+  DENDRO_RETURN_IF_ERROR(SetWarmStart(args, &spec));
   return FitAndReport(ctx, args, std::move(spec), 2, "l2h needs logits with", "LOGITS.npy");
 }
 
@@ -328,6 +334,7 @@ absl::Status RunTneb(Context& ctx, const Args& args) {
     }
     p->set_rank_restarts_by(*rank);
   }
+  DENDRO_RETURN_IF_ERROR(SetWarmStart(args, &spec));
   return FitAndReport(ctx, args, std::move(spec), 2, "t-NEB needs embeddings with",
                       "EMBEDDINGS.npy");
 }
@@ -383,6 +390,7 @@ absl::Status RunGhhc(Context& ctx, const Args& args) {
     if (!parsed.ok()) return UsageError(absl::StrCat("--", parsed.message()));
     p->set_link(*link);
   }
+  DENDRO_RETURN_IF_ERROR(SetWarmStart(args, &spec));
   return FitAndReport(ctx, args, std::move(spec), 1, "gHHC needs embeddings with",
                       "EMBEDDINGS.npy");
 }

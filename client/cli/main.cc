@@ -167,7 +167,7 @@ const std::vector<Verb>& Verbs() {
        "           [--dof NU | --dof auto | --learn-dof] [--ridge R]\n"
        "           [--neighbors K] [--merge density|persistence|graph]\n"
        "           [--rank-restarts-by kept_log_likelihood|log_likelihood]\n"
-       "           [--seed S] [--level K] [--no-wait] [--keep-dataset]\n"
+       "           [--seed S] [--level K] [--warm-start REF] [--no-wait] [--keep-dataset]\n"
        "           [--allow-method-change] [--color-level K] [--layout L] [--json]\n"
        "  Fits the mixture, links components by maximum-density paths and merges them\n"
        "  along the maximum spanning tree. Defaults are the paper's except the merge order\n"
@@ -201,7 +201,12 @@ const std::vector<Verb>& Verbs() {
        "                  rows, no paths (beyond the paper); a value given is used in\n"
        "                  every dimension (default: persistence when the data have\n"
        "                  d <= 10 columns, graph above)\n"
-       "  --seed S        random seed (default: 0)\n" +
+       "  --seed S        random seed (default: 0)\n"
+       "  --warm-start REF  start from version NAME[:VERSION|@LABEL], fitted on an earlier\n"
+       "                  generation of DATASET_ID (upload --append): one EM run from its\n"
+       "                  mixture and standardisation instead of restarts from k-means;\n"
+       "                  finds no more components than it kept; --name defaults to\n"
+       "                  REF's name (default: from scratch)\n" +
            kFitFlagsHelp +
            kInputsHelp + kImportHelp,
        {kKey, kImport, kLabelsKey, {"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
@@ -210,7 +215,7 @@ const std::vector<Verb>& Verbs() {
         {"standardize", false}, {"no-standardize", false}, {"gaussian", false}, {"seed", true},
         {"dof", true},
         {"learn-dof", false}, {"ridge", true}, {"neighbors", true}, {"merge", true},
-        {"rank-restarts-by", true}, kJson,
+        {"rank-restarts-by", true}, {"warm-start", true}, kJson,
         {"color-level", true}, {"layout", true}},
        0, 1, RunTneb},
       {"", "ghhc", "fit a gHHC tree (hyperbolic, gradient-based) to embeddings",
@@ -223,7 +228,7 @@ const std::vector<Verb>& Verbs() {
        "           [--learn-points] [--point-learning-rate X] [--no-gumbel]\n"
        "           [--validation-triples V] [--constant-step-size]\n"
        "           [--points fixed|learned|auto] [--standardize auto|on|off]\n"
-       "           [--color-level K] [--layout L] [--json]\n"
+       "           [--warm-start REF] [--color-level K] [--layout L] [--json]\n"
        "  Learns M internal nodes in the Poincare ball from sampled triples and extracts\n"
        "  the tree; with --labels prints dendrogram purity and the flat metrics.\n"
        "  --internal-nodes M  internal nodes learned (default: 100)\n"
@@ -254,7 +259,12 @@ const std::vector<Verb>& Verbs() {
        "                  fixed)\n"
        "  --standardize S  auto, on or off: divide the columns by their standard\n"
        "                  deviations first (default: auto, when the largest is over 10x\n"
-       "                  the median)\n" +
+       "                  the median)\n"
+       "  --warm-start REF  start from version NAME[:VERSION|@LABEL], fitted on an earlier\n"
+       "                  generation of DATASET_ID (upload --append): its nodes and\n"
+       "                  preprocessing, then fewer triples, half of them anchored at the\n"
+       "                  appended rows; a version with learned points is refitted from\n"
+       "                  scratch; --name defaults to REF's name (default: from scratch)\n" +
            kFitFlagsHelp +
            kInputsHelp + kImportHelp,
        {kKey, kImport, kLabelsKey, {"labels", true}, {"name", true}, {"out", true, true}, {"level", true},
@@ -266,7 +276,8 @@ const std::vector<Verb>& Verbs() {
         {"margin-every", true}, {"no-margin", false}, {"link", true},
         {"constant-step-size", false}, {"points", true}, {"standardize", true},
         {"learn-points", false}, {"point-learning-rate", true}, {"no-gumbel", false},
-        {"validation-triples", true}, kJson, {"color-level", true}, {"layout", true}},
+        {"validation-triples", true}, {"warm-start", true}, kJson, {"color-level", true},
+        {"layout", true}},
        0, 1, RunGhhc},
       {"hppca", "train", "train a hierarchical PPCA classifier on labelled features",
        "dendro hppca train (FEATURES.npy LABELS.npy | DATASET_ID) --name NAME [--superclasses S]\n"

@@ -184,9 +184,9 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& submitted,
                                                    std::string(method->leaf_names_refusal())));
   }
   if (spec.has_warm_start() && !method->warm_starts()) {
-    return absl::InvalidArgumentError(absl::StrCat("warm_start is not available for ",
-                                                   std::string(method->name()),
-                                                   " yet (l2h only); fit without it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("warm_start is not available for ", std::string(method->name()),
+                     " (l2h, tneb and ghhc refits can warm-start); fit without it"));
   }
   DENDRO_RETURN_IF_ERROR(method->Validate(spec, dataset, options_.limits));
   // A fit writes a model: refuse it while the disk is at its floor.

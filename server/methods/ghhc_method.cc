@@ -12,12 +12,18 @@
 // "sigmoid". (So a margin or a noise scale of exactly 0 cannot be requested
 // through the service.)
 //
+// JobSpec.warm_start (a refit after an append): FitGhhcFrom starts from the
+// base version's nodes and preprocessing; a base that learned its point
+// embeddings cannot be continued, and the job then fits from scratch and
+// says so in the version's metadata (warm_start_note).
+//
 // Artifacts: tree.json + point_leaf.npy (SaveTree) and the gHHC model files
 // (SaveGhhcModel: ghhc_model.json, ghhc_mean.npy, ghhc_nodes.npy,
 // ghhc_node_leaf.npy, ghhc_node_parent.npy).
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -46,6 +52,7 @@ class GhhcFitted final : public FittedModel {
   absl::StatusOr<std::vector<int32_t>> AssignLeaves(const MatrixView& rows) const override {
     return AssignGhhcLeaves(model_, rows);
   }
+  const GhhcModel& model() const { return model_; }
 
  private:
   GhhcModel model_;
@@ -211,6 +218,7 @@ absl::Status CheckBounds(const GhhcOptions& o, const v1::Dataset& dataset,
 class Ghhc final : public Method {
  public:
   std::string_view name() const override { return "ghhc"; }
+  bool warm_starts() const override { return true; }
 
   absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
                         const JobLimits& limits) const override {
@@ -242,9 +250,37 @@ class Ghhc final : public Method {
                                                    RunContext& ctx) const override {
     DENDRO_ASSIGN_OR_RETURN(GhhcOptions options, OptionsFromSpec(spec));
     DENDRO_ASSIGN_OR_RETURN(GhhcResult result, FitGhhc(dataset.matrix(), options, ctx));
+    return Fitted(std::move(result), options, dataset, {});
+  }
+
+  // A warm start from `base`, fitted on this dataset's first rows (the job
+  // manager checked the lineage).
+  absl::StatusOr<std::unique_ptr<FittedModel>> FitFrom(const FittedModel& base,
+                                                       const LoadedDataset& dataset,
+                                                       const v1::JobSpec& spec,
+                                                       RunContext& ctx) const override {
+    DENDRO_ASSIGN_OR_RETURN(GhhcOptions options, OptionsFromSpec(spec));
+    std::map<std::string, std::string> md = WarmStartMetadata(spec);
+    const auto* previous = dynamic_cast<const GhhcFitted*>(&base);
+    absl::StatusOr<GhhcResult> warm =
+        previous == nullptr
+            ? absl::FailedPreconditionError("the version is not a ghhc model")
+            : FitGhhcFrom(previous->model(),
+                          static_cast<int64_t>(previous->tree().point_leaf().size()),
+                          dataset.matrix(), options, ctx);
+    DENDRO_ASSIGN_OR_RETURN(const bool from_scratch, FitsFromScratch(warm.status(), &md));
+    if (from_scratch) warm = FitGhhc(dataset.matrix(), options, ctx);
+    if (!warm.ok()) return warm.status();
+    return Fitted(*std::move(warm), options, dataset, std::move(md));
+  }
+
+  // The served model of a fit, with the job's metadata (`md_in` last).
+  static absl::StatusOr<std::unique_ptr<FittedModel>> Fitted(
+      GhhcResult result, const GhhcOptions& options, const LoadedDataset& dataset,
+      std::map<std::string, std::string> md_in) {
     Hierarchy tree = std::move(result.hierarchy);
     Hierarchy coarse = std::move(result.coarse_hierarchy);
-    std::map<std::string, std::string> md;
+    std::map<std::string, std::string> md = std::move(md_in);
     md["dataset_rows"] = absl::StrCat(dataset.info().rows());
     md["leaf_clusters"] = absl::StrCat(result.stats.leaf_clusters);
     md["initial_objective"] = absl::StrCat(result.stats.initial_objective);

@@ -109,20 +109,13 @@ class L2h final : public Method {
     return FitWith(dataset, spec, ctx, L2hFirstPassOf(dataset.prepared().get()), {});
   }
 
-  std::optional<v1::ModelRef> BaseModel(const v1::JobSpec& spec) const override {
-    if (spec.has_warm_start()) return spec.warm_start();
-    return std::nullopt;
-  }
-
   // A warm start: the first pass `base` saved covers the rows it was fitted
   // on, which the job manager checked are this dataset's first rows.
   absl::StatusOr<std::unique_ptr<FittedModel>> FitFrom(const FittedModel& base,
                                                        const LoadedDataset& dataset,
                                                        const v1::JobSpec& spec,
                                                        RunContext& ctx) const override {
-    std::map<std::string, std::string> md;
-    const v1::ModelRef& ref = spec.warm_start();
-    md["warm_start"] = absl::StrCat(ref.name(), ":", ref.version());
+    std::map<std::string, std::string> md = WarmStartMetadata(spec);
     const L2hFirstPass* uploaded = L2hFirstPassOf(dataset.prepared().get());
     if (uploaded != nullptr && uploaded->complete()) {
       md["warm_start_note"] = "not needed: the upload computed the whole first pass";

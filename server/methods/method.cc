@@ -100,6 +100,18 @@ absl::Status CheckMemory(std::string_view method, double estimate_bytes,
       static_cast<double>(limits.memory_bytes) / double(1 << 30)));
 }
 
+std::map<std::string, std::string> WarmStartMetadata(const v1::JobSpec& spec) {
+  return {{"warm_start", absl::StrCat(spec.warm_start().name(), ":", spec.warm_start().version())}};
+}
+
+absl::StatusOr<bool> FitsFromScratch(const absl::Status& warm,
+                                     std::map<std::string, std::string>* md) {
+  if (warm.ok()) return false;
+  if (!absl::IsFailedPrecondition(warm)) return warm;
+  (*md)["warm_start_note"] = absl::StrCat("fitted from scratch: ", warm.message());
+  return true;
+}
+
 absl::Status CheckNoConstantColumn(std::string_view method, const v1::Dataset& dataset) {
   const v1::DatasetStats& s = dataset.stats();
   if (!s.computed() || s.num_constant_columns() == 0 || s.constant_columns_size() == 0) {

@@ -122,6 +122,15 @@ absl::Status CheckMemory(std::string_view method, double estimate_bytes,
 // a dataset without them passes). InvalidArgument, in the words the fit
 // would use, when a column of `dataset` is constant.
 absl::Status CheckNoConstantColumn(std::string_view method, const v1::Dataset& dataset);
+
+// A warm start's metadata: "warm_start" = NAME:VERSION of spec.warm_start.
+std::map<std::string, std::string> WarmStartMetadata(const v1::JobSpec& spec);
+// Whether a warm start that ended with `warm` falls back to a fit from
+// scratch: true for FailedPrecondition (the base cannot be continued), and
+// "warm_start_note" in `md` then says why; false for OK; other errors are
+// returned as they are.
+absl::StatusOr<bool> FitsFromScratch(const absl::Status& warm,
+                                     std::map<std::string, std::string>* md);
 // InvalidArgument when the labels have fewer than `min_classes` classes or
 // a class with fewer than `min_rows` rows.
 absl::Status CheckClassSizes(std::string_view method, const v1::Dataset& dataset,
@@ -173,8 +182,10 @@ class Method {
   // Methods that extend an existing model (e.g. adding classes to a
   // classifier) name it here. The job manager then checks at submit time
   // that it exists, uses its name when the spec gives none, loads it when the
-  // job runs and calls FitFrom instead of Fit.
+  // job runs and calls FitFrom instead of Fit. By default: the spec's
+  // warm_start, for a method that warm_starts().
   virtual std::optional<v1::ModelRef> BaseModel(const v1::JobSpec& spec) const {
+    if (warm_starts() && spec.has_warm_start()) return spec.warm_start();
     return std::nullopt;
   }
   virtual absl::StatusOr<std::unique_ptr<FittedModel>> FitFrom(const FittedModel& base,

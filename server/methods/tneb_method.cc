@@ -8,9 +8,13 @@
 // through the service. Artifacts: tree.json + point_leaf.npy (SaveTree) and
 // the model files of core/tneb (SaveTnebModel). With a labelled dataset the
 // model metadata also gets true_k and the ARI / NMI of the cut at true_k.
+// JobSpec.warm_start (a refit after an append): FitTnebFrom runs the EM once
+// from the base version's mixture; a base it cannot start from (fewer than
+// two components) is fitted from scratch, which warm_start_note says.
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -39,6 +43,7 @@ class TnebModelImpl final : public FittedModel {
   absl::StatusOr<std::vector<int32_t>> AssignLeaves(const MatrixView& rows) const override {
     return model_.AssignLeaves(rows);
   }
+  const TnebModel& model() const { return model_; }
 
  private:
   Hierarchy tree_;
@@ -193,6 +198,7 @@ absl::Status CheckBounds(const TnebOptions& o, const v1::Dataset& dataset,
 class Tneb final : public Method {
  public:
   std::string_view name() const override { return "tneb"; }
+  bool warm_starts() const override { return true; }
 
   absl::Status Validate(const v1::JobSpec& spec, const v1::Dataset& dataset,
                         const JobLimits& limits) const override {
@@ -226,8 +232,41 @@ class Tneb final : public Method {
                                                    RunContext& ctx) const override {
     const TnebOptions o = OptionsFrom(spec.tneb());
     DENDRO_ASSIGN_OR_RETURN(TnebResult r, FitTneb(dataset.matrix(), o, ctx));
+    return Fitted(std::move(r), dataset, {});
+  }
+
+  // A warm start from `base`, fitted on this dataset's first rows (the job
+  // manager checked the lineage).
+  absl::StatusOr<std::unique_ptr<FittedModel>> FitFrom(const FittedModel& base,
+                                                       const LoadedDataset& dataset,
+                                                       const v1::JobSpec& spec,
+                                                       RunContext& ctx) const override {
+    const TnebOptions o = OptionsFrom(spec.tneb());
+    std::map<std::string, std::string> md;
+    const v1::ModelRef& ref = spec.warm_start();
+    md["warm_start"] = absl::StrCat(ref.name(), ":", ref.version());
+    const auto* previous = dynamic_cast<const TnebModelImpl*>(&base);
+    if (previous == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(md["warm_start"], " is not a tneb model"));
+    }
+    absl::StatusOr<TnebResult> warm = FitTnebFrom(previous->model(), dataset.matrix(), o, ctx);
+    if (absl::IsFailedPrecondition(warm.status())) {
+      md["warm_start_note"] = absl::StrCat("fitted from scratch: ", warm.status().message());
+      DENDRO_ASSIGN_OR_RETURN(TnebResult cold, FitTneb(dataset.matrix(), o, ctx));
+      return Fitted(std::move(cold), dataset, std::move(md));
+    }
+    if (!warm.ok()) return warm.status();
+    md["warm_start_rows"] =
+        absl::StrCat(dataset.info().rows() - static_cast<int64_t>(base.tree().point_leaf().size()));
+    return Fitted(*std::move(warm), dataset, std::move(md));
+  }
+
+  // The served model of a fit, with the job's metadata (`md_in` last).
+  static absl::StatusOr<std::unique_ptr<FittedModel>> Fitted(
+      TnebResult r, const LoadedDataset& dataset, std::map<std::string, std::string> md_in) {
     Hierarchy tree = std::move(r.hierarchy);
     auto& md = tree.mutable_metadata();
+    for (auto& [key, value] : md_in) md[key] = std::move(value);
     md["dataset_rows"] = absl::StrCat(dataset.info().rows());
     md["em_seconds"] = absl::StrFormat("%.3f", r.em_seconds);
     md["path_seconds"] = absl::StrFormat("%.3f", r.path_seconds);

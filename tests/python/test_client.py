@@ -591,3 +591,24 @@ def test_warm_start_and_stable_ids(client, logits):
     assert (tree.stable_ids[leaves] == leaf2).all()
     assert set(ids) <= set(tree.stable_ids.tolist())
     assert v2.tree(unrefined=True).stable_ids is None
+
+
+def test_tneb_and_ghhc_warm_starts(client):
+    x, y = blobs(120, 3, 4, seed=5)
+    first = client.upload(x[:300], labels=y[:300], name="py-warm-blobs")
+    client.upload(x[300:], labels=y[300:], append_to=first.id)
+    fits = {
+        "py_warm_tneb": lambda **kw: client.fit_tneb(
+            **kw, components=4, restarts=1, seed=1, path_points=20, path_steps=20,
+            eval_points=64, min_component_points=2),
+        "py_warm_ghhc": lambda **kw: client.fit_ghhc(
+            **kw, internal_nodes=8, triples=3000, seed=1, points="fixed"),
+    }
+    for name, fit in fits.items():
+        fit(data=first.id + ":1", name=name).wait(progress=False)
+        warm = fit(data=first.id, warm_start=name).wait(progress=False)
+        assert (warm.name, warm.version) == (name, 2)
+        assert warm.metadata["warm_start"] == name + ":1"
+        assert warm.metadata["warm_start_rows"] == "60"
+        assert "warm_start_note" not in warm.metadata
+        assert len(warm.assign(x)) == len(x)

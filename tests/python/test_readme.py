@@ -293,6 +293,16 @@ def test_readme_cli_example(server, shell_env, tmp_path):
     info = json.loads(newest.stdout)
     assert appended is not None and appended != dataset
     assert (info["id"], int(info["generation"]), int(info["rows"])) == (appended, 2, 2000), info
+    # "emb's next version, EM from the last": fitted on the appended generation.
+    emb = subprocess.run(["dendro", "models", "get", "emb", "--json"], cwd=work,
+                         env=shell_env, capture_output=True, text=True, timeout=60)
+    assert emb.returncode == 0, emb.stderr
+    newest_emb = json.loads(emb.stdout)
+    assert newest_emb["dataset_id"] == appended, newest_emb
+    previous = int(newest_emb["version"]) - 1
+    assert newest_emb["metadata"]["warm_start"] == f"emb:{previous}", newest_emb["metadata"]
+    assert "warm_start_note" not in newest_emb["metadata"]
+    assert (work / "tneb2.json").stat().st_size > 0
 
 
 def test_readme_security_example(shell_env, tmp_path):

@@ -4,8 +4,10 @@
 // unrelated datasets), what Assign answers with stable_ids, and that the
 // ids survive a restart. Warm starts (JobSpec.warm_start): an L2H refit on
 // an appended generation reuses the earlier version's first pass and gives
-// the tree a fit from scratch gives; what cannot be warm-started is refused
-// at submit.
+// the tree a fit from scratch gives; t-NEB and gHHC refits start from the
+// earlier version and find the same blobs, with the same stable ids; a gHHC
+// version with learned points is refitted from scratch and says so; what
+// cannot be warm-started is refused at submit.
 #include <map>
 #include <random>
 #include <set>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "core/diff/stable_ids.h"
+#include "core/metrics/metrics.h"
 #include "gmock/gmock.h"
 #include "nlohmann/json.hpp"
 #include "tests/server/server_fixture.h"
@@ -35,29 +38,43 @@ std::vector<float> Blobs(int n, uint64_t seed) {
   return x;
 }
 
+// Three Gaussian blobs in kBlobDim dimensions, row i in blob i % 3, each
+// 10 units along its own axis from the origin: blobs that every method
+// separates, gHHC (which sees the centred rows' directions) included.
+constexpr int kBlobDim = 4;
+std::vector<float> AxisBlobs(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd;
+  std::vector<float> x;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < kBlobDim; ++j) {
+      x.push_back(static_cast<float>((j == i % 3 ? 10.0 : 0.0) + nd(rng)));
+    }
+  }
+  return x;
+}
+
 class EvolveServerTest : public ServerTest {
  protected:
-  v1::Job Fit(const std::string& dataset, const std::string& model, bool tneb) {
+  // A small t-NEB fit of `dataset` named `model`.
+  static v1::JobSpec TnebSpec(const std::string& dataset, const std::string& model) {
     v1::JobSpec spec;
     spec.set_dataset_id(dataset);
     spec.set_model_name(model);
-    if (tneb) {
-      v1::TnebParams* p = spec.mutable_tneb();
-      p->set_components(6);
-      p->set_restarts(2);
-      p->set_path_points(20);
-      p->set_path_steps(30);
-      p->set_eval_points(64);
-      p->set_seed(3);
-    } else {
-      spec.mutable_l2h();
-    }
-    grpc::Status st;
-    v1::Job job = SubmitSpec(spec, &st);
-    EXPECT_TRUE(st.ok()) << st.error_message();
-    job = Wait(job.id());
-    EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
-    return job;
+    v1::TnebParams* p = spec.mutable_tneb();
+    p->set_components(6);
+    p->set_restarts(2);
+    p->set_path_points(20);
+    p->set_path_steps(30);
+    p->set_eval_points(64);
+    p->set_seed(3);
+    return spec;
+  }
+  // A t-NEB (above) or L2H fit, run to success.
+  v1::Job Fit(const std::string& dataset, const std::string& model, bool tneb) {
+    v1::JobSpec spec = TnebSpec(dataset, model);
+    if (!tneb) spec.mutable_l2h();
+    return Run(spec);
   }
   v1::Model Info(const std::string& name, int64_t version) {
     grpc::ClientContext ctx;
@@ -97,6 +114,28 @@ class EvolveServerTest : public ServerTest {
     const grpc::Status st = models_->GetTree(&ctx, req, &resp);
     EXPECT_TRUE(st.ok()) << st.error_message();
     return resp.content();
+  }
+  // Submits `spec` and waits for it to succeed.
+  v1::Job Run(const v1::JobSpec& spec) {
+    grpc::Status st;
+    v1::Job job = SubmitSpec(spec, &st);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    job = Wait(job.id());
+    EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error().message();
+    return job;
+  }
+  // ARI at level 3 of the version's Assign answers on `x` (AxisBlobs)
+  // against the blob of each row.
+  double BlobAri(const std::string& name, int64_t version, const std::vector<float>& x) {
+    const v1::AssignResponse a = AssignStable(name, version, x, kBlobDim, 3);
+    std::vector<int64_t> truth, got;
+    for (int i = 0; i < a.stable_cluster_size(); ++i) {
+      truth.push_back(i % 3);
+      got.push_back(a.stable_cluster(i));
+    }
+    absl::StatusOr<double> ari = AdjustedRandIndex(truth, got);
+    EXPECT_TRUE(ari.ok());
+    return ari.ok() ? *ari : -1.0;
   }
   absl::StatusOr<Hierarchy> Tree(const std::string& name, int64_t version) {
     grpc::ClientContext ctx;
@@ -295,6 +334,64 @@ TEST_F(EvolveServerTest, L2hWarmStartOnAnAppendedGenerationGivesTheColdTree) {
   }
 }
 
+TEST_F(EvolveServerTest, TnebAndGhhcWarmStartsFindTheSameBlobsWithTheSameIds) {
+  StartServer();
+  const int n = 900, extra = 90;
+  const std::vector<float> all = AxisBlobs(n + extra, 11);
+  const std::vector<float> x(all.begin(), all.begin() + kBlobDim * n);
+  v1::Dataset ds, appended;
+  ASSERT_TRUE(Upload(x, n, kBlobDim, &ds).ok());
+  ASSERT_TRUE(Upload(std::vector<float>(all.begin() + kBlobDim * n, all.end()), extra, kBlobDim,
+                     &appended, nullptr, 1 << 20, false, "", ds.id())
+                  .ok());
+  v1::JobSpec tneb = TnebSpec(ds.id() + ":1", "t");
+  v1::JobSpec ghhc;
+  ghhc.set_dataset_id(ds.id() + ":1");
+  ghhc.set_model_name("g");
+  ghhc.mutable_ghhc()->set_internal_nodes(20);
+  ghhc.mutable_ghhc()->set_triples(20000);
+  ghhc.mutable_ghhc()->set_points("fixed");
+  for (v1::JobSpec* spec : {&tneb, &ghhc}) {
+    const std::string name = spec->model_name();
+    Run(*spec);
+    spec->set_dataset_id(ds.id());  // the newest generation
+    spec->mutable_warm_start()->set_name(name);
+    Run(*spec);
+    const v1::Model v2 = Info(name, 2);
+    EXPECT_EQ(v2.dataset_id(), appended.id());
+    EXPECT_EQ(v2.metadata().at("warm_start"), name + ":1");
+    EXPECT_EQ(v2.metadata().count("warm_start_note"), 0u) << v2.metadata().at("warm_start_note");
+    EXPECT_EQ(v2.metadata().at("warm_start_rows"), absl::StrCat(extra));
+    // The three blobs, found again, keep their ids on the earlier rows.
+    EXPECT_GE(BlobAri(name, 1, x), 0.95) << name;
+    EXPECT_GE(BlobAri(name, 2, all), 0.95) << name;
+    const v1::AssignResponse a1 = AssignStable(name, 1, x, kBlobDim, 3);
+    const v1::AssignResponse a2 = AssignStable(name, 2, x, kBlobDim, 3);
+    int same = 0;
+    for (int i = 0; i < n; ++i) same += a1.stable_cluster(i) == a2.stable_cluster(i);
+    EXPECT_GE(same, n * 95 / 100) << name;
+  }
+  EXPECT_EQ(Info("t", 2).metadata().at("warm_start_components"),
+            Info("t", 1).metadata().at("surviving"));
+  EXPECT_EQ(Info("g", 2).metadata().at("internal_nodes"), "20");
+  EXPECT_EQ(Info("g", 2).metadata().at("warm_start_base_rows"), absl::StrCat(n));
+
+  // A gHHC version with learned points cannot be continued: the refit runs
+  // from scratch and says why.
+  ghhc.clear_warm_start();
+  ghhc.set_dataset_id(ds.id() + ":1");
+  ghhc.set_model_name("learned");
+  ghhc.mutable_ghhc()->set_points("learned");
+  Run(ghhc);
+  ghhc.set_dataset_id(ds.id());
+  ghhc.mutable_warm_start()->set_name("learned");
+  Run(ghhc);
+  const v1::Model learned = Info("learned", 2);
+  EXPECT_THAT(learned.metadata().at("warm_start_note"),
+              HasSubstr("fitted from scratch: the version learned its point embeddings"));
+  EXPECT_EQ(learned.metadata().count("warm_start_base_rows"), 0u);
+}
+
 TEST_F(EvolveServerTest, WhatCannotBeWarmStartedIsRefusedAtSubmit) {
   StartServer();
   const int k = 12;
@@ -320,9 +417,20 @@ TEST_F(EvolveServerTest, WhatCannotBeWarmStartedIsRefusedAtSubmit) {
   grpc::Status st = submit(b.id(), false, "base");  // another dataset, same rows
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(st.error_message(), HasSubstr("not on this dataset's lineage"));
-  st = submit(a.id(), true, "base");
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("warm_start is not available for tneb"));
+  st = submit(a.id(), true, "base");  // a t-NEB fit from an L2H version
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(st.error_message(), HasSubstr("a tneb fit can only warm-start from a tneb model"));
+  {
+    v1::JobSpec spec;
+    spec.set_dataset_id(a.id());
+    spec.set_model_name("classifier");
+    spec.mutable_hppca();
+    spec.mutable_warm_start()->set_name("base");
+    grpc::Status hst;
+    SubmitSpec(spec, &hst);
+    EXPECT_EQ(hst.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(hst.error_message(), HasSubstr("warm_start is not available for hppca"));
+  }
   st = submit(a.id(), false, "missing");
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
   // Its own dataset again: nothing new to pass over, and allowed.

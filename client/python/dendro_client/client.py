@@ -519,7 +519,8 @@ class Client:
 
     def fit_tneb(self, data: Any, name: Optional[str] = None, *,
                  leaf_names: Optional[Sequence[str]] = None, request_id: Optional[str] = None,
-                 allow_method_change: bool = False, **params: Any) -> Job:
+                 allow_method_change: bool = False, warm_start: Optional[str] = None,
+                 **params: Any) -> Job:
         """Submits a t-NEB fit over N x d embeddings; returns the Job.
 
         ``params`` are TnebParams fields (components, dof, learn_dof,
@@ -529,18 +530,25 @@ class Client:
         rank_restarts_by, standardize_mode: "auto" (the default), "on" or
         "off"); unset ones take the defaults (docs/methods.md). An
         unknown name raises TypeError. ``data`` and ``name`` as in
-        :meth:`fit_l2h`.
+        :meth:`fit_l2h`. ``warm_start``: a version fitted on an earlier
+        generation of the dataset; the EM runs once from its mixture.
         """
+        if warm_start is not None and name is None:
+            name = parse_model_ref(warm_start, 0)[0]
+
         def fill(spec: Any) -> None:
             spec.tneb.SetInParent()
             self._params(spec.tneb, params, "tneb")
+            if warm_start is not None:
+                spec.warm_start.CopyFrom(self._model_ref(warm_start))
         self._params(self._pb.TnebParams(), params, "tneb")  # check before uploading
         return self._submit(data, None, name, "tneb", fill, leaf_names, request_id,
                             allow_method_change)
 
     def fit_ghhc(self, data: Any, name: Optional[str] = None, *,
                  leaf_names: Optional[Sequence[str]] = None, request_id: Optional[str] = None,
-                 allow_method_change: bool = False, **params: Any) -> Job:
+                 allow_method_change: bool = False, warm_start: Optional[str] = None,
+                 **params: Any) -> Job:
         """Submits a gHHC fit over N x d embeddings; returns the Job.
 
         ``params`` are GhhcParams fields (internal_nodes, learning_rate,
@@ -550,11 +558,18 @@ class Client:
         projection, learn_points, point_learning_rate, validation_triples,
         validate_every, constant_step_size, points). A seed that is passed
         is used as given, 0 included. An unknown name raises TypeError.
-        ``data`` and ``name`` as in :meth:`fit_l2h`.
+        ``data`` and ``name`` as in :meth:`fit_l2h`. ``warm_start``: a
+        version fitted on an earlier generation of the dataset; training
+        continues from its nodes.
         """
+        if warm_start is not None and name is None:
+            name = parse_model_ref(warm_start, 0)[0]
+
         def fill(spec: Any) -> None:
             spec.ghhc.SetInParent()
             self._params(spec.ghhc, params, "ghhc")
+            if warm_start is not None:
+                spec.warm_start.CopyFrom(self._model_ref(warm_start))
         self._params(self._pb.GhhcParams(), params, "ghhc")
         return self._submit(data, None, name, "ghhc", fill, leaf_names, request_id,
                             allow_method_change)

@@ -282,8 +282,9 @@ absl::Status Api::AnswerTooLarge(const CallWording& w, int64_t rows, int64_t byt
 
 absl::StatusOr<Assignment> Api::Assign(const CallWording& w, const LoadedModel& model,
                                        const MatrixView& rows, int64_t level, bool stable_ids,
-                                       int64_t per_row, absl::Time deadline) const {
+                                       const AssignCost& cost, absl::Time deadline) const {
   const Hierarchy& tree = model.model->tree();
+  const int64_t per_row = cost.per_row + (stable_ids ? cost.per_row_stable_ids : 0);
   if (level < 0 || level > tree.num_leaves()) {
     return absl::InvalidArgumentError(absl::StrCat(w.params, "level must be in [0, ",
                                                    tree.num_leaves(), "], got ", level));

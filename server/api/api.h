@@ -43,6 +43,13 @@ struct AnswerCost {
   int64_t per_superclass = 0;
 };
 
+// What an Assign answer costs its transport, in encoded bytes a row: the
+// leaf and cluster, and with stable ids their ids too.
+struct AssignCost {
+  int64_t per_row = 0;
+  int64_t per_row_stable_ids = 0;
+};
+
 // An Assign answer: each row's leaf and its cluster at `level` (the leaf
 // itself at level 0).
 struct Assignment {
@@ -121,11 +128,10 @@ class Api {
   // for none): see server/api/serving_gate.h for the refusals. Small calls may be
   // computed together with others on the same model, where the model says
   // that pays (FittedModel::BatchingPays, server/api/batcher.h).
-  // Assign: `level` in [0, leaves]; the answer costs `per_row` bytes a row
-  // (the caller counts the stable ids in when it asks for them).
+  // Assign: `level` in [0, leaves].
   absl::StatusOr<Assignment> Assign(const CallWording& w, const LoadedModel& model,
                                     const MatrixView& rows, int64_t level, bool stable_ids,
-                                    int64_t per_row, absl::Time deadline) const;
+                                    const AssignCost& cost, absl::Time deadline) const;
   // Predict: top_k 0 means 1; top_k and top_t >= 0.
   absl::StatusOr<Prediction> Predict(const CallWording& w, const LoadedModel& model,
                                      const MatrixView& rows, int64_t top_k, int64_t top_t,

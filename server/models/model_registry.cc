@@ -184,6 +184,63 @@ std::string ModelRegistry::LineageOf(const std::string& dataset_id) {
   return d.ok() ? DatasetLineage(*d) : dataset_id;
 }
 
+namespace {
+
+// The first id above every id a name has used: the newest version's `next`
+// (from its ids when they were read, and from its recorded metadata), and
+// above the node numbers (< 2 L) of a version stored before ids were kept.
+int64_t NextUnusedId(const StableIds* ids, const v1::Model* info) {
+  int64_t next = ids != nullptr ? ids->next : 0;
+  if (info == nullptr) return next;
+  int64_t recorded = 0;
+  if (auto it = info->metadata().find("stable_ids_next");
+      it != info->metadata().end() && absl::SimpleAtoi(it->second, &recorded)) {
+    next = std::max(next, recorded);
+  }
+  return std::max<int64_t>(next, 2 * int64_t{info->num_leaves()});
+}
+
+// All-new ids for `tree`'s nodes, from `next` on.
+StableIds FreshIds(const Hierarchy& tree, int64_t next) {
+  StableIds ids = FirstStableIds(tree);
+  for (int64_t& id : ids.node) id += next;
+  ids.next += next;
+  return ids;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelRegistry::CarriedIds> ModelRegistry::CarryFromPrevious(
+    const LoadedModel& previous, const FittedModel& model, const std::string& lineage,
+    int64_t next) {
+  const v1::Model& info = previous.info();
+  const Hierarchy& previous_tree = previous.model->tree();
+  absl::StatusOr<ClusterOverlap> overlap;
+  absl::StatusOr<const Method*> method = MethodByName(model.method());
+  if (info.method() != model.method()) {
+    overlap = absl::FailedPreconditionError(absl::StrCat("the method changed (", info.method(),
+                                                         " to ", std::string(model.method()),
+                                                         "), so the clusters are not comparable"));
+  } else if (method.ok() && (*method)->leaves_are_classes()) {
+    overlap = OverlapByLeaves(previous_tree, model.tree());
+  } else {
+    auto it = info.metadata().find("dataset_lineage");
+    const std::string previous_lineage =
+        it != info.metadata().end() ? it->second : LineageOf(info.dataset_id());
+    overlap = previous_lineage == lineage
+                  ? OverlapByPoints(previous_tree, model.tree())
+                  : absl::FailedPreconditionError(
+                        "the versions were fitted on different datasets (not generations of one "
+                        "lineage), so they share neither points nor classes");
+  }
+  if (!overlap.ok()) return overlap.status();
+  StableIds from = *previous.stable_ids;
+  from.next = next;
+  DENDRO_ASSIGN_OR_RETURN(StableIdMatch match,
+                          CarryStableIds(previous_tree, from, model.tree(), *overlap));
+  return CarriedIds{std::move(match), overlap->basis};
+}
+
 ModelRegistry::StableIdsOutcome ModelRegistry::StableIdsFor(const std::string& name,
                                                             const FittedModel& model,
                                                             const std::string& dataset_id) {
@@ -203,85 +260,39 @@ ModelRegistry::StableIdsOutcome ModelRegistry::StableIdsFor(const std::string& n
     md["stable_ids_next"] = absl::StrCat(out.ids.next);
     return out;
   }
-  // New ids start above every id the name has used; without a readable
-  // previous version, above what its recorded entry allows.
-  int64_t next = 0;
-  std::string note;
-  const Hierarchy* previous_tree = nullptr;
-  const StableIds* previous_ids = nullptr;
+  // The newest version's record, even when the version cannot be read.
   std::optional<v1::Model> previous_info;
   if (previous.ok()) {
     previous_info = previous->info();
-    previous_tree = &previous->model->tree();
-    previous_ids = previous->stable_ids.get();
-    next = previous_ids->next;
   } else {
-    // (The status's message may name the server's files: the log has it.)
-    note = absl::StrCat("the newest version could not be read (",
-                        absl::StatusCodeToString(previous.status().code()), ")");
     spdlog::warn("model '{}': stable ids not matched: {}", name, previous.status().ToString());
     if (absl::StatusOr<v1::Model> info = Get(newest); info.ok()) previous_info = *info;
   }
   if (previous_info.has_value()) {
     md["stable_ids_previous_version"] = absl::StrCat(previous_info->version());
-    const auto& pmd = previous_info->metadata();
-    int64_t recorded = 0;
-    if (auto it = pmd.find("stable_ids_next");
-        it != pmd.end() && absl::SimpleAtoi(it->second, &recorded)) {
-      next = std::max(next, recorded);
-    }
-    // A version stored before ids were kept numbered its nodes (< 2 L).
-    next = std::max<int64_t>(next, 2 * int64_t{previous_info->num_leaves()});
   }
-
-  const char* basis = "none";
-  absl::StatusOr<StableIdMatch> match = absl::FailedPreconditionError("");
-  if (previous_tree != nullptr) {
-    absl::StatusOr<const Method*> method = MethodByName(model.method());
-    absl::StatusOr<ClusterOverlap> overlap = absl::FailedPreconditionError("");
-    if (previous_info->method() != model.method()) {
-      overlap = absl::FailedPreconditionError(
-          absl::StrCat("the method changed (", previous_info->method(), " to ",
-                       std::string(model.method()), "), so the clusters are not comparable"));
-    } else if (method.ok() && (*method)->leaves_are_classes()) {
-      overlap = OverlapByLeaves(*previous_tree, tree);
-    } else {
-      const auto& pmd = previous_info->metadata();
-      auto it = pmd.find("dataset_lineage");
-      const std::string previous_lineage =
-          it != pmd.end() ? it->second : LineageOf(previous_info->dataset_id());
-      if (previous_lineage == lineage) {
-        overlap = OverlapByPoints(*previous_tree, tree);
-      } else {
-        overlap = absl::FailedPreconditionError(
-            "the versions were fitted on different datasets (not generations of one lineage), "
-            "so they share neither points nor classes");
-      }
-    }
-    if (overlap.ok()) {
-      StableIds from = *previous_ids;
-      from.next = next;
-      match = CarryStableIds(*previous_tree, from, tree, *overlap);
-      if (match.ok()) basis = overlap->basis;
-    } else {
-      match = overlap.status();
-    }
-    if (!match.ok()) note = std::string(match.status().message());
-  }
-  if (match.ok()) {
-    out.ids = std::move(match->ids);
-    md["stable_ids_kept"] = absl::StrCat(match->kept);
-    md["stable_ids_new"] = absl::StrCat(match->fresh);
+  const int64_t next = NextUnusedId(previous.ok() ? previous->stable_ids.get() : nullptr,
+                                    previous_info.has_value() ? &*previous_info : nullptr);
+  absl::StatusOr<CarriedIds> carried =
+      previous.ok() ? CarryFromPrevious(*previous, model, lineage, next)
+                    // (The status's message may name the server's files: the log has it.)
+                    : absl::FailedPreconditionError(
+                          absl::StrCat("the newest version could not be read (",
+                                       absl::StatusCodeToString(previous.status().code()), ")"));
+  if (carried.ok()) {
+    out.ids = std::move(carried->match.ids);
+    md["stable_ids_basis"] = carried->basis;
+    md["stable_ids_kept"] = absl::StrCat(carried->match.kept);
+    md["stable_ids_new"] = absl::StrCat(carried->match.fresh);
   } else {
-    out.ids = FirstStableIds(tree);
-    for (int64_t& id : out.ids.node) id += next;
-    out.ids.next += next;
+    const std::string note(carried.status().message());
+    out.ids = FreshIds(tree, next);
+    md["stable_ids_basis"] = "none";
     md["stable_ids_kept"] = "0";
     md["stable_ids_new"] = absl::StrCat(tree.num_nodes());
     md["stable_ids_note"] = note;
     spdlog::info("model '{}': new stable ids for every cluster: {}", name, note);
   }
-  md["stable_ids_basis"] = basis;
   md["stable_ids_next"] = absl::StrCat(out.ids.next);
   return out;
 }

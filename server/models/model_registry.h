@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "core/diff/stable_ids.h"
 #include "server/catalogue/catalogue.h"
 #include "server/methods/method.h"
@@ -57,6 +58,14 @@ struct LoadedModel {
   std::shared_ptr<const StableIds> stable_ids;
   const v1::Model& info() const { return entry->model; }
 };
+
+// The node ids a served JSON tree carries (WriteJson's `stable_ids`): `ids`'
+// for the refined tree, none for the unrefined one (whose nodes they do not
+// name) or without ids.
+inline absl::Span<const int64_t> ServedStableIds(const StableIds* ids, bool unrefined) {
+  if (unrefined || ids == nullptr) return {};
+  return absl::MakeConstSpan(ids->node);
+}
 
 class ModelRegistry {
  public:
@@ -118,6 +127,17 @@ class ModelRegistry {
   };
   StableIdsOutcome StableIdsFor(const std::string& name, const FittedModel& model,
                                 const std::string& dataset_id);
+  // `model`'s ids matched to `previous`'s (new ids from `next` on), and the
+  // basis of the match. FailedPrecondition when the versions cannot be
+  // compared (another method, unrelated datasets), else CarryStableIds'
+  // errors; the message says why, for stable_ids_note.
+  struct CarriedIds {
+    StableIdMatch match;
+    const char* basis;
+  };
+  absl::StatusOr<CarriedIds> CarryFromPrevious(const LoadedModel& previous,
+                                               const FittedModel& model, const std::string& lineage,
+                                               int64_t next);
   // The first generation of `dataset_id`'s lineage (itself when it has none
   // or is gone).
   std::string LineageOf(const std::string& dataset_id);

@@ -96,8 +96,7 @@ absl::StatusOr<Req> PageRequest(const QueryParams& query) {
 // stable ids. Predict: per label up to 20
 // characters and a score up to 16, per super-class up to 11, and a count
 // per row.
-constexpr int64_t kAssignCharsPerRow = 24;
-constexpr int64_t kStableIdCharsPerRow = 42;
+constexpr AssignCost kAssignCost{/*per_row=*/24, /*per_row_stable_ids=*/42};
 constexpr AnswerCost kPredictCost{/*per_row=*/12, /*per_label=*/38, /*per_superclass=*/12};
 constexpr CallWording kInferWording{"infer", "inputs[0]: ", "parameters."};
 
@@ -528,9 +527,7 @@ absl::StatusOr<HttpBody> JsonApi::GetTree(const v1::ModelRef& ref,
     body.write = [model = std::move(loaded.model), ids = std::move(loaded.stable_ids), unrefined,
                   include_points](absl::FunctionRef<absl::Status(std::string_view)> sink) {
       return WriteJson(unrefined ? model->coarse_tree() : model->tree(), include_points,
-                       size_t{1} << 20, sink,
-                       unrefined || ids == nullptr ? absl::Span<const int64_t>()
-                                                   : absl::MakeConstSpan(ids->node));
+                       size_t{1} << 20, sink, ServedStableIds(ids.get(), unrefined));
     };
   }
   return body;
@@ -656,10 +653,9 @@ absl::StatusOr<HttpBody> JsonApi::Infer(
   out["model_version"] = std::to_string(info.version());
   if (!req.id.is_null()) out["id"] = req.id;
   if (op == Op::kAssign) {
-    DENDRO_ASSIGN_OR_RETURN(
-        Assignment a, api_.Assign(kInferWording, loaded, rows, req.level, req.stable_ids,
-                                  kAssignCharsPerRow + (req.stable_ids ? kStableIdCharsPerRow : 0),
-                                  absl::InfiniteFuture()));
+    DENDRO_ASSIGN_OR_RETURN(Assignment a,
+                            api_.Assign(kInferWording, loaded, rows, req.level, req.stable_ids,
+                                        kAssignCost, absl::InfiniteFuture()));
     out["parameters"] = json{{"op", "assign"}, {"level", req.level}};
     out["outputs"] = json::array({Tensor("leaf", "INT32", {req.rows}, a.leaves),
                                   Tensor("cluster", "INT32", {req.rows}, a.clusters)});

@@ -174,8 +174,7 @@ class ServiceBase {
 // stable ids. Predict: per row one
 // evaluated count (<= 5); per label an int64 (<= 10) and a float (4); per
 // super-class an int32 (<= 5).
-constexpr int64_t kAssignBytesPerRow = 10;
-constexpr int64_t kStableIdBytesPerRow = 20;
+constexpr AssignCost kAssignCost{/*per_row=*/10, /*per_row_stable_ids=*/20};
 constexpr AnswerCost kPredictCost{/*per_row=*/5, /*per_label=*/14, /*per_superclass=*/5};
 constexpr CallWording kAssignWording{"assign", "assign: ", "assign: "};
 constexpr CallWording kPredictWording{
@@ -477,9 +476,7 @@ absl::Status WriteTree(const LoadedModel& loaded, const v1::GetTreeRequest& req,
       // The only form that grows with the rows (point assignments): written
       // piece by piece.
       return WriteJson(tree, req.include_points(), piece_bytes, sink,
-                       req.unrefined() || loaded.stable_ids == nullptr
-                           ? absl::Span<const int64_t>()
-                           : absl::MakeConstSpan(loaded.stable_ids->node));
+                       ServedStableIds(loaded.stable_ids.get(), req.unrefined()));
     case v1::TREE_FORMAT_NEWICK:
       text = ToNewick(tree);
       break;
@@ -668,8 +665,7 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
                                    req->data(), &aligned);
     if (!rows.ok()) return ToGrpc(rows.status());
     auto assigned = api_.Assign(kAssignWording, *loaded, *rows, req->level(), req->stable_ids(),
-                                kAssignBytesPerRow + (req->stable_ids() ? kStableIdBytesPerRow : 0),
-                                absl::FromChrono(ctx->deadline()));
+                                kAssignCost, absl::FromChrono(ctx->deadline()));
     if (!assigned.ok()) return ToGrpc(assigned.status());
     resp->mutable_leaf()->Add(assigned->leaves.begin(), assigned->leaves.end());
     resp->mutable_cluster()->Add(assigned->clusters.begin(), assigned->clusters.end());

@@ -11,16 +11,17 @@
 #include <numeric>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "client/cli/cli.h"
 #include "core/common/status_macros.h"
-#include "core/ghhc/choices.h"
 #include "core/diff/diff.h"
-#include "core/hierarchy/export.h"
 #include "core/diff/tanglegram.h"
+#include "core/ghhc/choices.h"
+#include "core/hierarchy/export.h"
 #include "core/io/atomic_file.h"
 #include "core/io/npy.h"
 #include "core/l2h/aggregation.h"
@@ -65,6 +66,44 @@ nlohmann::ordered_json MetricsJson(const MetricsReport& r) {
 absl::StatusOr<int32_t> LevelFlag(const Args& args) {
   DENDRO_ASSIGN_OR_RETURN(int64_t level, args.GetInt("level", 0, 1, kMaxInt32));
   return static_cast<int32_t>(level);
+}
+
+// A t-NEB model's own account of its diagnosed cut, from the diag_* keys of
+// its metadata (core/tneb/tneb.h, TnebDiagnostics); null when it has none.
+nlohmann::ordered_json TnebDiagnosticsJson(const v1::Model& model) {
+  const auto& md = model.metadata();
+  auto text = [&](const char* key) -> std::string {
+    const auto it = md.find(key);
+    return it == md.end() ? std::string() : it->second;
+  };
+  int64_t k = 0;
+  if (!absl::SimpleAtoi(text("diag_k"), &k)) return nullptr;
+  nlohmann::ordered_json j;
+  j["k"] = k;
+  std::vector<int64_t> sizes;
+  for (absl::string_view part :
+       absl::StrSplit(text("diag_cluster_sizes"), ',', absl::SkipEmpty())) {
+    int64_t v = 0;
+    if (absl::SimpleAtoi(part, &v)) sizes.push_back(v);
+  }
+  j["cluster_sizes"] = sizes;
+  double share = 0.0;
+  if (absl::SimpleAtod(text("diag_largest_share"), &share)) j["largest_share"] = share;
+  for (const char* key : {"filtered_small", "filtered_elongated"}) {
+    int64_t v = 0;
+    if (absl::SimpleAtoi(text(absl::StrCat("diag_", key).c_str()), &v)) j[key] = v;
+  }
+  nlohmann::ordered_json bics = nlohmann::ordered_json::object();
+  for (absl::string_view pair :
+       absl::StrSplit(text("diag_candidate_bic"), ',', absl::SkipEmpty())) {
+    const std::pair<std::string, std::string> kv = absl::StrSplit(pair, absl::MaxSplits(':', 1));
+    double bic = 0.0;
+    if (absl::SimpleAtod(kv.second, &bic)) bics[kv.first] = bic;
+  }
+  if (!bics.empty()) j["candidate_bic"] = bics;
+  j["degenerate"] = text("diag_degenerate") == "true";
+  if (j["degenerate"]) j["degenerate_reason"] = text("diag_degenerate_reason");
+  return j;
 }
 
 }  // namespace
@@ -152,7 +191,7 @@ absl::Status FitAndReport(Context& ctx, const Args& args, v1::JobSpec spec,
   }
   spec.set_allow_method_change(args.Has("allow-method-change"));
   DENDRO_ASSIGN_OR_RETURN(int32_t level, LevelFlag(args));
-  if (level > 0 && !labels_path.has_value()) {
+  if (level > 0 && !labels_path.has_value() && !spec.has_tneb()) {
     return UsageError("--level only applies with --labels (it sets the metrics' cut)");
   }
   if (wait) DENDRO_RETURN_IF_ERROR(CheckOutputs(outs));
@@ -239,6 +278,14 @@ absl::Status FitAndReport(Context& ctx, const Args& args, v1::JobSpec spec,
   if (input.existing() || args.Has("keep-dataset")) result["dataset"] = ds.id();
   result["leaves"] = model.num_leaves();
   if (!json) std::cout << "model " << model.name() << " version " << model.version() << std::endl;
+  if (model.method() == "tneb") {
+    nlohmann::ordered_json diagnostics = TnebDiagnosticsJson(model);
+    if (!diagnostics.is_null()) result["diagnostics"] = std::move(diagnostics);
+    // A degenerate tree is said on stderr too, where a pipeline's log sees it.
+    if (const auto it = model.metadata().find("warning"); it != model.metadata().end()) {
+      std::cerr << "warning: " << it->second << std::endl;
+    }
+  }
 
   if (labels_path.has_value()) {
     DENDRO_ASSIGN_OR_RETURN(std::string tree_json,
@@ -301,6 +348,8 @@ absl::Status RunTneb(Context& ctx, const Args& args) {
   DENDRO_ASSIGN_OR_RETURN(int64_t seed, IntFlag(args, "seed", 0, kMaxInt32));
   p->set_components(static_cast<int32_t>(m));
   p->set_restarts(static_cast<int32_t>(restarts));
+  DENDRO_ASSIGN_OR_RETURN(int32_t level, LevelFlag(args));
+  p->set_diagnose_k(level);  // 0: the auto k
   p->set_seed(static_cast<uint64_t>(seed));
   if (args.Has("standardize") && args.Has("no-standardize")) {
     return UsageError("--standardize and --no-standardize exclude each other");

@@ -99,8 +99,8 @@ const std::string kFitFlagsHelp =
     "  --layout L      auto, rectangular or radial, for .svg outputs (default: auto,\n"
     "                  radial above 200 leaves)\n"
     "  --json          print one JSON object instead: model, version, job, leaves,\n"
-    "                  dataset (when kept) and metrics (with --labels); with --no-wait\n"
-    "                  job and dataset (default: text lines)\n";
+    "                  dataset (when kept), metrics (with --labels) and, for tneb, the\n"
+    "                  diagnostics; with --no-wait job and dataset (default: text lines)\n";
 
 const std::string kListFlagsHelp =
     "  --page-size N   entries per page, 1-1000 (default: 50, the server's)\n"
@@ -202,6 +202,10 @@ const std::vector<Verb>& Verbs() {
        "                  every dimension (default: persistence when the data have\n"
        "                  d <= 10 columns, graph above)\n"
        "  --seed S        random seed (default: 0)\n"
+       "  --level K       also the cut the model's diagnostics describe (cluster sizes, the\n"
+       "                  largest one's share, whether the tree is degenerate there), with\n"
+       "                  or without --labels; --json prints them as \"diagnostics\", and a\n"
+       "                  degenerate cut is a warning on stderr (default: the auto k)\n"
        "  --warm-start REF  start from version NAME[:VERSION|@LABEL], fitted on an earlier\n"
        "                  generation of DATASET_ID (upload --append): one EM run from its\n"
        "                  mixture and standardisation instead of restarts from k-means;\n"

@@ -92,6 +92,7 @@ TnebOptions OptionsFrom(const v1::TnebParams& p) {
       !p.rank_restarts_by().empty() && r.ok()) {
     o.rank_restarts_by = *r;
   }
+  o.diagnose_k = p.diagnose_k();  // ValidateTnebOptions refuses a negative one
   return o;
 }
 

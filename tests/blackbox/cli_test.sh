@@ -515,6 +515,29 @@ run datasets get "$DS"
 [[ "$(dataset_ids)" == "$BEFORE" ]] || fail "fitting by dataset id created or removed datasets: $(dataset_ids)"
 pass "l2h DATASET_ID and tneb --dataset fit the uploaded dataset, which stays and is not copied"
 
+# t-NEB's own account of the cut --level names, without labels: --json's
+# "diagnostics" (sizes of the k clusters over every row, the largest share,
+# the documented degenerate rule), and a warning line on stderr when degenerate.
+run datasets get "$DS" --json
+ROWS=$("$PY" -c 'import json; print(json.load(open("out.txt"))["rows"])')
+run tneb --dataset "$DS" --name ds_tneb_diag --components 6 --restarts 2 --seed 1 --level 2 --json
+[[ $RC -eq 0 ]] || fail "tneb --level 2 --json: exit $RC, stderr '$(cat err.txt)'"
+"$PY" - "$ROWS" <<'PYEOF2' || fail "tneb --level 2 --json diagnostics: $(cat out.txt) / $(cat err.txt)"
+import json, sys
+out = json.load(open("out.txt"))
+d, rows = out["diagnostics"], int(sys.argv[1])
+assert d["k"] == min(2, out["leaves"]) and len(d["cluster_sizes"]) == d["k"], d
+assert sum(d["cluster_sizes"]) == rows, (d, rows)
+assert abs(d["largest_share"] - max(d["cluster_sizes"]) / rows) < 1e-5, d
+assert d["degenerate"] == (d["k"] >= 2 and d["largest_share"] > max(0.5, 1 - 0.1 * d["k"])), d
+assert ("warning:" in open("err.txt").read()) == d["degenerate"], d
+PYEOF2
+run models get ds_tneb_diag --json
+"$PY" -c 'import json; m = json.load(open("out.txt")); assert m["metadata"]["diag_k"] == "2", m' ||
+  fail "the model's metadata does not describe the cut at 2: $(cat out.txt)"
+expect_error 2 "--level only applies with --labels" ghhc --dataset "$DS" --level 2
+pass "tneb --level K --json reports the diagnostics at K"
+
 expect_error 1 "^dendro: dataset 'ds-0000deadbeef' not found$" l2h ds-0000deadbeef --out x.nwk
 expect_error 1 "^dendro: dataset 'ds-0000deadbeef' not found$" tneb --dataset ds-0000deadbeef
 expect_error 1 "^dendro: dataset 'ds-0000deadbeef' not found$" hppca train ds-0000deadbeef --name c

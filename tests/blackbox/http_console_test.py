@@ -206,6 +206,16 @@ class ConsoleBrowserTest(unittest.TestCase):
                                            model_name="evolve", l2h=pb.L2hParams(),
                                            leaf_names=LEAF_NAMES))
             assert evolved.state == pb.JOB_STATE_SUCCEEDED, evolved
+        # A t-NEB tree that is degenerate at k = 2 by the documented rule: a
+        # blob of 570 rows and one of 30 far away, cut into two clusters.
+        rng = np.random.default_rng(8)
+        lop = np.vstack([rng.normal(size=(570, 2)), rng.normal(size=(30, 2)) + 20])
+        lopsided = hl.fit(s, pb.JobSpec(
+            dataset_id=hl.upload(s, lop.astype(np.float32), name="lopsided").id,
+            model_name="lopsided",
+            tneb=pb.TnebParams(components=4, restarts=2, seed=1, path_points=20, path_steps=20,
+                               eval_points=64, diagnose_k=2)))
+        assert lopsided.state == pb.JOB_STATE_SUCCEEDED, lopsided
         # (Started last: one job runs at a time.)
         cls.running = hl.fit(s, hl.long_job_spec(cls.ds, "endless"), wait=False)
         # The console shows jobs as the server has them: wait until this
@@ -353,6 +363,19 @@ class ConsoleBrowserTest(unittest.TestCase):
         self.assertIn("l2h", meta.find("tr", cls="meta", data_name="method").all_text())
         self.assertIn("600", meta.find("tr", cls="meta", data_name="dataset_rows").all_text())
         self.screenshot(f"/models/demo/versions/1?q=cat&color=3&key={key}", "console-tree.png")
+
+    def test_a_degenerate_cut_is_a_warning_above_the_facts(self):
+        key = urllib.parse.quote(KEYS["reader"])
+        root = self.dom(f"/models/lopsided/versions/1?key={key}")
+        warning = root.find("p", id="model-warning")
+        self.assertIsNotNone(warning, root.all_text()[:2000])
+        self.assertIn("at k = 2 the largest cluster holds", warning.all_text())
+        meta = root.find("table", id="model-metadata")
+        self.assertIn("2", meta.find("tr", cls="meta", data_name="diag_k").all_text())
+        self.assertIn("true", meta.find("tr", cls="meta", data_name="diag_degenerate").all_text())
+        # A fit that flags nothing shows no warning.
+        self.assertIsNone(self.dom(f"/models/demo/versions/1?key={key}").find(
+            "p", id="model-warning"))
 
     def test_coloured_and_zoomed_tree(self):
         key = urllib.parse.quote(KEYS["reader"])

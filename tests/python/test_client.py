@@ -203,12 +203,15 @@ def test_tneb_and_ghhc_small_fits(client):
     ds = client.upload(x, labels=y, name="py-blobs")
     tneb_job = client.fit_tneb(ds.id, name="py_tneb", components=4, restarts=1, seed=1,
                                path_points=20, path_steps=20, eval_points=64,
-                               min_component_points=2)
+                               min_component_points=2, diagnose_k=2)
     ghhc_job = client.fit_ghhc(ds, name="py_ghhc", internal_nodes=8, triples=3000,
                                batch_size=100, seed=1)
     tneb = tneb_job.wait(progress=False)
     ghhc = ghhc_job.wait(progress=False)
     assert (tneb.method, ghhc.method) == ("tneb", "ghhc")
+    # The diagnostics describe the cut asked for: 2 clusters over every row.
+    assert tneb.metadata["diag_k"] == "2"
+    assert sum(int(v) for v in tneb.metadata["diag_cluster_sizes"].split(",")) == len(x)
     for model in (tneb, ghhc):
         tree = model.tree()
         assert model.num_leaves == tree.num_leaves >= 2

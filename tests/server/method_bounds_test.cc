@@ -29,6 +29,7 @@ const std::map<std::string, std::string>& Unbounded() {
       {"hppca.seed", "any seed is one draw"},
       {"ghhc.margin_every", "a margin phase every N batches: larger means fewer phases"},
       {"ghhc.validate_every", "a check every N batches: larger means fewer checks"},
+      {"tneb.diagnose_k", "the diagnosed cut is clamped to the leaves: larger costs nothing"},
   };
   return *m;
 }

@@ -528,7 +528,8 @@ class Client:
         path_points, path_steps, learning_rate, eval_points, standardize,
         seed, min_component_points, max_elongation, auto_dof, merge,
         rank_restarts_by, standardize_mode: "auto" (the default), "on" or
-        "off"); unset ones take the defaults (docs/methods.md). An
+        "off", diagnose_k: the cut the diag_* metadata describe, 0 the auto
+        k); unset ones take the defaults (docs/methods.md). An
         unknown name raises TypeError. ``data`` and ``name`` as in
         :meth:`fit_l2h`. ``warm_start``: a version fitted on an earlier
         generation of the dataset; the EM runs once from its mixture.

@@ -893,8 +893,13 @@
     const status = el("span", { id: "tree-status" });
     const info = el("div", { id: "node-info", class: "hidden" });
     const tree = el("div", { id: "tree" });
+    // What the fit itself flags (a degenerate t-NEB cut, say) comes first.
+    const warning = (model.metadata || {}).warning;
     render(model.name + " v" + model.version,
-      el("h2", {}, "Model " + model.name + " v" + model.version), facts,
+      el("h2", {}, "Model " + model.name + " v" + model.version),
+      ...(warning ? [el("p", { class: "warning", id: "model-warning" }, "Warning: " + warning)]
+                  : []),
+      facts,
       el("div", { class: "fit" }, fit.paramsBox, fit.metadataBox),
       downloads,
       el("div", { class: "toolbar" }, zoomIn, zoomOut, zoomReset, fold,

@@ -308,9 +308,6 @@ absl::StatusOr<int64_t> IntFlag(const Args& args, const char* name, int64_t lo, 
   return args.GetInt(name, 0, lo, hi);
 }
 
-
-}  // namespace
-
 // --warm-start REF into spec.warm_start (l2h, tneb, ghhc).
 absl::Status SetWarmStart(const Args& args, v1::JobSpec* spec) {
   if (std::optional<std::string> warm = args.Get("warm-start")) {
@@ -320,6 +317,8 @@ absl::Status SetWarmStart(const Args& args, v1::JobSpec* spec) {
   }
   return absl::OkStatus();
 }
+
+}  // namespace
 
 absl::Status RunL2h(Context& ctx, const Args& args) {
   v1::JobSpec spec;

@@ -243,22 +243,19 @@ class Tneb final : public Method {
                                                        const v1::JobSpec& spec,
                                                        RunContext& ctx) const override {
     const TnebOptions o = OptionsFrom(spec.tneb());
-    std::map<std::string, std::string> md;
-    const v1::ModelRef& ref = spec.warm_start();
-    md["warm_start"] = absl::StrCat(ref.name(), ":", ref.version());
+    std::map<std::string, std::string> md = WarmStartMetadata(spec);
     const auto* previous = dynamic_cast<const TnebModelImpl*>(&base);
-    if (previous == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(md["warm_start"], " is not a tneb model"));
-    }
-    absl::StatusOr<TnebResult> warm = FitTnebFrom(previous->model(), dataset.matrix(), o, ctx);
-    if (absl::IsFailedPrecondition(warm.status())) {
-      md["warm_start_note"] = absl::StrCat("fitted from scratch: ", warm.status().message());
-      DENDRO_ASSIGN_OR_RETURN(TnebResult cold, FitTneb(dataset.matrix(), o, ctx));
-      return Fitted(std::move(cold), dataset, std::move(md));
+    absl::StatusOr<TnebResult> warm =
+        previous == nullptr ? absl::FailedPreconditionError("the version is not a tneb model")
+                            : FitTnebFrom(previous->model(), dataset.matrix(), o, ctx);
+    DENDRO_ASSIGN_OR_RETURN(const bool from_scratch, FitsFromScratch(warm.status(), &md));
+    if (from_scratch) {
+      warm = FitTneb(dataset.matrix(), o, ctx);
+    } else {
+      md["warm_start_rows"] = absl::StrCat(dataset.info().rows() -
+                                           static_cast<int64_t>(base.tree().point_leaf().size()));
     }
     if (!warm.ok()) return warm.status();
-    md["warm_start_rows"] =
-        absl::StrCat(dataset.info().rows() - static_cast<int64_t>(base.tree().point_leaf().size()));
     return Fitted(*std::move(warm), dataset, std::move(md));
   }
 

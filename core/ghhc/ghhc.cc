@@ -549,6 +549,7 @@ class GhhcFit {
   absl::Status InitialiseNodes();      // 3. HAC on a sample
   absl::Status Train();                // 4. SGD over triples, keep the best
   absl::StatusOr<GhhcResult> Extract();  // 5. the tree and the model
+  absl::StatusOr<GhhcResult> Run();      // 1-5 in order
 
  private:
   // Training, one batch.
@@ -1043,6 +1044,14 @@ absl::StatusOr<GhhcResult> GhhcFit::Extract() {
   return result;
 }
 
+absl::StatusOr<GhhcResult> GhhcFit::Run() {
+  DENDRO_RETURN_IF_ERROR(PreparePoints());
+  DENDRO_RETURN_IF_ERROR(FindNeighbours());
+  DENDRO_RETURN_IF_ERROR(InitialiseNodes());
+  DENDRO_RETURN_IF_ERROR(Train());
+  return Extract();
+}
+
 }  // namespace
 
 absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& options,
@@ -1064,12 +1073,7 @@ absl::StatusOr<GhhcResult> FitGhhc(const MatrixView& x, const GhhcOptions& optio
   if (n > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat("too many points: ", n));
   }
-  GhhcFit fit(x, options, ctx);
-  DENDRO_RETURN_IF_ERROR(fit.PreparePoints());
-  DENDRO_RETURN_IF_ERROR(fit.FindNeighbours());
-  DENDRO_RETURN_IF_ERROR(fit.InitialiseNodes());
-  DENDRO_RETURN_IF_ERROR(fit.Train());
-  return fit.Extract();
+  return GhhcFit(x, options, ctx).Run();
 }
 
 int64_t GhhcWarmTriples(const GhhcOptions& options, int64_t base_rows, int64_t n) {
@@ -1116,12 +1120,7 @@ absl::StatusOr<GhhcResult> FitGhhcFrom(const GhhcModel& base, int64_t base_rows,
   if (x.rows() > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat("too many points: ", x.rows()));
   }
-  GhhcFit fit(x, o, ctx, &base, base_rows);
-  DENDRO_RETURN_IF_ERROR(fit.PreparePoints());
-  DENDRO_RETURN_IF_ERROR(fit.FindNeighbours());
-  DENDRO_RETURN_IF_ERROR(fit.InitialiseNodes());
-  DENDRO_RETURN_IF_ERROR(fit.Train());
-  return fit.Extract();
+  return GhhcFit(x, o, ctx, &base, base_rows).Run();
 }
 
 absl::StatusOr<std::vector<int32_t>> AssignGhhcLeaves(const GhhcModel& model,

@@ -615,6 +615,55 @@ class ProgressTracker {
   int64_t done_ = 0;
 };
 
+// A warm start's state: `from`'s parameters, factored again (with the
+// ridge escalation of Factor). The reason on failure, "" when it worked.
+std::string StartFromMixture(const StudentMixture& from, const MixtureOptions& o,
+                             const DataMoments& moments, int d, EmState* st) {
+  const int m = from.num_components();
+  st->mu = from.means().transpose();
+  st->weight = from.weights();
+  st->dof = o.gaussian ? std::vector<double>(m, kInf) : from.dof();
+  st->scale.resize(m);
+  st->inv_chol_t.resize(m);
+  st->log_det.resize(m);
+  st->log_coef.resize(m);
+  for (int k = 0; k < m; ++k) {
+    st->scale[k] = from.scale(k);
+    if (!Factor(&st->scale[k], o.ridge, moments.mean_variance, &st->inv_chol_t[k],
+                &st->log_det[k])) {
+      return absl::StrCat("the starting mixture's component ", k,
+                          " has a scale matrix that is not positive definite");
+    }
+    st->log_coef[k] = std::log(st->weight[k]) + LogNormaliser(st->dof[k], d, st->log_det[k]);
+  }
+  return "";
+}
+
+// The authors' start: k-means centres, equal weights, every scale the data
+// covariance + ridge. The reason on failure, "" when it worked.
+std::string StartFromCentres(const MatrixXd& centers, const MixtureOptions& o,
+                             const DataMoments& moments, int d, EmState* st) {
+  const int m = o.components;
+  st->mu = centers.transpose();
+  st->weight.assign(m, 1.0 / m);
+  st->dof.assign(m, o.gaussian ? kInf : o.dof);
+  MatrixXd s0 = moments.cov;
+  s0.diagonal().array() += o.ridge;
+  MatrixXd u0;
+  double ld0 = 0.0;
+  if (!Factor(&s0, o.ridge, moments.mean_variance, &u0, &ld0)) {
+    return "the data covariance is not positive definite";
+  }
+  st->scale.assign(m, s0);
+  st->inv_chol_t.assign(m, u0);
+  st->log_det.assign(m, ld0);
+  st->log_coef.resize(m);
+  for (int k = 0; k < m; ++k) {
+    st->log_coef[k] = std::log(st->weight[k]) + LogNormaliser(st->dof[k], d, ld0);
+  }
+  return "";
+}
+
 RestartResult RunRestart(const MatrixView& x, const FeatureTransform& t, const MixtureOptions& o,
                          int restart, const DataMoments& moments, int threads, RunContext& ctx,
                          ProgressTracker* progress, std::atomic<bool>* cancelled) {
@@ -625,28 +674,7 @@ RestartResult RunRestart(const MatrixView& x, const FeatureTransform& t, const M
   progress->Start();
   EmState& st = res.state;
   if (o.start != nullptr) {
-    // A warm start: the given mixture's parameters, factored again.
-    const StudentMixture& from = *o.start;
-    st.mu = from.means().transpose();
-    st.weight = from.weights();
-    st.dof = from.dof();
-    if (o.gaussian) st.dof.assign(m, kInf);
-    st.scale.resize(m);
-    st.inv_chol_t.resize(m);
-    st.log_det.resize(m);
-    st.log_coef.resize(m);
-    for (int k = 0; k < m; ++k) {
-      st.scale[k] = from.scale(k);
-      if (!Factor(&st.scale[k], o.ridge, moments.mean_variance, &st.inv_chol_t[k],
-                  &st.log_det[k])) {
-        res.failed = true;
-        res.failure = absl::StrCat("the starting mixture's component ", k,
-                                   " has a scale matrix that is not positive definite");
-        return res;
-      }
-      st.log_coef[k] = std::log(st.weight[k]) + LogNormaliser(st.dof[k], d, st.log_det[k]);
-    }
-    progress->Step(1);
+    res.failure = StartFromMixture(*o.start, o, moments, d, &st);
   } else {
     std::mt19937_64 rng(RestartSeed(o.seed, restart));
     const int64_t min_rows = std::min<int64_t>(o.init_min_rows, n / m);
@@ -657,27 +685,12 @@ RestartResult RunRestart(const MatrixView& x, const FeatureTransform& t, const M
       cancelled->store(true);
       return res;
     }
-    progress->Step(1);
-
-    st.mu = centers->transpose();
-    st.weight.assign(m, 1.0 / m);
-    st.dof.assign(m, o.gaussian ? kInf : o.dof);
-    MatrixXd s0 = moments.cov;
-    s0.diagonal().array() += o.ridge;
-    MatrixXd u0;
-    double ld0 = 0.0;
-    if (!Factor(&s0, o.ridge, moments.mean_variance, &u0, &ld0)) {
-      res.failed = true;
-      res.failure = "the data covariance is not positive definite";
-      return res;
-    }
-    st.scale.assign(m, s0);
-    st.inv_chol_t.assign(m, u0);
-    st.log_det.assign(m, ld0);
-    st.log_coef.resize(m);
-    for (int k = 0; k < m; ++k) {
-      st.log_coef[k] = std::log(st.weight[k]) + LogNormaliser(st.dof[k], d, ld0);
-    }
+    res.failure = StartFromCentres(*centers, o, moments, d, &st);
+  }
+  progress->Step(1);
+  if (!res.failure.empty()) {
+    res.failed = true;
+    return res;
   }
 
   // The scale prior's S0 (MixtureOptions::scale_prior_rows).

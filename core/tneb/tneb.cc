@@ -401,6 +401,8 @@ class TnebFit {
   // diagnostics at the asked cut.
   absl::Status BuildTree();
   TnebResult Result();
+  // The phases above in order, the standardisation retry included.
+  absl::StatusOr<TnebResult> Run();
 
  private:
   enum Tails { kFixedDof = 0, kLearnedDof = 1, kGaussian = 2, kNumTails = 3 };
@@ -523,12 +525,13 @@ double TnebFit::Bic(const MixtureFit& f, bool learned) const {
 absl::Status TnebFit::FitMixture() {
   const auto t0 = std::chrono::steady_clock::now();
   mo_ = MixtureOptionsOf();
+  // The kept fit's tails: as asked (a warm start: its base's, which
+  // FitTnebFrom put in the options), or auto_dof's choice below.
+  tails_ = o_.gaussian ? kGaussian : (o_.learn_dof ? kLearnedDof : kFixedDof);
   if (base_ != nullptr) {
-    // One EM run from the base model's mixture, with its tails (FitTnebFrom
-    // set the options from them).
+    // One EM run from the base model's mixture.
     mo_.start = &base_->mixture;
     mo_.restarts = 1;
-    tails_ = o_.gaussian ? kGaussian : (o_.learn_dof ? kLearnedDof : kFixedDof);
     SubRangeContext sub(ctx_, 0.0, 0.6);
     DENDRO_ASSIGN_OR_RETURN(fit_, FitStudentMixture(x_, transform_, mo_, sub));
     em_seconds_ = Seconds(t0);
@@ -548,10 +551,8 @@ absl::Status TnebFit::FitMixture() {
     };
   }
   auto_dof_ = TnebAutoDof(o_, d_);
-  // The kept fit's tails: as asked, or auto_dof's choice. Candidates run in
-  // this order, each on a fifth of the progress range; the lowest BIC is
-  // kept, the earlier candidate on a tie.
-  tails_ = o_.gaussian ? kGaussian : (o_.learn_dof ? kLearnedDof : kFixedDof);
+  // With auto_dof the candidates run in this order, each on a fifth of the
+  // progress range; the lowest BIC is kept, the earlier candidate on a tie.
   if (!auto_dof_) {
     SubRangeContext sub(ctx_, 0.0, 0.6);
     DENDRO_ASSIGN_OR_RETURN(fit_, FitStudentMixture(x_, transform_, mo_, sub));
@@ -778,24 +779,27 @@ TnebResult TnebFit::Result() {
   return res;
 }
 
+absl::StatusOr<TnebResult> TnebFit::Run() {
+  DENDRO_RETURN_IF_ERROR(Prepare());
+  DENDRO_RETURN_IF_ERROR(FitMixture());
+  absl::Status filtered = Filter();
+  if (StandardizeAfterFilterFailed(filtered)) {
+    // The raw columns left no hierarchy; the same fit on standardised ones.
+    DENDRO_RETURN_IF_ERROR(FitMixture());
+    filtered = Filter();
+  }
+  DENDRO_RETURN_IF_ERROR(filtered);
+  DENDRO_RETURN_IF_ERROR(ComputeSimilarities());
+  DENDRO_RETURN_IF_ERROR(BuildTree());
+  return Result();
+}
+
 }  // namespace
 
 absl::StatusOr<TnebResult> FitTneb(const MatrixView& x, const TnebOptions& o, RunContext& ctx) {
   DENDRO_RETURN_IF_ERROR(ValidateTnebOptions(o));
   const ProductsOnCallingThread products_here;
-  TnebFit fit(x, o, ctx);
-  DENDRO_RETURN_IF_ERROR(fit.Prepare());
-  DENDRO_RETURN_IF_ERROR(fit.FitMixture());
-  absl::Status filtered = fit.Filter();
-  if (fit.StandardizeAfterFilterFailed(filtered)) {
-    // The raw columns left no hierarchy; the same fit on standardised ones.
-    DENDRO_RETURN_IF_ERROR(fit.FitMixture());
-    filtered = fit.Filter();
-  }
-  DENDRO_RETURN_IF_ERROR(filtered);
-  DENDRO_RETURN_IF_ERROR(fit.ComputeSimilarities());
-  DENDRO_RETURN_IF_ERROR(fit.BuildTree());
-  return fit.Result();
+  return TnebFit(x, o, ctx).Run();
 }
 
 absl::StatusOr<TnebResult> FitTnebFrom(const TnebModel& base, const MatrixView& x,
@@ -824,13 +828,7 @@ absl::StatusOr<TnebResult> FitTnebFrom(const TnebModel& base, const MatrixView& 
   }
   DENDRO_RETURN_IF_ERROR(ValidateTnebOptions(warm));
   const ProductsOnCallingThread products_here;
-  TnebFit fit(x, warm, ctx, &base);
-  DENDRO_RETURN_IF_ERROR(fit.Prepare());
-  DENDRO_RETURN_IF_ERROR(fit.FitMixture());
-  DENDRO_RETURN_IF_ERROR(fit.Filter());
-  DENDRO_RETURN_IF_ERROR(fit.ComputeSimilarities());
-  DENDRO_RETURN_IF_ERROR(fit.BuildTree());
-  return fit.Result();
+  return TnebFit(x, warm, ctx, &base).Run();
 }
 
 }  // namespace dendro

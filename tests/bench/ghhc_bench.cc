@@ -40,8 +40,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/common/run_context.h"
@@ -286,35 +288,33 @@ int Main(int argc, char** argv) {
         res.model.scale.empty() ? 0 : 1);
     std::fflush(stdout);
   };
-  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  // One fit, timed; on failure its error is printed, naming `what`.
+  auto timed = [](const char* what, auto fit) -> std::optional<std::pair<GhhcResult, double>> {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<GhhcResult> r = fit();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!r.ok()) {
+      std::fprintf(stderr, "%s: %s\n", what, std::string(r.status().message()).c_str());
+      return std::nullopt;
+    }
+    return std::make_pair(*std::move(r), secs);
   };
   if (warm_base_rows > 0) {
     const int64_t b = std::min(warm_base_rows, n);
-    const auto b0 = std::chrono::steady_clock::now();
-    absl::StatusOr<GhhcResult> base = FitGhhc(MatrixView(x.data(), b, d), opt, ctx);
-    const double base_secs = seconds_since(b0);
-    if (!base.ok()) {
-      std::fprintf(stderr, "FitGhhc (base): %s\n", std::string(base.status().message()).c_str());
-      return 1;
-    }
-    report("ghhc_base", *base, b, base_secs);
-    const auto w0 = std::chrono::steady_clock::now();
-    absl::StatusOr<GhhcResult> warm = FitGhhcFrom(base->model, b, view, opt, ctx);
-    const double warm_secs = seconds_since(w0);
-    if (!warm.ok()) {
-      std::fprintf(stderr, "FitGhhcFrom: %s\n", std::string(warm.status().message()).c_str());
-      return 1;
-    }
-    report("ghhc_warm", *warm, n, warm_secs);
+    auto base =
+        timed("FitGhhc (base)", [&] { return FitGhhc(MatrixView(x.data(), b, d), opt, ctx); });
+    if (!base) return 1;
+    report("ghhc_base", base->first, b, base->second);
+    auto warm =
+        timed("FitGhhcFrom", [&] { return FitGhhcFrom(base->first.model, b, view, opt, ctx); });
+    if (!warm) return 1;
+    report("ghhc_warm", warm->first, n, warm->second);
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<GhhcResult> r = FitGhhc(view, opt, ctx);
-  const double secs = seconds_since(t0);
-  if (!r.ok()) {
-    std::fprintf(stderr, "FitGhhc: %s\n", std::string(r.status().message()).c_str());
-    return 1;
-  }
+  auto fitted = timed("FitGhhc", [&] { return FitGhhc(view, opt, ctx); });
+  if (!fitted) return 1;
+  const GhhcResult* r = &fitted->first;
+  const double secs = fitted->second;
   if (!dump_prefix.empty()) {
     absl::Status st = absl::OkStatus();
     auto dump = [&](const Hierarchy& h, const std::string& name) {

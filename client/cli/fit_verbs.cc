@@ -419,6 +419,11 @@ absl::Status RunGhhc(Context& ctx, const Args& args) {
     if (!parsed.ok()) return UsageError(absl::StrCat("--", parsed.message()));
     p->set_standardize(*standardize);
   }
+  if (std::optional<std::string> tree = args.Get("tree")) {
+    const absl::Status parsed = ParseGhhcTree(*tree).status();
+    if (!parsed.ok()) return UsageError(absl::StrCat("--", parsed.message()));
+    p->set_tree(*tree);
+  }
   p->set_point_learning_rate(point_lr);
   if (args.Has("no-gumbel")) p->set_gumbel_temperature(-1);
   p->set_projection_dim(static_cast<int32_t>(projection));

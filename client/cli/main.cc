@@ -232,7 +232,7 @@ const std::vector<Verb>& Verbs() {
        "           [--learn-points] [--point-learning-rate X] [--no-gumbel]\n"
        "           [--validation-triples V] [--constant-step-size]\n"
        "           [--points fixed|learned|auto] [--standardize auto|on|off]\n"
-       "           [--warm-start REF] [--color-level K] [--layout L] [--json]\n"
+       "           [--tree ward|nodes] [--warm-start REF] [--color-level K] [--layout L] [--json]\n"
        "  Learns M internal nodes in the Poincare ball from sampled triples and extracts\n"
        "  the tree; with --labels prints dendrogram purity and the flat metrics.\n"
        "  --internal-nodes M  internal nodes learned (default: 100)\n"
@@ -264,6 +264,8 @@ const std::vector<Verb>& Verbs() {
        "  --standardize S  auto, on or off: divide the columns by their standard\n"
        "                  deviations first (default: auto, when the largest is over 10x\n"
        "                  the median)\n"
+       "  --tree T        ward: Ward's criterion over the leaf clusters; nodes: the tree\n"
+       "                  read off the learned nodes, the paper's (default: ward)\n"
        "  --warm-start REF  start from version NAME[:VERSION|@LABEL], fitted on an earlier\n"
        "                  generation of DATASET_ID (upload --append): its nodes and\n"
        "                  preprocessing, then fewer triples, half of them anchored at the\n"
@@ -278,7 +280,7 @@ const std::vector<Verb>& Verbs() {
         {"no-center", false},
         {"learning-rate", true}, {"batch-size", true}, {"neighbors", true}, {"margin", true},
         {"margin-every", true}, {"no-margin", false}, {"link", true},
-        {"constant-step-size", false}, {"points", true}, {"standardize", true},
+        {"constant-step-size", false}, {"points", true}, {"standardize", true}, {"tree", true},
         {"learn-points", false}, {"point-learning-rate", true}, {"no-gumbel", false},
         {"validation-triples", true}, {"warm-start", true}, kJson, {"color-level", true},
         {"layout", true}},

@@ -38,6 +38,13 @@ enum class GhhcStandardize {
   kOff,   // never: the paper's pipeline
 };
 
+// The tree above the leaf clusters (GhhcOptions::tree; ghhc.h, "The tree
+// above the leaf clusters").
+enum class GhhcTree {
+  kWard,   // Ward's criterion over the leaf clusters' points (the default)
+  kNodes,  // read off the node embeddings and refined: the paper's tree
+};
+
 // An explicit choice of how the points are placed (the API's `points`);
 // without one, GhhcOptions' defaults apply (choose_points_max_rows).
 enum class GhhcPoints {
@@ -58,6 +65,10 @@ inline constexpr NamedChoice<GhhcStandardize> kGhhcStandardizes[] = {
     {GhhcStandardize::kAuto, "auto"},
     {GhhcStandardize::kOn, "on"},
     {GhhcStandardize::kOff, "off"},
+};
+inline constexpr NamedChoice<GhhcTree> kGhhcTrees[] = {
+    {GhhcTree::kWard, "ward"},
+    {GhhcTree::kNodes, "nodes"},
 };
 inline constexpr NamedChoice<GhhcPoints> kGhhcPoints[] = {
     {GhhcPoints::kFixed, "fixed"},
@@ -82,6 +93,11 @@ inline std::string_view GhhcStandardizeName(GhhcStandardize standardize) {
 }
 inline absl::StatusOr<GhhcStandardize> ParseGhhcStandardize(std::string_view name) {
   return ParseChoice(kGhhcStandardizes, "standardize", name);
+}
+
+inline std::string_view GhhcTreeName(GhhcTree tree) { return ChoiceName(kGhhcTrees, tree); }
+inline absl::StatusOr<GhhcTree> ParseGhhcTree(std::string_view name) {
+  return ParseChoice(kGhhcTrees, "tree", name);
 }
 
 inline std::string_view GhhcPointsName(GhhcPoints points) {

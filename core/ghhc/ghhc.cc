@@ -559,6 +559,8 @@ class GhhcFit {
   bool Validate(int64_t batches_done);
   // Extraction.
   absl::StatusOr<std::vector<int32_t>> NearestNodeOfEachPoint();
+  // model_.leaf_size and leaf_mean: Ward's statistics of the leaf clusters.
+  void SetLeafMeans(const std::vector<int32_t>& point_leaf, int32_t leaves);
   void WriteMetadata(Hierarchy& tree) const;
 
   ghhc::Rng AnchorRng(int64_t step) const {
@@ -994,6 +996,7 @@ void GhhcFit::WriteMetadata(Hierarchy& tree) const {
   md["standardize"] = std::string(GhhcStandardizeName(options_.standardize));
   md["standardized"] = model_.scale.empty() ? "false" : "true";
   md["link"] = std::string(GhhcLinkName(options_.link));
+  md["tree"] = std::string(GhhcTreeName(options_.tree));
   md["max_node_norm"] = absl::StrCat(options_.max_node_norm);
   md["final_objective"] = absl::StrCat(stats_.final_objective);
   md["pruned_nodes"] = absl::StrCat(stats_.pruned_nodes);
@@ -1030,18 +1033,32 @@ absl::StatusOr<GhhcResult> GhhcFit::Extract() {
     model_.train_points.assign(pts_.data(), pts_.data() + pts_.size());
     model_.train_leaf = point_leaf;
   }
+  if (options_.tree == GhhcTree::kWard) SetLeafMeans(point_leaf, tree.num_leaves());
   DENDRO_RETURN_IF_ERROR(tree.SetPointLeaf(std::move(point_leaf)));
   stats_.leaf_clusters = tree.num_leaves();
-  stats_.extract_seconds = Seconds(t0);
   WriteMetadata(tree);
-  // The refinement is rebuilt from the model alone, as at load time, with
+  // The served tree is rebuilt from the model alone, as at load time, with
   // this tree's point_leaf and metadata.
   DENDRO_ASSIGN_OR_RETURN(GhhcTrees trees, GhhcModelTrees(model_, &tree));
+  stats_.extract_seconds = Seconds(t0);
   progress_.Report(0.95, 1.0, 1.0, "done");
   GhhcResult result{std::move(model_), std::move(trees.refined), stats_, std::move(trees.coarse),
                     {}};
   if (options_.learn_points) result.point_embeddings.assign(emb_.data(), emb_.data() + emb_.size());
   return result;
+}
+
+void GhhcFit::SetLeafMeans(const std::vector<int32_t>& point_leaf, int32_t leaves) {
+  model_.leaf_size.assign(leaves, 0.0);
+  model_.leaf_mean.assign(static_cast<size_t>(leaves) * d_, 0.0);
+  Eigen::Map<RowMat<double>> mean(model_.leaf_mean.data(), leaves, d_);
+  for (int64_t i = 0; i < n_; ++i) {
+    model_.leaf_size[point_leaf[i]] += 1.0;
+    mean.row(point_leaf[i]) += pts_.row(i).cast<double>();
+  }
+  for (int32_t l = 0; l < leaves; ++l) {
+    mean.row(l) /= model_.leaf_size[l] * options_.point_norm;
+  }
 }
 
 absl::StatusOr<GhhcResult> GhhcFit::Run() {

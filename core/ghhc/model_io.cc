@@ -74,7 +74,8 @@ absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir) {
       static_cast<int64_t>(model.projection.size()) != model.dim * m.projection_dim ||
       static_cast<int64_t>(model.node_parent.size()) != m.internal_nodes ||
       static_cast<int64_t>(model.train_points.size()) !=
-          static_cast<int64_t>(model.train_leaf.size()) * bd) {
+          static_cast<int64_t>(model.train_leaf.size()) * bd ||
+      model.leaf_mean.size() != model.leaf_size.size() * static_cast<size_t>(bd)) {
     return absl::InvalidArgumentError("inconsistent gHHC model: array sizes do not match");
   }
   ModelArtifactWriter w(dir, kFormat);
@@ -87,6 +88,13 @@ absl::Status SaveGhhcModel(const GhhcModel& model, const std::string& dir) {
   w.Add("ghhc_nodes.npy", model.nodes, {m.internal_nodes, bd});
   w.Add("ghhc_node_leaf.npy", model.node_leaf, {m.internal_nodes});
   w.Add("ghhc_node_parent.npy", model.node_parent, {m.internal_nodes});
+  // Ward's statistics only with Ward's tree, so node-tree models keep the
+  // files older versions wrote.
+  if (!model.leaf_size.empty()) {
+    const int64_t leaves = static_cast<int64_t>(model.leaf_size.size());
+    w.Add("ghhc_leaf_size.npy", model.leaf_size, {leaves});
+    w.Add("ghhc_leaf_mean.npy", model.leaf_mean, {leaves, bd});
+  }
   m.train_points = static_cast<int64_t>(model.train_leaf.size());
   m.learned = m.train_points > 0;
   if (m.learned) {
@@ -102,6 +110,7 @@ absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
   std::error_code ec;
   m.learned = std::filesystem::exists(std::filesystem::path(dir) / "ghhc_train_leaf.npy", ec);
   const bool scaled = std::filesystem::exists(std::filesystem::path(dir) / "ghhc_scale.npy", ec);
+  const bool ward = std::filesystem::exists(std::filesystem::path(dir) / "ghhc_leaf_size.npy", ec);
   DENDRO_ASSIGN_OR_RETURN(const ModelArtifactReader r,
                           ModelArtifactReader::Open(dir, kFormat, &m));
   if (!(m.point_norm > 0.0 && m.point_norm < 1.0)) {
@@ -151,6 +160,18 @@ absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
     return r.Error("ghhc_node_leaf.npy", "no node holds a leaf");
   }
   model.node_leaf.assign(leaf.begin(), leaf.end());
+  const int64_t leaves = *std::max_element(leaf.begin(), leaf.end()) + 1;
+  if (ward) {
+    DENDRO_ASSIGN_OR_RETURN(model.leaf_size, r.Float64("ghhc_leaf_size.npy", {leaves}));
+    for (size_t l = 0; l < model.leaf_size.size(); ++l) {
+      if (!(model.leaf_size[l] > 0.0) || !std::isfinite(model.leaf_size[l])) {
+        return r.Error("ghhc_leaf_size.npy", absl::StrCat("entry ", l, " = ", model.leaf_size[l],
+                                                          " is not a positive finite number"));
+      }
+    }
+    DENDRO_ASSIGN_OR_RETURN(model.leaf_mean, r.Float64("ghhc_leaf_mean.npy", {leaves, bd}));
+    DENDRO_RETURN_IF_ERROR(CheckFinite(r, "ghhc_leaf_mean.npy", model.leaf_mean));
+  }
   model.node_parent.assign(parent.begin(), parent.end());
   if (m.learned) {
     const int64_t nt = m.train_points;
@@ -159,7 +180,6 @@ absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
     for (float v : model.train_points) {
       if (!std::isfinite(v)) return r.Error("ghhc_train_points.npy", "non-finite value");
     }
-    const int64_t leaves = *std::max_element(leaf.begin(), leaf.end()) + 1;
     for (int64_t i = 0; i < nt; ++i) {
       if (tl[i] < 0 || tl[i] >= leaves) {
         return r.Error("ghhc_train_leaf.npy",

@@ -1,7 +1,9 @@
 // The trees of a gHHC model: the n-ary tree read off the nodes (eq. 4 with
-// the section 4.2 rules, ExtractGhhcTree) and its binary refinement
-// (GhhcModelTrees), both functions of the model's nodes, node_parent and
-// node_leaf alone, so a saved model rebuilds exactly the trees of its fit.
+// the section 4.2 rules, ExtractGhhcTree) and the binary tree served
+// (GhhcModelTrees): Ward's tree over the leaf clusters or the node tree's
+// refinement. Both are functions of the model alone (nodes, node_parent,
+// node_leaf, leaf_size, leaf_mean), so a saved model rebuilds exactly the
+// trees of its fit.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -15,6 +17,7 @@
 #include "core/ghhc/objective.h"
 #include "core/ghhc/poincare.h"
 #include "core/hierarchy/refine.h"
+#include "core/hierarchy/ward.h"
 
 namespace dendro {
 namespace {
@@ -121,6 +124,25 @@ bool SameShape(const Hierarchy& a, const Hierarchy& b) {
 
 constexpr char kRefinedKey[] = "refined";
 
+// WardTree over the model's leaf statistics, with `coarse`'s point_leaf and
+// metadata.
+absl::StatusOr<Hierarchy> WardAboveLeaves(const GhhcModel& model, const Hierarchy& coarse) {
+  const int32_t leaves = coarse.num_leaves();
+  if (static_cast<int64_t>(model.leaf_size.size()) != leaves ||
+      static_cast<int64_t>(model.leaf_mean.size()) != int64_t{leaves} * model.ball_dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inconsistent gHHC model: Ward's statistics cover ", model.leaf_size.size(),
+                     " leaf clusters, the nodes hold ", leaves));
+  }
+  DENDRO_ASSIGN_OR_RETURN(Hierarchy ward,
+                          WardTree(model.leaf_size, model.leaf_mean, model.ball_dim()));
+  if (!coarse.point_leaf().empty()) DENDRO_RETURN_IF_ERROR(ward.SetPointLeaf(coarse.point_leaf()));
+  ward.mutable_metadata() = coarse.metadata();
+  ward.mutable_metadata()[kRefinedKey] =
+      "Ward's criterion over the leaf clusters' unit directions (height sqrt(2 delta))";
+  return ward;
+}
+
 }  // namespace
 
 absl::StatusOr<Hierarchy> ExtractGhhcTree(const std::vector<double>& nodes, int64_t dim,
@@ -178,6 +200,15 @@ absl::StatusOr<GhhcTrees> GhhcModelTrees(const GhhcModel& model, const Hierarchy
     DENDRO_RETURN_IF_ERROR(coarse.SetPointLeaf(saved->point_leaf()));
     coarse.mutable_metadata() = saved->metadata();
     coarse.mutable_metadata().erase(kRefinedKey);
+  }
+  if (!model.leaf_size.empty()) {
+    DENDRO_ASSIGN_OR_RETURN(Hierarchy ward, WardAboveLeaves(model, coarse));
+    if (saved != nullptr && !SameShape(*saved, coarse) && !SameShape(*saved, ward)) {
+      return absl::InvalidArgumentError(
+          "the saved tree is neither the gHHC model's tree nor Ward's tree over its leaf "
+          "clusters (tree.json does not match the model)");
+    }
+    return GhhcTrees{std::move(coarse), std::move(ward)};
   }
   const Eigen::Map<const RowMat<double>> z(model.nodes.data(), m, d);
   RefineOptions options;

@@ -133,6 +133,11 @@ absl::StatusOr<GhhcOptions> OptionsFromSpec(const v1::JobSpec& spec) {
     if (!standardize.ok()) return named(standardize.status());
     o.standardize = *standardize;
   }
+  if (!p.tree().empty()) {
+    absl::StatusOr<GhhcTree> tree = ParseGhhcTree(p.tree());
+    if (!tree.ok()) return named(tree.status());
+    o.tree = *tree;
+  }
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.projection_dim(), "projection_dim"));
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.margin_steps(), "margin_steps"));
   DENDRO_RETURN_IF_ERROR(positive_or_zero(p.margin_learning_rate(), "margin_learning_rate"));

@@ -11,6 +11,7 @@
 //              [--val=2000] [--val-every=0] [--step-budget=1]
 //              [--choose-points=0|1]  (absent: the default rule)
 //              [--standardize=auto|on|off]  GhhcOptions::standardize (default auto)
+//              [--tree=ward|nodes]  GhhcOptions::tree (default ward)
 //              [--assign-rows=R]  also time AssignGhhcLeaves on the first R
 //                                 rows: one call for all R, then single rows
 //              [--hac]            also run Dendro's O(N^2) average linkage
@@ -73,6 +74,17 @@ bool Flag(std::string_view arg, std::string_view name, std::string* value) {
   return true;
 }
 
+// *out = the parsed choice, or false after printing why not.
+template <typename T>
+bool SetChoice(const absl::StatusOr<T>& parsed, T* out) {
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(parsed.status().message()).c_str());
+    return false;
+  }
+  *out = *parsed;
+  return true;
+}
+
 int Main(int argc, char** argv) {
   HierarchicalGaussianSpec spec;
   // 100 leaf classes; points spread so that average linkage reaches a
@@ -128,12 +140,9 @@ int Main(int argc, char** argv) {
       opt.choose_points = v != "0";
       if (v == "0") opt.choose_points_max_rows = 0;
     } else if (Flag(arg, "--standardize", &v)) {
-      auto st = ParseGhhcStandardize(v);
-      if (!st.ok()) {
-        std::fprintf(stderr, "%s\n", std::string(st.status().message()).c_str());
-        return 2;
-      }
-      opt.standardize = *st;
+      if (!SetChoice(ParseGhhcStandardize(v), &opt.standardize)) return 2;
+    } else if (Flag(arg, "--tree", &v)) {
+      if (!SetChoice(ParseGhhcTree(v), &opt.tree)) return 2;
     } else if (Flag(arg, "--step-budget", &v))
       opt.step_budget = v != "0";
     else if (Flag(arg, "--val", &v))

@@ -236,8 +236,8 @@ import json
 m = json.load(open("out.txt"))
 md = m["metadata"]
 assert m["method"] == "ghhc" and int(m["input_dim"]) == 12, m
-assert (md["ball_dim"], md["projection"], md["margin_every"], md["link"]) == \
-    ("6", "random", "0", "softplus"), md
+assert (md["ball_dim"], md["projection"], md["margin_every"], md["link"], md["tree"]) == \
+    ("6", "random", "0", "softplus", "ward"), md
 assert 0.0 < json.load(open("ghhc_metrics.json"))["dendrogram_purity"] <= 1.0
 EOF
 run assign --model hyper logits.npy --out ghhc_leaf.npy
@@ -246,26 +246,28 @@ run assign --model hyper logits.npy --out ghhc_leaf.npy
   fail "assign does not place the training rows in their training leaves"
 expect_error 1 "projection_dim must be below" ghhc logits.npy --projection-dim 12 --out x.json
 expect_error 2 "--link" ghhc logits.npy --link relu --out x.json
+expect_error 2 "--tree must be ward or nodes" ghhc logits.npy --tree single --out x.json
 expect_error 2 "--merge must be density, persistence or graph" tneb logits.npy --merge single --out x.json
 expect_error 2 "--dof auto and --learn-dof" tneb logits.npy --dof auto --learn-dof --out x.json
 pass "ghhc: projection, schedule and link flags reach the model; assign projects new rows"
 
 # --- ghhc with learned points, seed 0, no noise, no validation ----------------------
 run ghhc logits.npy --name hyper_learned --internal-nodes 16 --triples 2000 --seed 0 \
-  --learn-points --point-learning-rate 0.002 --no-gumbel --validation-triples 0 --out gl.json
+  --learn-points --point-learning-rate 0.002 --no-gumbel --validation-triples 0 --tree nodes \
+  --out gl.json
 [[ $RC -eq 0 ]] || fail "ghhc --learn-points exited $RC: $(cat err.txt)"
 run models get hyper_learned --json
 "$PY" - <<'EOF' || fail "learned-point flags did not reach the model: $(cat out.txt)"
 import json
 md = json.load(open("out.txt"))["metadata"]
 assert (md["seed"], md["learn_points"], md["point_learning_rate"], md["gumbel_temperature"],
-        md["validation_triples"]) == ("0", "true", "0.002", "0", "0"), md
+        md["validation_triples"], md["tree"]) == ("0", "true", "0.002", "0", "0", "nodes"), md
 EOF
 run assign --model hyper_learned logits.npy --out ghhc_learned_leaf.npy
 [[ $RC -eq 0 ]] || fail "assign on the learned-point gHHC model exited $RC: $(cat err.txt)"
 "$PY" -c 'import json, numpy as np; a = np.load("ghhc_learned_leaf.npy"); t = json.load(open("gl.json")); assert (a == np.array(t["point_leaf"])).all()' ||
   fail "assign does not place the training rows of a learned-point model in their leaves"
-pass "ghhc: --learn-points, --seed 0, --no-gumbel and --validation-triples reach the model"
+pass "ghhc: --learn-points, --seed 0, --no-gumbel, --validation-triples and --tree reach the model"
 
 # Every cut of the (n-ary) gHHC tree is reachable through its binary refinement, and the SciPy
 # linkage, Assign --level and `dendro eval --level` agree on each.

@@ -1,10 +1,14 @@
-// gHHC's refined tree: FitGhhc returns the extracted n-ary tree
-// (coarse_hierarchy) and its binary refinement (hierarchy) by average
-// linkage on the Poincaré distance between node embeddings; GhhcModelTrees
-// rebuilds both from a saved model, whichever tree tree.json holds.
+// gHHC's served tree: FitGhhc returns the extracted n-ary tree
+// (coarse_hierarchy) and, as `hierarchy`, either Ward's tree over the leaf
+// clusters (the default) or the binary refinement of the node tree by
+// average linkage on the Poincaré distance between node embeddings;
+// GhhcModelTrees rebuilds both from a saved model, whichever tree tree.json
+// holds.
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -54,6 +58,20 @@ void ExpectRefinementOf(const Hierarchy& refined, const Hierarchy& coarse) {
   EXPECT_EQ(coarse.metadata().count("refined"), 0u);
 }
 
+// A small fit: a three-level Gaussian tree of n points in dim columns.
+absl::StatusOr<GhhcResult> SmallFit(int64_t n, int dim, std::array<int32_t, 3> branching,
+                                    int32_t internal_nodes, GhhcOptions o = {}) {
+  HierarchicalGaussianSpec spec;
+  spec.n = n;
+  spec.dim = dim;
+  spec.branching = branching;
+  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
+  NullRunContext ctx;
+  o.internal_nodes = internal_nodes;
+  o.triples = 3000;
+  return FitGhhc(MatrixView(data.x.data(), spec.n, spec.dim), o, ctx);
+}
+
 class GhhcRefineTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -67,22 +85,17 @@ class GhhcRefineTest : public ::testing::Test {
 };
 
 TEST_F(GhhcRefineTest, FitGivesABinaryRefinementThatSaveLoadRebuilds) {
-  HierarchicalGaussianSpec spec;
-  spec.n = 600;
-  spec.dim = 10;
-  spec.branching = {2, 3, 4};
-  const HierarchicalGaussianData data = GenerateHierarchicalGaussian(spec);
-  NullRunContext ctx;
   GhhcOptions o;
-  o.internal_nodes = 40;
-  o.triples = 3000;
-  auto r = FitGhhc(MatrixView(data.x.data(), spec.n, spec.dim), o, ctx);
+  o.tree = GhhcTree::kNodes;
+  auto r = SmallFit(600, 10, {2, 3, 4}, 40, o);
   ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->model.leaf_size.empty());
+  EXPECT_EQ(r->hierarchy.metadata().at("tree"), "nodes");
   const Hierarchy& coarse = r->coarse_hierarchy;
   EXPECT_FALSE(coarse.is_binary());  // what the refinement is for
   ExpectRefinementOf(r->hierarchy, coarse);
   EXPECT_EQ(r->hierarchy.metadata().at("method"), "ghhc");
-  EXPECT_EQ(r->hierarchy.point_leaf().size(), static_cast<size_t>(spec.n));
+  EXPECT_EQ(r->hierarchy.point_leaf().size(), 600u);
 
   ASSERT_TRUE(SaveGhhcModel(r->model, dir_.string()).ok());
   auto loaded = LoadGhhcModel(dir_.string());
@@ -113,6 +126,68 @@ TEST_F(GhhcRefineTest, FitGivesABinaryRefinementThatSaveLoadRebuilds) {
   auto star = Hierarchy::FromParents(coarse.num_leaves(), parent, height);
   ASSERT_TRUE(star.ok());
   EXPECT_THAT(GhhcModelTrees(*loaded, &*star).status().message(), HasSubstr("tree.json"));
+}
+
+// The default tree: Ward's criterion over the leaf clusters, from the sizes
+// and mean unit directions the model keeps. Binary, every cut reachable,
+// the extraction's leaves and point_leaf; rebuilt exactly after Save/Load;
+// a model without the statistics (saved before them, or kNodes) serves the
+// node tree's refinement.
+TEST_F(GhhcRefineTest, DefaultTreeIsWardOverTheLeafClusters) {
+  auto r = SmallFit(600, 10, {2, 3, 4}, 40);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const Hierarchy& tree = r->hierarchy;
+  const int32_t leaves = r->coarse_hierarchy.num_leaves();
+  ASSERT_EQ(tree.num_leaves(), leaves);
+  EXPECT_TRUE(tree.is_binary());
+  std::vector<int32_t> all(leaves);
+  std::iota(all.begin(), all.end(), 1);
+  EXPECT_EQ(tree.ReachableLevels(), all);
+  EXPECT_EQ(tree.point_leaf(), r->coarse_hierarchy.point_leaf());
+  EXPECT_EQ(tree.metadata().at("tree"), "ward");
+  EXPECT_THAT(tree.metadata().at("refined"), HasSubstr("Ward"));
+
+  // The statistics: each leaf's size is its number of training points, and
+  // its mean a mean of unit vectors (norm <= 1, and > 0 for these tight
+  // clusters; the placements are float32).
+  ASSERT_EQ(r->model.leaf_size.size(), static_cast<size_t>(leaves));
+  const int64_t d = r->model.ball_dim();
+  ASSERT_EQ(r->model.leaf_mean.size(), static_cast<size_t>(leaves * d));
+  std::vector<double> counted(leaves, 0.0);
+  for (int32_t l : tree.point_leaf()) counted[l] += 1.0;
+  EXPECT_EQ(r->model.leaf_size, counted);
+  for (int32_t l = 0; l < leaves; ++l) {
+    double sq = 0;
+    for (int64_t c = 0; c < d; ++c)
+      sq += r->model.leaf_mean[l * d + c] * r->model.leaf_mean[l * d + c];
+    EXPECT_LE(std::sqrt(sq), 1.0 + 1e-5) << "leaf " << l;  // float32 placements
+    EXPECT_GT(std::sqrt(sq), 0.2) << "leaf " << l;
+  }
+
+  ASSERT_TRUE(SaveGhhcModel(r->model, dir_.string()).ok());
+  auto loaded = LoadGhhcModel(dir_.string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->leaf_size, r->model.leaf_size);
+  EXPECT_EQ(loaded->leaf_mean, r->model.leaf_mean);
+  auto saved = ParseJson(ToJson(tree));
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  auto trees = GhhcModelTrees(*loaded, &*saved);
+  ASSERT_TRUE(trees.ok()) << trees.status();
+  EXPECT_EQ(ToJson(trees->refined), ToJson(tree));
+  EXPECT_EQ(ToJson(trees->coarse), ToJson(r->coarse_hierarchy));
+
+  // Without the statistics: the node tree's refinement, as before them.
+  GhhcModel old = *loaded;
+  old.leaf_size.clear();
+  old.leaf_mean.clear();
+  auto node_trees = GhhcModelTrees(old);
+  ASSERT_TRUE(node_trees.ok()) << node_trees.status();
+  ExpectRefinementOf(node_trees->refined, node_trees->coarse);
+  // Statistics for another number of leaves are refused.
+  GhhcModel bad = *loaded;
+  bad.leaf_size.pop_back();
+  bad.leaf_mean.resize(bad.leaf_mean.size() - d);
+  EXPECT_THAT(GhhcModelTrees(bad).status().message(), HasSubstr("Ward's statistics"));
 }
 
 // A model with learned point embeddings keeps the training points' fixed

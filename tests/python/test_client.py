@@ -223,6 +223,16 @@ def test_tneb_and_ghhc_small_fits(client):
     coarse = ghhc.tree(unrefined=True)
     assert coarse.num_leaves == ghhc.num_leaves
     assert coarse.to_dict()["format"] == "dendro.hierarchy"
+    # The tree above the leaf clusters: Ward's by default, the node tree on
+    # request; the same fit below it, so the same leaves for every row.
+    assert ghhc.metadata["tree"] == "ward"
+    nodes = client.fit_ghhc(ds, name="py_ghhc_nodes", internal_nodes=8, triples=3000,
+                            batch_size=100, seed=1, tree="nodes").wait(progress=False)
+    assert nodes.metadata["tree"] == "nodes"
+    assert nodes.num_leaves == ghhc.num_leaves
+    assert (nodes.assign(x) == ghhc.assign(x)).all()
+    with pytest.raises(Exception, match="tree must be ward or nodes"):
+        client.fit_ghhc(ds, name="py_ghhc_bad", tree="single")
     with pytest.raises(ValueError, match="unrefined"):
         coarse.linkage
     assert coarse.reachable_levels()[0] == 1

@@ -330,9 +330,11 @@ TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {
        "projection_dim must be below the dataset's 8"},
       {[](v1::GhhcParams& p) { p.set_projection("svd"); }, "ghhc.projection must be pca or random"},
       {[](v1::GhhcParams& p) { p.set_link("relu"); }, "ghhc.link must be"},
-      {[](v1::GhhcParams& p) { p.set_points("both"); }, "ghhc.points must be fixed, learned or auto"},
+      {[](v1::GhhcParams& p) { p.set_points("both"); },
+       "ghhc.points must be fixed, learned or auto"},
       {[](v1::GhhcParams& p) { p.set_standardize("yes"); },
        "ghhc.standardize must be auto, on or off"},
+      {[](v1::GhhcParams& p) { p.set_tree("single"); }, "ghhc.tree must be ward or nodes"},
       {[](v1::GhhcParams& p) {
          p.set_points("auto");
          p.set_validation_triples(-1);
@@ -344,9 +346,11 @@ TEST_F(GhhcServerTest, BadParametersAreRejectedAtSubmit) {
        },
        "contradicts learn_points"},
       {[](v1::GhhcParams& p) { p.set_margin_every(-3); }, "margin_every must be >= -1"},
-      {[](v1::GhhcParams& p) { p.set_gumbel_temperature(-0.5); }, "gumbel_temperature must be >= 0"},
+      {[](v1::GhhcParams& p) { p.set_gumbel_temperature(-0.5); },
+       "gumbel_temperature must be >= 0"},
       {[](v1::GhhcParams& p) { p.set_validation_triples(-2); }, "validation_triples must be >= -1"},
-      {[](v1::GhhcParams& p) { p.set_point_learning_rate(-1); }, "point_learning_rate must be >= 0"},
+      {[](v1::GhhcParams& p) { p.set_point_learning_rate(-1); },
+       "point_learning_rate must be >= 0"},
   };
   grpc::Status st;
   for (const BadCase& c : cases) {

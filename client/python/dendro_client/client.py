@@ -557,7 +557,8 @@ class Client:
         point_norm, max_node_norm, gumbel_temperature, projection_dim,
         no_center, margin_every, margin_steps, margin_learning_rate, link,
         projection, learn_points, point_learning_rate, validation_triples,
-        validate_every, constant_step_size, points). A seed that is passed
+        validate_every, constant_step_size, points, standardize, tree: "ward",
+        the default, or "nodes"). A seed that is passed
         is used as given, 0 included. An unknown name raises TypeError.
         ``data`` and ``name`` as in :meth:`fit_l2h`. ``warm_start``: a
         version fitted on an earlier generation of the dataset; training

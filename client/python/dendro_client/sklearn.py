@@ -202,13 +202,15 @@ class GHHC(_Clusterer):
     _method = "ghhc"
     _params_map = {"internal_nodes": "internal_nodes", "triples": "triples",
                    "batch_size": "batch_size", "learning_rate": "learning_rate",
-                   "seed": "seed"}
+                   "seed": "seed", "tree": "tree"}
 
     def __init__(self, n_clusters: int = 2, *, internal_nodes: Optional[int] = None,
                  triples: Optional[int] = None, batch_size: Optional[int] = None,
                  learning_rate: Optional[float] = None, seed: Optional[int] = 0,
-                 client: Optional[Client] = None, model_name: Optional[str] = None) -> None:
+                 tree: Optional[str] = None, client: Optional[Client] = None,
+                 model_name: Optional[str] = None) -> None:
         self.n_clusters = n_clusters
+        self.tree = tree
         self.internal_nodes = internal_nodes
         self.triples = triples
         self.batch_size = batch_size

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/cpus.h"
 #include "core/common/status_macros.h"
 
 namespace dendro {
@@ -40,7 +41,7 @@ constexpr double kEps = 1e-8;
 // pairs x eval_points x d doubles).
 constexpr int64_t kEvalPointsPerBatch = int64_t{1} << 18;
 
-int ResolveThreads(int n) { return n > 0 ? n : std::max(1, omp_get_max_threads()); }
+int ResolveThreads(int n) { return n > 0 ? n : DefaultThreads(); }
 
 // Smallest amount of work worth a thread (about a millisecond).
 constexpr double kMinFlopsPerThread = 4e6;

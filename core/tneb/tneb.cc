@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/common/named_choice.h"
+#include "core/common/cpus.h"
 #include "core/common/omp_threads.h"
 #include "core/common/status_macros.h"
 #include "core/common/sub_range_context.h"
@@ -381,7 +382,9 @@ class TnebFit {
         ctx_(ctx),
         n_(x.rows()),
         d_(x.cols()),
-        threads_(o.num_threads > 0 ? o.num_threads : std::max(1, omp_get_max_threads())),
+        // Not omp_get_max_threads(): the callers' ProductsOnCallingThread
+        // guard has set it to 1 by now.
+        threads_(o.num_threads > 0 ? o.num_threads : DefaultThreads()),
         standardize_mode_(o.standardize ? TnebStandardize::kOn : o.standardize_mode) {}
 
   // The input checks that need the data, and the standardisation.
@@ -674,6 +677,7 @@ void TnebFit::Describe(const MergeTree& mt) {
   md["method"] = o_.gaussian ? "gneb" : "tneb";  // as asked; `gaussian` says what was kept
   md["components"] = absl::StrCat(m);
   md["surviving"] = absl::StrCat(l);
+  md["threads"] = absl::StrCat(threads_);
   md["leaf_components"] = absl::StrJoin(filter_.keep, ",");
   md["gaussian"] = tails_ == kGaussian ? "true" : "false";
   if (!o_.gaussian) {

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/common/cpus.h"
 #include "core/tneb/tneb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -216,6 +217,34 @@ TEST(TnebFit, KeepsEigenProductsOnTheCallingThread) {
   ASSERT_FALSE(ctx.seen.empty());
   for (int t : ctx.seen) EXPECT_EQ(t, 1);
   EXPECT_EQ(omp_get_max_threads(), 3);
+  omp_set_num_threads(before);
+}
+
+// num_threads 0 ("all") is the process's DefaultThreads() (dendrod sets it
+// from --threads), whichever OpenMP team size the calling thread has: the
+// fit's guard sets that to 1, which once made every default fit run on one
+// thread. For a warm start too; the count is in the metadata.
+TEST(TnebFit, AllThreadsMeansTheDefaultThreads) {
+  const Data s = Blobs({{0, 0}, {12, 0}, {6, 11}}, 100, 2);
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(1);
+  TnebOptions o = SmallOptions();
+  o.num_threads = 0;
+  NullRunContext ctx;
+  for (int n : {3, 2}) {
+    SetDefaultThreads(n);
+    auto r = FitTneb(s.view(), o, ctx);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->hierarchy.metadata().at("threads"), std::to_string(n));
+    auto warm = FitTnebFrom(r->model, s.view(), o, ctx);
+    ASSERT_TRUE(warm.ok()) << warm.status();
+    EXPECT_EQ(warm->hierarchy.metadata().at("threads"), std::to_string(n));
+  }
+  o.num_threads = 1;
+  auto one = FitTneb(s.view(), o, ctx);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->hierarchy.metadata().at("threads"), "1");
+  SetDefaultThreads(0);
   omp_set_num_threads(before);
 }
 

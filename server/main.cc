@@ -75,6 +75,11 @@ ABSL_FLAG(int64_t, model_cache_mb, 0,
 ABSL_FLAG(int, job_nice, 10,
           "nice value (0-19) of the threads that run jobs: a fit yields the CPU to requests "
           "when both want it, and uses every core when nobody is calling");
+ABSL_FLAG(bool, job_sched_idle, false,
+          "run job threads under SCHED_IDLE: a fit then uses only cores that no other thread of "
+          "the container (or, outside one, of the machine) wants, which keeps request latency "
+          "near its idle level during fits; for a replica in a container of its own (the "
+          "Kubernetes manifests set it). Off: --job_nice alone shares the cores");
 ABSL_FLAG(int, serving_concurrency, 0,
           "Assign and Predict computations (over gRPC and HTTP, each PredictStream message "
           "too) that run at once; more wait in line (0: twice the CPUs available)");
@@ -320,6 +325,7 @@ int main(int argc, char** argv) {
   options.model_cache_bytes = absl::GetFlag(FLAGS_model_cache_mb) << 20;
   options.serving_concurrency = absl::GetFlag(FLAGS_serving_concurrency);
   options.job_nice = absl::GetFlag(FLAGS_job_nice);
+  options.job_sched_idle = absl::GetFlag(FLAGS_job_sched_idle);
   options.serving_queue = absl::GetFlag(FLAGS_serving_queue);
   options.batch_max_rows = absl::GetFlag(FLAGS_batch_max_rows);
   options.batch_max_delay = absl::Microseconds(absl::GetFlag(FLAGS_batch_max_delay_us));

@@ -367,6 +367,7 @@ void DendroServer::State::CreateJobManager(const ServerOptions& o) {
   JobManager::Options jopts;
   jopts.workers = o.workers;
   jopts.nice = o.job_nice;
+  jopts.idle_scheduling = o.job_sched_idle;
   jopts.queue_capacity = o.queue_capacity;
   jopts.max_attempts = o.max_job_attempts;
   jopts.retention = o.job_retention;

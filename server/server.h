@@ -51,8 +51,10 @@ struct ServerOptions {
   // Assign/Predict computations at once (0: twice the CPUs) and calls that
   // may wait for one (server/api/serving_gate.h).
   int serving_concurrency = 0;
-  // Nice value of job threads (JobManager::Options::nice).
+  // Nice value and SCHED_IDLE of job threads (JobManager::Options::nice,
+  // idle_scheduling).
   int job_nice = 10;
+  bool job_sched_idle = false;
   int serving_queue = 1024;
   // Dynamic batching of small Assign/Predict calls (server/api/batcher.h).
   int64_t batch_max_rows = 64;

@@ -1,13 +1,15 @@
 #include "server/jobs/job_manager.h"
 
 #include <google/protobuf/util/message_differencer.h>
-
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <functional>
 #include <utility>
 
@@ -439,6 +441,14 @@ void JobManager::WorkerLoop() {
   // no privilege; failing leaves the worker at the process's priority.
   if (options_.nice > 0) {
     setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options_.nice);
+  }
+  // The scheduling policy is per thread and inherited the same way.
+  if (options_.idle_scheduling) {
+    const sched_param param{};
+    if (const int err = pthread_setschedparam(pthread_self(), SCHED_IDLE, &param); err != 0) {
+      spdlog::warn("job threads: SCHED_IDLE refused ({}); they keep nice {}", std::strerror(err),
+                   options_.nice);
+    }
   }
   for (;;) {
     uint64_t submissions;

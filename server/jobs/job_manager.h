@@ -95,6 +95,15 @@ class JobManager {
     // start (0-19): fits yield the CPU to request handling when both want
     // it, and still use every core when nobody is calling.
     int nice = 10;
+    // SCHED_IDLE for the worker threads and the threads their jobs start:
+    // they run only on cores that no other thread of their cgroup wants, so
+    // a fit takes no CPU from a request waiting for one (the nice value above
+    // still shares the cores by weight, about a tenth for the job at nice 10).
+    // Off by default: outside a container of its own, "other threads" are
+    // every process of the session (a browser, a build), behind which a fit
+    // would crawl. When the kernel refuses the policy, the nice value alone
+    // applies.
+    bool idle_scheduling = false;
     // Called (with the manager's lock held: keep it cheap) when a job that
     // ran has ended SUCCEEDED, FAILED or CANCELLED. Optional.
     std::function<void(const v1::Job&)> on_finished;

@@ -62,6 +62,8 @@ int DefaultThreads() {
   return n > 0 ? n : AvailableCpus();
 }
 
+int ThreadsOrDefault(int requested) { return requested > 0 ? requested : DefaultThreads(); }
+
 void SetDefaultThreads(int n) { default_threads.store(std::max(0, n)); }
 
 }  // namespace dendro

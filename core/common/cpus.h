@@ -20,6 +20,9 @@ int AvailableCpus();
 int CpusFromCgroupMax(std::string_view cpu_max);
 
 int DefaultThreads();
+// What an algorithm runs on when its options ask for `requested` threads:
+// `requested` when >= 1, DefaultThreads() otherwise (0 means "all").
+int ThreadsOrDefault(int requested);
 // n >= 1 sets the default; n <= 0 goes back to AvailableCpus().
 void SetDefaultThreads(int n);
 

@@ -43,8 +43,7 @@ double Seconds(Clock::time_point since) {
 // stay on the calling thread (core/common/omp_threads.h).
 class ThreadScope {
  public:
-  explicit ThreadScope(int num_threads)
-      : threads_(num_threads > 0 ? num_threads : DefaultThreads()) {}
+  explicit ThreadScope(int num_threads) : threads_(ThreadsOrDefault(num_threads)) {}
   int threads() const { return threads_; }
 
  private:

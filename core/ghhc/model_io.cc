@@ -47,6 +47,18 @@ absl::Status CheckFinite(const ModelArtifactReader& r, const char* file,
   return absl::OkStatus();
 }
 
+// Every value finite and above zero.
+absl::Status CheckPositiveFinite(const ModelArtifactReader& r, const char* file,
+                                 const std::vector<double>& v) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!(v[i] > 0.0) || !std::isfinite(v[i])) {
+      return r.Error(file,
+                     absl::StrCat("entry ", i, " = ", v[i], " is not a positive finite number"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Every entry in [-1, m).
 absl::Status CheckNodeIds(const ModelArtifactReader& r, const char* file,
                           const std::vector<int64_t>& v, int64_t m) {
@@ -129,12 +141,7 @@ absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
   DENDRO_ASSIGN_OR_RETURN(model.mean, r.Float64("ghhc_mean.npy", {m.dim}));
   if (scaled) {
     DENDRO_ASSIGN_OR_RETURN(model.scale, r.Float64("ghhc_scale.npy", {m.dim}));
-    for (size_t j = 0; j < model.scale.size(); ++j) {
-      if (!(model.scale[j] > 0.0) || !std::isfinite(model.scale[j])) {
-        return r.Error("ghhc_scale.npy", absl::StrCat("entry ", j, " = ", model.scale[j],
-                                                      " is not a positive finite number"));
-      }
-    }
+    DENDRO_RETURN_IF_ERROR(CheckPositiveFinite(r, "ghhc_scale.npy", model.scale));
   }
   if (m.projection_dim > 0) {
     DENDRO_ASSIGN_OR_RETURN(model.projection,
@@ -163,12 +170,7 @@ absl::StatusOr<GhhcModel> LoadGhhcModel(const std::string& dir) {
   const int64_t leaves = *std::max_element(leaf.begin(), leaf.end()) + 1;
   if (ward) {
     DENDRO_ASSIGN_OR_RETURN(model.leaf_size, r.Float64("ghhc_leaf_size.npy", {leaves}));
-    for (size_t l = 0; l < model.leaf_size.size(); ++l) {
-      if (!(model.leaf_size[l] > 0.0) || !std::isfinite(model.leaf_size[l])) {
-        return r.Error("ghhc_leaf_size.npy", absl::StrCat("entry ", l, " = ", model.leaf_size[l],
-                                                          " is not a positive finite number"));
-      }
-    }
+    DENDRO_RETURN_IF_ERROR(CheckPositiveFinite(r, "ghhc_leaf_size.npy", model.leaf_size));
     DENDRO_ASSIGN_OR_RETURN(model.leaf_mean, r.Float64("ghhc_leaf_mean.npy", {leaves, bd}));
     DENDRO_RETURN_IF_ERROR(CheckFinite(r, "ghhc_leaf_mean.npy", model.leaf_mean));
   }

@@ -143,6 +143,20 @@ absl::StatusOr<Hierarchy> WardAboveLeaves(const GhhcModel& model, const Hierarch
   return ward;
 }
 
+// The tree a gHHC model serves: Ward's tree over the leaf clusters when the
+// model has their statistics, else the node tree's binary refinement.
+absl::StatusOr<Hierarchy> ServedTree(const GhhcModel& model, const Hierarchy& coarse,
+                                     const std::vector<int32_t>& tree_node) {
+  if (!model.leaf_size.empty()) return WardAboveLeaves(model, coarse);
+  const Eigen::Map<const RowMat<double>> z(model.nodes.data(), model.num_nodes(), model.ball_dim());
+  RefineOptions options;
+  options.distance_name = "the Poincare distance between the children's node embeddings";
+  auto distance = [&](int32_t a, int32_t b) {
+    return ghhc::PoincareDistance(z.row(tree_node[a]).transpose(), z.row(tree_node[b]).transpose());
+  };
+  return RefineToBinary(coarse, distance, options);
+}
+
 }  // namespace
 
 absl::StatusOr<Hierarchy> ExtractGhhcTree(const std::vector<double>& nodes, int64_t dim,
@@ -201,29 +215,15 @@ absl::StatusOr<GhhcTrees> GhhcModelTrees(const GhhcModel& model, const Hierarchy
     coarse.mutable_metadata() = saved->metadata();
     coarse.mutable_metadata().erase(kRefinedKey);
   }
-  if (!model.leaf_size.empty()) {
-    DENDRO_ASSIGN_OR_RETURN(Hierarchy ward, WardAboveLeaves(model, coarse));
-    if (saved != nullptr && !SameShape(*saved, coarse) && !SameShape(*saved, ward)) {
-      return absl::InvalidArgumentError(
-          "the saved tree is neither the gHHC model's tree nor Ward's tree over its leaf "
-          "clusters (tree.json does not match the model)");
-    }
-    return GhhcTrees{std::move(coarse), std::move(ward)};
-  }
-  const Eigen::Map<const RowMat<double>> z(model.nodes.data(), m, d);
-  RefineOptions options;
-  options.distance_name = "the Poincare distance between the children's node embeddings";
-  auto distance = [&](int32_t a, int32_t b) {
-    return ghhc::PoincareDistance(z.row(tree_node[a]).transpose(),
-                                  z.row(tree_node[b]).transpose());
-  };
-  DENDRO_ASSIGN_OR_RETURN(Hierarchy refined, RefineToBinary(coarse, distance, options));
-  if (saved != nullptr && !SameShape(*saved, coarse) && !SameShape(*saved, refined)) {
+  const char* served_name =
+      model.leaf_size.empty() ? "its refinement" : "Ward's tree over its leaf clusters";
+  DENDRO_ASSIGN_OR_RETURN(Hierarchy served, ServedTree(model, coarse, tree_node));
+  if (saved != nullptr && !SameShape(*saved, coarse) && !SameShape(*saved, served)) {
     return absl::InvalidArgumentError(
-        "the saved tree is neither the gHHC model's tree nor its refinement (tree.json does not "
-        "match the model's nodes)");
+        absl::StrCat("the saved tree is neither the gHHC model's tree nor ", served_name,
+                     " (tree.json does not match the model)"));
   }
-  return GhhcTrees{std::move(coarse), std::move(refined)};
+  return GhhcTrees{std::move(coarse), std::move(served)};
 }
 
 }  // namespace dendro

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/common/cpus.h"
 #include "core/common/named_choice.h"
 #include "core/common/status_macros.h"
 #include "core/hierarchy/refine.h"
@@ -556,7 +557,7 @@ absl::StatusOr<HppcaModel> FitHppca(const MatrixView& x, absl::Span<const int64_
                                     const HppcaOptions& options, RunContext& ctx) {
   const auto t0 = std::chrono::steady_clock::now();
   DENDRO_RETURN_IF_ERROR(ValidateHppcaOptions(options, x.cols()));
-  const int threads = hppca_internal::ResolveThreads(options.num_threads);
+  const int threads = ThreadsOrDefault(options.num_threads);
   Progress progress(ctx, 0.0, 1.0, "class models");
   HppcaFitStats stats;
   DENDRO_ASSIGN_OR_RETURN(
@@ -615,8 +616,7 @@ absl::StatusOr<HppcaModel> AddClasses(const HppcaModel& base, const MatrixView& 
     }
   }
   HppcaOptions options = b.options;
-  const int threads =
-      hppca_internal::ResolveThreads(add.num_threads > 0 ? add.num_threads : options.num_threads);
+  const int threads = ThreadsOrDefault(add.num_threads > 0 ? add.num_threads : options.num_threads);
   Progress progress(ctx, 0.0, 1.0, "class models");
   DENDRO_ASSIGN_OR_RETURN(
       hppca_internal::ClassFitResult fit,

@@ -20,8 +20,6 @@
 
 namespace dendro::hppca_internal {
 
-int ResolveThreads(int requested);
-
 // Reports progress of one stage as a sub-range [lo, hi] of the job, never
 // decreasing. Report() may be called from OpenMP thread 0 only.
 class Progress {

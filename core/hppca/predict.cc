@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/cpus.h"
 #include "core/common/status_macros.h"
 #include "core/hppca/hppca.h"
 #include "core/hppca/internal.h"
@@ -194,7 +195,7 @@ absl::StatusOr<HppcaPrediction> HppcaModel::Predict(const MatrixView& rows,
   const int32_t t = flat ? 0 : OpenedSuperclasses(m.members,
                                                   opt.top_t > 0 ? opt.top_t : m.options.default_top_t,
                                                   kk);
-  const int threads = hppca_internal::ResolveThreads(opt.num_threads);
+  const int threads = ThreadsOrDefault(opt.num_threads);
   const int64_t n = rows.rows();
   int64_t block = opt.block_rows;
   if (block == 0) {
@@ -343,7 +344,7 @@ absl::StatusOr<RowMatrixD> HppcaModel::ScoreClasses(const MatrixView& rows) cons
   const int32_t k_all = num_classes();
   RowMatrixD out(rows.rows(), k_all);
   Workspace main_ws;
-  const int threads = hppca_internal::ResolveThreads(0);
+  const int threads = ThreadsOrDefault(0);
   std::vector<Workspace> ws(threads);
   const int32_t chunks = (k_all + kChunkModels - 1) / kChunkModels;
   for (int64_t r0 = 0; r0 < rows.rows(); r0 += 512) {

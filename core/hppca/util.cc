@@ -5,15 +5,10 @@
 #include <mutex>
 #include <optional>
 
-#include "core/common/cpus.h"
 #include "core/common/omp_threads.h"
 #include "core/hppca/internal.h"
 
 namespace dendro::hppca_internal {
-
-int ResolveThreads(int requested) {
-  return requested > 0 ? requested : DefaultThreads();
-}
 
 void Progress::Report(double fraction_of_stage) {
   const double f = lo_ + (hi_ - lo_) * std::clamp(fraction_of_stage, 0.0, 1.0);

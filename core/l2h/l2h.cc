@@ -775,7 +775,7 @@ absl::StatusOr<L2hResult> RunL2h(const MatrixView& logits, const L2hOptions& opt
         "L2H first pass: ", first_pass->rows_added(), " of ", first_pass->rows(), " rows x ",
         first_pass->k(), " columns, for logits of ", logits.rows(), " x ", logits.cols()));
   }
-  const int num_threads = options.num_threads > 0 ? options.num_threads : DefaultThreads();
+  const int num_threads = ThreadsOrDefault(options.num_threads);
   L2hRunner runner(logits, options, std::max(1, num_threads), first_pass, ctx);
   return runner.Run();
 }

@@ -36,8 +36,6 @@ constexpr int kKMeansInits = 3;            // k-means runs per restart, as the a
 constexpr double kKMeansTolerance = 1e-4;  // sklearn's: relative to mean variance
 constexpr int kInitRedraws = 5;            // rounds of re-drawing small k-means centres
 
-int ResolveThreads(int n) { return n > 0 ? n : DefaultThreads(); }
-
 // Threads worth waking for `flops` of work: each gets at least about a
 // millisecond, so small problems stay on one thread (waking an idle OpenMP
 // thread on a busy machine can cost more than the work itself).
@@ -989,7 +987,7 @@ Eigen::VectorXd StudentMixture::LogDensity(const Eigen::Ref<const Eigen::MatrixX
                                            int num_threads) const {
   const int64_t n = points.rows();
   VectorXd out(n);
-  const int threads = ResolveThreads(num_threads);
+  const int threads = ThreadsOrDefault(num_threads);
   const double per_row = 2.0 * num_components() * (dim() + 4.0) * dim();
   ForChunks(n, threads, per_row, [&](int64_t begin, int64_t end, int) {
     MatrixXd lp;
@@ -1014,7 +1012,7 @@ void StudentMixture::LogDensityAndGradient(const Eigen::Ref<const Eigen::MatrixX
   grad->resize(n, d);
   const int64_t blocks = (n + kGradBlockRows - 1) / kGradBlockRows;
   const int threads = static_cast<int>(std::min<int64_t>(
-      ThreadsFor(2.0 * n * m * (d + 4.0) * d, ResolveThreads(num_threads)), blocks));
+      ThreadsFor(2.0 * n * m * (d + 4.0) * d, ThreadsOrDefault(num_threads)), blocks));
 #pragma omp parallel num_threads(std::max(1, threads)) if (threads > 1)
   {
     MatrixXd xb, diff, lp(0, m), a(0, m);
@@ -1056,7 +1054,7 @@ std::vector<int32_t> StudentMixture::Assign(const MatrixView& x, const FeatureTr
   const int64_t n = x.rows();
   const int d = dim();
   std::vector<int32_t> out(n);
-  ForChunks(n, ResolveThreads(num_threads), 2.0 * num_components() * (d + 4.0) * d,
+  ForChunks(n, ThreadsOrDefault(num_threads), 2.0 * num_components() * (d + 4.0) * d,
             [&](int64_t begin, int64_t end, int) {
               MatrixXd xb, lp;
               for (int64_t b = begin; b < end; b += kBlockRows) {
@@ -1120,7 +1118,7 @@ absl::StatusOr<MixtureFit> FitStudentMixture(const MatrixView& x, const FeatureT
                         static_cast<int64_t>(t.scale.size()) != x.cols())) {
     return absl::InvalidArgumentError("feature transform does not match the data's columns");
   }
-  const int threads = ResolveThreads(options.num_threads);
+  const int threads = ThreadsOrDefault(options.num_threads);
   const int restarts = options.restarts;
   DENDRO_ASSIGN_OR_RETURN(DataMoments moments, ComputeMoments(x, t, threads, ctx));
   if (!moments.cov.allFinite()) {

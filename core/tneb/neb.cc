@@ -41,8 +41,6 @@ constexpr double kEps = 1e-8;
 // pairs x eval_points x d doubles).
 constexpr int64_t kEvalPointsPerBatch = int64_t{1} << 18;
 
-int ResolveThreads(int n) { return n > 0 ? n : DefaultThreads(); }
-
 // Smallest amount of work worth a thread (about a millisecond).
 constexpr double kMinFlopsPerThread = 4e6;
 
@@ -133,7 +131,7 @@ absl::StatusOr<NebPaths> OptimizePaths(const StudentMixture& mixture,
           "path pair (", a, ", ", b, ") is not two distinct components of [0, ", m, ")"));
     }
   }
-  const int threads = ResolveThreads(o.num_threads);
+  const int threads = ThreadsOrDefault(o.num_threads);
   const int64_t np = static_cast<int64_t>(pairs.size());
   const int64_t l = o.path_points;
   NebPaths out;

@@ -384,7 +384,7 @@ class TnebFit {
         d_(x.cols()),
         // Not omp_get_max_threads(): the callers' ProductsOnCallingThread
         // guard has set it to 1 by now.
-        threads_(o.num_threads > 0 ? o.num_threads : DefaultThreads()),
+        threads_(ThreadsOrDefault(o.num_threads)),
         standardize_mode_(o.standardize ? TnebStandardize::kOn : o.standardize_mode) {}
 
   // The input checks that need the data, and the standardisation.

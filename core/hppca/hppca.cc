@@ -12,6 +12,7 @@
 #include "core/common/named_choice.h"
 #include "core/common/status_macros.h"
 #include "core/hierarchy/refine.h"
+#include "core/hppca/half.h"
 #include "core/hppca/internal.h"
 
 namespace dendro {
@@ -100,6 +101,34 @@ absl::StatusOr<hppca_internal::KMeansResult> Cluster(
                                         o.seeding_rank, o.seed, threads, progress);
 }
 
+// The binary16 copy of a bank's bases and the norms its screening bounds use.
+void FillHalf(ScorerBank& b) {
+  b.bases_half.clear();
+  b.half_slack.resize(0, 0);
+  b.mean_norm.clear();
+  if (!hppca_internal::HalfAvailable() || b.n == 0 || b.k == 0) return;
+  const int64_t rows = static_cast<int64_t>(b.n) * b.k;
+  b.bases_half.resize(rows * b.d);
+  hppca_internal::ToHalf(b.bases, rows * b.d, b.bases_half.data());
+  b.half_slack.resize(b.n, b.k);
+  const double gamma = hppca_internal::Gamma(b.d);
+  std::vector<float> back(b.d);
+  for (int64_t r = 0; r < rows; ++r) {
+    hppca_internal::FromHalf(b.bases_half.data() + r * b.d, b.d, back.data());
+    double norm2 = 0, err2 = 0;
+    for (int64_t i = 0; i < b.d; ++i) {
+      const double v = b.bases[r * b.d + i];
+      norm2 += v * v;
+      err2 += (v - back[i]) * (v - back[i]);
+    }
+    const double e = std::sqrt(err2);
+    b.half_slack.data()[r] =
+        static_cast<float>((e + 2.0 * gamma * (std::sqrt(norm2) + e)) * (1.0 + 1e-6));
+  }
+  b.mean_norm.resize(b.n);
+  for (int32_t i = 0; i < b.n; ++i) b.mean_norm[i] = b.means.row(i).norm();
+}
+
 void FillBank(ScorerBank& b, const float* bases, int32_t n, int32_t k, int64_t d,
               const RowMatrixD& means_in_order, const RowMatrixD& eig_in_order,
               const Eigen::VectorXf& center, double lambda, PpcaScore score) {
@@ -127,12 +156,16 @@ void FillBank(ScorerBank& b, const float* bases, int32_t n, int32_t k, int64_t d
     }
     if (score == PpcaScore::kLogDet) b.offset[i] = logdet;
   }
+  FillHalf(b);
 }
 
 }  // namespace
 
 int64_t hppca_internal::ScorerBank::Bytes() const {
-  return static_cast<int64_t>(means.size() + proj.size() + weights.size()) * 4 +
+  return static_cast<int64_t>(means.size() + proj.size() + weights.size() + half_slack.size() +
+                              mean_norm.size()) *
+             4 +
+         static_cast<int64_t>(bases_half.size()) * 2 +
          static_cast<int64_t>(mean_norm2.size() + offset.size()) * 8;
 }
 

@@ -214,7 +214,17 @@ struct HppcaPredictOptions {
   // [512, 8192]) so that each per-super-class GEMM has enough rows.
   int32_t block_rows = 0;
   int num_threads = 0;       // 0: all cores
+  // Hierarchical prediction of a few rows (at most kHppcaScreenMaxRows) first
+  // scores each row against binary16 copies of the bases, with a bound on
+  // how far each such score can be from its float32 value, and scores in
+  // float32 only the models that bound leaves in contention: the answer is
+  // that of float32 scoring, for about half the memory traffic. Off: every
+  // model in float32. Ignored where the CPU lacks F16C.
+  bool screen_in_half = true;
 };
+
+// Calls of at most this many rows are screened row by row (above).
+inline constexpr int64_t kHppcaScreenMaxRows = 16;
 
 struct HppcaPrediction {
   int64_t rows = 0;

@@ -8,6 +8,8 @@
 // which is eq. 7 with (x - mu) expanded. The hierarchical path does this per
 // opened super-class over just the rows that opened it, so its cost is
 // S r d + (classes opened) q d multiply-adds per row against K q d for flat.
+// Calls of a few rows take another path, screened in binary16 (below,
+// "A few rows").
 #include <omp.h>
 
 #include <algorithm>
@@ -18,12 +20,15 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/cpus.h"
 #include "core/common/status_macros.h"
+#include "core/hppca/half.h"
 #include "core/hppca/hppca.h"
 #include "core/hppca/internal.h"
 
 namespace dendro {
 namespace {
 
+using hppca_internal::Gamma;
+using hppca_internal::HalfGemv;
 using hppca_internal::ScorerBank;
 
 // Classes scored per GEMM (bounds the P buffer at rows x kChunk*q floats).
@@ -164,6 +169,156 @@ int32_t OpenedSuperclasses(const std::vector<std::vector<int32_t>>& members, int
   return t;
 }
 
+// --- A few rows: screening in binary16, float32 for the contenders ---------
+//
+// A single row's time is the bases it streams (half.h). Screen() scores a
+// centred row against models [m0, m0 + cnt) of a bank from the bank's
+// binary16 bases, each score with a bound on its distance from the float32
+// score ScoreBlock gives that model; SelectBest() rescores in float32 only
+// the models whose lower bound can still reach the best n, and ranks those
+// by their float32 scores. The models picked and their scores are those of
+// float32 scoring (the bound covers float32's own rounding, so where two
+// models tie within it both are rescored and ranked as ScoreBlock ranks
+// them).
+//
+// The bound, for one model with components j (weights w_j, c_j = basis_j .
+// mean, a_j = P_j - c_j, |x| the row's norm, u = 2^-24, Gamma as half.h):
+//  - |P~_j - P_j| <= |x| s_j, s_j = ScorerBank::half_slack: the two products
+//    differ by x . (b~_j - b_j), and each is within Gamma(d) |x| |b| of exact;
+//  - a_j's own rounding: d_j = |x| s_j (1 + u) + 2 u |a~_j|;
+//  - sum_j w_j a_j^2 moves by at most sum_j w_j (2 |a~_j| d_j + d_j^2), and
+//    float32 evaluates it (on either side) within Gamma(k + 2) sum_j w_j
+//    (|a~_j| + d_j)^2;
+//  - x . mean is within 2 Gamma(d) |x| |mean| of ScoreBlock's, twice in
+//    |x - mean|^2.
+// The sum, over lambda, is widened by 1% (the bound's own float32 sums) and
+// by 1e-12 of the terms' magnitude (the double arithmetic both paths share).
+struct Screened {
+  double score;  // from the binary16 bases
+  double bound;  // |score - float32 score| <= bound
+  int32_t model;
+};
+
+void Screen(const ScorerBank& b, const RowMatrixF& x, double xn2, int32_t m0, int32_t cnt,
+            std::vector<Screened>& out, Workspace& ws) {
+  const int64_t d = b.d;
+  const int32_t k = b.k;
+  const float xnorm = static_cast<float>(std::sqrt(xn2));
+  const double gamma_d = Gamma(d), gamma_k = Gamma(k + 2);
+  constexpr float u = 0x1p-24f;
+  ws.p.resize(1, static_cast<int64_t>(cnt) * k);
+  HalfGemv(b.bases_half.data() + static_cast<int64_t>(m0) * k * d, static_cast<int64_t>(cnt) * k, d,
+           x.data(), ws.p.data());
+  Eigen::Map<const RowMatrixF> means(b.means.data() + static_cast<int64_t>(m0) * d, cnt, d);
+  ws.g.resize(cnt, 1);
+  ws.g.noalias() = means * x.row(0).transpose();
+  using Span = Eigen::Map<const Eigen::ArrayXf>;
+  for (int32_t c = 0; c < cnt; ++c) {
+    const int32_t m = m0 + c;
+    const Span p(ws.p.data() + static_cast<int64_t>(c) * k, k);
+    const Span cp(b.proj.row(m).data(), k), w(b.weights.row(m).data(), k);
+    const Span slack(b.half_slack.row(m).data(), k);
+    const Eigen::ArrayXf aa = (p - cp).abs();
+    const Eigen::ArrayXf dd = xnorm * (1.0f + u) * slack + 2.0f * u * aa;
+    const double acc = (w * aa.square()).sum();
+    const double moved = (w * (2.0f * aa * dd + dd.square())).sum();
+    const double spread = (w * (aa + dd).square()).sum();
+    const double g = ws.g(c, 0);
+    const double dist2 = xn2 - 2.0 * g + b.mean_norm2[m];
+    const double score = (dist2 - acc) * b.inv_lambda + b.offset[m];
+    const double mean_term = 4.0 * gamma_d * xnorm * b.mean_norm[m];
+    double bound = (mean_term + moved + 2.0 * gamma_k * spread) * b.inv_lambda;
+    bound =
+        bound * 1.01 + 1e-12 * ((xn2 + 2.0 * std::abs(g) + b.mean_norm2[m] + acc) * b.inv_lambda +
+                                std::abs(b.offset[m]));
+    out.push_back({score, bound, m});
+  }
+}
+
+// The best n of `cands` by float32 score (ties by id), best first, rescoring
+// only the contenders (see above). `id(model)` is the id an answer reports.
+template <typename Id>
+void SelectBest(const ScorerBank& b, const RowMatrixF& x, double xn2, std::vector<Screened>& cands,
+                int32_t n, const Id& id, std::vector<Cand>& best, Workspace& ws) {
+  best.clear();
+  n = std::min<int32_t>(n, static_cast<int32_t>(cands.size()));
+  if (n <= 0) return;
+  // tau: the n-th smallest upper bound; at least n models score <= tau.
+  std::vector<double> upper(cands.size());
+  for (size_t i = 0; i < cands.size(); ++i) upper[i] = cands[i].score + cands[i].bound;
+  std::nth_element(upper.begin(), upper.begin() + (n - 1), upper.end());
+  const double tau = upper[n - 1];
+  for (const Screened& c : cands) {
+    if (!(c.score - c.bound <= tau)) continue;
+    double exact = 0;
+    ScoreBlock(b, x, &xn2, c.model, 1, &exact, ws);
+    best.push_back({exact, id(c.model)});
+  }
+  const int32_t have = std::min<int32_t>(n, static_cast<int32_t>(best.size()));
+  std::partial_sort(best.begin(), best.begin() + have, best.end(), Better);
+  best.resize(have);
+}
+
+// What the screened path reads of a model (HppcaModel::Impl).
+struct ScreenedModel {
+  const ScorerBank& super_bank;
+  const ScorerBank& class_bank;  // slot order
+  const std::vector<int32_t>& slot_begin;
+  const std::vector<int32_t>& slot_class;
+  const std::vector<int64_t>& labels;
+  const Eigen::VectorXf& center;
+};
+
+// Predict() for a few rows, each screened (see above): the T best
+// super-classes, then the kk best classes among theirs. `out` is sized.
+void PredictScreened(const ScreenedModel& m, const MatrixView& rows, int32_t t, int32_t kk,
+                     int threads, HppcaPrediction& out) {
+  const int64_t n = rows.rows();
+  const ScorerBank& sup = m.super_bank;
+  const double work = static_cast<double>(n) * sup.d *
+                      (sup.n * (sup.k + 1.0) +
+                       static_cast<double>(t) * m.class_bank.n / sup.n * (m.class_bank.k + 1.0));
+  const int use =
+      n > 1 && work >= kParallelMinWork ? static_cast<int>(std::min<int64_t>(threads, n)) : 1;
+#pragma omp parallel num_threads(use)
+  {
+    Workspace ws;
+    std::vector<Screened> cands;
+    std::vector<Cand> best;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n; ++i) {
+      CenterRows(rows, i, 1, m.center, ws);
+      const double xn2 = ws.xn2[0];
+      cands.clear();
+      Screen(sup, ws.x, xn2, 0, sup.n, cands, ws);
+      SelectBest(
+          sup, ws.x, xn2, cands, t, [](int32_t j) { return j; }, best, ws);
+      cands.clear();
+      int32_t evaluated = 0;
+      for (int32_t a = 0; a < t; ++a) {
+        const int32_t j = best[a].id;
+        const int32_t s0 = m.slot_begin[j], s1 = m.slot_begin[j + 1];
+        out.superclasses[i * t + a] = j;
+        evaluated += s1 - s0;
+        Screen(m.class_bank, ws.x, xn2, s0, s1 - s0, cands, ws);
+      }
+      out.classes_evaluated[i] = evaluated;
+      SelectBest(
+          m.class_bank, ws.x, xn2, cands, kk, [&](int32_t slot) { return m.slot_class[slot]; },
+          best, ws);
+      const int32_t have = static_cast<int32_t>(best.size());
+      for (int32_t a = 0; a < kk; ++a) {
+        const int64_t o = i * kk + a;
+        const int32_t c = a < have ? best[a].id : -1;
+        out.classes[o] = c;
+        out.labels[o] = c >= 0 ? m.labels[c] : 0;
+        out.scores[o] =
+            c >= 0 ? SaturateToFloat(best[a].score) : std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+  }
+}
+
 absl::Status CheckRows(const MatrixView& rows, int64_t d) {
   if (rows.cols() != d) {
     return absl::InvalidArgumentError(
@@ -211,6 +366,14 @@ absl::StatusOr<HppcaPrediction> HppcaModel::Predict(const MatrixView& rows,
   out.scores.resize(n * kk);
   out.superclasses.resize(n * t);
   out.classes_evaluated.resize(n);
+
+  if (!flat && opt.screen_in_half && n <= kHppcaScreenMaxRows && m.class_bank.has_half() &&
+      m.super_bank.has_half()) {
+    const ScreenedModel sm{m.super_bank, m.class_bank,     m.slot_begin,
+                           m.slot_class, m.classes.labels, m.center};
+    PredictScreened(sm, rows, t, kk, threads, out);
+    return out;
+  }
 
   const int32_t flat_chunks = (k_all + kChunkModels - 1) / kChunkModels;
   // Candidate lists: per row, `lists` lists of kk.

@@ -1,0 +1,39 @@
+// Half-precision (IEEE binary16) copies of matrices that single-row scoring
+// streams from memory.
+//
+// A single row scored against a bank of PPCA bases reads every basis once and
+// does two flops per element read, so its time is the memory it streams, not
+// its arithmetic. Stored as binary16 (round to nearest even) those bases are
+// half the bytes; they are read back with the F16C instructions and
+// multiplied in float32.
+//
+// Available on x86-64 CPUs with AVX2, FMA and F16C, checked at run time (the
+// build may target any x86-64): HalfAvailable() says so, and the other
+// functions may be called only when it is true.
+#ifndef DENDRO_CORE_HPPCA_HALF_H_
+#define DENDRO_CORE_HPPCA_HALF_H_
+
+#include <cstdint>
+
+namespace dendro::hppca_internal {
+
+bool HalfAvailable();
+
+// out[i] = binary16(in[i]) for i < n (round to nearest even; beyond the
+// binary16 range becomes infinity).
+void ToHalf(const float* in, int64_t n, uint16_t* out);
+
+// out[i] = float(in[i]) for i < n (exact).
+void FromHalf(const uint16_t* in, int64_t n, float* out);
+
+// y[r] = sum_i x[i] * float(v[r * d + i]) for r < rows, accumulated in float32.
+// Whatever the order of that sum, |y[r] - exact| <= Gamma(d) * sum_i |x_i v_ri|.
+void HalfGemv(const uint16_t* v, int64_t rows, int64_t d, const float* x, float* y);
+
+// The classical bound on float32 rounding in a sum of n products,
+// n u / (1 - n u) with u = 2^-24.
+double Gamma(int64_t n);
+
+}  // namespace dendro::hppca_internal
+
+#endif  // DENDRO_CORE_HPPCA_HALF_H_

@@ -3,7 +3,9 @@
   /usr/bin/python3 tests/bench/serve_ab.py --a NEW/dendrod --b OLD/dendrod \
       --bench build-rel/tests/bench/serve_bench [--rounds 3] [--duration 10] \
       [--catalog sqlite|postgres] [--callers 32] [--fit-rate 0] [--flat] \
-      [--flags-a "..."] [--flags-b "..."]
+      [--flags-a "..."] [--flags-b "..."] [--no-closed]
+      [--fit-cli build-rel/client/dendro --fit "tneb X.npy --standardize"]
+      [--fit-delay 2] [--fit-window 8]
 
 Starts both servers (each with its own data directory; with --catalog
 postgres each on its own database of one throwaway PostgreSQL 15, see
@@ -18,7 +20,10 @@ JSON).
 Measurements: closed-loop single-row Predict and Assign with --callers
 callers; the in-process ceiling of both models (serve_bench --ceiling, once,
 on A's files); with --fit-rate R > 0, open-loop Predict at R calls/s idle
-and again while a hierarchical PPCA fit (K=2000) runs on the same server.
+and again while a fit runs on the same server: a hierarchical PPCA fit
+(K=2000) by default, or with --fit-cli and --fit the CLI command given
+(e.g. a t-NEB fit of a file; each gets its own --name); --no-closed skips
+the closed-loop cases.
 
 Prints one Markdown table of medians over the rounds, and writes every run's
 JSON to --out.
@@ -124,6 +129,13 @@ def main():
                     help="open-loop Predict rate, idle and during an hPPCA fit (0: skip)")
     ap.add_argument("--flat", action="store_true",
                     help="also closed-loop single-row flat Predict (every class scored)")
+    ap.add_argument("--fit-cli", default=None, help="dendro CLI binary for --fit")
+    ap.add_argument("--fit", default=None,
+                    help='the fit to run under load, as CLI arguments ("tneb X.npy --standardize")')
+    ap.add_argument("--fit-delay", type=float, default=2,
+                    help="seconds from the fit's start to the window's")
+    ap.add_argument("--fit-window", type=float, default=8, help="seconds of the window")
+    ap.add_argument("--no-closed", action="store_true", help="skip the closed-loop cases")
     ap.add_argument("--out", default=None)
     ap.add_argument("--flags-a", default="", help="extra dendrod flags for A")
     ap.add_argument("--flags-b", default="", help="extra dendrod flags for B")
@@ -157,6 +169,8 @@ def main():
                                                   "--callers", str(args.callers)]),
                  ("Assign, closed, single row", ["--create", "l2h", "--rpc", "assign",
                                                  "--callers", str(args.callers)])]
+        if args.no_closed:
+            cases = []
         if args.flat:
             cases.insert(1, ("Predict flat, closed, single row",
                              ["--create", "hppca", "--rpc", "predict", "--flat",
@@ -195,7 +209,8 @@ def main():
         print("|---|---|---|---|---|---|---|" + ("---|" if extra else ""))
         rows = list(results.items())
         if args.fit_rate > 0:
-            rows += [((f"Predict, open {args.fit_rate:g}/s, during an hPPCA fit", w), v)
+            fit_name = args.fit.split()[0] if args.fit else "hPPCA"
+            rows += [((f"Predict, open {args.fit_rate:g}/s, during a {fit_name} fit", w), v)
                      for w, v in under_fit.items()]
         for (case, who), runs in rows:
             s = summary(runs)
@@ -221,19 +236,25 @@ def main():
 
 
 def run_under_fit(args, server, extra):
-    """Open-loop Predict at --fit-rate while a hierarchical PPCA fit (a new
-    K=2000 model, every core, about 13 s on 2 cores) runs on the same server:
-    the window opens 2 s after the fit's upload began and lasts 8 s."""
+    """Open-loop Predict at --fit-rate while a fit runs on the same server (a
+    new K=2000 hierarchical PPCA model, every core, about 13 s on 2 cores, or
+    the --fit command): the window opens 2 s after the fit's command started
+    (its upload first) and lasts 8 s (--fit-delay, --fit-window)."""
     run_under_fit.count = getattr(run_under_fit, "count", 0) + 1
-    fit = subprocess.Popen(
-        [args.bench, "--server", f"127.0.0.1:{server.port}", "--create", "hppca",
-         "--model", f"fit-load-{run_under_fit.count}", "--rpc", "predict", "--callers", "1",
-         "--duration", "0.5", "--warmup", "0"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    name = f"fit-load-{run_under_fit.count}"
+    if args.fit:
+        cmd = ([args.fit_cli or "dendro", "--server", f"127.0.0.1:{server.port}"] +
+               args.fit.split() + ["--name", name])
+    else:
+        cmd = [args.bench, "--server", f"127.0.0.1:{server.port}", "--create", "hppca",
+               "--model", name, "--rpc", "predict", "--callers", "1",
+               "--duration", "0.5", "--warmup", "0"]
+    fit = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(2)
+        time.sleep(args.fit_delay)
         return bench(args, server, "--create", "hppca", "--rpc", "predict", "--mode", "open",
-                     "--rate", str(args.fit_rate), "--duration", "8", "--warmup", "0",
+                     "--rate", str(args.fit_rate), "--duration", str(args.fit_window),
+                     "--warmup", "0",
                      extra_pids=extra)
     finally:
         fit.wait()

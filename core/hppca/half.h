@@ -30,6 +30,12 @@ void FromHalf(const uint16_t* in, int64_t n, float* out);
 // Whatever the order of that sum, |y[r] - exact| <= Gamma(d) * sum_i |x_i v_ri|.
 void HalfGemv(const uint16_t* v, int64_t rows, int64_t d, const float* x, float* y);
 
+// The same for nx rows of x at once (row j at x + j * ldx), each basis row
+// read once for all of them: y[j * ldy + r] = sum_i x[j * ldx + i] *
+// float(v[r * d + i]), with the same bound.
+void HalfGemvRows(const uint16_t* v, int64_t rows, int64_t d, const float* x, int64_t nx,
+                  int64_t ldx, float* y, int64_t ldy);
+
 // The classical bound on float32 rounding in a sum of n products,
 // n u / (1 - n u) with u = 2^-24.
 double Gamma(int64_t n);

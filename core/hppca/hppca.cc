@@ -247,6 +247,10 @@ int32_t HppcaModel::num_superclasses() const { return impl_->num_superclasses; }
 const HppcaOptions& HppcaModel::options() const { return impl_->options; }
 const HppcaFitStats& HppcaModel::fit_stats() const { return impl_->stats; }
 bool HppcaModel::default_flat() const { return impl_->default_flat; }
+
+bool HppcaModel::screens_rows() const {
+  return impl_->class_bank.has_half() && impl_->super_bank.has_half();
+}
 HppcaPredictCost HppcaModel::predict_cost() const { return impl_->predict_cost; }
 const Hierarchy& HppcaModel::hierarchy() const { return *impl_->tree; }
 const Hierarchy& HppcaModel::coarse_hierarchy() const { return *impl_->coarse_tree; }

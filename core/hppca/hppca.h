@@ -223,8 +223,10 @@ struct HppcaPredictOptions {
   bool screen_in_half = true;
 };
 
-// Calls of at most this many rows are screened row by row (above).
-inline constexpr int64_t kHppcaScreenMaxRows = 16;
+// Calls of at most this many rows are screened (above); larger ones are
+// scored by batched float32 GEMMs, which share every basis read among
+// enough rows to be limited by arithmetic instead of memory.
+inline constexpr int64_t kHppcaScreenMaxRows = 64;
 
 struct HppcaPrediction {
   int64_t rows = 0;
@@ -255,6 +257,10 @@ class HppcaModel {
   // predict_cost() (flat unless the hierarchy costs less than
   // kHppcaHierarchyShare of it).
   bool default_flat() const;
+  // Whether hierarchical calls of at most kHppcaScreenMaxRows rows are
+  // screened in binary16 (HppcaPredictOptions::screen_in_half; the CPU has
+  // F16C). The rows of such a call share the super-class products.
+  bool screens_rows() const;
   // The cost model at default_top_t, E from this model's super-class sizes:
   // a row of class c opens its own super-class and T - 1 others of the mean
   // size of the rest, weighted by the classes' training counts.

@@ -29,6 +29,7 @@ namespace {
 
 using hppca_internal::Gamma;
 using hppca_internal::HalfGemv;
+using hppca_internal::HalfGemvRows;
 using hppca_internal::ScorerBank;
 
 // Classes scored per GEMM (bounds the P buffer at rows x kChunk*q floats).
@@ -199,40 +200,49 @@ struct Screened {
   int32_t model;
 };
 
-void Screen(const ScorerBank& b, const RowMatrixF& x, double xn2, int32_t m0, int32_t cnt,
-            std::vector<Screened>& out, Workspace& ws) {
-  const int64_t d = b.d;
+// Appends the screened scores of a centred row against models [m0, m0 + cnt)
+// of a bank, from its products with their binary16 bases (p, cnt * k) and
+// with their means (g, cnt).
+void ScreenScores(const ScorerBank& b, double xn2, const float* p, const float* g, int32_t m0,
+                  int32_t cnt, std::vector<Screened>& out) {
   const int32_t k = b.k;
   const float xnorm = static_cast<float>(std::sqrt(xn2));
-  const double gamma_d = Gamma(d), gamma_k = Gamma(k + 2);
+  const double gamma_d = Gamma(b.d), gamma_k = Gamma(k + 2);
   constexpr float u = 0x1p-24f;
-  ws.p.resize(1, static_cast<int64_t>(cnt) * k);
-  HalfGemv(b.bases_half.data() + static_cast<int64_t>(m0) * k * d, static_cast<int64_t>(cnt) * k, d,
-           x.data(), ws.p.data());
-  Eigen::Map<const RowMatrixF> means(b.means.data() + static_cast<int64_t>(m0) * d, cnt, d);
-  ws.g.resize(cnt, 1);
-  ws.g.noalias() = means * x.row(0).transpose();
   using Span = Eigen::Map<const Eigen::ArrayXf>;
   for (int32_t c = 0; c < cnt; ++c) {
     const int32_t m = m0 + c;
-    const Span p(ws.p.data() + static_cast<int64_t>(c) * k, k);
+    const Span pc(p + static_cast<int64_t>(c) * k, k);
     const Span cp(b.proj.row(m).data(), k), w(b.weights.row(m).data(), k);
     const Span slack(b.half_slack.row(m).data(), k);
-    const Eigen::ArrayXf aa = (p - cp).abs();
+    const Eigen::ArrayXf aa = (pc - cp).abs();
     const Eigen::ArrayXf dd = xnorm * (1.0f + u) * slack + 2.0f * u * aa;
     const double acc = (w * aa.square()).sum();
     const double moved = (w * (2.0f * aa * dd + dd.square())).sum();
     const double spread = (w * (aa + dd).square()).sum();
-    const double g = ws.g(c, 0);
-    const double dist2 = xn2 - 2.0 * g + b.mean_norm2[m];
+    const double gc = g[c];
+    const double dist2 = xn2 - 2.0 * gc + b.mean_norm2[m];
     const double score = (dist2 - acc) * b.inv_lambda + b.offset[m];
     const double mean_term = 4.0 * gamma_d * xnorm * b.mean_norm[m];
     double bound = (mean_term + moved + 2.0 * gamma_k * spread) * b.inv_lambda;
     bound =
-        bound * 1.01 + 1e-12 * ((xn2 + 2.0 * std::abs(g) + b.mean_norm2[m] + acc) * b.inv_lambda +
+        bound * 1.01 + 1e-12 * ((xn2 + 2.0 * std::abs(gc) + b.mean_norm2[m] + acc) * b.inv_lambda +
                                 std::abs(b.offset[m]));
     out.push_back({score, bound, m});
   }
+}
+
+// ScreenScores for one centred row (1 x d), products included.
+void Screen(const ScorerBank& b, const RowMatrixF& x, double xn2, int32_t m0, int32_t cnt,
+            std::vector<Screened>& out, Workspace& ws) {
+  const int64_t d = b.d;
+  ws.p.resize(1, static_cast<int64_t>(cnt) * b.k);
+  HalfGemv(b.bases_half.data() + static_cast<int64_t>(m0) * b.k * d,
+           static_cast<int64_t>(cnt) * b.k, d, x.data(), ws.p.data());
+  Eigen::Map<const RowMatrixF> means(b.means.data() + static_cast<int64_t>(m0) * d, cnt, d);
+  ws.g.resize(cnt, 1);
+  ws.g.noalias() = means * x.row(0).transpose();
+  ScreenScores(b, xn2, ws.p.data(), ws.g.data(), m0, cnt, out);
 }
 
 // The best n of `cands` by float32 score (ties by id), best first, rescoring
@@ -269,51 +279,69 @@ struct ScreenedModel {
   const Eigen::VectorXf& center;
 };
 
+// Rows whose level-1 products are computed together (HalfGemvRows reads
+// each super-class basis once for all of them).
+constexpr int64_t kScreenChunkRows = 8;
+
 // Predict() for a few rows, each screened (see above): the T best
 // super-classes, then the kk best classes among theirs. `out` is sized.
 void PredictScreened(const ScreenedModel& m, const MatrixView& rows, int32_t t, int32_t kk,
                      int threads, HppcaPrediction& out) {
   const int64_t n = rows.rows();
   const ScorerBank& sup = m.super_bank;
-  const double work = static_cast<double>(n) * sup.d *
+  const int64_t d = sup.d, sup_cols = static_cast<int64_t>(sup.n) * sup.k;
+  const double work = static_cast<double>(n) * d *
                       (sup.n * (sup.k + 1.0) +
                        static_cast<double>(t) * m.class_bank.n / sup.n * (m.class_bank.k + 1.0));
-  const int use =
-      n > 1 && work >= kParallelMinWork ? static_cast<int>(std::min<int64_t>(threads, n)) : 1;
+  const int64_t chunks = (n + kScreenChunkRows - 1) / kScreenChunkRows;
+  const int use = chunks > 1 && work >= kParallelMinWork
+                      ? static_cast<int>(std::min<int64_t>(threads, chunks))
+                      : 1;
+  const Eigen::Map<const RowMatrixF> sup_means(sup.means.data(), sup.n, d);
 #pragma omp parallel num_threads(use)
   {
-    Workspace ws;
+    Workspace ws, one;
+    RowMatrixF p1, g1;  // the chunk's level-1 products: bases, means
     std::vector<Screened> cands;
     std::vector<Cand> best;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < n; ++i) {
-      CenterRows(rows, i, 1, m.center, ws);
-      const double xn2 = ws.xn2[0];
-      cands.clear();
-      Screen(sup, ws.x, xn2, 0, sup.n, cands, ws);
-      SelectBest(
-          sup, ws.x, xn2, cands, t, [](int32_t j) { return j; }, best, ws);
-      cands.clear();
-      int32_t evaluated = 0;
-      for (int32_t a = 0; a < t; ++a) {
-        const int32_t j = best[a].id;
-        const int32_t s0 = m.slot_begin[j], s1 = m.slot_begin[j + 1];
-        out.superclasses[i * t + a] = j;
-        evaluated += s1 - s0;
-        Screen(m.class_bank, ws.x, xn2, s0, s1 - s0, cands, ws);
-      }
-      out.classes_evaluated[i] = evaluated;
-      SelectBest(
-          m.class_bank, ws.x, xn2, cands, kk, [&](int32_t slot) { return m.slot_class[slot]; },
-          best, ws);
-      const int32_t have = static_cast<int32_t>(best.size());
-      for (int32_t a = 0; a < kk; ++a) {
-        const int64_t o = i * kk + a;
-        const int32_t c = a < have ? best[a].id : -1;
-        out.classes[o] = c;
-        out.labels[o] = c >= 0 ? m.labels[c] : 0;
-        out.scores[o] =
-            c >= 0 ? SaturateToFloat(best[a].score) : std::numeric_limits<float>::quiet_NaN();
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      const int64_t r0 = ch * kScreenChunkRows, nb = std::min(kScreenChunkRows, n - r0);
+      CenterRows(rows, r0, nb, m.center, ws);
+      // Level 1 for the whole chunk: each super-class basis read once.
+      p1.resize(nb, sup_cols);
+      HalfGemvRows(sup.bases_half.data(), sup_cols, d, ws.x.data(), nb, d, p1.data(), sup_cols);
+      g1.noalias() = ws.x * sup_means.transpose();
+      for (int64_t q = 0; q < nb; ++q) {
+        const int64_t i = r0 + q;
+        one.x = ws.x.row(q);
+        const double xn2 = ws.xn2[q];
+        cands.clear();
+        ScreenScores(sup, xn2, p1.row(q).data(), g1.row(q).data(), 0, sup.n, cands);
+        SelectBest(
+            sup, one.x, xn2, cands, t, [](int32_t j) { return j; }, best, one);
+        cands.clear();
+        int32_t evaluated = 0;
+        for (int32_t a = 0; a < t; ++a) {
+          const int32_t j = best[a].id;
+          const int32_t s0 = m.slot_begin[j], s1 = m.slot_begin[j + 1];
+          out.superclasses[i * t + a] = j;
+          evaluated += s1 - s0;
+          Screen(m.class_bank, one.x, xn2, s0, s1 - s0, cands, one);
+        }
+        out.classes_evaluated[i] = evaluated;
+        SelectBest(
+            m.class_bank, one.x, xn2, cands, kk, [&](int32_t slot) { return m.slot_class[slot]; },
+            best, one);
+        const int32_t have = static_cast<int32_t>(best.size());
+        for (int32_t a = 0; a < kk; ++a) {
+          const int64_t o = i * kk + a;
+          const int32_t c = a < have ? best[a].id : -1;
+          out.classes[o] = c;
+          out.labels[o] = c >= 0 ? m.labels[c] : 0;
+          out.scores[o] =
+              c >= 0 ? SaturateToFloat(best[a].score) : std::numeric_limits<float>::quiet_NaN();
+        }
       }
     }
   }

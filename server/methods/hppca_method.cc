@@ -66,9 +66,15 @@ class HppcaFitted final : public FittedModel {
   // calls 2.6x faster in batches). The hierarchical path reads only the
   // opened super-classes, which a few rows seldom share; batches of up to
   // 32 rows cost as much per row as single rows (docs/benchmarks.md).
+  // Flat scoring reads every class basis for every row, so rows scored
+  // together share all of it; screened hierarchical rows share the
+  // super-class products (core/hppca/predict.cc). Hierarchical rows scored
+  // in float32 share almost nothing in the batches concurrent calls form.
   bool BatchingPays(const PredictOptions* options) const override {
-    if (options == nullptr) return model_.default_flat();  // AssignLeaves: default scoring
-    return options->flat || (options->top_t == 0 && model_.default_flat());
+    const bool flat = options == nullptr
+                          ? model_.default_flat()  // AssignLeaves: default scoring
+                          : options->flat || (options->top_t == 0 && model_.default_flat());
+    return flat || model_.screens_rows();
   }
 
   absl::StatusOr<ClassTable> Classes() const override {

@@ -22,6 +22,7 @@ using hppca_internal::FromHalf;
 using hppca_internal::Gamma;
 using hppca_internal::HalfAvailable;
 using hppca_internal::HalfGemv;
+using hppca_internal::HalfGemvRows;
 using hppca_internal::ToHalf;
 
 MatrixView View(const RowMatrixF& m) { return MatrixView(m.data(), m.rows(), m.cols()); }
@@ -69,6 +70,40 @@ TEST(HalfTest, ProductsAreWithinTheirBoundOfExact) {
           abs_sum += std::abs(static_cast<double>(x[i]) * hv[r * d + i]);
         }
         EXPECT_LE(std::abs(y[r] - exact), Gamma(d) * abs_sum) << "d " << d << " row " << r;
+      }
+    }
+  }
+}
+
+TEST(HalfTest, ProductsOfSeveralRowsAreWithinTheBoundAndMatchOneRowAtATime) {
+  SKIP_WITHOUT_F16C();
+  std::mt19937_64 rng(6);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (int64_t d : {5, 8, 40, 131}) {
+    for (int64_t rows : {1, 2, 3, 7}) {
+      for (int64_t nx : {1, 3, 4, 5, 9}) {
+        std::vector<float> v(rows * d), x(nx * (d + 2)), y(nx * (rows + 1), -1.0f);
+        for (float& a : v) a = n(rng);
+        for (float& a : x) a = n(rng);
+        std::vector<uint16_t> h(v.size());
+        ToHalf(v.data(), static_cast<int64_t>(v.size()), h.data());
+        std::vector<float> hv(v.size());
+        FromHalf(h.data(), static_cast<int64_t>(h.size()), hv.data());
+        // Rows of x and of y with strides wider than their lengths.
+        HalfGemvRows(h.data(), rows, d, x.data(), nx, d + 2, y.data(), rows + 1);
+        for (int64_t j = 0; j < nx; ++j) {
+          for (int64_t r = 0; r < rows; ++r) {
+            double exact = 0, abs_sum = 0;
+            for (int64_t i = 0; i < d; ++i) {
+              const double t = static_cast<double>(x[j * (d + 2) + i]) * hv[r * d + i];
+              exact += t;
+              abs_sum += std::abs(t);
+            }
+            EXPECT_LE(std::abs(y[j * (rows + 1) + r] - exact), Gamma(d) * abs_sum)
+                << "d " << d << " rows " << rows << " nx " << nx;
+          }
+          EXPECT_EQ(y[j * (rows + 1) + rows], -1.0f) << "wrote past a row of y";
+        }
       }
     }
   }
@@ -147,13 +182,37 @@ TEST_F(HppcaScreenTest, SingleRowsGetTheFloat32Answer) {
 TEST_F(HppcaScreenTest, CallsOfAFewRowsGetTheFloat32Answer) {
   SKIP_WITHOUT_F16C();
   const LabelledData test = gen_->Sample(1, 13);
-  for (int64_t n : {int64_t{2}, int64_t{5}, kHppcaScreenMaxRows}) {
+  for (int64_t n : {int64_t{2}, int64_t{5}, int64_t{9}, int64_t{13}, kHppcaScreenMaxRows}) {
     const RowMatrixF rows = test.x.topRows(n);
     for (int threads : {1, 2}) {
       HppcaPredictOptions po;
       po.top_k = 3;
       po.num_threads = threads;
       ExpectSamePrediction(*model_, rows, po);
+    }
+  }
+}
+
+// What dynamic batching relies on: a row's answer does not depend on the
+// rows scored with it (the same classes and bit-identical scores).
+TEST_F(HppcaScreenTest, ARowGetsTheSameAnswerAloneAndInACall) {
+  SKIP_WITHOUT_F16C();
+  const LabelledData test = gen_->Sample(1, 14);
+  const RowMatrixF rows = test.x.topRows(kHppcaScreenMaxRows);
+  HppcaPredictOptions po;
+  po.top_k = 3;
+  auto together = model_->Predict(View(rows), po);
+  ASSERT_TRUE(together.ok()) << together.status();
+  for (int64_t i = 0; i < rows.rows(); ++i) {
+    const RowMatrixF row = rows.row(i);
+    auto alone = model_->Predict(View(row), po);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    for (int32_t a = 0; a < 3; ++a) {
+      EXPECT_EQ(alone->classes[a], together->classes[i * 3 + a]) << i;
+      EXPECT_EQ(alone->scores[a], together->scores[i * 3 + a]) << i;
+    }
+    for (int32_t a = 0; a < alone->top_t; ++a) {
+      EXPECT_EQ(alone->superclasses[a], together->superclasses[i * alone->top_t + a]) << i;
     }
   }
 }

@@ -328,8 +328,10 @@ double MetricValue(int port, const std::string& name) {
 // batches behind a one-slot gate, get the answers each row gets alone: the
 // same classes and classes scored; scores equal up to float rounding (a
 // batch's rows are scored by one matrix product, whose sums may round
-// differently from a single row's). Assign calls made at the same time
-// (hierarchical, computed alone) answer as they do alone too.
+// differently from a single row's). Hierarchical Predict and Assign calls
+// made at the same time are batched too where the model screens rows in
+// binary16 (HppcaModel::screens_rows), and their answers, scores included,
+// are exactly those of each row alone.
 TEST_F(HppcaServerTest, ConcurrentSingleRowCallsAreBatchedAndAnswerAsAlone) {
   ServerOptions opts;
   opts.serving_concurrency = 1;
@@ -353,15 +355,16 @@ TEST_F(HppcaServerTest, ConcurrentSingleRowCallsAreBatchedAndAnswerAsAlone) {
     return models_->Assign(&ctx, req, out);
   };
   // Alone: one call at a time, so nothing to batch with.
-  std::vector<v1::PredictResponse> alone(n);
+  std::vector<v1::PredictResponse> alone(n), alone_hier(n);
   std::vector<v1::AssignResponse> alone_assign(n);
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_TRUE(Predict(Request("clf", test_.x, i, 1, 0, 3, true), &alone[i]).ok());
+    ASSERT_TRUE(Predict(Request("clf", test_.x, i, 1, 2, 3, false), &alone_hier[i]).ok());
     ASSERT_TRUE(assign_one(i, &alone_assign[i]).ok());
   }
   ASSERT_EQ(MetricValue(server_->metrics_port(), "dendro_serving_batches_total"), 0);
   // Together: eight callers, each its share of the rows.
-  std::vector<v1::PredictResponse> together(n);
+  std::vector<v1::PredictResponse> together(n), together_hier(n);
   std::vector<v1::AssignResponse> together_assign(n);
   std::vector<std::thread> callers;
   std::atomic<int> failed{0};
@@ -369,6 +372,9 @@ TEST_F(HppcaServerTest, ConcurrentSingleRowCallsAreBatchedAndAnswerAsAlone) {
     callers.emplace_back([&, t] {
       for (int64_t i = t; i < n; i += 8) {
         if (!Predict(Request("clf", test_.x, i, 1, 0, 3, true), &together[i]).ok()) ++failed;
+        if (!Predict(Request("clf", test_.x, i, 1, 2, 3, false), &together_hier[i]).ok()) {
+          ++failed;
+        }
         if (!assign_one(i, &together_assign[i]).ok()) ++failed;
       }
     });
@@ -377,8 +383,8 @@ TEST_F(HppcaServerTest, ConcurrentSingleRowCallsAreBatchedAndAnswerAsAlone) {
   ASSERT_EQ(failed.load(), 0);
   const double batched =
       MetricValue(server_->metrics_port(), "dendro_serving_batched_calls_total");
-  std::printf("flat Predict calls answered in batches: %.0f of %lld\n", batched,
-              static_cast<long long>(n));
+  std::printf("calls answered in batches: %.0f of %lld\n", batched,
+              static_cast<long long>(3 * n));
   EXPECT_GT(batched, 0);
   double max_diff = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -396,6 +402,10 @@ TEST_F(HppcaServerTest, ConcurrentSingleRowCallsAreBatchedAndAnswerAsAlone) {
       max_diff = std::max<double>(max_diff, std::fabs(b.scores(j) - a.scores(j)) /
                                                 (1e-5 * std::fabs(a.scores(j)) + 1e-4));
     }
+    EXPECT_THAT(together_hier[i].labels(), ::testing::ElementsAreArray(alone_hier[i].labels()));
+    EXPECT_THAT(together_hier[i].scores(), ::testing::ElementsAreArray(alone_hier[i].scores()));
+    EXPECT_THAT(together_hier[i].superclasses(),
+                ::testing::ElementsAreArray(alone_hier[i].superclasses()));
     EXPECT_THAT(together_assign[i].leaf(), ::testing::ElementsAreArray(alone_assign[i].leaf()));
     EXPECT_THAT(together_assign[i].cluster(),
                 ::testing::ElementsAreArray(alone_assign[i].cluster()));

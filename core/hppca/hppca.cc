@@ -122,8 +122,16 @@ void FillHalf(ScorerBank& b) {
       err2 += (v - back[i]) * (v - back[i]);
     }
     const double e = std::sqrt(err2);
-    b.half_slack.data()[r] =
+    const float slack =
         static_cast<float>((e + 2.0 * gamma * (std::sqrt(norm2) + e)) * (1.0 + 1e-6));
+    if (!std::isfinite(slack)) {
+      // An entry beyond binary16's range (never so for unit eigenvectors):
+      // no bound, so this bank is scored in float32 only.
+      b.bases_half.clear();
+      b.half_slack.resize(0, 0);
+      return;
+    }
+    b.half_slack.data()[r] = slack;
   }
   b.mean_norm.resize(b.n);
   for (int32_t i = 0; i < b.n; ++i) b.mean_norm[i] = b.means.row(i).norm();

@@ -4,10 +4,15 @@
 // float32 scoring of every opened model, on random rows, on rows on the
 // boundary between two answers (near ties that only rescoring gets right),
 // and on extreme rows.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/hppca/half.h"
@@ -191,6 +196,34 @@ TEST_F(HppcaScreenTest, CallsOfAFewRowsGetTheFloat32Answer) {
       ExpectSamePrediction(*model_, rows, po);
     }
   }
+}
+
+// A basis entry beyond binary16's range (a model file no fit writes: bases
+// are unit eigenvectors) leaves no bound to screen with; that model scores
+// in float32 and answers as float32 does.
+TEST_F(HppcaScreenTest, BasesBeyondHalfRangeAreScoredInFloat32) {
+  SKIP_WITHOUT_F16C();
+  EXPECT_TRUE(model_->screens_rows());
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("hppca_screen_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(model_->Save(dir.string()).ok());
+  {
+    // The last value of class_bases.npy (float32, C order) becomes 1e6.
+    std::fstream f(dir / "class_bases.npy", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-4, std::ios::end);
+    const float big = 1e6f;
+    f.write(reinterpret_cast<const char*>(&big), 4);
+  }
+  auto loaded = HppcaModel::Load(dir.string());
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_FALSE(loaded->screens_rows());
+  const LabelledData test = gen_->Sample(1, 15);
+  HppcaPredictOptions po;
+  po.top_k = 2;
+  ExpectSamePrediction(*loaded, test.x.topRows(5), po);
 }
 
 // What dynamic batching relies on: a row's answer does not depend on the

@@ -161,9 +161,6 @@ bool HalfAvailable() {
 
 void ToHalf(const float* in, int64_t n, uint16_t* out) { ToHalfImpl(in, n, out); }
 void FromHalf(const uint16_t* in, int64_t n, float* out) { FromHalfImpl(in, n, out); }
-void HalfGemv(const uint16_t* v, int64_t rows, int64_t d, const float* x, float* y) {
-  HalfGemvImpl(v, rows, d, x, y);
-}
 
 void HalfGemvRows(const uint16_t* v, int64_t rows, int64_t d, const float* x, int64_t nx,
                   int64_t ldx, float* y, int64_t ldy) {
@@ -175,7 +172,6 @@ void HalfGemvRows(const uint16_t* v, int64_t rows, int64_t d, const float* x, in
 bool HalfAvailable() { return false; }
 void ToHalf(const float*, int64_t, uint16_t*) { std::abort(); }
 void FromHalf(const uint16_t*, int64_t, float*) { std::abort(); }
-void HalfGemv(const uint16_t*, int64_t, int64_t, const float*, float*) { std::abort(); }
 void HalfGemvRows(const uint16_t*, int64_t, int64_t, const float*, int64_t, int64_t, float*,
                   int64_t) {
   std::abort();

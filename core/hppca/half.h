@@ -26,13 +26,10 @@ void ToHalf(const float* in, int64_t n, uint16_t* out);
 // out[i] = float(in[i]) for i < n (exact).
 void FromHalf(const uint16_t* in, int64_t n, float* out);
 
-// y[r] = sum_i x[i] * float(v[r * d + i]) for r < rows, accumulated in float32.
-// Whatever the order of that sum, |y[r] - exact| <= Gamma(d) * sum_i |x_i v_ri|.
-void HalfGemv(const uint16_t* v, int64_t rows, int64_t d, const float* x, float* y);
-
-// The same for nx rows of x at once (row j at x + j * ldx), each basis row
-// read once for all of them: y[j * ldy + r] = sum_i x[j * ldx + i] *
-// float(v[r * d + i]), with the same bound.
+// y[j * ldy + r] = sum_i x[j * ldx + i] * float(v[r * d + i]) for r < rows
+// and j < nx (rows of x at x + j * ldx), accumulated in float32, each basis
+// row read once for all nx rows of x. Whatever the order of the sums,
+// |y[j * ldy + r] - exact| <= Gamma(d) * sum_i |x_ji v_ri|.
 void HalfGemvRows(const uint16_t* v, int64_t rows, int64_t d, const float* x, int64_t nx,
                   int64_t ldx, float* y, int64_t ldy);
 

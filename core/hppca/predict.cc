@@ -28,7 +28,6 @@ namespace dendro {
 namespace {
 
 using hppca_internal::Gamma;
-using hppca_internal::HalfGemv;
 using hppca_internal::HalfGemvRows;
 using hppca_internal::ScorerBank;
 
@@ -44,6 +43,9 @@ struct Workspace {
   std::vector<double> scores;
   RowMatrixF x;
   std::vector<double> xn2;
+  // The screened path's scratch (k per model; one per candidate).
+  Eigen::ArrayXf aa, dd;
+  std::vector<double> upper;
 };
 
 // out (R x cnt, row-major) = scores of the R centred rows `x` against models
@@ -151,6 +153,20 @@ float SaturateToFloat(double score) {
   return static_cast<float>(std::clamp(score, -kMax, kMax));
 }
 
+// Row `row`'s answer: the first `have` of `best` (sorted best first), then
+// empty slots (class -1, NaN score) up to kk.
+void WriteAnswer(const std::vector<Cand>& best, int32_t have, int64_t row, int32_t kk,
+                 const std::vector<int64_t>& labels, HppcaPrediction& out) {
+  for (int32_t a = 0; a < kk; ++a) {
+    const int64_t o = row * kk + a;
+    const int32_t c = a < have ? best[a].id : -1;
+    out.classes[o] = c;
+    out.labels[o] = c >= 0 ? labels[c] : 0;
+    out.scores[o] =
+        c >= 0 ? SaturateToFloat(best[a].score) : std::numeric_limits<float>::quiet_NaN();
+  }
+}
+
 // Super-classes each row opens: `asked` (clamped to S), raised where needed
 // until any T super-classes hold at least `top_k` classes, so every row has
 // top_k classes scored and no answer slot is ever empty.
@@ -204,7 +220,7 @@ struct Screened {
 // of a bank, from its products with their binary16 bases (p, cnt * k) and
 // with their means (g, cnt).
 void ScreenScores(const ScorerBank& b, double xn2, const float* p, const float* g, int32_t m0,
-                  int32_t cnt, std::vector<Screened>& out) {
+                  int32_t cnt, std::vector<Screened>& out, Workspace& ws) {
   const int32_t k = b.k;
   const float xnorm = static_cast<float>(std::sqrt(xn2));
   const double gamma_d = Gamma(b.d), gamma_k = Gamma(k + 2);
@@ -215,8 +231,10 @@ void ScreenScores(const ScorerBank& b, double xn2, const float* p, const float* 
     const Span pc(p + static_cast<int64_t>(c) * k, k);
     const Span cp(b.proj.row(m).data(), k), w(b.weights.row(m).data(), k);
     const Span slack(b.half_slack.row(m).data(), k);
-    const Eigen::ArrayXf aa = (pc - cp).abs();
-    const Eigen::ArrayXf dd = xnorm * (1.0f + u) * slack + 2.0f * u * aa;
+    Eigen::ArrayXf& aa = ws.aa;
+    Eigen::ArrayXf& dd = ws.dd;
+    aa = (pc - cp).abs();
+    dd = xnorm * (1.0f + u) * slack + 2.0f * u * aa;
     const double acc = (w * aa.square()).sum();
     const double moved = (w * (2.0f * aa * dd + dd.square())).sum();
     const double spread = (w * (aa + dd).square()).sum();
@@ -237,12 +255,12 @@ void Screen(const ScorerBank& b, const RowMatrixF& x, double xn2, int32_t m0, in
             std::vector<Screened>& out, Workspace& ws) {
   const int64_t d = b.d;
   ws.p.resize(1, static_cast<int64_t>(cnt) * b.k);
-  HalfGemv(b.bases_half.data() + static_cast<int64_t>(m0) * b.k * d,
-           static_cast<int64_t>(cnt) * b.k, d, x.data(), ws.p.data());
+  HalfGemvRows(b.bases_half.data() + static_cast<int64_t>(m0) * b.k * d,
+               static_cast<int64_t>(cnt) * b.k, d, x.data(), 1, d, ws.p.data(), 0);
   Eigen::Map<const RowMatrixF> means(b.means.data() + static_cast<int64_t>(m0) * d, cnt, d);
   ws.g.resize(cnt, 1);
   ws.g.noalias() = means * x.row(0).transpose();
-  ScreenScores(b, xn2, ws.p.data(), ws.g.data(), m0, cnt, out);
+  ScreenScores(b, xn2, ws.p.data(), ws.g.data(), m0, cnt, out, ws);
 }
 
 // The best n of `cands` by float32 score (ties by id), best first, rescoring
@@ -254,7 +272,8 @@ void SelectBest(const ScorerBank& b, const RowMatrixF& x, double xn2, std::vecto
   n = std::min<int32_t>(n, static_cast<int32_t>(cands.size()));
   if (n <= 0) return;
   // tau: the n-th smallest upper bound; at least n models score <= tau.
-  std::vector<double> upper(cands.size());
+  std::vector<double>& upper = ws.upper;
+  upper.resize(cands.size());
   for (size_t i = 0; i < cands.size(); ++i) upper[i] = cands[i].score + cands[i].bound;
   std::nth_element(upper.begin(), upper.begin() + (n - 1), upper.end());
   const double tau = upper[n - 1];
@@ -317,7 +336,7 @@ void PredictScreened(const ScreenedModel& m, const MatrixView& rows, int32_t t, 
         one.x = ws.x.row(q);
         const double xn2 = ws.xn2[q];
         cands.clear();
-        ScreenScores(sup, xn2, p1.row(q).data(), g1.row(q).data(), 0, sup.n, cands);
+        ScreenScores(sup, xn2, p1.row(q).data(), g1.row(q).data(), 0, sup.n, cands, one);
         SelectBest(
             sup, one.x, xn2, cands, t, [](int32_t j) { return j; }, best, one);
         cands.clear();
@@ -333,15 +352,7 @@ void PredictScreened(const ScreenedModel& m, const MatrixView& rows, int32_t t, 
         SelectBest(
             m.class_bank, one.x, xn2, cands, kk, [&](int32_t slot) { return m.slot_class[slot]; },
             best, one);
-        const int32_t have = static_cast<int32_t>(best.size());
-        for (int32_t a = 0; a < kk; ++a) {
-          const int64_t o = i * kk + a;
-          const int32_t c = a < have ? best[a].id : -1;
-          out.classes[o] = c;
-          out.labels[o] = c >= 0 ? m.labels[c] : 0;
-          out.scores[o] =
-              c >= 0 ? SaturateToFloat(best[a].score) : std::numeric_limits<float>::quiet_NaN();
-        }
+        WriteAnswer(best, static_cast<int32_t>(best.size()), i, kk, m.labels, out);
       }
     }
   }
@@ -395,8 +406,7 @@ absl::StatusOr<HppcaPrediction> HppcaModel::Predict(const MatrixView& rows,
   out.superclasses.resize(n * t);
   out.classes_evaluated.resize(n);
 
-  if (!flat && opt.screen_in_half && n <= kHppcaScreenMaxRows && m.class_bank.has_half() &&
-      m.super_bank.has_half()) {
+  if (!flat && opt.screen_in_half && n <= kHppcaScreenMaxRows && screens_rows()) {
     const ScreenedModel sm{m.super_bank, m.class_bank,     m.slot_begin,
                            m.slot_class, m.classes.labels, m.center};
     PredictScreened(sm, rows, t, kk, threads, out);
@@ -514,14 +524,7 @@ absl::StatusOr<HppcaPrediction> HppcaModel::Predict(const MatrixView& rows,
       }
       const int32_t have = std::min<int32_t>(kk, static_cast<int32_t>(best.size()));
       std::partial_sort(best.begin(), best.begin() + have, best.end(), Better);
-      for (int32_t a = 0; a < kk; ++a) {
-        const int64_t o = (r0 + i) * kk + a;
-        const int32_t c = a < have ? best[a].id : -1;
-        out.classes[o] = c;
-        out.labels[o] = c >= 0 ? m.classes.labels[c] : 0;
-        out.scores[o] = c >= 0 ? SaturateToFloat(best[a].score)
-                               : std::numeric_limits<float>::quiet_NaN();
-      }
+      WriteAnswer(best, have, r0 + i, kk, m.classes.labels, out);
     }
   };
 #pragma omp parallel for schedule(dynamic, 1) num_threads(outer)

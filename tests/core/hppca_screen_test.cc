@@ -26,7 +26,6 @@ namespace {
 using hppca_internal::FromHalf;
 using hppca_internal::Gamma;
 using hppca_internal::HalfAvailable;
-using hppca_internal::HalfGemv;
 using hppca_internal::HalfGemvRows;
 using hppca_internal::ToHalf;
 
@@ -67,7 +66,7 @@ TEST(HalfTest, ProductsAreWithinTheirBoundOfExact) {
       ToHalf(v.data(), static_cast<int64_t>(v.size()), h.data());
       std::vector<float> hv(v.size());
       FromHalf(h.data(), static_cast<int64_t>(h.size()), hv.data());
-      HalfGemv(h.data(), rows, d, x.data(), y.data());
+      HalfGemvRows(h.data(), rows, d, x.data(), 1, d, y.data(), rows);
       for (int64_t r = 0; r < rows; ++r) {
         double exact = 0, abs_sum = 0;
         for (int64_t i = 0; i < d; ++i) {

@@ -206,11 +206,12 @@ struct ScorerBank {
   std::vector<double> mean_norm2;  // n
   std::vector<double> offset;      // n: log|Sigma| for kLogDet, else 0
   double inv_lambda = 1.0;
-  // For screening single rows (predict.cc): `bases` in binary16 (core/hppca/
-  // half.h); per basis row b, e + 2 Gamma(d) (|b| + e) rounded up, where e =
-  // |b - float(binary16(b))|: times |x|, a bound on how far x . b from the
-  // binary16 copy is from x . b in float32; per model the norm of its centred
-  // mean. Empty when !HalfAvailable().
+  // For screening calls of a few rows (predict.cc): `bases` in binary16
+  // (core/hppca/half.h); per basis row b, e + 2 Gamma(d) (|b| + e) rounded
+  // up, where e = |b - float(binary16(b))|: times |x|, a bound on how far
+  // x . b from the binary16 copy is from x . b in float32; per model the norm
+  // of its centred mean. Empty when !HalfAvailable() or when some basis
+  // entry lies beyond binary16's range.
   std::vector<uint16_t> bases_half;  // n*k x d
   RowMatrixF half_slack;             // n x k
   std::vector<float> mean_norm;      // n: |means row|

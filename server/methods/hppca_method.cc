@@ -63,13 +63,12 @@ class HppcaFitted final : public FittedModel {
 
   // Flat scoring reads every class's basis for every row: rows evaluated
   // together share that pass over the model (measured: concurrent single-row
-  // calls 2.6x faster in batches). The hierarchical path reads only the
-  // opened super-classes, which a few rows seldom share; batches of up to
-  // 32 rows cost as much per row as single rows (docs/benchmarks.md).
-  // Flat scoring reads every class basis for every row, so rows scored
-  // together share all of it; screened hierarchical rows share the
-  // super-class products (core/hppca/predict.cc). Hierarchical rows scored
-  // in float32 share almost nothing in the batches concurrent calls form.
+  // calls 2.6x faster in batches). Hierarchical rows read only the opened
+  // super-classes' classes, which a few rows seldom share; screened in
+  // binary16 (HppcaModel::screens_rows) they still share the super-class
+  // products, so 32-row calls cost 0.7x per row of single rows; scored in
+  // float32 batches of up to 32 rows cost as much per row as single rows
+  // (docs/benchmarks.md).
   bool BatchingPays(const PredictOptions* options) const override {
     const bool flat = options == nullptr
                           ? model_.default_flat()  // AssignLeaves: default scoring

@@ -25,6 +25,7 @@
 #include "core/io/atomic_file.h"
 #include "server/api/batcher.h"
 #include "server/api/serving_gate.h"
+#include "server/base/elastic_pool.h"
 #include "server/base/ids.h"
 #include "server/catalogue/catalogue.h"
 #include "server/catalogue/open_catalogue.h"
@@ -64,6 +65,9 @@ struct DendroServer::State {
   std::vector<std::unique_ptr<grpc::Service>> services;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<grpc::Server> health_server;  // --health_listen
+  // Threads of the Assign/Predict calls that wait for their turn: they
+  // finish calls of grpc_server, so they are joined before it is destroyed.
+  std::unique_ptr<ElasticPool> waiting;
   std::unique_ptr<HttpConsole> http;  // --http_listen; before the stores it reads
   int port = 0;
   int lock_fd = -1;          // flock on <data_dir>/LOCK; closed last
@@ -412,6 +416,11 @@ void DendroServer::State::CreateServingLimits(const ServerOptions& o) {
   batch_options.max_rows = o.batch_max_rows;
   batch_options.max_delay = o.batch_max_delay;
   batcher = std::make_unique<Batcher>(batch_options, gate.get());
+  // A thread for every call the gate lets compute or wait (batch members
+  // beyond that are refused, as the gate refuses calls).
+  ElasticPool::Options pool_options;
+  pool_options.max_threads = gate_options.concurrency + std::max(1, gate_options.max_waiting);
+  waiting = std::make_unique<ElasticPool>(pool_options);
   if (batch_options.max_rows > 1) {
     spdlog::info(
         "serving: calls of fewer than {} rows on one model are computed together "
@@ -434,6 +443,7 @@ absl::Status DendroServer::State::ServeMetrics(const ServerOptions& o) {
   StreamLimiter* st = streams.get();
   ServingGate* g = gate.get();
   Batcher* b = batcher.get();
+  ElasticPool* w = waiting.get();
   const DiskGuard* d = &datasets->disk();
   // A volume that cannot be read reads as 0 free (which the disk alert
   // reports) rather than dropping the series.
@@ -462,6 +472,10 @@ absl::Status DendroServer::State::ServeMetrics(const ServerOptions& o) {
       {"dendro_serving_batch_waiting",
        "Assign/Predict calls in batches that are not computing yet.",
        [b] { return b->stats().waiting; }},
+      {"dendro_serving_wait_threads",
+       "Threads holding unary Assign/Predict calls that could not compute at once (at most "
+       "--serving_concurrency + --serving_queue; idle ones exit after 10 s).",
+       [w] { return w->stats().threads; }},
       {"dendro_data_volume_free_bytes",
        "Bytes free on the data directory's volume (as available to dendrod).",
        [space] { return static_cast<double>(space().free_bytes); }},
@@ -480,7 +494,7 @@ absl::Status DendroServer::State::ServeMetrics(const ServerOptions& o) {
        "Models dropped from the cache to make room for others.",
        [m] { return m->CacheStats().evictions; }},
       {"dendro_serving_refused_total", "Assign/Predict calls refused because the line was full.",
-       [g] { return g->stats().refused; }},
+       [g, w] { return g->stats().refused + w->stats().refused; }},
       {"dendro_serving_expired_total",
        "Assign/Predict calls dropped uncomputed: their deadline passed while they waited.",
        [g, b] { return g->stats().expired + b->stats().expired; }},
@@ -519,6 +533,7 @@ absl::Status DendroServer::State::StartGrpc(const ServerOptions& o) {
   ServiceDeps deps;
   deps.gate = gate.get();
   deps.batcher = batcher.get();
+  deps.waiting = waiting.get();
   deps.datasets = datasets.get();
   deps.jobs = jobs.get();
   deps.models = models.get();
@@ -531,7 +546,7 @@ absl::Status DendroServer::State::StartGrpc(const ServerOptions& o) {
   services = MakeServices(std::move(deps));
   for (auto& svc : services) builder.RegisterService(svc.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
-  creators.push_back(MakeParseFailureStatusFactory());
+  creators.push_back(MakeParseFailureStatusFactory(CallbackMethodNames()));
   if (metrics) creators.push_back(metrics->MakeInterceptorFactory());
   if (o.auth_reflection) creators.push_back(MakeReflectionGuardFactory(auth.get()));
   builder.experimental().SetInterceptorCreators(std::move(creators));

@@ -82,6 +82,7 @@ run_thread() {
     ghhc_server_test robustness_server_test auth_test model_cache_test registry_labels_test \
     catalogue_test sweep_test artifact_store_test upload_validator_test stream_limiter_test \
     stream_caps_test method_bounds_test model_table_test api_test serving_gate_test \
+    elastic_pool_test batcher_test \
     job_lifecycle_test \
     l2h_worker_pool_test l2h_run_test ghhc_fit_test ghhc_refine_test
   local logs="$build/sanitizer-reports"

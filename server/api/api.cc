@@ -282,7 +282,8 @@ absl::Status Api::AnswerTooLarge(const CallWording& w, int64_t rows, int64_t byt
 
 absl::StatusOr<Assignment> Api::Assign(const CallWording& w, const LoadedModel& model,
                                        const MatrixView& rows, int64_t level, bool stable_ids,
-                                       const AssignCost& cost, absl::Time deadline) const {
+                                       const AssignCost& cost, absl::Time deadline,
+                                       bool* would_wait) const {
   const Hierarchy& tree = model.model->tree();
   const int64_t per_row = cost.per_row + (stable_ids ? cost.per_row_stable_ids : 0);
   if (level < 0 || level > tree.num_leaves()) {
@@ -312,8 +313,9 @@ absl::StatusOr<Assignment> Api::Assign(const CallWording& w, const LoadedModel& 
     return absl::OkStatus();
   };
   DENDRO_RETURN_IF_ERROR(Compute(w, Batcher::Key{&fitted, kAssignLeaves},
-                                 fitted.BatchingPays(nullptr), rows, deadline, &out.leaves,
-                                 compute));
+                                 fitted.BatchingPays(nullptr), rows, deadline, &out.leaves, compute,
+                                 would_wait));
+  if (would_wait != nullptr && *would_wait) return Assignment{};
   out.clusters = out.leaves;
   if (level > 0) {
     DENDRO_ASSIGN_OR_RETURN(std::vector<int32_t> cut, tree.CutToK(out.level));
@@ -334,8 +336,8 @@ absl::StatusOr<Assignment> Api::Assign(const CallWording& w, const LoadedModel& 
 
 absl::StatusOr<Prediction> Api::Predict(const CallWording& w, const LoadedModel& model,
                                         const MatrixView& rows, int64_t top_k, int64_t top_t,
-                                        bool flat, const AnswerCost& cost,
-                                        absl::Time deadline) const {
+                                        bool flat, const AnswerCost& cost, absl::Time deadline,
+                                        bool* would_wait) const {
   if (top_k < 0 || top_t < 0 || top_k > std::numeric_limits<int32_t>::max() ||
       top_t > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat(w.params, "top_k and top_t must be >= 0"));
@@ -371,13 +373,40 @@ absl::StatusOr<Prediction> Api::Predict(const CallWording& w, const LoadedModel&
   Prediction out;
   const Batcher::Key key{&fitted, kPredict, options.top_k, options.top_t, options.flat ? 1 : 0};
   DENDRO_RETURN_IF_ERROR(
-      Compute(w, key, fitted.BatchingPays(&options), rows, deadline, &out, compute));
+      Compute(w, key, fitted.BatchingPays(&options), rows, deadline, &out, compute, would_wait));
   return out;
 }
 
 absl::Status Api::Compute(const CallWording& w, const Batcher::Key& key, bool batch,
                           const MatrixView& rows, absl::Time deadline, void* out,
-                          Batcher::Compute compute) const {
+                          Batcher::Compute compute, bool* would_wait) const {
+  const Batcher::Share share{0, rows.rows(), out};
+  if (would_wait != nullptr) {
+    *would_wait = false;
+    // A batch that waits for company is formed on threads that may wait;
+    // and a large call computes on one too, so that it does not hold up the
+    // small calls behind it on the caller's thread.
+    const Batcher* b = deps_.batcher;
+    const bool delayed = (batch && b != nullptr && rows.rows() < b->options().max_rows &&
+                          b->options().max_delay > absl::ZeroDuration()) ||
+                         rows.rows() > kMaxRowsInline;
+    std::optional<ServingGate::Slot> slot;
+    if (!delayed && deps_.gate != nullptr) {
+      if (absl::Now() >= deadline) {
+        // Refused at once, without waiting (and counted as expired).
+        DENDRO_ASSIGN_OR_RETURN(ServingGate::Slot s, deps_.gate->Enter(w.what, deadline));
+        slot.emplace(std::move(s));
+      } else if (std::optional<ServingGate::Slot> s = deps_.gate->TryEnter(); s.has_value()) {
+        slot.emplace(std::move(*s));
+      }
+    }
+    if (delayed || (deps_.gate != nullptr && !slot.has_value())) {
+      *would_wait = true;
+      return absl::OkStatus();
+    }
+    // Nobody waits for a slot, so no batch is open that this call could join.
+    return compute(rows, absl::MakeConstSpan(&share, 1));
+  }
   if (batch && deps_.batcher != nullptr) {
     return deps_.batcher->Run(w.what, key, rows, deadline, out, compute);
   }
@@ -386,7 +415,6 @@ absl::Status Api::Compute(const CallWording& w, const Batcher::Key& key, bool ba
     DENDRO_ASSIGN_OR_RETURN(ServingGate::Slot s, deps_.gate->Enter(w.what, deadline));
     slot.emplace(std::move(s));
   }
-  const Batcher::Share share{0, rows.rows(), out};
   return compute(rows, absl::MakeConstSpan(&share, 1));
 }
 

@@ -34,6 +34,11 @@ namespace dendro::server {
 absl::StatusOr<v1::ModelRef> ModelRefFromText(const std::string& name,
                                               const std::string& version);
 
+// The most rows an Assign or Predict asked with `would_wait` computes on
+// the calling thread (see Api::Assign): larger calls take long enough that a
+// hand-over costs them nothing, and they would hold up the calls behind them.
+inline constexpr int64_t kMaxRowsInline = 64;
+
 // What an answer costs its transport, in encoded bytes: per row, and per
 // label/score pair and super-class of a prediction. The request layer
 // refuses, before computing, an answer that could exceed the message limit.
@@ -128,15 +133,25 @@ class Api {
   // for none): see server/api/serving_gate.h for the refusals. Small calls may be
   // computed together with others on the same model, where the model says
   // that pays (FittedModel::BatchingPays, server/api/batcher.h).
+  //
+  // They wait on the calling thread for their turn (a computing slot, a
+  // batch filling up) unless `would_wait` is given. Then a call computes
+  // only if it can start at once (a slot is free, nobody waits for one, and
+  // no batch delay applies) and has at most kMaxRowsInline rows;
+  // otherwise it sets *would_wait, computes nothing
+  // and returns an empty answer, and the caller repeats it, with
+  // `would_wait` null, on a thread that may wait. Refusals (bad requests,
+  // a deadline already past) are returned either way.
   // Assign: `level` in [0, leaves].
   absl::StatusOr<Assignment> Assign(const CallWording& w, const LoadedModel& model,
                                     const MatrixView& rows, int64_t level, bool stable_ids,
-                                    const AssignCost& cost, absl::Time deadline) const;
+                                    const AssignCost& cost, absl::Time deadline,
+                                    bool* would_wait = nullptr) const;
   // Predict: top_k 0 means 1; top_k and top_t >= 0.
   absl::StatusOr<Prediction> Predict(const CallWording& w, const LoadedModel& model,
                                      const MatrixView& rows, int64_t top_k, int64_t top_t,
-                                     bool flat, const AnswerCost& cost,
-                                     absl::Time deadline) const;
+                                     bool flat, const AnswerCost& cost, absl::Time deadline,
+                                     bool* would_wait = nullptr) const;
 
   // RESOURCE_EXHAUSTED for an answer of `rows` rows found to be `bytes`
   // long once built, over the message limit.
@@ -146,10 +161,11 @@ class Api {
 
  private:
   // Runs `compute` for `rows` through the batcher when `batch` (the model
-  // says batching pays) and there is one, else alone after the gate.
+  // says batching pays) and there is one, else alone after the gate; with
+  // `would_wait`, only if it can start at once (see Assign).
   absl::Status Compute(const CallWording& w, const Batcher::Key& key, bool batch,
                        const MatrixView& rows, absl::Time deadline, void* out,
-                       Batcher::Compute compute) const;
+                       Batcher::Compute compute, bool* would_wait) const;
 
   ApiDeps deps_;
 };

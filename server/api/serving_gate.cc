@@ -57,6 +57,13 @@ absl::StatusOr<ServingGate::Slot> ServingGate::Enter(const char* what, absl::Tim
   }
 }
 
+std::optional<ServingGate::Slot> ServingGate::TryEnter() {
+  MutexLock lock(&mu_);
+  if (computing_ >= options_.concurrency || waiting_ > 0) return std::nullopt;
+  ++computing_;
+  return Slot(this);
+}
+
 ServingGate::Stats ServingGate::stats() const {
   ReaderMutexLock lock(&mu_);
   return Stats{computing_, waiting_, refused_, expired_};

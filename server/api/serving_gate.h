@@ -15,6 +15,7 @@
 #define DENDRO_SERVER_API_SERVING_GATE_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -50,6 +51,11 @@ class ServingGate {
   // messages of the refusals above; a deadline already past is refused
   // without waiting.
   absl::StatusOr<Slot> Enter(const char* what, absl::Time deadline);
+
+  // A slot at once when one is free and no call waits for one; otherwise
+  // nullopt, and nothing is counted (the caller may then Enter from a thread
+  // that can wait).
+  std::optional<Slot> TryEnter();
 
   struct Stats {
     int64_t computing = 0;

@@ -1,12 +1,14 @@
 #include "server/security/caller.h"
 
+#include <google/protobuf/message.h>
+#include <grpcpp/support/server_interceptor.h>
+
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
-
-#include <google/protobuf/message.h>
-#include <grpcpp/support/server_interceptor.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -91,20 +93,26 @@ class ReflectionGuardFactory final
   const Authenticator* const auth_;
 };
 
-// gRPC answers a request it cannot parse as its method's message with
-// INTERNAL and no message, before any handler runs. The client sent the
-// bad bytes, and every handler's own status carries a message, so that
-// pair is rewritten to INVALID_ARGUMENT saying what was wrong.
+// gRPC answers a request it cannot parse as its method's message before any
+// handler runs: INTERNAL and no message for a synchronous method, and
+// UNIMPLEMENTED and no message for one served by the callback API. The
+// client sent the bad bytes, and every handler's own status carries a
+// message, so that pair is rewritten to INVALID_ARGUMENT saying what was
+// wrong. (UNIMPLEMENTED is rewritten only for the callback methods: for a
+// method the server does not have it is the right answer.)
 class ParseFailureStatus final : public grpc::experimental::Interceptor {
  public:
   // `method` is the call's, which outlives this interceptor: not copied,
   // since one is made for every call.
-  explicit ParseFailureStatus(const char* method) : method_(method != nullptr ? method : "") {}
+  ParseFailureStatus(const char* method, bool callback)
+      : method_(method != nullptr ? method : ""), callback_(callback) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status sent = methods->GetSendStatus();
-      if (sent.error_code() == grpc::StatusCode::INTERNAL && sent.error_message().empty()) {
+      const grpc::StatusCode parse_failure =
+          callback_ ? grpc::StatusCode::UNIMPLEMENTED : grpc::StatusCode::INTERNAL;
+      if (sent.error_code() == parse_failure && sent.error_message().empty()) {
         const std::string_view full(method_);
         const std::string name(full.substr(full.rfind('/') + 1));
         methods->ModifySendStatus(grpc::Status(
@@ -119,22 +127,32 @@ class ParseFailureStatus final : public grpc::experimental::Interceptor {
 
  private:
   const char* const method_;
+  const bool callback_;
 };
 
 class ParseFailureStatusFactory final
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
+  explicit ParseFailureStatusFactory(std::vector<std::string> callback_methods)
+      : callback_methods_(std::move(callback_methods)) {}
+
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    return new ParseFailureStatus(info->method());
+    const std::string_view method = info->method() != nullptr ? info->method() : "";
+    const bool callback = std::find(callback_methods_.begin(), callback_methods_.end(), method) !=
+                          callback_methods_.end();
+    return new ParseFailureStatus(info->method(), callback);
   }
+
+ private:
+  const std::vector<std::string> callback_methods_;
 };
 
 }  // namespace
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-MakeParseFailureStatusFactory() {
-  return std::make_unique<ParseFailureStatusFactory>();
+MakeParseFailureStatusFactory(std::vector<std::string> callback_methods) {
+  return std::make_unique<ParseFailureStatusFactory>(std::move(callback_methods));
 }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>

@@ -5,9 +5,11 @@
 #ifndef DENDRO_SERVER_SECURITY_CALLER_H_
 #define DENDRO_SERVER_SECURITY_CALLER_H_
 
-#include <map>
-
 #include <grpcpp/grpcpp.h>
+
+#include <map>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/security/auth.h"
@@ -31,10 +33,12 @@ std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
 MakeReflectionGuardFactory(const Authenticator* auth);
 
 // A server interceptor factory that turns gRPC's answer to a request that
-// does not parse (INTERNAL with an empty message, sent before any handler
-// runs) into INVALID_ARGUMENT naming the method. Every other status passes.
+// does not parse (sent before any handler runs, with an empty message:
+// INTERNAL for synchronous methods, UNIMPLEMENTED for `callback_methods`,
+// full names as "/dendro.v1.ModelService/Predict") into INVALID_ARGUMENT
+// naming the method. Every other status passes.
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-MakeParseFailureStatusFactory();
+MakeParseFailureStatusFactory(std::vector<std::string> callback_methods);
 
 }  // namespace dendro::server
 

@@ -58,7 +58,7 @@ class ServiceBase {
   grpc::Status ToGrpc(const absl::Status& s) const { return server::ToGrpc(s, deps_); }
   // Who is calling and whether they may call `rpc` (see server/security/auth.h).
   // Refusals are logged for the audit trail, with the peer.
-  absl::StatusOr<Principal> Authorize(grpc::ServerContext* ctx, Rpc rpc) const {
+  absl::StatusOr<Principal> Authorize(grpc::ServerContextBase* ctx, Rpc rpc) const {
     // Every call gets a request id, in its trailing metadata and on every
     // log line the handler writes. A client may propose its own.
     LogContext& log = ThreadLogContext();
@@ -496,7 +496,13 @@ absl::Status WriteTree(const LoadedModel& loaded, const v1::GetTreeRequest& req,
   return absl::OkStatus();
 }
 
-class ModelServiceImpl final : public v1::ModelService::Service, private ServiceBase {
+// Assign and Predict use gRPC's callback API: their handlers run on gRPC's
+// own threads, with no hand-over to a thread per call, which costs more than
+// a small call's arithmetic. The other methods are synchronous.
+using ModelServiceBase = v1::ModelService::WithCallbackMethod_Assign<
+    v1::ModelService::WithCallbackMethod_Predict<v1::ModelService::Service>>;
+
+class ModelServiceImpl final : public ModelServiceBase, private ServiceBase {
  public:
   explicit ModelServiceImpl(ServiceDeps deps) : ServiceBase(std::move(deps)) {}
 
@@ -654,35 +660,21 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
     return ToGrpc(written);
   }
 
-  grpc::Status Assign(grpc::ServerContext* ctx, const v1::AssignRequest* req,
-                      v1::AssignResponse* resp) override {
-    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kAssign);
-    if (!who.ok()) return ToGrpc(who.status());
-    auto loaded = api_.Load(req->model());
-    if (!loaded.ok()) return ToGrpc(loaded.status());
-    std::vector<float> aligned;
-    auto rows = api_.RowsFromBytes(kAssignWording, *loaded, req->rows(), req->cols(),
-                                   req->data(), &aligned);
-    if (!rows.ok()) return ToGrpc(rows.status());
-    auto assigned = api_.Assign(kAssignWording, *loaded, *rows, req->level(), req->stable_ids(),
-                                kAssignCost, absl::FromChrono(ctx->deadline()));
-    if (!assigned.ok()) return ToGrpc(assigned.status());
-    resp->mutable_leaf()->Add(assigned->leaves.begin(), assigned->leaves.end());
-    resp->mutable_cluster()->Add(assigned->clusters.begin(), assigned->clusters.end());
-    resp->mutable_stable_leaf()->Add(assigned->stable_leaves.begin(),
-                                     assigned->stable_leaves.end());
-    resp->mutable_stable_cluster()->Add(assigned->stable_clusters.begin(),
-                                        assigned->stable_clusters.end());
-    resp->set_level(assigned->level);
-    resp->set_model_version(loaded->info().version());
-    return grpc::Status::OK;
+  grpc::ServerUnaryReactor* Assign(grpc::CallbackServerContext* ctx, const v1::AssignRequest* req,
+                                   v1::AssignResponse* resp) override {
+    const absl::Time deadline = absl::FromChrono(ctx->deadline());
+    return Unary(ctx, Rpc::kAssign, kAssignWording, [this, req, resp, deadline](bool* would_wait) {
+      return AssignAnswer(*req, deadline, resp, would_wait);
+    });
   }
 
-  grpc::Status Predict(grpc::ServerContext* ctx, const v1::PredictRequest* req,
-                       v1::PredictResponse* resp) override {
-    absl::StatusOr<Principal> who = Authorize(ctx, Rpc::kPredict);
-    if (!who.ok()) return ToGrpc(who.status());
-    return ToGrpc(PredictOne(*req, absl::FromChrono(ctx->deadline()), resp));
+  grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* ctx, const v1::PredictRequest* req,
+                                    v1::PredictResponse* resp) override {
+    const absl::Time deadline = absl::FromChrono(ctx->deadline());
+    return Unary(ctx, Rpc::kPredict, kPredictWording,
+                 [this, req, resp, deadline](bool* would_wait) {
+                   return PredictOne(*req, deadline, resp, would_wait);
+                 });
   }
 
   grpc::Status PredictStream(
@@ -738,16 +730,73 @@ class ModelServiceImpl final : public v1::ModelService::Service, private Service
   }
 
  private:
+  // A unary Assign or Predict on a callback thread: `answer(would_wait)`
+  // fills the response (see Api::Assign); when it would have to wait for its
+  // turn, it is run again, with would_wait null, on a thread of
+  // deps_.waiting, which finishes the call.
+  template <typename Answer>
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, Rpc rpc, const CallWording& w,
+                                  Answer answer) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    absl::StatusOr<Principal> who = Authorize(ctx, rpc);
+    if (!who.ok()) {
+      reactor->Finish(ToGrpc(who.status()));
+      return reactor;
+    }
+    bool would_wait = false;
+    const absl::Status now = answer(deps_.waiting != nullptr ? &would_wait : nullptr);
+    if (!would_wait) {
+      reactor->Finish(ToGrpc(now));
+      return reactor;
+    }
+    // The request id and caller go with the call to the waiting thread.
+    const bool moved = deps_.waiting->Schedule([this, ctx, reactor, answer = std::move(answer),
+                                                log = ThreadLogContext()]() mutable {
+      ThreadLogContext() = std::move(log);
+      // A client that has gone away gets nothing computed for it.
+      reactor->Finish(ctx->IsCancelled() ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")
+                                         : ToGrpc(answer(nullptr)));
+      ThreadLogContext() = LogContext();
+    });
+    if (!moved) {
+      reactor->Finish(ToGrpc(absl::ResourceExhaustedError(
+          absl::StrCat(w.what,
+                       ": the server is at its limit: every thread for waiting calls is taken "
+                       "(--serving_queue); retry with backoff"))));
+    }
+    return reactor;
+  }
+
+  absl::Status AssignAnswer(const v1::AssignRequest& req, absl::Time deadline,
+                            v1::AssignResponse* resp, bool* would_wait) {
+    DENDRO_ASSIGN_OR_RETURN(LoadedModel loaded, api_.Load(req.model()));
+    std::vector<float> aligned;
+    DENDRO_ASSIGN_OR_RETURN(MatrixView rows, api_.RowsFromBytes(kAssignWording, loaded, req.rows(),
+                                                                req.cols(), req.data(), &aligned));
+    DENDRO_ASSIGN_OR_RETURN(Assignment a,
+                            api_.Assign(kAssignWording, loaded, rows, req.level(), req.stable_ids(),
+                                        kAssignCost, deadline, would_wait));
+    if (would_wait != nullptr && *would_wait) return absl::OkStatus();
+    resp->mutable_leaf()->Add(a.leaves.begin(), a.leaves.end());
+    resp->mutable_cluster()->Add(a.clusters.begin(), a.clusters.end());
+    resp->mutable_stable_leaf()->Add(a.stable_leaves.begin(), a.stable_leaves.end());
+    resp->mutable_stable_cluster()->Add(a.stable_clusters.begin(), a.stable_clusters.end());
+    resp->set_level(a.level);
+    resp->set_model_version(loaded.info().version());
+    return absl::OkStatus();
+  }
+
   absl::Status PredictOne(const v1::PredictRequest& req, absl::Time deadline,
-                          v1::PredictResponse* resp) {
+                          v1::PredictResponse* resp, bool* would_wait = nullptr) {
     DENDRO_ASSIGN_OR_RETURN(LoadedModel loaded, api_.Load(req.model()));
     std::vector<float> aligned;
     DENDRO_ASSIGN_OR_RETURN(MatrixView rows, api_.RowsFromBytes(kPredictWording, loaded,
                                                                 req.rows(), req.cols(),
                                                                 req.data(), &aligned));
-    DENDRO_ASSIGN_OR_RETURN(Prediction p, api_.Predict(kPredictWording, loaded, rows, req.top_k(),
-                                                       req.top_t(), req.flat(), kPredictCost,
-                                                       deadline));
+    DENDRO_ASSIGN_OR_RETURN(Prediction p,
+                            api_.Predict(kPredictWording, loaded, rows, req.top_k(), req.top_t(),
+                                         req.flat(), kPredictCost, deadline, would_wait));
+    if (would_wait != nullptr && *would_wait) return absl::OkStatus();
     resp->set_rows(req.rows());
     resp->set_top_k(p.top_k);
     resp->set_top_t(p.top_t);
@@ -774,6 +823,11 @@ std::vector<std::unique_ptr<grpc::Service>> MakeServices(ServiceDeps deps) {
   services.push_back(std::make_unique<JobServiceImpl>(deps));
   services.push_back(std::make_unique<ModelServiceImpl>(deps));
   return services;
+}
+
+std::vector<std::string> CallbackMethodNames() {
+  const std::string service = absl::StrCat("/", v1::ModelService::service_full_name(), "/");
+  return {service + "Assign", service + "Predict"};
 }
 
 std::vector<std::string> ServiceNames() {

@@ -9,13 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "server/security/auth.h"
-#include "server/storage/dataset_store.h"
-#include "server/jobs/job_manager.h"
-#include "server/observability/metrics.h"
-#include "server/models/model_registry.h"
 #include "server/api/batcher.h"
 #include "server/api/serving_gate.h"
+#include "server/base/elastic_pool.h"
+#include "server/jobs/job_manager.h"
+#include "server/models/model_registry.h"
+#include "server/observability/metrics.h"
+#include "server/security/auth.h"
+#include "server/storage/dataset_store.h"
 #include "server/transport/stream_limiter.h"
 
 namespace grpc {
@@ -47,6 +48,12 @@ struct ServiceDeps {
   ServingGate* gate = nullptr;
   // Coalesces small Assign/Predict calls (null: each alone).
   Batcher* batcher = nullptr;
+  // Threads for the unary Assign and Predict calls that must wait for their
+  // turn (null: they wait on gRPC's callback threads). Those calls' handlers
+  // run on gRPC's callback threads, which must not block: a call that can
+  // compute at once does so there; the others move here, where they wait at
+  // the serving gate or in a batch. It must outlive the gRPC server.
+  ElasticPool* waiting = nullptr;
 };
 
 // The three dendro.v1 services, ready to register with a ServerBuilder.
@@ -54,6 +61,9 @@ std::vector<std::unique_ptr<grpc::Service>> MakeServices(ServiceDeps deps);
 
 // Fully qualified service names, for health status.
 std::vector<std::string> ServiceNames();
+
+// The methods served by gRPC's callback API, as "/dendro.v1.ModelService/Predict".
+std::vector<std::string> CallbackMethodNames();
 
 }  // namespace dendro::server
 

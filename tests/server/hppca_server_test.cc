@@ -6,13 +6,13 @@
 // clean errors for bad input.
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <set>
 #include <sstream>
-#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +24,7 @@
 #include "dendro/v1/dendro.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/api/api.h"
 #include "tests/server/server_fixture.h"
 
 // Last: it brings <resolv.h>, whose `_res` macro breaks Eigen's headers.
@@ -96,6 +97,15 @@ class HppcaServerTest : public ServerTest {
     spec.set_model_name(name);
     *spec.mutable_hppca() = Params();
     return Run(spec, st);
+  }
+
+  // Starts the server with `opts` and trains the model "clf" on train_.
+  void StartWithClassifier(const ServerOptions& opts) {
+    StartServer(opts);
+    v1::Dataset ds;
+    ASSERT_TRUE(Upload(train_.x, &train_.labels, &ds).ok());
+    grpc::Status st;
+    ASSERT_EQ(Train(ds.id(), "clf", &st).state(), v1::JOB_STATE_SUCCEEDED) << st.error_message();
   }
 
   static v1::PredictRequest Request(const std::string& model, const RowMatrixF& x, int64_t r0,
@@ -337,11 +347,8 @@ TEST_F(HppcaServerTest, ConcurrentSingleRowCallsAreBatchedAndAnswerAsAlone) {
   opts.serving_concurrency = 1;
   opts.batch_max_rows = 16;
   opts.metrics_listen = "127.0.0.1:0";
-  StartServer(opts);
-  v1::Dataset ds;
-  ASSERT_TRUE(Upload(train_.x, &train_.labels, &ds).ok());
-  grpc::Status st;
-  ASSERT_EQ(Train(ds.id(), "clf", &st).state(), v1::JOB_STATE_SUCCEEDED) << st.error_message();
+  StartWithClassifier(opts);
+  ASSERT_FALSE(HasFatalFailure());
   const int64_t n = 480;
   auto assign_one = [&](int64_t row, v1::AssignResponse* out) {
     v1::AssignRequest req;
@@ -386,6 +393,9 @@ TEST_F(HppcaServerTest, ConcurrentSingleRowCallsAreBatchedAndAnswerAsAlone) {
   std::printf("calls answered in batches: %.0f of %lld\n", batched,
               static_cast<long long>(3 * n));
   EXPECT_GT(batched, 0);
+  // Unary calls wait for their batch on threads of their own, not on gRPC's
+  // callback threads (idle ones retire only after 10 s).
+  EXPECT_GE(MetricValue(server_->metrics_port(), "dendro_serving_wait_threads"), 1);
   double max_diff = 0;
   for (int64_t i = 0; i < n; ++i) {
     const v1::PredictResponse& a = alone[i];
@@ -411,6 +421,32 @@ TEST_F(HppcaServerTest, ConcurrentSingleRowCallsAreBatchedAndAnswerAsAlone) {
                 ::testing::ElementsAreArray(alone_assign[i].cluster()));
   }
   std::printf("largest score difference, batched vs alone: %.3g of the tolerance\n", max_diff);
+}
+
+// Unary Predict and Assign run on gRPC's callback threads, which must not
+// block: a small call with a slot free computes there and starts no thread;
+// a call of more than kMaxRowsInline rows is handed to a waiting thread
+// (the elastic pool), so that it does not hold up the small calls behind
+// it; both answer as before, each row as it is answered alone.
+TEST_F(HppcaServerTest, SmallCallsComputeOnTheCallbackThreadAndLargeOnesAreHandedOn) {
+  ServerOptions opts;
+  opts.metrics_listen = "127.0.0.1:0";
+  StartWithClassifier(opts);
+  ASSERT_FALSE(HasFatalFailure());
+  const int64_t n = kMaxRowsInline + 1;
+  ASSERT_LE(n, test_.x.rows());
+  std::vector<v1::PredictResponse> one(n);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(Predict(Request("clf", test_.x, i, 1, 2, 3, false), &one[i]).ok());
+  }
+  EXPECT_EQ(MetricValue(server_->metrics_port(), "dendro_serving_wait_threads"), 0);
+  v1::PredictResponse all;
+  ASSERT_TRUE(Predict(Request("clf", test_.x, 0, n, 2, 3, false), &all).ok());
+  EXPECT_EQ(MetricValue(server_->metrics_port(), "dendro_serving_wait_threads"), 1);
+  ASSERT_EQ(all.labels_size(), 3 * n);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(all.labels(3 * i + j), one[i].labels(j)) << "row " << i;
+  }
 }
 
 TEST_F(HppcaServerTest, GrowingMatchesTrainingOnAllClassesAtOnce) {

@@ -870,30 +870,35 @@ TEST_F(RobustnessTest, DisplayNamesAreBoundedPrintableUtf8) {
 }
 
 // A request whose bytes do not parse as the method's message is the
-// caller's error: INVALID_ARGUMENT with a message, not gRPC's bare INTERNAL.
+// caller's error: INVALID_ARGUMENT with a message, not gRPC's bare INTERNAL;
+// on synchronous methods and on those served by the callback API (Assign,
+// Predict) alike.
 TEST_F(RobustnessTest, UnparseableRequestsAreInvalidArguments) {
   StartServer();
   auto channel = grpc::CreateChannel(absl_target(), grpc::InsecureChannelCredentials());
   grpc::GenericStub generic(channel);
   // Field 1 (a ModelRef) as a length-delimited value that runs past the end.
   const std::string bad("\x0a\x7f\x01", 3);
-  grpc::Slice slice(bad.data(), bad.size());
-  grpc::ByteBuffer request(&slice, 1);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  grpc::CompletionQueue cq;
-  auto call = generic.PrepareUnaryCall(&ctx, "/dendro.v1.ModelService/GetModel", request, &cq);
-  call->StartCall();
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  call->Finish(&response, &status, reinterpret_cast<void*>(1));
-  void* tag = nullptr;
-  bool ok = false;
-  ASSERT_TRUE(cq.Next(&tag, &ok));
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
-  EXPECT_THAT(status.error_message(), HasSubstr("not a valid GetModel request"));
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
+  for (const std::string method : {"GetModel", "Predict", "Assign"}) {
+    SCOPED_TRACE(method);
+    grpc::Slice slice(bad.data(), bad.size());
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::CompletionQueue cq;
+    auto call = generic.PrepareUnaryCall(&ctx, "/dendro.v1.ModelService/" + method, request, &cq);
+    call->StartCall();
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    call->Finish(&response, &status, reinterpret_cast<void*>(1));
+    void* tag = nullptr;
+    bool ok = false;
+    ASSERT_TRUE(cq.Next(&tag, &ok));
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("not a valid " + method + " request"));
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
   }
   // The server is still up and answers well-formed calls.
   grpc::ClientContext list_ctx;

@@ -100,5 +100,38 @@ TEST(ServingGateTest, AnExpiredWaiterPassesItsWakeUpOn) {
   EXPECT_TRUE(patient_in.load());
 }
 
+// TryEnter, for threads that must not wait: a slot only when one is free and
+// nobody is in line for one (it never jumps the line), and no count of a
+// refusal or a waiter when it gets none.
+TEST(ServingGateTest, TryEnterTakesAFreeSlotButNeverJumpsTheLine) {
+  ServingGate gate({/*concurrency=*/2, /*max_waiting=*/4});
+  std::optional<ServingGate::Slot> first = gate.TryEnter();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(gate.stats().computing, 1);
+  std::optional<ServingGate::Slot> second = gate.TryEnter();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_FALSE(gate.TryEnter().has_value());  // both slots taken
+  EXPECT_EQ(gate.stats().computing, 2);
+  EXPECT_EQ(gate.stats().waiting, 0);
+  EXPECT_EQ(gate.stats().refused, 0);
+  std::atomic<bool> got{false};
+  std::thread waiter([&] {
+    auto slot = gate.Enter("predict", absl::InfiniteFuture());
+    EXPECT_TRUE(slot.ok()) << slot.status();
+    got.store(true);
+  });
+  ASSERT_TRUE(Eventually([&] { return gate.stats().waiting == 1; }));
+  // A slot frees while someone waits: it is the waiter's, not TryEnter's.
+  // (Until the waiter takes it, it is still in line; after, both slots are
+  // taken again.)
+  first.reset();
+  EXPECT_FALSE(gate.TryEnter().has_value());
+  waiter.join();
+  EXPECT_TRUE(got.load());
+  second.reset();
+  EXPECT_TRUE(gate.TryEnter().has_value());
+  EXPECT_EQ(gate.stats().computing, 0);
+}
+
 }  // namespace
 }  // namespace dendro::server

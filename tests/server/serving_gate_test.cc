@@ -114,20 +114,23 @@ TEST(ServingGateTest, TryEnterTakesAFreeSlotButNeverJumpsTheLine) {
   EXPECT_EQ(gate.stats().computing, 2);
   EXPECT_EQ(gate.stats().waiting, 0);
   EXPECT_EQ(gate.stats().refused, 0);
-  std::atomic<bool> got{false};
+  std::atomic<bool> got{false}, release{false};
   std::thread waiter([&] {
     auto slot = gate.Enter("predict", absl::InfiniteFuture());
     EXPECT_TRUE(slot.ok()) << slot.status();
     got.store(true);
+    while (!release.load()) std::this_thread::yield();  // holds its slot until told
   });
   ASSERT_TRUE(Eventually([&] { return gate.stats().waiting == 1; }));
   // A slot frees while someone waits: it is the waiter's, not TryEnter's.
-  // (Until the waiter takes it, it is still in line; after, both slots are
-  // taken again.)
+  // (Until the waiter takes it, it is still in line; after, it holds it, so
+  // both slots are taken again.)
   first.reset();
   EXPECT_FALSE(gate.TryEnter().has_value());
+  ASSERT_TRUE(Eventually([&] { return got.load(); }));
+  EXPECT_FALSE(gate.TryEnter().has_value());
+  release.store(true);
   waiter.join();
-  EXPECT_TRUE(got.load());
   second.reset();
   EXPECT_TRUE(gate.TryEnter().has_value());
   EXPECT_EQ(gate.stats().computing, 0);

@@ -390,17 +390,12 @@ absl::Status Api::Compute(const CallWording& w, const Batcher::Key& key, bool ba
     const bool delayed = (batch && b != nullptr && rows.rows() < b->options().max_rows &&
                           b->options().max_delay > absl::ZeroDuration()) ||
                          rows.rows() > kMaxRowsInline;
-    std::optional<ServingGate::Slot> slot;
-    if (!delayed && deps_.gate != nullptr) {
-      if (absl::Now() >= deadline) {
-        // Refused at once, without waiting (and counted as expired).
-        DENDRO_ASSIGN_OR_RETURN(ServingGate::Slot s, deps_.gate->Enter(w.what, deadline));
-        slot.emplace(std::move(s));
-      } else if (std::optional<ServingGate::Slot> s = deps_.gate->TryEnter(); s.has_value()) {
-        slot.emplace(std::move(*s));
-      }
-    }
-    if (delayed || (deps_.gate != nullptr && !slot.has_value())) {
+    using MaybeSlot = std::optional<ServingGate::Slot>;
+    absl::StatusOr<MaybeSlot> slot = !delayed && deps_.gate != nullptr
+                                         ? deps_.gate->TryEnter(w.what, deadline)
+                                         : absl::StatusOr<MaybeSlot>(MaybeSlot());
+    if (!slot.ok()) return slot.status();
+    if (delayed || (deps_.gate != nullptr && !slot->has_value())) {
       *would_wait = true;
       return absl::OkStatus();
     }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/common/status_macros.h"
 
 namespace dendro::server {
 
@@ -57,11 +58,16 @@ absl::StatusOr<ServingGate::Slot> ServingGate::Enter(const char* what, absl::Tim
   }
 }
 
-std::optional<ServingGate::Slot> ServingGate::TryEnter() {
+absl::StatusOr<std::optional<ServingGate::Slot>> ServingGate::TryEnter(const char* what,
+                                                                       absl::Time deadline) {
+  if (absl::Now() >= deadline) {
+    DENDRO_ASSIGN_OR_RETURN(Slot slot, Enter(what, deadline));  // refused without waiting
+    return std::optional<Slot>(std::move(slot));
+  }
   MutexLock lock(&mu_);
-  if (computing_ >= options_.concurrency || waiting_ > 0) return std::nullopt;
+  if (computing_ >= options_.concurrency || waiting_ > 0) return std::optional<Slot>();
   ++computing_;
-  return Slot(this);
+  return std::optional<Slot>(Slot(this));
 }
 
 ServingGate::Stats ServingGate::stats() const {

@@ -52,10 +52,11 @@ class ServingGate {
   // without waiting.
   absl::StatusOr<Slot> Enter(const char* what, absl::Time deadline);
 
-  // A slot at once when one is free and no call waits for one; otherwise
-  // nullopt, and nothing is counted (the caller may then Enter from a thread
-  // that can wait).
-  std::optional<Slot> TryEnter();
+  // For threads that must not wait: a slot at once when one is free and no
+  // call waits for one; otherwise nullopt, and nothing is counted (the
+  // caller may then Enter from a thread that can wait). A deadline already
+  // past is refused as Enter refuses it.
+  absl::StatusOr<std::optional<Slot>> TryEnter(const char* what, absl::Time deadline);
 
   struct Stats {
     int64_t computing = 0;

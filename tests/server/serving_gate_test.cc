@@ -105,12 +105,12 @@ TEST(ServingGateTest, AnExpiredWaiterPassesItsWakeUpOn) {
 // refusal or a waiter when it gets none.
 TEST(ServingGateTest, TryEnterTakesAFreeSlotButNeverJumpsTheLine) {
   ServingGate gate({/*concurrency=*/2, /*max_waiting=*/4});
-  std::optional<ServingGate::Slot> first = gate.TryEnter();
+  std::optional<ServingGate::Slot> first = *gate.TryEnter("predict", absl::InfiniteFuture());
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(gate.stats().computing, 1);
-  std::optional<ServingGate::Slot> second = gate.TryEnter();
+  std::optional<ServingGate::Slot> second = *gate.TryEnter("predict", absl::InfiniteFuture());
   ASSERT_TRUE(second.has_value());
-  EXPECT_FALSE(gate.TryEnter().has_value());  // both slots taken
+  EXPECT_FALSE(gate.TryEnter("predict", absl::InfiniteFuture())->has_value());  // both slots taken
   EXPECT_EQ(gate.stats().computing, 2);
   EXPECT_EQ(gate.stats().waiting, 0);
   EXPECT_EQ(gate.stats().refused, 0);
@@ -126,14 +126,17 @@ TEST(ServingGateTest, TryEnterTakesAFreeSlotButNeverJumpsTheLine) {
   // (Until the waiter takes it, it is still in line; after, it holds it, so
   // both slots are taken again.)
   first.reset();
-  EXPECT_FALSE(gate.TryEnter().has_value());
+  EXPECT_FALSE(gate.TryEnter("predict", absl::InfiniteFuture())->has_value());
   ASSERT_TRUE(Eventually([&] { return got.load(); }));
-  EXPECT_FALSE(gate.TryEnter().has_value());
+  EXPECT_FALSE(gate.TryEnter("predict", absl::InfiniteFuture())->has_value());
   release.store(true);
   waiter.join();
   second.reset();
-  EXPECT_TRUE(gate.TryEnter().has_value());
+  EXPECT_TRUE(gate.TryEnter("predict", absl::InfiniteFuture())->has_value());
   EXPECT_EQ(gate.stats().computing, 0);
+  // A deadline already past is refused, as Enter refuses it.
+  EXPECT_TRUE(
+      absl::IsDeadlineExceeded(gate.TryEnter("predict", absl::Now() - absl::Seconds(1)).status()));
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ class Checksum {
   void* state_;  // XXH3_state_t, kept out of this header
 };
 
-// Of one file, read in large blocks.
+// Of one file, read block by block.
 absl::StatusOr<std::string> ChecksumFile(const std::string& path);
 
 // File name (relative to the object's directory, '/'-separated) -> checksum.

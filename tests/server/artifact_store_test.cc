@@ -10,6 +10,8 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -108,6 +110,38 @@ TEST(Checksums, NameTheFileThatDiffersIsMissingOrIsExtra) {
   EXPECT_NE(CompareChecksums(recorded, extra, "x").message().find("c.bin"), std::string::npos);
   // XXH3-64 of the empty input, a published test vector.
   EXPECT_EQ(Checksum().Hex(), "2d06800538d394c2");
+}
+
+TEST(Checksums, EveryFileOfATreeWhateverItsSizeAndOrder) {
+  // Files read through one reused block: none may see another's bytes,
+  // whether smaller, equal to or larger than the block (256 KiB), a
+  // multiple of it or not, before or after a larger one.
+  const fs::path dir =
+      fs::temp_directory_path() / ("dendro_checksum_tree_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "sub");
+  const std::vector<std::pair<std::string, size_t>> files = {
+      {"a_big.npy", (size_t{1} << 20) + 3},
+      {"b_small.json", 5},
+      {"c_empty", 0},
+      {"sub/d_block", size_t{256} << 10},
+      {"sub/e_block1", (size_t{256} << 10) + 1}};
+  ChecksumMap expected;
+  for (size_t f = 0; f < files.size(); ++f) {
+    std::string bytes(files[f].second, '\0');
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 131 + f) % 251);
+    std::ofstream(dir / files[f].first, std::ios::binary) << bytes;
+    Checksum sum;
+    sum.Update(bytes);
+    expected[files[f].first] = sum.Hex();
+    auto one = ChecksumFile((dir / files[f].first).string());
+    ASSERT_TRUE(one.ok()) << one.status();
+    EXPECT_EQ(*one, sum.Hex()) << files[f].first;
+  }
+  auto tree = ChecksumTree(dir.string());
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  EXPECT_EQ(*tree, expected);
+  fs::remove_all(dir);
 }
 
 TEST_P(ArtifactStoreContract, VolatileObjectsAreAlsoAtomicForReaders) {

@@ -20,6 +20,7 @@
 #include "core/common/status_macros.h"
 #include "core/io/atomic_file.h"
 #include "core/io/posix_error.h"
+#include "core/io/whole_read.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "dendro's .npy support assumes a little-endian host"
@@ -650,7 +651,7 @@ std::string MakeNpyHeader(DType dtype, absl::Span<const int64_t> shape) {
 
 // ---------------------------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<MappedNpy>> MappedNpy::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<MappedNpy>> MappedNpy::Open(const std::string& path, Pages pages) {
   struct stat st;
   DENDRO_ASSIGN_OR_RETURN(const int fd, OpenForReading(path, &st));
   if (!S_ISREG(st.st_mode)) {
@@ -664,7 +665,8 @@ absl::StatusOr<std::unique_ptr<MappedNpy>> MappedNpy::Open(const std::string& pa
     return absl::InvalidArgumentError(absl::StrCat(path, ": empty file, not a .npy file"));
   }
   const size_t size = static_cast<size_t>(st.st_size);
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int extra = pages == Pages::kWholeRead ? WholeReadMapFlags(size) : 0;
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | extra, fd, 0);
   const int map_err = errno;
   ::close(fd);
   if (map == MAP_FAILED) return PosixError(path, "mmap", map_err);

@@ -80,16 +80,20 @@ absl::StatusOr<NpyLayout> ParseNpyLayout(std::string_view bytes);
 std::string MakeNpyHeader(DType dtype, absl::Span<const int64_t> shape);
 
 // A read-only .npy file mapped into memory. The data pointer stays valid for
-// the object's lifetime; pages are loaded on demand, so a multi-GB file costs
-// no memory until touched. Open() rejects files whose size does not match
-// the header exactly (truncated, or trailing bytes). The file must not be
-// truncated in place while mapped (replacing it by rename, as
-// WriteFileAtomic does, is safe). If the data offset is not a multiple of
-// the element size (never the case for numpy-written files) the data is
-// copied into anonymous memory so that typed access stays aligned.
+// the object's lifetime. With Pages::kOnDemand pages are loaded as they are
+// touched, so a multi-GB file costs no memory until read; kWholeRead is for a
+// caller that reads all of it, and maps every page at once where that is
+// cheaper (WholeReadMapFlags in core/io/whole_read.h). Open() rejects files
+// whose size does not match the header exactly (truncated, or trailing
+// bytes). The file must not be truncated in place while mapped (replacing it
+// by rename, as WriteFileAtomic does, is safe). If the data offset is not a
+// multiple of the element size (never the case for numpy-written files) the
+// data is copied into anonymous memory so that typed access stays aligned.
 class MappedNpy {
  public:
-  static absl::StatusOr<std::unique_ptr<MappedNpy>> Open(const std::string& path);
+  enum class Pages { kOnDemand, kWholeRead };
+  static absl::StatusOr<std::unique_ptr<MappedNpy>> Open(const std::string& path,
+                                                         Pages pages = Pages::kOnDemand);
   ~MappedNpy();
   MappedNpy(const MappedNpy&) = delete;
   MappedNpy& operator=(const MappedNpy&) = delete;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/crash_point.h"
 #include "core/common/status_macros.h"
+#include "core/io/whole_read.h"
 #include "server/base/ids.h"
 #include "server/base/names.h"
 #include "server/storage/checksum.h"
@@ -135,7 +136,7 @@ absl::Status DatasetUpload::BeginImport(const v1::ImportDatasetRequest& request,
   }
   if (file.size() == 0) return absl::InvalidArgumentError(absl::StrCat(what, " is empty"));
   const auto size = static_cast<size_t>(file.size());
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, file.fd(), 0);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED | WholeReadMapFlags(size), file.fd(), 0);
   if (map == MAP_FAILED) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": cannot map it: ", std::strerror(errno)));
@@ -391,14 +392,14 @@ absl::StatusOr<std::shared_ptr<const LoadedDataset>> DatasetStore::Open(const st
   ds->info_ = info;
   const std::string prefix = KeyFor(id, info.transient());
   DENDRO_ASSIGN_OR_RETURN(const std::string x_path, artifacts_->LocalPath(prefix + "/X.npy"));
-  DENDRO_ASSIGN_OR_RETURN(ds->x_, MappedNpy::Open(x_path));
+  DENDRO_ASSIGN_OR_RETURN(ds->x_, MappedNpy::Open(x_path, MappedNpy::Pages::kWholeRead));
   if (ds->x_->header().dtype != DType::kFloat32 || ds->x_->header().rows() != info.rows() ||
       ds->x_->header().cols() != info.cols()) {
     return absl::DataLossError(absl::StrCat("dataset ", id, ": X.npy does not match metadata"));
   }
   if (info.has_labels()) {
     DENDRO_ASSIGN_OR_RETURN(const std::string y_path, artifacts_->LocalPath(prefix + "/y.npy"));
-    DENDRO_ASSIGN_OR_RETURN(ds->y_, MappedNpy::Open(y_path));
+    DENDRO_ASSIGN_OR_RETURN(ds->y_, MappedNpy::Open(y_path, MappedNpy::Pages::kWholeRead));
     if (ds->y_->header().dtype != DType::kInt64 || ds->y_->header().rows() != info.rows()) {
       return absl::DataLossError(
           absl::StrCat("dataset ", id, ": y.npy does not match metadata"));

@@ -24,6 +24,7 @@
 #include "core/common/crash_point.h"
 #include "core/common/mutex.h"
 #include "core/common/status_macros.h"
+#include "core/io/whole_read.h"
 #include "server/base/ids.h"
 #include "server/storage/checksum.h"
 #include "spdlog/spdlog.h"
@@ -151,7 +152,7 @@ class LocalArtifactStore::LinkWriter : public ArtifactWriter {
     }
     const auto size = static_cast<size_t>(st.st_size);
     if (size == 0) return;
-    void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd_, 0);
+    void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED | WholeReadMapFlags(size), fd_, 0);
     if (map == MAP_FAILED) {
       sum_status_ =
           absl::InternalError(absl::StrCat("imported file: mmap: ", std::strerror(errno)));

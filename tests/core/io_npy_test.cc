@@ -1,5 +1,3 @@
-#include "core/io/npy.h"
-
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +14,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/io/atomic_file.h"
+#include "core/io/npy.h"
+#include "core/io/whole_read.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/source_path.h"
@@ -522,6 +522,31 @@ TEST(NpyRoundTrip, DroppedPagesLeaveTheProcessAndReadBackTheSame) {
   EXPECT_LE(MappingRssBytes(mapping), 8192);
   // Read again, every value is the file's.
   EXPECT_EQ(std::vector<float>(data, data + rows * cols), f32);
+}
+
+TEST(NpyRoundTrip, AWholeReadIsMappedByOpenAndOnDemandIsNot) {
+  ScopedTempDir dir("dendro_npy_");
+  const int64_t rows = 4096, cols = 64;  // 1 MiB of data
+  const auto f32 = FloatData<float>(rows * cols);
+  ASSERT_TRUE(WriteNpy(dir.Path("a.npy"), absl::MakeConstSpan(f32), {rows, cols}).ok());
+  for (const auto pages : {MappedNpy::Pages::kOnDemand, MappedNpy::Pages::kWholeRead}) {
+    auto m = MappedNpy::Open(dir.Path("a.npy"), pages);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const float* data = static_cast<const float*>((*m)->data());
+    const void* mapping = reinterpret_cast<const char*>(data) - (*m)->header().data_offset;
+    // Nothing read yet but the header: the pages the mapping already has.
+    const int64_t rss = MappingRssBytes(mapping);
+    ASSERT_GE(rss, 0) << "cannot read this mapping's Rss from /proc/self/smaps";
+    if (pages == MappedNpy::Pages::kWholeRead) {
+      EXPECT_GE(rss, rows * cols * 4);
+    } else {
+      EXPECT_LE(rss, rows * cols);  // a quarter: the header's page and its neighbours
+    }
+    EXPECT_EQ(std::vector<float>(data, data + rows * cols), f32);
+  }
+  // A file over a quarter of physical memory is faulted in on demand.
+  EXPECT_EQ(WholeReadMapFlags(std::numeric_limits<size_t>::max() / 2), 0);
+  EXPECT_NE(WholeReadMapFlags(size_t{1} << 20), 0);
 }
 
 TEST(NpyWrite, RejectsBadShapesAndWritesNothing) {

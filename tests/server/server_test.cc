@@ -213,6 +213,14 @@ TEST_F(ServerTest, AFirstPassDuringTheUploadGivesTheSameModel) {
             "upload: prepare \"l2h\" needs at least 2 columns (clusters), got 1");
 }
 
+std::unique_ptr<grpc::ClientReader<v1::Job>> Watch(v1::JobService::Stub& jobs,
+                                                   grpc::ClientContext* ctx,
+                                                   const std::string& id) {
+  v1::WatchJobRequest req;
+  req.set_id(id);
+  return jobs.WatchJob(ctx, req);
+}
+
 TEST_F(ServerTest, WatchStreamsMonotoneProgressToTheEnd) {
   StartServer();
   const int n = 40000, k = 200;
@@ -223,9 +231,7 @@ TEST_F(ServerTest, WatchStreamsMonotoneProgressToTheEnd) {
   v1::Job job = Submit(ds.id(), "watched", &st);
   ASSERT_TRUE(st.ok());
   grpc::ClientContext ctx;
-  v1::WatchJobRequest req;
-  req.set_id(job.id());
-  auto reader = jobs_->WatchJob(&ctx, req);
+  auto reader = Watch(*jobs_, &ctx, job.id());
   std::vector<v1::Job> updates;
   v1::Job update;
   while (reader->Read(&update)) updates.push_back(update);
@@ -236,6 +242,65 @@ TEST_F(ServerTest, WatchStreamsMonotoneProgressToTheEnd) {
   }
   EXPECT_EQ(updates.back().state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_DOUBLE_EQ(updates.back().progress(), 1.0);
+}
+
+// Reports progress as fast as it can within one stage once the test lets it
+// start, then enters another stage, waits until the watcher has seen it, and
+// fails (no model needed).
+class ChattyMethod final : public TestMethod {
+ public:
+  absl::StatusOr<std::unique_ptr<FittedModel>> Fit(const LoadedDataset&, const v1::JobSpec&,
+                                                   RunContext& ctx) const override {
+    ctx.Report(0, "waiting");
+    while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 1; i <= kReports; ++i) ctx.Report(0.5 * i / kReports, "busy");
+    busy_ms.store(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ctx.Report(0.5, "last");
+    // Until the watcher has seen the last stage (or 60 s, and the test fails).
+    for (int i = 0; i < 60000 && !seen_last.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return absl::InternalError("chatty method: done talking");
+  }
+  static constexpr int kReports = 20000;
+  mutable std::atomic<bool> go{false};
+  mutable std::atomic<bool> seen_last{false};
+  mutable std::atomic<double> busy_ms{-1};
+};
+
+TEST_F(ServerTest, WatchersGetEveryStageButProgressAtMostTenTimesASecond) {
+  ChattyMethod method;
+  StartServerWithMethod(&method);
+  const v1::Job job = SubmitOnSmallDataset("chatty");
+  ASSERT_FALSE(job.id().empty());
+  grpc::ClientContext ctx;
+  auto reader = Watch(*jobs_, &ctx, job.id());
+  std::vector<v1::Job> updates;
+  v1::Job update;
+  // Wait until the watch shows the fit's first stage, then let it talk.
+  while (reader->Read(&update)) {
+    updates.push_back(update);
+    if (update.stage() == "waiting") break;
+  }
+  ASSERT_EQ(updates.empty() ? "" : updates.back().stage(), "waiting");
+  method.go.store(true);
+  while (reader->Read(&update)) {
+    updates.push_back(update);
+    if (update.stage() == "last") method.seen_last.store(true);
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_TRUE(method.seen_last.load()) << "a new stage is always published";
+  int busy = 0;
+  for (const v1::Job& u : updates) busy += u.stage() == "busy";
+  const double ms = method.busy_ms.load();
+  ASSERT_GE(ms, 0);
+  // Within the stage, progress at most once per 100 ms of the loop, besides
+  // the stage's first report (one more for rounding); 0.5% steps alone
+  // would let 100 through.
+  EXPECT_LE(busy, 2 + static_cast<int>(ms / 100)) << "the loop took " << ms << " ms";
+  EXPECT_EQ(updates.back().state(), v1::JOB_STATE_FAILED);
 }
 
 TEST_F(ServerTest, UploadRejectsNonFiniteNamingRowAndColumn) {

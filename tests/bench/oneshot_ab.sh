@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# One-shot `dendro l2h LOGITS --out tree.json` against two dendrod builds,
+# each its own fresh server, in alternating runs.
+#
+#   tests/bench/oneshot_ab.sh DENDROD_A DENDROD_B DENDRO LOGITS.npy [ROUNDS] [-- CLI FLAGS]
+#
+# Both servers run with default flags plus --import_dirs over the file's
+# directory (so the CLI's default, --import auto, reads the file in place;
+# pass `-- --import off` to upload it instead). The same CLI (DENDRO) talks
+# to both. After two unmeasured runs against each, every round runs A and
+# then B, each timed as a whole process (wall clock), with that server's CPU
+# time over the run read from /proc. Prints every round, the medians, the
+# median of the per-round ratios A/B, and whether every tree equals A's
+# first one (metadata aside).
+set -euo pipefail
+dendrod_a="$1"; dendrod_b="$2"; dendro="$3"; logits="$(realpath "$4")"; rounds="${5:-10}"
+shift $(($# < 5 ? $# : 5))
+[ "${1:-}" = "--" ] && shift
+flags=("$@")
+work="$(mktemp -d "${TMPDIR:-/tmp}/dendro-oneshot-ab.XXXXXX")"
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+ticks=$(getconf CLK_TCK)
+for side in a b; do
+  bin="$dendrod_a"; [ "$side" = b ] && bin="$dendrod_b"
+  mkdir -p "$work/$side"
+  "$bin" --data_dir "$work/$side/data" --listen 127.0.0.1:0 --port_file "$work/$side/port" \
+    --max_message_mb 256 --import_dirs "$(dirname "$logits")" >"$work/$side/log" 2>&1 &
+  pids+=($!)
+done
+for side in a b; do
+  for _ in $(seq 1 100); do [ -s "$work/$side/port" ] && break; sleep 0.1; done
+done
+# shellcheck source=tests/bench/ab_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ab_lib.sh"
+
+run() {  # run SIDE PID: prints "wall server_cpu"
+  local port c0 t0 t1 c1
+  port=$(cat "$work/$1/port")
+  c0=$(awk -v t="$ticks" '{ print ($14 + $15) / t }' "/proc/$2/stat"); t0=$(date +%s.%N)
+  "$dendro" --server "127.0.0.1:$port" l2h "$logits" --name ab --out "$work/$1/tree.json" \
+    "${flags[@]}" >/dev/null
+  t1=$(date +%s.%N); c1=$(awk -v t="$ticks" '{ print ($14 + $15) / t }' "/proc/$2/stat")
+  awk -v a="$t0" -v b="$t1" -v c="$c0" -v d="$c1" 'BEGIN { printf "%.4f %.3f\n", b - a, d - c }'
+}
+for _ in 1 2; do run a "${pids[0]}" >/dev/null; run b "${pids[1]}" >/dev/null; done
+tree_shape "$work/a/tree.json" >"$work/reference"
+same=identical
+: >"$work/ra"; : >"$work/rb"; : >"$work/ratio"
+for r in $(seq 1 "$rounds"); do
+  a=$(run a "${pids[0]}")
+  cmp -s <(tree_shape "$work/a/tree.json") "$work/reference" || same=DIFFERENT
+  b=$(run b "${pids[1]}")
+  cmp -s <(tree_shape "$work/b/tree.json") "$work/reference" || same=DIFFERENT
+  echo "$a" >>"$work/ra"; echo "$b" >>"$work/rb"
+  awk -v a="${a% *}" -v b="${b% *}" 'BEGIN { printf "%.4f\n", a / b }' >>"$work/ratio"
+  printf 'round %s: A %s s (server CPU %s s) | B %s s (server CPU %s s)\n' \
+    "$r" ${a% *} ${a#* } ${b% *} ${b#* }
+done
+printf 'median wall: A %s s, B %s s; median server CPU: A %s s, B %s s; median A/B %s\n' \
+  "$(cut -d' ' -f1 "$work/ra" | median)" "$(cut -d' ' -f1 "$work/rb" | median)" \
+  "$(cut -d' ' -f2 "$work/ra" | median)" "$(cut -d' ' -f2 "$work/rb" | median)" \
+  "$(median <"$work/ratio")"
+echo "trees: $same"

@@ -200,7 +200,7 @@ const std::vector<Verb>& Verbs() {
        "                  share of 10-nearest-neighbour edges between two components'\n"
        "                  rows, no paths (beyond the paper); a value given is used in\n"
        "                  every dimension (default: persistence when the data have\n"
-       "                  d <= 10 columns, graph above)\n"
+       "                  d <= 10 columns, density up to 16, graph above)\n"
        "  --seed S        random seed (default: 0)\n"
        "  --level K       also the cut the model's diagnostics describe (cluster sizes, the\n"
        "                  largest one's share, whether the tree is degenerate there), with\n"

@@ -148,8 +148,9 @@ struct MixtureOptions {
   double tolerance = 0.01;       // on the change of the mean log-likelihood
   uint64_t seed = 0;
   int num_threads = 0;  // 0: all cores
-  // Beyond the authors' package (t-NEB sets both above kTnebLowDimension;
-  // 0 keeps the package's behaviour exactly):
+  // Beyond the authors' package (t-NEB sets init_min_rows above
+  // kTnebDensityMergeMaxDimension, scale_prior_rows only when asked; 0 keeps
+  // the package's behaviour exactly):
   // init_min_rows: after each k-means run, a centre that owns fewer than
   // this many rows (k-means++ puts centres on single far rows in high
   // dimensions) is re-drawn at a uniformly drawn row and Lloyd runs again,

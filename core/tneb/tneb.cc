@@ -175,7 +175,7 @@ const char* TnebMergeName(TnebMerge merge) {
 
 int32_t TnebInitMinRows(const TnebOptions& options, int64_t d) {
   if (options.init_min_rows >= 0) return options.init_min_rows;
-  return d > kTnebLowDimension ? static_cast<int32_t>(d + 1) : 0;
+  return d > kTnebDensityMergeMaxDimension ? static_cast<int32_t>(d + 1) : 0;
 }
 
 double TnebScalePriorRows(const TnebOptions& options, int64_t /*d*/) {
@@ -249,7 +249,8 @@ int32_t TnebRestarts(const TnebOptions& options, int64_t d) {
 }
 
 TnebMerge TnebMergeOrder(const TnebOptions& options, int64_t d) {
-  return options.merge_by_dimension && d > kTnebLowDimension ? TnebMerge::kGraph : options.merge;
+  if (!options.merge_by_dimension || d <= kTnebLowDimension) return options.merge;
+  return d <= kTnebDensityMergeMaxDimension ? TnebMerge::kDensity : TnebMerge::kGraph;
 }
 
 bool TnebAutoDof(const TnebOptions& options, int64_t d) {

@@ -136,7 +136,7 @@ absl::Status CheckMerge(const v1::TnebParams& p) {
 //     2) and at most m - 1 bridges;
 //   * per thread: the gradient's m blocks of 256 x d, and one evaluation
 //     chunk of kMaxPollRows rows;
-//   * with the graph merge (the default above 10 columns): the neighbour
+//   * with the graph merge (the default above 16 columns): the neighbour
 //     graph's sampled rows, lists and distance blocks (GraphPeakBytes).
 double PeakBytes(const TnebOptions& o, const v1::Dataset& dataset) {
   const double n = static_cast<double>(dataset.rows());

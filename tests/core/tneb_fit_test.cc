@@ -12,6 +12,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -279,45 +280,53 @@ TEST(TnebFit, DensityMergeIsThePapers) {
   EXPECT_FALSE(ParseTnebRestartRanking("bic").ok());
 }
 
-// By default the merge order is persistence up to kTnebLowDimension columns
-// and the graph merge above; a fit records the one it used. With
-// merge_by_dimension off, `merge` holds in every dimension.
+// By default the merge order is persistence up to kTnebLowDimension columns,
+// the paper's density order up to kTnebDensityMergeMaxDimension and the
+// graph merge above; a fit records the one it used. With merge_by_dimension
+// off, `merge` holds in every dimension.
 TEST(TnebFit, MergeOrderFollowsTheDimensionByDefault) {
   TnebOptions o;
   EXPECT_TRUE(o.merge_by_dimension);
   EXPECT_EQ(TnebMergeOrder(o, 2), TnebMerge::kPersistence);
   EXPECT_EQ(TnebMergeOrder(o, kTnebLowDimension), TnebMerge::kPersistence);
-  EXPECT_EQ(TnebMergeOrder(o, kTnebLowDimension + 1), TnebMerge::kGraph);
+  EXPECT_EQ(TnebMergeOrder(o, kTnebLowDimension + 1), TnebMerge::kDensity);
+  EXPECT_EQ(TnebMergeOrder(o, kTnebDensityMergeMaxDimension), TnebMerge::kDensity);
+  EXPECT_EQ(TnebMergeOrder(o, kTnebDensityMergeMaxDimension + 1), TnebMerge::kGraph);
+  EXPECT_EQ(TnebInitMinRows(o, kTnebDensityMergeMaxDimension), 0);
+  EXPECT_EQ(TnebInitMinRows(o, kTnebDensityMergeMaxDimension + 1),
+            kTnebDensityMergeMaxDimension + 2);
   o.merge_by_dimension = false;
   EXPECT_EQ(TnebMergeOrder(o, 64), TnebMerge::kPersistence);
   o.merge = TnebMerge::kDensity;
   EXPECT_EQ(TnebMergeOrder(o, 2), TnebMerge::kDensity);
 
-  // Three blobs in 12 dimensions (the first two coordinates as above, the
-  // others noise).
+  // Three blobs in 12 and in 20 dimensions (the first two coordinates as
+  // above, the others noise).
   const Data blobs = Blobs({{0, 0}, {12, 0}, {6, 11}}, 120, 4);
-  std::mt19937_64 rng(8);
-  std::normal_distribution<double> nd;
-  constexpr int kDim = 12;
-  std::vector<float> x;
-  for (int64_t i = 0; i < blobs.n; ++i) {
-    x.push_back(blobs.x[2 * i]);
-    x.push_back(blobs.x[2 * i + 1]);
-    for (int c = 2; c < kDim; ++c) x.push_back(static_cast<float>(nd(rng)));
-  }
-  const MatrixView view(x.data(), blobs.n, kDim);
   NullRunContext ctx;
-  TnebOptions high = SmallOptions();
-  auto by_default = FitTneb(view, high, ctx);
-  ASSERT_TRUE(by_default.ok()) << by_default.status();
-  EXPECT_EQ(by_default->hierarchy.metadata().at("merge"), "graph");
-  EXPECT_TRUE(SamePartition(ClustersAt(*by_default, 3), blobs.y));
-  high.merge_by_dimension = false;
-  auto given = FitTneb(view, high, ctx);
-  ASSERT_TRUE(given.ok()) << given.status();
-  EXPECT_EQ(given->hierarchy.metadata().at("merge"), "persistence");
-  // The same fit, so the same leaves; only the merges may differ.
-  EXPECT_EQ(given->hierarchy.point_leaf(), by_default->hierarchy.point_leaf());
+  for (const auto& [dim, merge] :
+       std::vector<std::pair<int, std::string>>{{12, "density"}, {20, "graph"}}) {
+    std::mt19937_64 rng(8);
+    std::normal_distribution<double> nd;
+    std::vector<float> x;
+    for (int64_t i = 0; i < blobs.n; ++i) {
+      x.push_back(blobs.x[2 * i]);
+      x.push_back(blobs.x[2 * i + 1]);
+      for (int c = 2; c < dim; ++c) x.push_back(static_cast<float>(nd(rng)));
+    }
+    const MatrixView view(x.data(), blobs.n, dim);
+    TnebOptions high = SmallOptions();
+    auto by_default = FitTneb(view, high, ctx);
+    ASSERT_TRUE(by_default.ok()) << by_default.status();
+    EXPECT_EQ(by_default->hierarchy.metadata().at("merge"), merge) << dim << " columns";
+    EXPECT_TRUE(SamePartition(ClustersAt(*by_default, 3), blobs.y)) << dim << " columns";
+    high.merge_by_dimension = false;
+    auto given = FitTneb(view, high, ctx);
+    ASSERT_TRUE(given.ok()) << given.status();
+    EXPECT_EQ(given->hierarchy.metadata().at("merge"), "persistence");
+    // The same fit, so the same leaves; only the merges may differ.
+    EXPECT_EQ(given->hierarchy.point_leaf(), by_default->hierarchy.point_leaf());
+  }
   auto low = FitTneb(blobs.view(), SmallOptions(), ctx);
   ASSERT_TRUE(low.ok()) << low.status();
   EXPECT_EQ(low->hierarchy.metadata().at("merge"), "persistence");

@@ -255,12 +255,12 @@ TEST_F(TnebServerTest, AGivenDofIsFixedAndNoneIsChosenByBic) {
   EXPECT_EQ(fixed->metadata().at("dof"), "1");
 }
 
-// Without a merge order, 12-column data merge by the neighbour graph (the
-// default above 10 columns); an order given is used in every dimension.
+// Without a merge order, 20-column data merge by the neighbour graph (the
+// default above 16 columns); an order given is used in every dimension.
 TEST_F(TnebServerTest, AGivenMergeOrderHoldsInHighDimensions) {
   StartServer();
   const int n = 450;
-  constexpr int kDim = 12;
+  constexpr int kDim = 20;
   std::vector<int64_t> labels;
   const std::vector<float> blobs = Blobs(n, &labels);
   std::mt19937_64 rng(6);

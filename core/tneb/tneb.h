@@ -188,9 +188,9 @@ struct TnebOptions {
   // Beyond the paper, against the high-dimensional collapse (MixtureOptions
   // has the details; docs/methods.md the numbers). init_min_rows = -1: d + 1
   // rows per initial component when d > kTnebDensityMergeMaxDimension, 0
-  // (the authors' EM exactly) up to it. scale_prior_rows = -1: 0 (no prior) in every
-  // dimension; the prior is an option, measured to hurt at 16 and 32
-  // dimensions in the form MixtureOptions describes.
+  // (the authors' EM exactly) up to it. scale_prior_rows = -1: 0 (no prior)
+  // in every dimension; the prior is an option, measured to hurt at 16 and
+  // 32 dimensions in the form MixtureOptions describes.
   int32_t init_min_rows = -1;
   double scale_prior_rows = -1.0;
   // The cut TnebResult::diagnostics describes: 0 for the auto k (auto_k,
@@ -211,7 +211,7 @@ inline constexpr int64_t kTnebLowDimension = 10;
 // order and the EM starts as the authors' does. Above it the graph merge and
 // the EM's minimum rows per component take over: on the ten public Densired
 // Stud-t draws (three fit seeds each) the density order was within 0.03 of
-// k-means at the true k on every 16-D draw and fell 0.12-0.13 below it on a
+// k-means at the true k on every 16-D draw and fell 0.11-0.12 below it on a
 // 32-D and a 64-D one, while the graph merge held every 32-D and 64-D draw
 // and lost 0.24 on a 16-D one (docs/methods.md).
 inline constexpr int64_t kTnebDensityMergeMaxDimension = 16;

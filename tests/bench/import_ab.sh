@@ -37,20 +37,8 @@ run() {  # run MODE OUT: prints "wall server_cpu"
 }
 # One of each first, not counted: the file's pages and the server warm up.
 run on "$data/warm.json" >/dev/null; run off "$data/warm.json" >/dev/null
-tree_shape "$data/warm.json" >"$data/reference"
-same=identical
-: >"$data/a"; : >"$data/b"
-for r in $(seq 1 "$rounds"); do
-  a=$(run on "$data/tree.json")
-  cmp -s <(tree_shape "$data/tree.json") "$data/reference" || same=DIFFERENT
-  b=$(run off "$data/tree.json")
-  cmp -s <(tree_shape "$data/tree.json") "$data/reference" || same=DIFFERENT
-  echo "$a" >>"$data/a"; echo "$b" >>"$data/b"
-  printf 'round %s: import %s s (server CPU %s s) | upload %s s (server CPU %s s)\n' \
-    "$r" ${a% *} ${a#* } ${b% *} ${b#* }
-done
-printf 'median wall: import %s s, upload %s s; median server CPU: import %s s, upload %s s\n' \
-  "$(cut -d' ' -f1 "$data/a" | median)" "$(cut -d' ' -f1 "$data/b" | median)" \
-  "$(cut -d' ' -f2 "$data/a" | median)" "$(cut -d' ' -f2 "$data/b" | median)"
-echo "trees: $same"
+tree_a="$data/tree.json"; tree_b="$data/tree.json"
+run_a() { run on "$tree_a"; }
+run_b() { run off "$tree_b"; }
+ab_rounds "$rounds" import upload "$data/warm.json"
 grep -c "imported (linked)" "$data/log" | sed 's/^/linked imports: /'

@@ -44,21 +44,7 @@ run() {  # run SIDE PID: prints "wall server_cpu"
   awk -v a="$t0" -v b="$t1" -v c="$c0" -v d="$c1" 'BEGIN { printf "%.4f %.3f\n", b - a, d - c }'
 }
 for _ in 1 2; do run a "${pids[0]}" >/dev/null; run b "${pids[1]}" >/dev/null; done
-tree_shape "$work/a/tree.json" >"$work/reference"
-same=identical
-: >"$work/ra"; : >"$work/rb"; : >"$work/ratio"
-for r in $(seq 1 "$rounds"); do
-  a=$(run a "${pids[0]}")
-  cmp -s <(tree_shape "$work/a/tree.json") "$work/reference" || same=DIFFERENT
-  b=$(run b "${pids[1]}")
-  cmp -s <(tree_shape "$work/b/tree.json") "$work/reference" || same=DIFFERENT
-  echo "$a" >>"$work/ra"; echo "$b" >>"$work/rb"
-  awk -v a="${a% *}" -v b="${b% *}" 'BEGIN { printf "%.4f\n", a / b }' >>"$work/ratio"
-  printf 'round %s: A %s s (server CPU %s s) | B %s s (server CPU %s s)\n' \
-    "$r" ${a% *} ${a#* } ${b% *} ${b#* }
-done
-printf 'median wall: A %s s, B %s s; median server CPU: A %s s, B %s s; median A/B %s\n' \
-  "$(cut -d' ' -f1 "$work/ra" | median)" "$(cut -d' ' -f1 "$work/rb" | median)" \
-  "$(cut -d' ' -f2 "$work/ra" | median)" "$(cut -d' ' -f2 "$work/rb" | median)" \
-  "$(median <"$work/ratio")"
-echo "trees: $same"
+tree_a="$work/a/tree.json"; tree_b="$work/b/tree.json"
+run_a() { run a "${pids[0]}"; }
+run_b() { run b "${pids[1]}"; }
+ab_rounds "$rounds" A B "$tree_a"

@@ -382,22 +382,21 @@ absl::Status Api::Compute(const CallWording& w, const Batcher::Key& key, bool ba
                           Batcher::Compute compute, bool* would_wait) const {
   const Batcher::Share share{0, rows.rows(), out};
   if (would_wait != nullptr) {
-    *would_wait = false;
     // A batch that waits for company is formed on threads that may wait;
     // and a large call computes on one too, so that it does not hold up the
     // small calls behind it on the caller's thread.
     const Batcher* b = deps_.batcher;
-    const bool delayed = (batch && b != nullptr && rows.rows() < b->options().max_rows &&
-                          b->options().max_delay > absl::ZeroDuration()) ||
-                         rows.rows() > kMaxRowsInline;
-    using MaybeSlot = std::optional<ServingGate::Slot>;
-    absl::StatusOr<MaybeSlot> slot = !delayed && deps_.gate != nullptr
-                                         ? deps_.gate->TryEnter(w.what, deadline)
-                                         : absl::StatusOr<MaybeSlot>(MaybeSlot());
-    if (!slot.ok()) return slot.status();
-    if (delayed || (deps_.gate != nullptr && !slot->has_value())) {
-      *would_wait = true;
-      return absl::OkStatus();
+    *would_wait = (batch && b != nullptr && rows.rows() < b->options().max_rows &&
+                   b->options().max_delay > absl::ZeroDuration()) ||
+                  rows.rows() > kMaxRowsInline;
+    if (*would_wait) return absl::OkStatus();
+    std::optional<ServingGate::Slot> slot;
+    if (deps_.gate != nullptr) {
+      DENDRO_ASSIGN_OR_RETURN(std::optional<ServingGate::Slot> free_now,
+                              deps_.gate->TryEnter(w.what, deadline));
+      *would_wait = !free_now.has_value();
+      if (*would_wait) return absl::OkStatus();
+      slot.emplace(std::move(*free_now));
     }
     // Nobody waits for a slot, so no batch is open that this call could join.
     return compute(rows, absl::MakeConstSpan(&share, 1));

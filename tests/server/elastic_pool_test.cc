@@ -4,6 +4,7 @@
 #include "server/base/elastic_pool.h"
 
 #include <atomic>
+#include <memory>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -15,18 +16,26 @@ namespace {
 
 using ::dendro::testing::Eventually;
 
+// Schedules `n` tasks that each wait for `release`; true when all were
+// accepted and all are running at once.
+bool ScheduleBlocked(ElasticPool& pool, int n, absl::Notification& release) {
+  auto running = std::make_shared<std::atomic<int>>(0);  // outlives this call
+  for (int i = 0; i < n; ++i) {
+    if (!pool.Schedule([running, &release] {
+          ++*running;
+          release.WaitForNotification();
+        })) {
+      return false;
+    }
+  }
+  return Eventually([&] { return running->load() == n; });
+}
+
 TEST(ElasticPoolTest, BlockedTasksGetAThreadEachUpToTheCapAndTheNextIsRefused) {
   ElasticPool pool({/*max_threads=*/3, absl::Seconds(60)});
   absl::Notification release;
-  std::atomic<int> running{0};
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(pool.Schedule([&] {
-      ++running;
-      release.WaitForNotification();
-    }));
-  }
   // All three run at once (each waits for the others' release).
-  ASSERT_TRUE(Eventually([&] { return running.load() == 3; }));
+  ASSERT_TRUE(ScheduleBlocked(pool, 3, release));
   EXPECT_EQ(pool.stats().threads, 3);
   EXPECT_EQ(pool.stats().busy, 3);
   bool ran = false;
@@ -67,14 +76,7 @@ TEST(ElasticPoolTest, ATaskQueuedForAnIdleThreadIsNotLostWhenAnotherTakesIt) {
 TEST(ElasticPoolTest, IdleThreadsExitAfterTheTimeout) {
   ElasticPool pool({/*max_threads=*/8, absl::Milliseconds(20)});
   absl::Notification release;
-  std::atomic<int> running{0};
-  for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(pool.Schedule([&] {
-      ++running;
-      release.WaitForNotification();
-    }));
-  }
-  ASSERT_TRUE(Eventually([&] { return running.load() == 5; }));
+  ASSERT_TRUE(ScheduleBlocked(pool, 5, release));
   release.Notify();
   ASSERT_TRUE(Eventually([&] { return pool.stats().threads == 0; }));
   // And the pool starts threads again afterwards.

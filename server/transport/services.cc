@@ -7,27 +7,29 @@
 #include <cctype>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
-#include "dendro/v1/dendro.grpc.pb.h"
-#include "server/api/api.h"
-#include "server/security/auth.h"
-#include "server/security/caller.h"
-#include "server/base/client_status.h"
-#include "server/base/logging.h"
-#include "server/base/memory.h"
 #include "core/common/status_macros.h"
 #include "core/hierarchy/export.h"
 #include "core/io/npy.h"
+#include "dendro/v1/dendro.grpc.pb.h"
+#include "server/api/api.h"
+#include "server/base/client_status.h"
+#include "server/base/logging.h"
+#include "server/base/memory.h"
+#include "server/security/auth.h"
+#include "server/security/caller.h"
 #include "spdlog/spdlog.h"
 
 namespace dendro::server {
@@ -663,17 +665,18 @@ class ModelServiceImpl final : public ModelServiceBase, private ServiceBase {
   grpc::ServerUnaryReactor* Assign(grpc::CallbackServerContext* ctx, const v1::AssignRequest* req,
                                    v1::AssignResponse* resp) override {
     const absl::Time deadline = absl::FromChrono(ctx->deadline());
-    return Unary(ctx, Rpc::kAssign, kAssignWording, [this, req, resp, deadline](bool* would_wait) {
-      return AssignAnswer(*req, deadline, resp, would_wait);
-    });
+    return Unary(ctx, Rpc::kAssign, kAssignWording, *req,
+                 [this, req, resp, deadline](const CheckedRows& in, bool* would_wait) {
+                   return AssignAnswer(*req, in, deadline, resp, would_wait);
+                 });
   }
 
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* ctx, const v1::PredictRequest* req,
                                     v1::PredictResponse* resp) override {
     const absl::Time deadline = absl::FromChrono(ctx->deadline());
-    return Unary(ctx, Rpc::kPredict, kPredictWording,
-                 [this, req, resp, deadline](bool* would_wait) {
-                   return PredictOne(*req, deadline, resp, would_wait);
+    return Unary(ctx, Rpc::kPredict, kPredictWording, *req,
+                 [this, req, resp, deadline](const CheckedRows& in, bool* would_wait) {
+                   return PredictAnswer(*req, in, deadline, resp, would_wait);
                  });
   }
 
@@ -695,7 +698,9 @@ class ModelServiceImpl final : public ModelServiceBase, private ServiceBase {
       {
         // Computing the answer is the server's time, not the client's.
         const StreamLimiter::Slot::Working working(slot->get());
-        s = PredictOne(req, absl::FromChrono(ctx->deadline()), &resp);
+        CheckedRows in;
+        s = CheckRows(kPredictWording, req, &in);
+        if (s.ok()) s = PredictAnswer(req, in, absl::FromChrono(ctx->deadline()), &resp);
       }
       if (!s.ok()) return ToGrpc(s);
       if (!stream->Write(resp)) break;
@@ -730,34 +735,62 @@ class ModelServiceImpl final : public ModelServiceBase, private ServiceBase {
   }
 
  private:
-  // A unary Assign or Predict on a callback thread: `answer(would_wait)`
-  // fills the response (see Api::Assign); when it would have to wait for its
-  // turn, it is run again, with would_wait null, on a thread of
-  // deps_.waiting, which finishes the call.
-  template <typename Answer>
+  // The model and rows of an Assign or Predict, checked: what its answer is
+  // computed from. `rows` views the request's bytes, or `aligned` when they
+  // are not float-aligned (a move keeps that buffer, so the view stays valid).
+  struct CheckedRows {
+    LoadedModel loaded;
+    std::vector<float> aligned;
+    std::optional<MatrixView> rows;
+  };
+
+  template <typename Request>
+  absl::Status CheckRows(const CallWording& w, const Request& req, CheckedRows* in) {
+    DENDRO_ASSIGN_OR_RETURN(in->loaded, api_.Load(req.model()));
+    DENDRO_ASSIGN_OR_RETURN(
+        MatrixView rows,
+        api_.RowsFromBytes(w, in->loaded, req.rows(), req.cols(), req.data(), &in->aligned));
+    in->rows.emplace(rows);
+    return absl::OkStatus();
+  }
+
+  // A unary Assign or Predict on a callback thread: its model and rows are
+  // checked once, then `answer(rows, would_wait)` fills the response (see
+  // Api::Assign); when it would have to wait for its turn, the checked rows
+  // go with it to a thread of deps_.waiting, which runs it again with
+  // would_wait null and finishes the call.
+  template <typename Request, typename Answer>
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, Rpc rpc, const CallWording& w,
-                                  Answer answer) {
+                                  const Request& req, Answer answer) {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     absl::StatusOr<Principal> who = Authorize(ctx, rpc);
     if (!who.ok()) {
       reactor->Finish(ToGrpc(who.status()));
       return reactor;
     }
+    CheckedRows in;
+    if (const absl::Status checked = CheckRows(w, req, &in); !checked.ok()) {
+      reactor->Finish(ToGrpc(checked));
+      return reactor;
+    }
     bool would_wait = false;
-    const absl::Status now = answer(deps_.waiting != nullptr ? &would_wait : nullptr);
+    const absl::Status now = answer(in, deps_.waiting != nullptr ? &would_wait : nullptr);
     if (!would_wait) {
       reactor->Finish(ToGrpc(now));
       return reactor;
     }
     // The request id and caller go with the call to the waiting thread.
-    const bool moved = deps_.waiting->Schedule([this, ctx, reactor, answer = std::move(answer),
-                                                log = ThreadLogContext()]() mutable {
-      ThreadLogContext() = std::move(log);
-      // A client that has gone away gets nothing computed for it.
-      reactor->Finish(ctx->IsCancelled() ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")
-                                         : ToGrpc(answer(nullptr)));
-      ThreadLogContext() = LogContext();
-    });
+    const bool moved =
+        deps_.waiting->Schedule([this, ctx, reactor, answer = std::move(answer),
+                                 in = std::make_shared<const CheckedRows>(std::move(in)),
+                                 log = ThreadLogContext()]() mutable {
+          ThreadLogContext() = std::move(log);
+          // A client that has gone away gets nothing computed for it.
+          reactor->Finish(ctx->IsCancelled()
+                              ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")
+                              : ToGrpc(answer(*in, nullptr)));
+          ThreadLogContext() = LogContext();
+        });
     if (!moved) {
       reactor->Finish(ToGrpc(absl::ResourceExhaustedError(
           absl::StrCat(w.what,
@@ -767,35 +800,27 @@ class ModelServiceImpl final : public ModelServiceBase, private ServiceBase {
     return reactor;
   }
 
-  absl::Status AssignAnswer(const v1::AssignRequest& req, absl::Time deadline,
-                            v1::AssignResponse* resp, bool* would_wait) {
-    DENDRO_ASSIGN_OR_RETURN(LoadedModel loaded, api_.Load(req.model()));
-    std::vector<float> aligned;
-    DENDRO_ASSIGN_OR_RETURN(MatrixView rows, api_.RowsFromBytes(kAssignWording, loaded, req.rows(),
-                                                                req.cols(), req.data(), &aligned));
+  absl::Status AssignAnswer(const v1::AssignRequest& req, const CheckedRows& in,
+                            absl::Time deadline, v1::AssignResponse* resp, bool* would_wait) {
     DENDRO_ASSIGN_OR_RETURN(Assignment a,
-                            api_.Assign(kAssignWording, loaded, rows, req.level(), req.stable_ids(),
-                                        kAssignCost, deadline, would_wait));
+                            api_.Assign(kAssignWording, in.loaded, *in.rows, req.level(),
+                                        req.stable_ids(), kAssignCost, deadline, would_wait));
     if (would_wait != nullptr && *would_wait) return absl::OkStatus();
     resp->mutable_leaf()->Add(a.leaves.begin(), a.leaves.end());
     resp->mutable_cluster()->Add(a.clusters.begin(), a.clusters.end());
     resp->mutable_stable_leaf()->Add(a.stable_leaves.begin(), a.stable_leaves.end());
     resp->mutable_stable_cluster()->Add(a.stable_clusters.begin(), a.stable_clusters.end());
     resp->set_level(a.level);
-    resp->set_model_version(loaded.info().version());
+    resp->set_model_version(in.loaded.info().version());
     return absl::OkStatus();
   }
 
-  absl::Status PredictOne(const v1::PredictRequest& req, absl::Time deadline,
-                          v1::PredictResponse* resp, bool* would_wait = nullptr) {
-    DENDRO_ASSIGN_OR_RETURN(LoadedModel loaded, api_.Load(req.model()));
-    std::vector<float> aligned;
-    DENDRO_ASSIGN_OR_RETURN(MatrixView rows, api_.RowsFromBytes(kPredictWording, loaded,
-                                                                req.rows(), req.cols(),
-                                                                req.data(), &aligned));
-    DENDRO_ASSIGN_OR_RETURN(Prediction p,
-                            api_.Predict(kPredictWording, loaded, rows, req.top_k(), req.top_t(),
-                                         req.flat(), kPredictCost, deadline, would_wait));
+  absl::Status PredictAnswer(const v1::PredictRequest& req, const CheckedRows& in,
+                             absl::Time deadline, v1::PredictResponse* resp,
+                             bool* would_wait = nullptr) {
+    DENDRO_ASSIGN_OR_RETURN(
+        Prediction p, api_.Predict(kPredictWording, in.loaded, *in.rows, req.top_k(), req.top_t(),
+                                   req.flat(), kPredictCost, deadline, would_wait));
     if (would_wait != nullptr && *would_wait) return absl::OkStatus();
     resp->set_rows(req.rows());
     resp->set_top_k(p.top_k);
@@ -805,7 +830,7 @@ class ModelServiceImpl final : public ModelServiceBase, private ServiceBase {
     resp->mutable_superclasses()->Add(p.superclasses.begin(), p.superclasses.end());
     resp->mutable_classes_evaluated()->Add(p.classes_evaluated.begin(),
                                            p.classes_evaluated.end());
-    resp->set_model_version(loaded.info().version());
+    resp->set_model_version(in.loaded.info().version());
     if (const int64_t size = static_cast<int64_t>(resp->ByteSizeLong());
         size > deps_.max_message_bytes) {
       resp->Clear();

@@ -427,7 +427,9 @@ TEST_F(HppcaServerTest, ConcurrentSingleRowCallsAreBatchedAndAnswerAsAlone) {
 // block: a small call with a slot free computes there and starts no thread;
 // a call of more than kMaxRowsInline rows is handed to a waiting thread
 // (the elastic pool), so that it does not hold up the small calls behind
-// it; both answer as before, each row as it is answered alone.
+// it, with the model and rows it was checked with (one model load for the
+// call, not one per thread); both answer as before, each row as it is
+// answered alone.
 TEST_F(HppcaServerTest, SmallCallsComputeOnTheCallbackThreadAndLargeOnesAreHandedOn) {
   ServerOptions opts;
   opts.metrics_listen = "127.0.0.1:0";
@@ -440,9 +442,15 @@ TEST_F(HppcaServerTest, SmallCallsComputeOnTheCallbackThreadAndLargeOnesAreHande
     ASSERT_TRUE(Predict(Request("clf", test_.x, i, 1, 2, 3, false), &one[i]).ok());
   }
   EXPECT_EQ(MetricValue(server_->metrics_port(), "dendro_serving_wait_threads"), 0);
+  auto loads = [&] {
+    return MetricValue(server_->metrics_port(), "dendro_model_cache_hits_total") +
+           MetricValue(server_->metrics_port(), "dendro_model_cache_misses_total");
+  };
+  const double loads_before = loads();
   v1::PredictResponse all;
   ASSERT_TRUE(Predict(Request("clf", test_.x, 0, n, 2, 3, false), &all).ok());
   EXPECT_EQ(MetricValue(server_->metrics_port(), "dendro_serving_wait_threads"), 1);
+  EXPECT_EQ(loads() - loads_before, 1);
   ASSERT_EQ(all.labels_size(), 3 * n);
   for (int64_t i = 0; i < n; ++i) {
     for (int j = 0; j < 3; ++j) EXPECT_EQ(all.labels(3 * i + j), one[i].labels(j)) << "row " << i;

@@ -6,8 +6,8 @@
 #
 #   sudo bash deploy/test-image.sh
 #
-# Needs buildah, podman and debootstrap (apt-get install buildah podman
-# debootstrap). With no docker daemon, the debian:12 base image is made
+# Installs what it needs (deploy/image-packages.txt: buildah, podman,
+# debootstrap) when missing. With no docker daemon, the debian:12 base image is made
 # with debootstrap from the machine's own Debian mirror and imported into
 # podman's store; buildah builds with chroot isolation and the container
 # shares the host network.
@@ -24,6 +24,10 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [[ -f $work/dendrod.log ]] && tail -20 "$work/dendrod.log" >&2; exit 1; }
+
+# --- tools -----------------------------------------------------------------
+bash "$root/deploy/install-deps.sh" "$root/deploy/image-packages.txt" >"$work/apt.log" 2>&1 ||
+  { tail -20 "$work/apt.log"; fail "installing deploy/image-packages.txt"; }
 
 # --- base image ------------------------------------------------------------
 if ! podman image exists docker.io/library/debian:12; then

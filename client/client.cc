@@ -1,6 +1,5 @@
 #include "client/client.h"
 
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/tls_certificate_verifier.h>
 #include <grpcpp/security/tls_credentials_options.h>
@@ -18,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/raw_call.h"
 #include "client/tls_probe.h"
 #include "core/common/status_macros.h"
 #include "core/input/matrix_file.h"
@@ -545,34 +545,13 @@ absl::Status Client::CheckHealth() {
   // grpc.health.v1.Health/Check with an empty HealthCheckRequest (service
   // "" = the whole server), as raw bytes: the health protos are not part of
   // this library. The answer's field 1 is the status; SERVING = 1.
-  grpc::GenericStub stub(impl_->channel);
   grpc::ClientContext ctx;
   impl_->SetDeadline(&ctx);
-  grpc::CompletionQueue cq;
-  grpc::ByteBuffer request;
-  {
-    grpc::Slice empty("", 0);
-    request = grpc::ByteBuffer(&empty, 1);
-  }
-  auto call = stub.PrepareUnaryCall(&ctx, "/grpc.health.v1.Health/Check", request, &cq);
-  call->StartCall();
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  call->Finish(&response, &status, reinterpret_cast<void*>(1));
-  void* tag = nullptr;
-  bool ok = false;
-  cq.Next(&tag, &ok);
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
-  DENDRO_RETURN_IF_ERROR(FromGrpc(status, impl_->options));
-  std::vector<grpc::Slice> slices;
-  (void)response.Dump(&slices);
-  std::string bytes;
-  for (const grpc::Slice& s : slices) {
-    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  if (bytes == std::string("\x08\x01", 2)) return absl::OkStatus();
+  std::string answer;
+  DENDRO_RETURN_IF_ERROR(
+      FromGrpc(RawUnaryCall(impl_->channel, &ctx, "/grpc.health.v1.Health/Check", "", &answer),
+               impl_->options));
+  if (answer == std::string("\x08\x01", 2)) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat("dendrod at ", impl_->options.target,
                                              " answers but is not serving"));
 }

@@ -1,29 +1,30 @@
 // dendrod: the Dendro model server.
+#include <grpc/support/log.h>
+
 #include <algorithm>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 #include <string>
-#include <vector>
-#include <cstdlib>
 #include <thread>
-
-#include <grpc/support/log.h>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/match.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "dendro/version.h"
-#include "core/io/atomic_file.h"
+#include "absl/synchronization/mutex.h"
 #include "core/common/cpus.h"
-#include "server/security/auth.h"
+#include "core/common/malloc_tuning.h"
+#include "core/io/atomic_file.h"
+#include "dendro/version.h"
 #include "server/base/logging.h"
 #include "server/base/memory.h"
+#include "server/security/auth.h"
 #include "server/server.h"
 #include "server/storage/verify.h"
 #include "spdlog/spdlog.h"
@@ -72,6 +73,10 @@ ABSL_FLAG(int64_t, max_job_memory_mb, 0,
 ABSL_FLAG(int64_t, model_cache_mb, 0,
           "memory for loaded models kept between requests, least recently used dropped first "
           "(0: a quarter of the machine's or cgroup's memory)");
+ABSL_FLAG(int64_t, malloc_keep_mb, 64,
+          "free memory each allocator arena keeps for reuse, with blocks up to 32 MiB served "
+          "from the arenas: matrix products then reuse their buffers instead of faulting in "
+          "fresh pages on every call (0: the C library's own thresholds)");
 ABSL_FLAG(int, job_nice, 10,
           "nice value (0-19) of the threads that run jobs: a fit yields the CPU to requests "
           "when both want it, and uses every core when nobody is calling");
@@ -275,6 +280,13 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_verify)) {
     return dendro::server::RunVerify(absl::GetFlag(FLAGS_data_dir), absl::GetFlag(FLAGS_catalog),
                                      std::cout);
+  }
+
+  if (const int64_t keep_mb = absl::GetFlag(FLAGS_malloc_keep_mb); keep_mb < 0) {
+    std::cerr << "dendrod: --malloc_keep_mb must be >= 0\n";
+    return 2;
+  } else if (keep_mb > 0 && !dendro::KeepFreedMemory(keep_mb << 20)) {
+    spdlog::warn("--malloc_keep_mb: this C library has no such setting; its defaults apply");
   }
 
   // A peer that closes a connection mid-answer must cost that answer, not

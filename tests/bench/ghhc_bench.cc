@@ -47,6 +47,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/common/malloc_tuning.h"
 #include "core/common/run_context.h"
 #include "core/ghhc/ghhc.h"
 #include "core/ghhc/init.h"
@@ -411,4 +412,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace dendro
 
-int main(int argc, char** argv) { return dendro::Main(argc, argv); }
+int main(int argc, char** argv) {
+  dendro::KeepFreedMemory(int64_t{64} << 20);  // as dendrod does (--malloc_keep_mb)
+  return dendro::Main(argc, argv);
+}

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "core/common/malloc_tuning.h"
 #include "core/common/run_context.h"
 #include "core/io/npy.h"
 #include "core/l2h/l2h.h"
@@ -216,6 +217,7 @@ int RunNpyAndExit(const std::string& path, int threads, bool copy) {
 }  // namespace dendro
 
 int main(int argc, char** argv) {
+  dendro::KeepFreedMemory(int64_t{64} << 20);  // as dendrod does (--malloc_keep_mb)
   std::string npy_path;
   std::string steps_path;
   std::string run_path;

@@ -55,6 +55,8 @@
 // call, as client/client.cc does. Prints one JSON object on stdout; a bad
 // flag is one line on stderr and exit status 2, a failure exit status 1.
 #include <dirent.h>
+#include <grpcpp/alarm.h>
+#include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -80,19 +82,17 @@
 #include <utility>
 #include <vector>
 
-#include <grpcpp/alarm.h>
-#include <grpcpp/grpcpp.h>
-
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "core/common/malloc_tuning.h"
 #include "core/hppca/synthetic.h"
 #include "dendro/v1/dendro.grpc.pb.h"
 #include "nlohmann/json.hpp"
-#include "server/storage/checksum.h"
 #include "server/base/memory.h"
 #include "server/methods/method.h"
+#include "server/storage/checksum.h"
 #include "tests/bench/synthetic_logits.h"
 
 namespace {
@@ -1302,6 +1302,7 @@ const char* RpcName(Rpc r) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dendro::KeepFreedMemory(int64_t{64} << 20);  // as dendrod does (--malloc_keep_mb)
   const Args a = Parse(argc, argv);
   // The ceiling runs the model with the allocator as dendrod sets it (before
   // any other thread starts, as TuneAllocator asks).

@@ -20,6 +20,7 @@
 #include <limits>
 #include <string>
 
+#include "core/common/malloc_tuning.h"
 #include "core/common/run_context.h"
 #include "core/io/npy.h"
 #include "core/tneb/tneb.h"
@@ -48,6 +49,7 @@ int Usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dendro::KeepFreedMemory(int64_t{64} << 20);  // as dendrod does (--malloc_keep_mb)
   std::string mode = "both", path;
   int components = 25, restarts = 20, threads = 0, iters = 20;
   bool standardize = true;

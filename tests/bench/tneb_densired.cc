@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/malloc_tuning.h"
 #include "core/common/run_context.h"
 #include "core/io/npy.h"
 #include "core/metrics/metrics.h"
@@ -139,6 +140,7 @@ void PrintTreeEdges(const std::string& name, int seed, const dendro::TnebResult&
 }  // namespace
 
 int main(int argc, char** argv) {
+  dendro::KeepFreedMemory(int64_t{64} << 20);  // as dendrod does (--malloc_keep_mb)
   int seeds = 10;
   int first_seed = 0;
   std::string dump;  // prefix for per-seed cluster labels (.npy)

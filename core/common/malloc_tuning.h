@@ -1,0 +1,34 @@
+// How the C library's allocator keeps freed memory, for processes that run
+// heavy numerical code (dendrod, the benchmarks).
+//
+// glibc's malloc serves a block above its mmap threshold with fresh pages
+// from the kernel and returns free memory at the top of an arena once it
+// exceeds the trim threshold. Both thresholds adjust themselves, but not to
+// what a matrix product does: Eigen's products allocate and free their
+// packing buffers (a few MiB at 64 columns and 10,000 rows) on every call,
+// on several threads. Each call then touches freshly mapped pages, one page
+// fault per 4 KiB; a 64-column t-NEB EM took about 22,000 faults per
+// iteration, and where a fault is expensive (a virtual machine) more time in
+// the kernel than in the arithmetic (docs/benchmarks.md, "Page faults in
+// the EM").
+#ifndef DENDRO_CORE_COMMON_MALLOC_TUNING_H_
+#define DENDRO_CORE_COMMON_MALLOC_TUNING_H_
+
+#include <cstdint>
+
+namespace dendro {
+
+// The largest block KeepFreedMemory lets malloc serve from its arenas
+// (glibc's ceiling for the mmap threshold on 64-bit systems).
+inline constexpr int64_t kMaxArenaBlockBytes = int64_t{32} << 20;
+
+// Blocks up to kMaxArenaBlockBytes come from malloc's arenas, and up to
+// `keep_bytes` (> 0) of free memory stay at the top of each arena for reuse
+// instead of going back to the kernel. Call once at start, before threads.
+// Returns false where the C library has no such setting (not glibc), or
+// refused it.
+bool KeepFreedMemory(int64_t keep_bytes);
+
+}  // namespace dendro
+
+#endif  // DENDRO_CORE_COMMON_MALLOC_TUNING_H_

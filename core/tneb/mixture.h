@@ -149,7 +149,7 @@ struct MixtureOptions {
   uint64_t seed = 0;
   int num_threads = 0;  // 0: all cores
   // Beyond the authors' package (t-NEB sets init_min_rows above
-  // kTnebDensityMergeMaxDimension, scale_prior_rows only when asked; 0 keeps
+  // kTnebAuthorsStartMaxDimension, scale_prior_rows only when asked; 0 keeps
   // the package's behaviour exactly):
   // init_min_rows: after each k-means run, a centre that owns fewer than
   // this many rows (k-means++ puts centres on single far rows in high

@@ -175,7 +175,7 @@ const char* TnebMergeName(TnebMerge merge) {
 
 int32_t TnebInitMinRows(const TnebOptions& options, int64_t d) {
   if (options.init_min_rows >= 0) return options.init_min_rows;
-  return d > kTnebDensityMergeMaxDimension ? static_cast<int32_t>(d + 1) : 0;
+  return d > kTnebAuthorsStartMaxDimension ? static_cast<int32_t>(d + 1) : 0;
 }
 
 double TnebScalePriorRows(const TnebOptions& options, int64_t /*d*/) {
@@ -250,7 +250,11 @@ int32_t TnebRestarts(const TnebOptions& options, int64_t d) {
 
 TnebMerge TnebMergeOrder(const TnebOptions& options, int64_t d) {
   if (!options.merge_by_dimension || d <= kTnebLowDimension) return options.merge;
-  return d <= kTnebDensityMergeMaxDimension ? TnebMerge::kDensity : TnebMerge::kGraph;
+  return TnebMerge::kDensity;
+}
+
+bool TnebGraphFallback(const TnebOptions& options, int64_t d) {
+  return options.merge_by_dimension && d > kTnebLowDimension;
 }
 
 bool TnebAutoDof(const TnebOptions& options, int64_t d) {
@@ -445,16 +449,18 @@ class TnebFit {
   double kept_log_likelihood_ = 0.0;
   std::vector<int32_t> point_leaf_;
   double filter_seconds_ = 0.0;
-  // 3.
-  TnebMerge merge_ = TnebMerge::kDensity;
-  std::vector<SimilarityEdge> edges_;
-  std::vector<ComponentPair> bridges_;
+  // 3. and 4., for one merge order (a fit may try two, see Run).
+  struct Merged {
+    TnebMerge merge = TnebMerge::kDensity;
+    std::vector<SimilarityEdge> edges;
+    std::vector<ComponentPair> bridges;
+    std::optional<Hierarchy> tree;
+    std::vector<double> similarity;
+    double offset = 0.0;
+    TnebDiagnostics diagnostics;
+  };
+  Merged merged_;
   double path_seconds_ = 0.0;
-  // 4.
-  std::optional<Hierarchy> tree_;
-  std::vector<double> merge_similarity_;
-  double offset_ = 0.0;
-  TnebDiagnostics diagnostics_;
   double tree_seconds_ = 0.0;
 };
 
@@ -612,8 +618,9 @@ absl::Status TnebFit::ComputeSimilarities() {
   const auto t0 = std::chrono::steady_clock::now();
   const std::function<bool()> cancelled = [this] { return ctx_.Cancelled(); };
   const int32_t l = static_cast<int32_t>(filter_.keep.size());
-  merge_ = TnebMergeOrder(o_, d_);
-  if (merge_ == TnebMerge::kGraph) {
+  merged_.edges.clear();
+  merged_.bridges.clear();
+  if (merged_.merge == TnebMerge::kGraph) {
     ctx_.Report(0.6, "neighbour graph");
     const std::vector<int64_t> rows = GraphSampleRows(n_);
     DENDRO_ASSIGN_OR_RETURN(
@@ -622,14 +629,14 @@ absl::Status TnebFit::ComputeSimilarities() {
     std::vector<int32_t> leaf_of_row(rows.size());
     for (size_t r = 0; r < rows.size(); ++r) leaf_of_row[r] = point_leaf_[rows[r]];
     const int32_t k_used = static_cast<int32_t>(rows.empty() ? 0 : nn.size() / rows.size());
-    edges_ = GraphSimilarities(l, leaf_of_row, nn, k_used, mix_->means());
+    merged_.edges = GraphSimilarities(l, leaf_of_row, nn, k_used, mix_->means());
   } else {
     std::vector<ComponentPair> pairs =
         NearestComponentPairs(mix_->means(), o_.neighbors, cancelled);
     if (ctx_.Cancelled()) return absl::CancelledError("job cancelled");
-    bridges_ = BridgingPairs(mix_->means(), pairs, cancelled);
+    merged_.bridges = BridgingPairs(mix_->means(), pairs, cancelled);
     if (ctx_.Cancelled()) return absl::CancelledError("job cancelled");
-    pairs.insert(pairs.end(), bridges_.begin(), bridges_.end());
+    pairs.insert(pairs.end(), merged_.bridges.begin(), merged_.bridges.end());
     NebOptions no = NebOptionsOf(o_);
     no.num_threads = threads_;
     NebPaths paths;
@@ -637,12 +644,12 @@ absl::Status TnebFit::ComputeSimilarities() {
       SubRangeContext sub(ctx_, 0.6, 0.98);
       DENDRO_ASSIGN_OR_RETURN(paths, OptimizePaths(*mix_, pairs, no, sub));
     }
-    edges_.reserve(pairs.size());
+    merged_.edges.reserve(pairs.size());
     for (size_t p = 0; p < pairs.size(); ++p) {
-      edges_.push_back(SimilarityEdge{pairs[p].first, pairs[p].second, paths.similarity[p]});
+      merged_.edges.push_back(SimilarityEdge{pairs[p].first, pairs[p].second, paths.similarity[p]});
     }
   }
-  path_seconds_ = Seconds(t0);
+  path_seconds_ += Seconds(t0);
   return absl::OkStatus();
 }
 
@@ -651,21 +658,21 @@ absl::Status TnebFit::BuildTree() {
   ctx_.Report(0.98, "spanning tree");
   const int32_t l = static_cast<int32_t>(filter_.keep.size());
   Eigen::VectorXd peak;
-  if (merge_ == TnebMerge::kGraph) {
+  if (merged_.merge == TnebMerge::kGraph) {
     peak = Eigen::VectorXd::Ones(l);  // similarities are <= 1: height = 1 - similarity
   } else {
     const Eigen::MatrixXd means_d = mix_->means();
     peak = mix_->LogDensity(means_d, threads_);
   }
   DENDRO_ASSIGN_OR_RETURN(
-      MergeTree mt, ComponentMerges(l, edges_, absl::Span<const double>(peak.data(), peak.size()),
-                                    merge_ == TnebMerge::kPersistence, &offset_));
-  DENDRO_ASSIGN_OR_RETURN(tree_, Hierarchy::FromMerges(l, mt.merges));
-  DENDRO_RETURN_IF_ERROR(tree_->SetPointLeaf(std::move(point_leaf_)));
+      MergeTree mt,
+      ComponentMerges(l, merged_.edges, absl::Span<const double>(peak.data(), peak.size()),
+                      merged_.merge == TnebMerge::kPersistence, &merged_.offset));
+  DENDRO_ASSIGN_OR_RETURN(merged_.tree, Hierarchy::FromMerges(l, mt.merges));
+  DENDRO_RETURN_IF_ERROR(merged_.tree->SetPointLeaf(point_leaf_));
   Describe(mt);
-  merge_similarity_ = std::move(mt.similarity);
-  tree_seconds_ = Seconds(t0);
-  ctx_.Report(1.0, "done");
+  merged_.similarity = std::move(mt.similarity);
+  tree_seconds_ += Seconds(t0);
   return absl::OkStatus();
 }
 
@@ -674,7 +681,7 @@ absl::Status TnebFit::BuildTree() {
 void TnebFit::Describe(const MergeTree& mt) {
   const int m = fit_->mixture.num_components();
   const int32_t l = static_cast<int32_t>(filter_.keep.size());
-  auto& md = tree_->mutable_metadata();
+  auto& md = merged_.tree->mutable_metadata();
   md["method"] = o_.gaussian ? "gneb" : "tneb";  // as asked; `gaussian` says what was kept
   md["components"] = absl::StrCat(m);
   md["surviving"] = absl::StrCat(l);
@@ -695,7 +702,7 @@ void TnebFit::Describe(const MergeTree& mt) {
   md["restarts"] = absl::StrCat(mo_.restarts);
   md["em_tolerance"] = absl::StrCat(o_.tolerance);
   md["em_max_iterations"] = absl::StrCat(o_.max_iterations);
-  md["merge"] = TnebMergeName(merge_);
+  md["merge"] = TnebMergeName(merged_.merge);
   md["converged_restarts"] = absl::StrCat(fit_->converged_restarts);
   md["log_likelihood"] = absl::StrFormat("%.10g", fit_->log_likelihood);
   md["kept_log_likelihood"] = absl::StrFormat("%.10g", kept_log_likelihood_);
@@ -706,7 +713,7 @@ void TnebFit::Describe(const MergeTree& mt) {
   md["standardize_mode"] = std::string(TnebStandardizeName(standardize_mode_));
   if (!standardize_reason_.empty()) md["standardize_reason"] = standardize_reason_;
   md["column_sd_ratio"] = absl::StrFormat("%.6g", spread_.ratio);
-  md["height_offset"] = absl::StrFormat("%.17g", offset_);
+  md["height_offset"] = absl::StrFormat("%.17g", merged_.offset);
   int32_t auto_k = l;
   if (l >= 3) {
     absl::StatusOr<AutoK> ak = ChooseK(mt.similarity);
@@ -732,39 +739,40 @@ void TnebFit::Describe(const MergeTree& mt) {
     }
   }
   base.kept_candidate = kTailNames[tails_];
-  base.merge = TnebMergeName(merge_);
-  diagnostics_ =
-      TnebDiagnosticsAt(*tree_, base, o_.diagnose_k > 0 ? std::min(o_.diagnose_k, l) : auto_k);
-  md["diag_k"] = absl::StrCat(diagnostics_.k);
-  md["diag_cluster_sizes"] = absl::StrJoin(diagnostics_.cluster_sizes, ",");
-  md["diag_largest_share"] = absl::StrFormat("%.6g", diagnostics_.largest_share);
-  md["diag_filtered_small"] = absl::StrCat(diagnostics_.filtered_small);
-  md["diag_filtered_elongated"] = absl::StrCat(diagnostics_.filtered_elongated);
-  if (!diagnostics_.candidates.empty()) {
+  base.merge = TnebMergeName(merged_.merge);
+  merged_.diagnostics = TnebDiagnosticsAt(*merged_.tree, base,
+                                          o_.diagnose_k > 0 ? std::min(o_.diagnose_k, l) : auto_k);
+  md["diag_k"] = absl::StrCat(merged_.diagnostics.k);
+  md["diag_cluster_sizes"] = absl::StrJoin(merged_.diagnostics.cluster_sizes, ",");
+  md["diag_largest_share"] = absl::StrFormat("%.6g", merged_.diagnostics.largest_share);
+  md["diag_filtered_small"] = absl::StrCat(merged_.diagnostics.filtered_small);
+  md["diag_filtered_elongated"] = absl::StrCat(merged_.diagnostics.filtered_elongated);
+  if (!merged_.diagnostics.candidates.empty()) {
     std::string bics;
-    for (size_t i = 0; i < diagnostics_.candidates.size(); ++i) {
-      absl::StrAppend(&bics, i ? "," : "", diagnostics_.candidates[i], ":",
-                      absl::StrFormat("%.10g", diagnostics_.candidate_bic[i]));
+    for (size_t i = 0; i < merged_.diagnostics.candidates.size(); ++i) {
+      absl::StrAppend(&bics, i ? "," : "", merged_.diagnostics.candidates[i], ":",
+                      absl::StrFormat("%.10g", merged_.diagnostics.candidate_bic[i]));
     }
     md["diag_candidate_bic"] = bics;
   }
-  md["diag_degenerate"] = diagnostics_.degenerate ? "true" : "false";
-  if (diagnostics_.degenerate) md["diag_degenerate_reason"] = diagnostics_.degenerate_reason;
+  md["diag_degenerate"] = merged_.diagnostics.degenerate ? "true" : "false";
+  if (merged_.diagnostics.degenerate)
+    md["diag_degenerate_reason"] = merged_.diagnostics.degenerate_reason;
 }
 
 TnebResult TnebFit::Result() {
-  TnebResult res{
-      std::move(*tree_),
-      TnebModel{std::move(*mix_), std::move(transform_), filter_.keep, offset_, diagnostics_},
-      {},
-      {},
-      0,
-      {}};
-  res.merge_similarity = std::move(merge_similarity_);
-  res.edges = std::move(edges_);
-  res.bridging_pairs = static_cast<int32_t>(bridges_.size());
+  TnebResult res{std::move(*merged_.tree),
+                 TnebModel{std::move(*mix_), std::move(transform_), filter_.keep, merged_.offset,
+                           merged_.diagnostics},
+                 {},
+                 {},
+                 0,
+                 {}};
+  res.merge_similarity = std::move(merged_.similarity);
+  res.edges = std::move(merged_.edges);
+  res.bridging_pairs = static_cast<int32_t>(merged_.bridges.size());
   res.components = std::move(filter_.info);
-  res.diagnostics = std::move(diagnostics_);
+  res.diagnostics = std::move(merged_.diagnostics);
   res.log_likelihood = fit_->log_likelihood;
   res.kept_log_likelihood = kept_log_likelihood_;
   res.restarts = mo_.restarts;
@@ -794,8 +802,35 @@ absl::StatusOr<TnebResult> TnebFit::Run() {
     filtered = Filter();
   }
   DENDRO_RETURN_IF_ERROR(filtered);
+  merged_.merge = TnebMergeOrder(o_, d_);
   DENDRO_RETURN_IF_ERROR(ComputeSimilarities());
   DENDRO_RETURN_IF_ERROR(BuildTree());
+  if (merged_.merge != TnebMerge::kGraph && merged_.diagnostics.degenerate &&
+      TnebGraphFallback(o_, d_)) {
+    // The density tree lumps the rows together at the asked cut: the graph
+    // merge over the same components replaces it, unless its tree is
+    // degenerate too (then the data may simply be that unbalanced, and the
+    // paper's tree stays). The metadata say which.
+    Merged first = std::move(merged_);
+    merged_ = Merged{};
+    merged_.merge = TnebMerge::kGraph;
+    DENDRO_RETURN_IF_ERROR(ComputeSimilarities());
+    DENDRO_RETURN_IF_ERROR(BuildTree());
+    const std::string tried = TnebMergeName(first.merge);
+    std::string why;
+    if (merged_.diagnostics.degenerate) {
+      merged_ = std::move(first);
+      why = absl::StrCat("the ", tried, " tree was degenerate and so was the graph merge's; the ",
+                         tried, " tree is kept");
+      merged_.tree->mutable_metadata()["merge_tried"] = "graph";
+    } else {
+      why = absl::StrCat("the ", tried,
+                         " tree was degenerate: ", first.diagnostics.degenerate_reason);
+      merged_.tree->mutable_metadata()["merge_tried"] = tried;
+    }
+    merged_.tree->mutable_metadata()["merge_fallback_reason"] = why;
+  }
+  ctx_.Report(1.0, "done");
   return Result();
 }
 

@@ -23,18 +23,20 @@
 //      similarity, where height_offset is the largest mixture log-density at
 //      a component mean (all heights >= 0, growing towards the root).
 //      point_leaf: the most likely surviving component of each training row.
-//      This density order is the default for kTnebLowDimension < d <=
-//      kTnebDensityMergeMaxDimension (see merge_by_dimension).
+//      This density order is the default when d > kTnebLowDimension (see
+//      merge_by_dimension), unless its tree is degenerate at the asked cut
+//      (TnebGraphFallback): then the graph merge below replaces it.
 //      With merge = kPersistence (beyond the paper; the default when d <=
 //      kTnebLowDimension) the same tree's edges are merged in increasing
 //      persistence instead (see PersistenceMerges in merge.h), and height =
 //      persistence.
-//      With merge = kGraph (beyond the paper; the default above
-//      kTnebDensityMergeMaxDimension) no paths are computed: every pair of
+//      With merge = kGraph (beyond the paper; by default the fallback for
+//      a degenerate density tree when d > kTnebLowDimension) no paths are
+//      computed: every pair of
 //      leaves gets the share of k-nearest-neighbour edges between their
 //      training rows as similarity (core/tneb/graph.h), height = 1 -
 //      similarity.
-//   Above kTnebDensityMergeMaxDimension the EM also starts every component
+//   Above kTnebAuthorsStartMaxDimension the EM also starts every component
 //   on at least d + 1 rows (TnebOptions::init_min_rows; an optional scale
 //   prior, scale_prior_rows, is off by default). The cause and the numbers
 //   are in docs/methods.md, "t-NEB in 16 to 64 dimensions (issue 46)".
@@ -86,8 +88,8 @@ enum class TnebMerge {
   // Beyond the paper: similarities from a k-nearest-neighbour graph of the
   // training rows (the share of graph edges between two components' rows,
   // core/tneb/graph.h) instead of density paths; the same spanning tree and
-  // merges. No paths are optimised. The default above
-  // kTnebDensityMergeMaxDimension.
+  // merges. No paths are optimised. By default it replaces a degenerate
+  // density tree above kTnebLowDimension (TnebGraphFallback).
   kGraph,
 };
 
@@ -179,15 +181,15 @@ struct TnebOptions {
   int32_t min_component_points = 10;  // drop components with <= this many points
   double max_elongation = 500.0;      // drop if eigenvalue ratio >= this * d
   // The merge order where it applies: with merge_by_dimension (the
-  // default, beyond the paper) only when d <= kTnebLowDimension; the
-  // density order up to kTnebDensityMergeMaxDimension and the graph merge
-  // above it (TnebMergeOrder); false: in every dimension.
-  // docs/methods.md has the numbers.
+  // default, beyond the paper) only when d <= kTnebLowDimension; above it
+  // the density order, replaced by the graph merge when its tree is
+  // degenerate at the asked cut (TnebMergeOrder, TnebGraphFallback);
+  // false: `merge` in every dimension. docs/methods.md has the numbers.
   TnebMerge merge = TnebMerge::kPersistence;
   bool merge_by_dimension = true;
   // Beyond the paper, against the high-dimensional collapse (MixtureOptions
   // has the details; docs/methods.md the numbers). init_min_rows = -1: d + 1
-  // rows per initial component when d > kTnebDensityMergeMaxDimension, 0
+  // rows per initial component when d > kTnebAuthorsStartMaxDimension, 0
   // (the authors' EM exactly) up to it. scale_prior_rows = -1: 0 (no prior)
   // in every dimension; the prior is an option, measured to hurt at 16 and
   // 32 dimensions in the form MixtureOptions describes.
@@ -207,14 +209,12 @@ struct TnebOptions {
 // persistence.
 inline constexpr int64_t kTnebLowDimension = 10;
 
-// The largest dimension where merge_by_dimension keeps the paper's density
-// order and the EM starts as the authors' does. Above it the graph merge and
-// the EM's minimum rows per component take over: on the ten public Densired
-// Stud-t draws (three fit seeds each) the density order was within 0.03 of
-// k-means at the true k on every 16-D draw and fell 0.11-0.12 below it on a
-// 32-D and a 64-D one, while the graph merge held every 32-D and 64-D draw
-// and lost 0.24 on a 16-D one (docs/methods.md).
-inline constexpr int64_t kTnebDensityMergeMaxDimension = 16;
+// The largest dimension where the EM starts as the authors' does. Above it
+// every initial component gets at least d + 1 rows (TnebInitMinRows): on
+// the ten public Densired Stud-t draws (three fit seeds each) the authors'
+// start was within 0.03 of k-means at the true k on every 16-D draw and
+// fell 0.11-0.12 below it on a 32-D and a 64-D one (docs/methods.md).
+inline constexpr int64_t kTnebAuthorsStartMaxDimension = 16;
 
 // EM restarts above kTnebLowDimension by default. The authors run one; with
 // restarts ranked by their surviving components, four lift the median on
@@ -230,11 +230,18 @@ int32_t TnebRestarts(const TnebOptions& options, int64_t d);
 // low-dimension default); never when Gaussian components are asked for.
 bool TnebAutoDof(const TnebOptions& options, int64_t d);
 
-// The merge order a fit of d-dimensional data uses: options.merge, or with
-// merge_by_dimension the graph merge when d > kTnebLowDimension (chosen by
-// dimension, which needs no labels: above it density paths isolate
-// components of a few far rows, docs/methods.md).
+// The merge order a fit of d-dimensional data tries first: options.merge,
+// or with merge_by_dimension the density order when d > kTnebLowDimension.
 TnebMerge TnebMergeOrder(const TnebOptions& options, int64_t d);
+
+// Whether a fit of d-dimensional data replaces a degenerate density tree by
+// the graph merge over the same components: with merge_by_dimension when
+// d > kTnebLowDimension. Degenerate is TnebDegenerateShare's rule at the
+// asked cut (diagnose_k, else the auto k), which needs no labels; in high
+// dimensions density paths can isolate components of a few far rows and
+// lump everything else into one cluster, which the graph merge does not
+// (docs/methods.md, "t-NEB in 16 to 64 dimensions").
+bool TnebGraphFallback(const TnebOptions& options, int64_t d);
 
 // The EM safeguards a fit of d-dimensional data uses (options value, or the
 // -1 rule above).

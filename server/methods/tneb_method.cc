@@ -136,8 +136,9 @@ absl::Status CheckMerge(const v1::TnebParams& p) {
 //     2) and at most m - 1 bridges;
 //   * per thread: the gradient's m blocks of 256 x d, and one evaluation
 //     chunk of kMaxPollRows rows;
-//   * with the graph merge (the default above 16 columns): the neighbour
-//     graph's sampled rows, lists and distance blocks (GraphPeakBytes).
+//   * with the graph merge (asked for, or tried by default above 10
+//     columns when the density tree is degenerate): the neighbour graph's
+//     sampled rows, lists and distance blocks (GraphPeakBytes).
 double PeakBytes(const TnebOptions& o, const v1::Dataset& dataset) {
   const double n = static_cast<double>(dataset.rows());
   const double d = static_cast<double>(dataset.cols());
@@ -150,7 +151,7 @@ double PeakBytes(const TnebOptions& o, const v1::Dataset& dataset) {
   const double paths = 4 * 8 * pairs * o.path_points * d;
   const double per_thread = 8 * (m * 256 * d + 2 * 256 * m) + 8 * 16384 * (d + m);
   const double graph =
-      TnebMergeOrder(o, dataset.cols()) == TnebMerge::kGraph
+      TnebMergeOrder(o, dataset.cols()) == TnebMerge::kGraph || TnebGraphFallback(o, dataset.cols())
           ? static_cast<double>(GraphPeakBytes(dataset.rows(), dataset.cols())) +
                 threads * 8.0 * 256.0 * std::min<double>(n, kGraphMaxRows)
           : 0.0;

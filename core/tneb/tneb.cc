@@ -618,8 +618,6 @@ absl::Status TnebFit::ComputeSimilarities() {
   const auto t0 = std::chrono::steady_clock::now();
   const std::function<bool()> cancelled = [this] { return ctx_.Cancelled(); };
   const int32_t l = static_cast<int32_t>(filter_.keep.size());
-  merged_.edges.clear();
-  merged_.bridges.clear();
   if (merged_.merge == TnebMerge::kGraph) {
     ctx_.Report(0.6, "neighbour graph");
     const std::vector<int64_t> rows = GraphSampleRows(n_);
@@ -812,23 +810,22 @@ absl::StatusOr<TnebResult> TnebFit::Run() {
     // degenerate too (then the data may simply be that unbalanced, and the
     // paper's tree stays). The metadata say which.
     Merged first = std::move(merged_);
-    merged_ = Merged{};
-    merged_.merge = TnebMerge::kGraph;
+    merged_ = Merged{TnebMerge::kGraph};
     DENDRO_RETURN_IF_ERROR(ComputeSimilarities());
     DENDRO_RETURN_IF_ERROR(BuildTree());
     const std::string tried = TnebMergeName(first.merge);
-    std::string why;
-    if (merged_.diagnostics.degenerate) {
-      merged_ = std::move(first);
-      why = absl::StrCat("the ", tried, " tree was degenerate and so was the graph merge's; the ",
-                         tried, " tree is kept");
-      merged_.tree->mutable_metadata()["merge_tried"] = "graph";
-    } else {
-      why = absl::StrCat("the ", tried,
-                         " tree was degenerate: ", first.diagnostics.degenerate_reason);
-      merged_.tree->mutable_metadata()["merge_tried"] = tried;
-    }
-    merged_.tree->mutable_metadata()["merge_fallback_reason"] = why;
+    const bool keep_first = merged_.diagnostics.degenerate;
+    const std::string why =
+        keep_first ? absl::StrCat("the ", tried,
+                                  " tree was degenerate and so was the graph "
+                                  "merge's; the ",
+                                  tried, " tree is kept")
+                   : absl::StrCat("the ", tried,
+                                  " tree was degenerate: ", first.diagnostics.degenerate_reason);
+    if (keep_first) merged_ = std::move(first);
+    auto& md = merged_.tree->mutable_metadata();
+    md["merge_tried"] = keep_first ? "graph" : tried;
+    md["merge_fallback_reason"] = why;
   }
   ctx_.Report(1.0, "done");
   return Result();

@@ -76,7 +76,8 @@ ABSL_FLAG(int64_t, model_cache_mb, 0,
 ABSL_FLAG(int64_t, malloc_keep_mb, 64,
           "free memory each allocator arena keeps for reuse, with blocks up to 32 MiB served "
           "from the arenas: matrix products then reuse their buffers instead of faulting in "
-          "fresh pages on every call (0: the C library's own thresholds)");
+          "fresh pages on every call (0: TuneAllocator's 4 MiB / 32 MiB thresholds, "
+          "server/base/memory.h)");
 ABSL_FLAG(int, job_nice, 10,
           "nice value (0-19) of the threads that run jobs: a fit yields the CPU to requests "
           "when both want it, and uses every core when nobody is calling");

@@ -9,12 +9,13 @@
 // on several threads. Each call can then touch freshly mapped pages, one
 // page fault per 4 KiB: a 64-column t-NEB EM in a benchmark program took
 // about 22,000 faults per iteration, and on a virtual machine, where a fault
-// is expensive, half as much time in the kernel as in user code. In dendrod
-// the thresholds had mostly adjusted themselves (a first 64-column fit took
-// 222,769 faults, against 3.6 million in the benchmark program, and the
-// setting did not change its time measurably); the setting makes the
-// behaviour the same whatever ran before (docs/benchmarks.md, "t-NEB at 64
-// columns: page faults in the benchmarks, and the fit time").
+// is expensive, half as much time in the kernel as in user code. dendrod
+// already had server::TuneAllocator (server/base/memory.h: blocks of 4 MiB
+// and more mapped alone, 32 MiB kept per heap, two heaps), which this
+// overrides after it: a first 64-column fit took 222,769 faults with
+// TuneAllocator alone and 16,317 with this, at no measurable change in its
+// time (docs/benchmarks.md, "t-NEB at 64 columns: page faults in the
+// benchmarks, and the fit time"). The two should be one function.
 #ifndef DENDRO_CORE_COMMON_MALLOC_TUNING_H_
 #define DENDRO_CORE_COMMON_MALLOC_TUNING_H_
 

@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/common/malloc_tuning.h"
 #include "core/hppca/hppca.h"
 #include "core/hppca/synthetic.h"
 #include "core/io/atomic_file.h"
@@ -158,7 +157,6 @@ void Check(const absl::Status& s, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  dendro::KeepFreedMemory(int64_t{64} << 20);  // as dendrod does (--malloc_keep_mb)
   const Args a = Parse(argc, argv);
   // dendrod's allocator settings (without them the K = 10,000 training spent
   // 91 s in page faults, docs/benchmarks.md); --glibc-defaults leaves glibc's.

@@ -86,7 +86,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
-#include "core/common/malloc_tuning.h"
 #include "core/hppca/synthetic.h"
 #include "dendro/v1/dendro.grpc.pb.h"
 #include "nlohmann/json.hpp"
@@ -1302,7 +1301,6 @@ const char* RpcName(Rpc r) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  dendro::KeepFreedMemory(int64_t{64} << 20);  // as dendrod does (--malloc_keep_mb)
   const Args a = Parse(argc, argv);
   // The ceiling runs the model with the allocator as dendrod sets it (before
   // any other thread starts, as TuneAllocator asks).
